@@ -1,0 +1,569 @@
+//! [`BloomFilter`]: one bit array of atomic words in either layout.
+
+use crate::error::{FilterError, SnapshotError};
+use crate::snapshot::{self, Header, Kind};
+use crate::hash::{BlockPositions, KeyHash, Probes, reduce};
+use crate::health::FilterHealth;
+use crate::model::{self, BLOCK_BITS, MAX_HASHES};
+use crate::sync::{AtomicU64, Ordering};
+
+/// Larger filters are refused: 2^46 bits is 8 TiB, beyond any machine this
+/// runs on, and the bound keeps a corrupt snapshot header from asking for an
+/// absurd allocation.
+pub const MAX_BITS: u64 = 1 << 46;
+
+const WORDS_PER_BLOCK: usize = (BLOCK_BITS / 64) as usize;
+
+/// How a filter places a key's k bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Layout {
+    /// k bits anywhere in the array (enhanced double hashing): the textbook
+    /// filter and its false-positive rate `(1 - e^(-kn/m))^k`. A query costs
+    /// up to k cache misses.
+    Standard,
+    /// k bits inside one 512-bit block (one cache line) picked by the key: one
+    /// cache miss per operation, at the price of a somewhat higher
+    /// false-positive rate for the same bits (see [`crate::model`]).
+    Blocked,
+}
+
+impl Layout {
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Layout::Standard => 1,
+            Layout::Blocked => 2,
+        }
+    }
+
+    pub(crate) fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(Layout::Standard),
+            2 => Some(Layout::Blocked),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Layout::Standard => "standard",
+            Layout::Blocked => "blocked",
+        })
+    }
+}
+
+/// One cache line of the bit array. Both layouts store their bits in these so
+/// that a blocked probe never straddles two lines.
+#[repr(C, align(64))]
+pub(crate) struct Block(pub(crate) [AtomicU64; WORDS_PER_BLOCK]);
+
+impl Block {
+    pub(crate) fn zeroed() -> Self {
+        Block(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+pub(crate) fn zeroed_blocks(count: usize) -> Box<[Block]> {
+    (0..count).map(|_| Block::zeroed()).collect()
+}
+
+/// A Bloom filter whose every method takes `&self`: inserts and queries from
+/// any number of threads proceed without locks, on atomic words.
+///
+/// # What `insert`'s answer guarantees
+///
+/// [`insert`](Self::insert) returns `true` when this call changed at least
+/// one of the key's bits from 0 to 1, which each bit's `fetch_or` reports to
+/// exactly one caller. Hence:
+///
+/// - One thread: `true` means the key was certainly not in the filter before
+///   (not inserted, and not a false positive); `false` means it was already
+///   reported present.
+/// - Several threads inserting the same key at once, which was absent
+///   (`contains` was false) before they started: at least one of them gets
+///   `true`, but possibly more than one, since each may be the one that sets
+///   a different bit. `true` therefore does not elect a unique first inserter;
+///   a caller that needs exactly one winner must serialise inserts of a key
+///   (the frontier does so per partition). `false` still always means every
+///   bit was set when this call looked.
+///
+/// # Example
+///
+/// ```
+/// use bloom_core::BloomFilter;
+///
+/// let filter = BloomFilter::new(1_000, 0.01)?;
+/// assert!(filter.insert(b"https://example.com/"));
+/// assert!(!filter.insert(b"https://example.com/"));
+/// assert!(filter.contains(b"https://example.com/"));
+/// assert!(filter.estimated_fp_rate() < 0.01);
+/// # Ok::<(), bloom_core::FilterError>(())
+/// ```
+pub struct BloomFilter {
+    layout: Layout,
+    bits: u64,
+    hashes: u32,
+    blocks: Box<[Block]>,
+    // Exact: every 0 -> 1 transition is reported to exactly one fetch_or.
+    ones: AtomicU64,
+}
+
+impl std::fmt::Debug for BloomFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BloomFilter")
+            .field("layout", &self.layout)
+            .field("bits", &self.bits)
+            .field("hashes", &self.hashes)
+            .field("ones", &self.ones())
+            .finish()
+    }
+}
+
+impl BloomFilter {
+    /// A standard-layout filter for `expected_items` keys at false-positive
+    /// rate `fp_rate`: `m = -n ln p / (ln 2)^2` bits (rounded up to whole
+    /// 512-bit blocks) and `k = round((m/n) ln 2)` hashes.
+    pub fn new(expected_items: u64, fp_rate: f64) -> Result<Self, FilterError> {
+        Self::with_layout(Layout::Standard, expected_items, fp_rate)
+    }
+
+    /// A filter of the given layout sized for `expected_items` keys at
+    /// `fp_rate`. The blocked layout gets the smallest size its model says
+    /// meets the rate, which is larger than the standard size.
+    pub fn with_layout(
+        layout: Layout,
+        expected_items: u64,
+        fp_rate: f64,
+    ) -> Result<Self, FilterError> {
+        if expected_items == 0 {
+            return Err(FilterError::ZeroExpectedItems);
+        }
+        if !(fp_rate > 0.0 && fp_rate < 1.0) {
+            return Err(FilterError::InvalidFpRate(fp_rate));
+        }
+        let (bits, hashes) = match layout {
+            Layout::Standard => {
+                let bits = model::optimal_bits(expected_items, fp_rate).ceil();
+                if bits > MAX_BITS as f64 {
+                    return Err(FilterError::TooLarge { bits: bits as u64 });
+                }
+                let bits = round_up_to_block(bits as u64);
+                (bits, model::optimal_hashes(bits, expected_items))
+            }
+            Layout::Blocked => {
+                if model::optimal_bits(expected_items, fp_rate) > MAX_BITS as f64 {
+                    return Err(FilterError::TooLarge { bits: MAX_BITS });
+                }
+                model::blocked_size(expected_items, fp_rate)
+            }
+        };
+        Self::with_params(layout, bits, hashes)
+    }
+
+    /// A filter with explicit parameters. `bits` is rounded up to a whole
+    /// number of 512-bit blocks; [`bits`](Self::bits) reports the result.
+    pub fn with_params(layout: Layout, bits: u64, hashes: u32) -> Result<Self, FilterError> {
+        if bits == 0 {
+            return Err(FilterError::ZeroBits);
+        }
+        if bits > MAX_BITS {
+            return Err(FilterError::TooLarge { bits });
+        }
+        if hashes == 0 || hashes > MAX_HASHES {
+            return Err(FilterError::InvalidHashes(hashes));
+        }
+        let bits = round_up_to_block(bits);
+        Ok(Self {
+            layout,
+            bits,
+            hashes,
+            blocks: zeroed_blocks((bits / BLOCK_BITS) as usize),
+            ones: AtomicU64::new(0),
+        })
+    }
+
+    /// Reassembles a filter from its words (little-endian bit order within a
+    /// word, words in array order), as snapshots store them.
+    pub(crate) fn from_words(
+        layout: Layout,
+        bits: u64,
+        hashes: u32,
+        words: &[u64],
+    ) -> Result<Self, FilterError> {
+        let filter = Self::with_params(layout, bits, hashes)?;
+        if filter.bits != bits || words.len() as u64 != bits / 64 {
+            return Err(FilterError::ShapeMismatch);
+        }
+        let mut ones = 0;
+        for (slot, &word) in filter.words().zip(words) {
+            slot.store(word, Ordering::Relaxed);
+            ones += u64::from(word.count_ones());
+        }
+        filter.ones.store(ones, Ordering::Relaxed);
+        Ok(filter)
+    }
+
+    /// Inserts a key; `true` when it was certainly new (see the type's docs
+    /// for what that means under concurrency).
+    #[inline]
+    pub fn insert(&self, key: &[u8]) -> bool {
+        self.insert_hashed(KeyHash::of(key))
+    }
+
+    /// Whether the key may have been inserted: `false` is certain, `true` is
+    /// wrong with the filter's false-positive probability.
+    #[inline]
+    #[must_use]
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.contains_hashed(KeyHash::of(key))
+    }
+
+    /// [`insert`](Self::insert) with a hash computed once by the caller.
+    #[inline]
+    pub fn insert_hashed(&self, hash: KeyHash) -> bool {
+        let newly_set = match self.layout {
+            Layout::Standard => self.insert_standard(hash),
+            Layout::Blocked => self.insert_blocked(hash),
+        };
+        if newly_set > 0 {
+            self.ones.fetch_add(newly_set, Ordering::Relaxed);
+        }
+        newly_set > 0
+    }
+
+    /// [`contains`](Self::contains) with a hash computed once by the caller.
+    #[inline]
+    #[must_use]
+    pub fn contains_hashed(&self, hash: KeyHash) -> bool {
+        match self.layout {
+            Layout::Standard => self.contains_standard(hash),
+            Layout::Blocked => self.contains_blocked(hash),
+        }
+    }
+
+    /// Queries many hashes at once, writing one answer per hash into `out`
+    /// (cleared first).
+    ///
+    /// Looking keys up one by one leaves the memory system idle while each
+    /// probe's cache miss is served. Here a group of keys first touches the
+    /// first cache line of each, so their misses are in flight together, and
+    /// then each key is answered from lines that are already arriving.
+    pub fn contains_batch_into(&self, hashes: &[KeyHash], out: &mut Vec<bool>) {
+        const GROUP: usize = 16;
+        out.clear();
+        out.reserve(hashes.len());
+        for group in hashes.chunks(GROUP) {
+            let mut touched = 0_u64;
+            for &hash in group {
+                touched ^= self.first_word(hash).load(Ordering::Relaxed);
+            }
+            // Keeps the touching loads from being optimised away.
+            std::hint::black_box(touched);
+            out.extend(group.iter().map(|&hash| self.contains_hashed(hash)));
+        }
+    }
+
+    /// Adds every key of `other` to `self`. Both must have the same layout,
+    /// size and hash count. Safe to run while other threads insert and query.
+    pub fn union_with(&self, other: &BloomFilter) -> Result<(), FilterError> {
+        if self.layout != other.layout || self.bits != other.bits || self.hashes != other.hashes {
+            return Err(FilterError::ShapeMismatch);
+        }
+        let mut newly_set = 0;
+        for (mine, theirs) in self.words().zip(other.words()) {
+            let incoming = theirs.load(Ordering::Relaxed);
+            if incoming & !mine.load(Ordering::Relaxed) != 0 {
+                let before = mine.fetch_or(incoming, Ordering::Relaxed);
+                newly_set += u64::from((incoming & !before).count_ones());
+            }
+        }
+        self.ones.fetch_add(newly_set, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The layout.
+    #[must_use]
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Size of the bit array (m).
+    #[must_use]
+    pub fn bits(&self) -> u64 {
+        self.bits
+    }
+
+    /// Bits set per key (k).
+    #[must_use]
+    pub fn hashes(&self) -> u32 {
+        self.hashes
+    }
+
+    /// Bits set to 1, exact at every moment.
+    #[must_use]
+    pub fn ones(&self) -> u64 {
+        self.ones.load(Ordering::Relaxed)
+    }
+
+    /// Fraction of bits set.
+    #[must_use]
+    pub fn fill_ratio(&self) -> f64 {
+        self.ones() as f64 / self.bits as f64
+    }
+
+    /// The probability that a key never inserted is reported present, given
+    /// the bits as they are now. Standard layout: `fill^k`. Blocked layout:
+    /// the mean over blocks of `(ones in block / 512)^k`, which costs one pass
+    /// over the array and is exact for the current state.
+    #[must_use]
+    pub fn estimated_fp_rate(&self) -> f64 {
+        match self.layout {
+            Layout::Standard => self.fill_ratio().powi(self.hashes as i32),
+            Layout::Blocked => {
+                let sum: f64 = self
+                    .blocks
+                    .iter()
+                    .map(|block| {
+                        let ones: u32 = block
+                            .0
+                            .iter()
+                            .map(|word| word.load(Ordering::Relaxed).count_ones())
+                            .sum();
+                        (f64::from(ones) / BLOCK_BITS as f64).powi(self.hashes as i32)
+                    })
+                    .sum();
+                sum / self.blocks.len() as f64
+            }
+        }
+    }
+
+    /// Distinct keys inserted, estimated from the fill ratio.
+    ///
+    /// Standard layout: the inverse of `E[ones] = m (1 - (1 - 1/m)^(kn))`,
+    /// i.e. about `-(m/k) ln(1 - ones/m)`. Blocked layout: keys per block are
+    /// Poisson(λ) and a key sets a given bit of its block with probability
+    /// `q = 1 - (1 - 1/512)^k`, so `E[fill] = 1 - e^(-λq)` and
+    /// `n = -B ln(1 - fill) / q`.
+    #[must_use]
+    pub fn estimated_items(&self) -> f64 {
+        match self.layout {
+            Layout::Standard => model::items_from_ones(self.bits, self.hashes, self.ones()),
+            Layout::Blocked => {
+                let blocks = self.blocks.len() as f64;
+                let ones = self.ones().min(self.bits - 1) as f64;
+                let fill = ones / self.bits as f64;
+                let per_key = -(f64::from(self.hashes) * (-1.0 / BLOCK_BITS as f64).ln_1p()).exp_m1();
+                -blocks * (-fill).ln_1p() / per_key
+            }
+        }
+    }
+
+    /// Heap and inline bytes this filter occupies.
+    #[must_use]
+    pub fn memory_bytes(&self) -> u64 {
+        (std::mem::size_of_val::<[Block]>(&self.blocks) + std::mem::size_of::<Self>()) as u64
+    }
+
+    /// Every health figure at once.
+    #[must_use]
+    pub fn health(&self) -> FilterHealth {
+        FilterHealth {
+            layout: self.layout,
+            bits: self.bits,
+            hashes: self.hashes,
+            ones: self.ones(),
+            fill_ratio: self.fill_ratio(),
+            estimated_fp_rate: self.estimated_fp_rate(),
+            estimated_items: self.estimated_items(),
+            memory_bytes: self.memory_bytes(),
+        }
+    }
+
+    /// The false-positive rate the layout's model predicts after `items`
+    /// distinct keys (see [`crate::model`]).
+    #[must_use]
+    pub fn model_fp_rate(&self, items: u64) -> f64 {
+        match self.layout {
+            Layout::Standard => model::standard_fp_rate(self.bits, self.hashes, items),
+            Layout::Blocked => model::blocked_fp_rate(self.bits, self.hashes, items),
+        }
+    }
+
+    /// Whether `other` has the same layout, size and hash count.
+    #[must_use]
+    pub fn same_shape(&self, other: &BloomFilter) -> bool {
+        self.layout == other.layout && self.bits == other.bits && self.hashes == other.hashes
+    }
+
+    pub(crate) fn words(&self) -> impl Iterator<Item = &AtomicU64> {
+        self.blocks.iter().flat_map(|block| block.0.iter())
+    }
+
+    #[inline]
+    fn word(&self, index: u64) -> &AtomicU64 {
+        &self.blocks[(index / WORDS_PER_BLOCK as u64) as usize].0[(index % WORDS_PER_BLOCK as u64) as usize]
+    }
+
+    #[inline]
+    fn first_word(&self, hash: KeyHash) -> &AtomicU64 {
+        match self.layout {
+            Layout::Standard => self.word(reduce(hash.h1(), self.bits) / 64),
+            Layout::Blocked => &self.blocks[reduce(hash.h1(), self.blocks.len() as u64) as usize].0[0],
+        }
+    }
+
+    /// Returns how many bits this call turned from 0 to 1.
+    #[inline]
+    fn insert_standard(&self, hash: KeyHash) -> u64 {
+        let k = self.hashes as usize;
+        let mut probes = Probes::new(hash);
+        let mut bit_indexes = [0_u64; MAX_HASHES as usize];
+        for slot in &mut bit_indexes[..k] {
+            *slot = reduce(probes.next_raw(), self.bits);
+        }
+        // All plain loads first, then the read-modify-writes. A locked RMW is
+        // a full fence on x86: issued first, each would wait for its own cache
+        // miss before the next could start. Loads overlap their misses, and a
+        // key whose bits are all set (a duplicate) then costs no RMW at all.
+        let mut missing = 0_u64;
+        for (i, &bit) in bit_indexes[..k].iter().enumerate() {
+            if self.word(bit / 64).load(Ordering::Relaxed) & (1 << (bit % 64)) == 0 {
+                missing |= 1 << i;
+            }
+        }
+        let mut newly_set = 0;
+        while missing != 0 {
+            let i = missing.trailing_zeros() as usize;
+            missing &= missing - 1;
+            let bit = bit_indexes[i];
+            let mask = 1 << (bit % 64);
+            if self.word(bit / 64).fetch_or(mask, Ordering::Relaxed) & mask == 0 {
+                newly_set += 1;
+            }
+        }
+        newly_set
+    }
+
+    #[inline]
+    fn contains_standard(&self, hash: KeyHash) -> bool {
+        let mut probes = Probes::new(hash);
+        for _ in 0..self.hashes {
+            let bit = reduce(probes.next_raw(), self.bits);
+            if self.word(bit / 64).load(Ordering::Relaxed) & (1 << (bit % 64)) == 0 {
+                return false;
+            }
+        }
+        true
+    }
+
+    #[inline]
+    fn block_masks(&self, hash: KeyHash) -> (&Block, [u64; WORDS_PER_BLOCK]) {
+        let block = &self.blocks[reduce(hash.h1(), self.blocks.len() as u64) as usize];
+        let mut masks = [0_u64; WORDS_PER_BLOCK];
+        let mut positions = BlockPositions::new(hash);
+        for _ in 0..self.hashes {
+            let position = positions.next_position();
+            masks[(position / 64) as usize] |= 1 << (position % 64);
+        }
+        (block, masks)
+    }
+
+    #[inline]
+    fn insert_blocked(&self, hash: KeyHash) -> u64 {
+        let (block, masks) = self.block_masks(hash);
+        let mut newly_set = 0;
+        for (word, mask) in block.0.iter().zip(masks) {
+            if mask != 0 && word.load(Ordering::Relaxed) & mask != mask {
+                let before = word.fetch_or(mask, Ordering::Relaxed);
+                newly_set += u64::from((mask & !before).count_ones());
+            }
+        }
+        newly_set
+    }
+
+    #[inline]
+    fn contains_blocked(&self, hash: KeyHash) -> bool {
+        let (block, masks) = self.block_masks(hash);
+        block
+            .0
+            .iter()
+            .zip(masks)
+            .fold(true, |all, (word, mask)| all & (word.load(Ordering::Relaxed) & mask == mask))
+    }
+}
+
+pub(crate) fn round_up_to_block(bits: u64) -> u64 {
+    bits.div_ceil(BLOCK_BITS).max(1) * BLOCK_BITS
+}
+
+/// Snapshots: see [`crate::snapshot`] for the format.
+impl BloomFilter {
+    /// Writes a snapshot. Concurrent inserts may go on; the snapshot then
+    /// holds every key whose insert returned before this call began, and
+    /// possibly some later ones (whole or partly: a caller that needs them
+    /// must replay keys inserted after the snapshot started).
+    pub fn write_snapshot(&self, writer: impl std::io::Write) -> Result<(), SnapshotError> {
+        snapshot::write(
+            writer,
+            self.snapshot_header(),
+            self.words().map(|word| word.load(Ordering::Relaxed)),
+        )
+    }
+
+    /// The snapshot as bytes.
+    #[must_use]
+    pub fn to_snapshot_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(snapshot::snapshot_len(self.bits / 64) as usize);
+        // Writing to a Vec cannot fail.
+        let _ = self.write_snapshot(&mut out);
+        out
+    }
+
+    /// Reads a snapshot written by [`write_snapshot`](Self::write_snapshot).
+    pub fn read_snapshot(reader: impl std::io::Read) -> Result<Self, SnapshotError> {
+        let (header, words) = snapshot::read(reader, Kind::Bloom, check_bloom_shape)?;
+        Self::from_snapshot_parts(header, &words)
+    }
+
+    /// Reads a snapshot from bytes; bytes after its end are an error.
+    pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Self, SnapshotError> {
+        let (header, words) = snapshot::read_bytes(bytes, Kind::Bloom, check_bloom_shape)?;
+        Self::from_snapshot_parts(header, &words)
+    }
+
+    fn from_snapshot_parts(header: Header, words: &[u64]) -> Result<Self, SnapshotError> {
+        Self::from_words(header.layout, header.bits, header.hashes, words)
+            .map_err(|error| SnapshotError::InvalidHeader(error.to_string()))
+    }
+
+    fn snapshot_header(&self) -> Header {
+        Header {
+            kind: Kind::Bloom,
+            layout: self.layout,
+            bits: self.bits,
+            hashes: self.hashes,
+            words: self.bits / 64,
+        }
+    }
+}
+
+fn check_bloom_shape(header: &Header) -> Result<(), String> {
+    if header.bits == 0 || header.bits % BLOCK_BITS != 0 || header.bits > MAX_BITS {
+        return Err(format!(
+            "{} bits is not a whole number of 512-bit blocks up to {MAX_BITS}",
+            header.bits
+        ));
+    }
+    if header.hashes == 0 || header.hashes > MAX_HASHES {
+        return Err(format!("hash count {} is outside 1..={MAX_HASHES}", header.hashes));
+    }
+    if header.words != header.bits / 64 {
+        return Err(format!(
+            "{} words do not hold {} bits",
+            header.words, header.bits
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! The atomics and shared pointers the filters are built on, swapped for
+//! loom's model-checked versions under `--cfg bloom_loom` so that loom can
+//! explore every interleaving of concurrent inserts and rebuild swaps.
+
+#[cfg(bloom_loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+#[cfg(not(bloom_loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+#[cfg(bloom_loom)]
+pub(crate) use loom::sync::Arc;
+#[cfg(not(bloom_loom))]
+pub(crate) use std::sync::Arc;
+
+/// A shared pointer that readers load without locking and a writer replaces
+/// atomically: arc-swap in production, a loom mutex under the model checker
+/// (arc-swap's internals are not loom-aware, and a mutex gives the same
+/// linearizable load/store semantics the partition code relies on).
+pub(crate) struct SwapCell<T> {
+    #[cfg(not(bloom_loom))]
+    inner: arc_swap::ArcSwap<T>,
+    #[cfg(bloom_loom)]
+    inner: loom::sync::Mutex<Arc<T>>,
+}
+
+/// What [`SwapCell::load`] hands out: keeps the loaded value alive and lets
+/// the caller tell whether the cell still holds the same value later.
+pub(crate) struct Loaded<T> {
+    #[cfg(not(bloom_loom))]
+    guard: arc_swap::Guard<Arc<T>>,
+    #[cfg(bloom_loom)]
+    guard: Arc<T>,
+}
+
+impl<T> std::ops::Deref for Loaded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> Loaded<T> {
+    /// Whether both loads saw the same stored value. The value is kept alive
+    /// by `self`, so its address cannot be reused meanwhile (no ABA).
+    pub(crate) fn same_as(&self, other: &Loaded<T>) -> bool {
+        std::ptr::eq::<T>(&**self, &**other)
+    }
+}
+
+impl<T> SwapCell<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self {
+            #[cfg(not(bloom_loom))]
+            inner: arc_swap::ArcSwap::from_pointee(value),
+            #[cfg(bloom_loom)]
+            inner: loom::sync::Mutex::new(Arc::new(value)),
+        }
+    }
+
+    pub(crate) fn load(&self) -> Loaded<T> {
+        #[cfg(not(bloom_loom))]
+        {
+            Loaded {
+                guard: self.inner.load(),
+            }
+        }
+        #[cfg(bloom_loom)]
+        {
+            Loaded {
+                guard: Arc::clone(&self.inner.lock().unwrap()),
+            }
+        }
+    }
+
+    pub(crate) fn store(&self, value: T) {
+        #[cfg(not(bloom_loom))]
+        self.inner.store(Arc::new(value));
+        #[cfg(bloom_loom)]
+        {
+            *self.inner.lock().unwrap() = Arc::new(value);
+        }
+    }
+}
