@@ -112,8 +112,9 @@ pub fn blocked_fp_rate_approx(bits: u64, hashes: u32, items: u64) -> f64 {
     total
 }
 
-/// Smallest blocked-layout size (a whole number of blocks) and its best hash
-/// count that meet `fp_rate` for `expected_items` keys under the model.
+/// A blocked-layout size (a whole number of blocks, within about 1% of the
+/// smallest) and its best hash count that meet `fp_rate` for
+/// `expected_items` keys under the exact model.
 #[must_use]
 pub fn blocked_size(expected_items: u64, fp_rate: f64) -> (u64, u32) {
     let n = expected_items.max(1);
@@ -151,7 +152,16 @@ pub fn blocked_size(expected_items: u64, fp_rate: f64) -> (u64, u32) {
             low = mid;
         }
     }
-    (high * BLOCK_BITS, best_k_for(high * BLOCK_BITS).0)
+    // The approximation is a few percent optimistic; settle the size with
+    // the exact model, growing by 1% steps (each step costs about a
+    // millisecond).
+    let mut bits = high * BLOCK_BITS;
+    let mut hashes = best_k_for(bits).0;
+    while blocked_fp_rate(bits, hashes, n) > fp_rate {
+        bits = blocks_for(bits as f64 * 1.01) * BLOCK_BITS;
+        hashes = best_k_for(bits).0;
+    }
+    (bits, hashes)
 }
 
 /// Number of distinct keys that explains `ones` set bits out of `bits` with
@@ -206,9 +216,10 @@ mod tests {
             let n = 1_000_000;
             let (bits, k) = blocked_size(n, p);
             assert_eq!(bits % BLOCK_BITS, 0);
-            assert!(blocked_fp_rate_approx(bits, k, n) <= p);
+            assert!(blocked_fp_rate(bits, k, n) <= p);
             // ... and is not wastefully large.
-            assert!(blocked_fp_rate_approx(bits - 8 * BLOCK_BITS, k, n) > p * 0.97);
+            let smaller = bits / 100 * 98 / BLOCK_BITS * BLOCK_BITS;
+            assert!(blocked_fp_rate(smaller, k, n) > p, "{p}: {bits} bits");
         }
     }
 
