@@ -11,23 +11,22 @@
 //! S0 (C, none) --begin--> S1 (C, N) --finish--> S2 (N, none)
 //! ```
 //!
-//! An insert loads the pair, inserts into both filters of it, then loads the
-//! pair again; if the pair changed meanwhile, it inserts into the new pair's
-//! filters too and checks again. Inserting is idempotent, so the retries are
-//! harmless, and when the insert returns, the key is in every filter of a
-//! pair that was installed at some moment after its bits were set. Hence:
+//! An insert loads the pair once and inserts into both of its filters.
+//! The caller's source of keys (the frontier's store) must record each key
+//! *before* inserting it into the set, and a rebuild's feed must be read
+//! *after* `begin_rebuild` returned. Then every key reaches the new filter N:
 //!
-//! - keys inserted in S1 are in both C and N, so the swap to S2 loses none;
-//! - keys inserted before `begin_rebuild` returned are in C, and must reach N
-//!   through the rebuild's feed. The caller's source of keys (the frontier's
-//!   store) makes that so when each key is recorded there *before* it is
-//!   inserted into the filter, and the feed is read *after* `begin_rebuild`
-//!   returned: an insert that still saw S0 on its second load had recorded
-//!   its key before S1 was installed, so a feed read after S1 sees it.
+//! - an insert that loaded S1 or S2 put its key into N itself;
+//! - an insert that loaded S0 loaded it before S1 was installed, and had
+//!   recorded its key before that load; the feed, read after S1 was
+//!   installed, therefore sees the key. (Had the feed's read of the store
+//!   come before the key was recorded, then S1's installation would happen
+//!   before the insert's load, which could not have returned S0.)
 //!
 //! Queries never see a filter missing a key whose insert returned: before the
-//! swap they read C (which had every key all along), after it N (complete by
-//! the two points above).
+//! swap they read C, which every insert that loaded S0 or S1 wrote to; after
+//! it N, complete by the two points above. `tests/loom.rs` checks this
+//! argument over every interleaving of an insert, a query and a rebuild.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -221,25 +220,12 @@ impl PartitionedBloom {
     /// Inserts into one partition; `true` when the key was certainly new to
     /// its current filter (with [`BloomFilter::insert`]'s caveats).
     pub fn insert(&self, partition: usize, hash: KeyHash) -> Result<bool, FilterError> {
-        let part = self.partition(partition)?;
-        let mut seen = part.slots.load();
-        let newly = seen.current.insert_hashed(hash);
-        if let Some(pending) = &seen.pending {
+        let slots = self.partition(partition)?.slots.load();
+        let newly = slots.current.insert_hashed(hash);
+        if let Some(pending) = &slots.pending {
             pending.insert_hashed(hash);
         }
-        loop {
-            let now = part.slots.load();
-            if now.same_as(&seen) {
-                return Ok(newly);
-            }
-            // A rebuild began or finished while we inserted: make sure the
-            // key is in the filters of the state now installed as well.
-            now.current.insert_hashed(hash);
-            if let Some(pending) = &now.pending {
-                pending.insert_hashed(hash);
-            }
-            seen = now;
-        }
+        Ok(newly)
     }
 
     /// Whether the key may be in the partition.

@@ -23,8 +23,8 @@ pub(crate) struct SwapCell<T> {
     inner: loom::sync::Mutex<Arc<T>>,
 }
 
-/// What [`SwapCell::load`] hands out: keeps the loaded value alive and lets
-/// the caller tell whether the cell still holds the same value later.
+/// What [`SwapCell::load`] hands out: keeps the loaded value alive while the
+/// caller uses it, even if the cell is stored to meanwhile.
 pub(crate) struct Loaded<T> {
     #[cfg(not(bloom_loom))]
     guard: arc_swap::Guard<Arc<T>>,
@@ -36,14 +36,6 @@ impl<T> std::ops::Deref for Loaded<T> {
     type Target = T;
     fn deref(&self) -> &T {
         &self.guard
-    }
-}
-
-impl<T> Loaded<T> {
-    /// Whether both loads saw the same stored value. The value is kept alive
-    /// by `self`, so its address cannot be reused meanwhile (no ABA).
-    pub(crate) fn same_as(&self, other: &Loaded<T>) -> bool {
-        std::ptr::eq::<T>(&**self, &**other)
     }
 }
 
