@@ -127,9 +127,8 @@ impl CountingBloomFilter {
         let mut probes = Probes::new(hash);
         for _ in 0..self.hashes {
             let index = reduce(probes.next_raw(), self.counters);
-            let before = self.update_counter(index, |count| {
-                (count < SATURATED).then_some(count + 1)
-            });
+            let before =
+                self.update_counter(index, |count| (count < SATURATED).then_some(count + 1));
             was_absent |= before == 0;
             if before == 0 {
                 self.nonzero.fetch_add(1, Ordering::Relaxed);
@@ -284,7 +283,11 @@ impl CountingBloomFilter {
             hashes: self.hashes,
             words: self.words.len() as u64,
         };
-        snapshot::write(writer, header, self.words.iter().map(|w| w.load(Ordering::Relaxed)))
+        snapshot::write(
+            writer,
+            header,
+            self.words.iter().map(|w| w.load(Ordering::Relaxed)),
+        )
     }
 
     /// The snapshot as bytes.
@@ -337,17 +340,26 @@ fn check_counting_shape(header: &Header) -> Result<(), String> {
     if header.layout != Layout::Standard {
         return Err(format!("counting filters have no {} layout", header.layout));
     }
-    if header.bits == 0 || header.bits % COUNTERS_PER_WORD != 0 || header.bits > MAX_COUNTERS {
+    if header.bits == 0
+        || !header.bits.is_multiple_of(COUNTERS_PER_WORD)
+        || header.bits > MAX_COUNTERS
+    {
         return Err(format!(
             "{} counters is not a positive multiple of {COUNTERS_PER_WORD} up to {MAX_COUNTERS}",
             header.bits
         ));
     }
     if header.hashes == 0 || header.hashes > MAX_HASHES {
-        return Err(format!("hash count {} is outside 1..={MAX_HASHES}", header.hashes));
+        return Err(format!(
+            "hash count {} is outside 1..={MAX_HASHES}",
+            header.hashes
+        ));
     }
     if header.words != header.bits / COUNTERS_PER_WORD {
-        return Err(format!("{} words do not hold {} counters", header.words, header.bits));
+        return Err(format!(
+            "{} words do not hold {} counters",
+            header.words, header.bits
+        ));
     }
     Ok(())
 }

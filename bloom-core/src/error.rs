@@ -14,7 +14,10 @@ pub enum FilterError {
     #[error("a filter needs at least one bit")]
     ZeroBits,
     /// Beyond [`crate::MAX_BITS`].
-    #[error("{bits} bits is more than the supported maximum of {}", crate::MAX_BITS)]
+    #[error(
+        "{bits} bits is more than the supported maximum of {}",
+        crate::MAX_BITS
+    )]
     TooLarge {
         /// The size asked for.
         bits: u64,
@@ -72,7 +75,11 @@ pub enum SnapshotError {
     UnknownLayout(u8),
     /// Written with another hash function or seed: its bits mean nothing
     /// under ours.
-    #[error("snapshot was written with hash id {id} seed {seed:#x}; this build uses hash id {} seed {:#x}", crate::HASH_ID, crate::HASH_SEED)]
+    #[error(
+        "snapshot was written with hash id {id} seed {seed:#x}; this build uses hash id {} seed {:#x}",
+        crate::HASH_ID,
+        crate::HASH_SEED
+    )]
     HashMismatch {
         /// The hash identity in the snapshot.
         id: u8,

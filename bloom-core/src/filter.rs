@@ -1,10 +1,10 @@
 //! [`BloomFilter`]: one bit array of atomic words in either layout.
 
 use crate::error::{FilterError, SnapshotError};
-use crate::snapshot::{self, Header, Kind};
 use crate::hash::{BlockPositions, KeyHash, Probes, reduce};
 use crate::health::FilterHealth;
 use crate::model::{self, BLOCK_BITS, MAX_HASHES};
+use crate::snapshot::{self, Header, Kind};
 use crate::sync::{AtomicU64, Ordering};
 
 /// Larger filters are refused: 2^46 bits is 8 TiB, beyond any machine this
@@ -354,7 +354,8 @@ impl BloomFilter {
                 let blocks = self.blocks.len() as f64;
                 let ones = self.ones().min(self.bits - 1) as f64;
                 let fill = ones / self.bits as f64;
-                let per_key = -(f64::from(self.hashes) * (-1.0 / BLOCK_BITS as f64).ln_1p()).exp_m1();
+                let per_key =
+                    -(f64::from(self.hashes) * (-1.0 / BLOCK_BITS as f64).ln_1p()).exp_m1();
                 -blocks * (-fill).ln_1p() / per_key
             }
         }
@@ -403,14 +404,17 @@ impl BloomFilter {
 
     #[inline]
     fn word(&self, index: u64) -> &AtomicU64 {
-        &self.blocks[(index / WORDS_PER_BLOCK as u64) as usize].0[(index % WORDS_PER_BLOCK as u64) as usize]
+        &self.blocks[(index / WORDS_PER_BLOCK as u64) as usize].0
+            [(index % WORDS_PER_BLOCK as u64) as usize]
     }
 
     #[inline]
     fn first_word(&self, hash: KeyHash) -> &AtomicU64 {
         match self.layout {
             Layout::Standard => self.word(reduce(hash.h1(), self.bits) / 64),
-            Layout::Blocked => &self.blocks[reduce(hash.h1(), self.blocks.len() as u64) as usize].0[0],
+            Layout::Blocked => {
+                &self.blocks[reduce(hash.h1(), self.blocks.len() as u64) as usize].0[0]
+            }
         }
     }
 
@@ -486,11 +490,9 @@ impl BloomFilter {
     #[inline]
     fn contains_blocked(&self, hash: KeyHash) -> bool {
         let (block, masks) = self.block_masks(hash);
-        block
-            .0
-            .iter()
-            .zip(masks)
-            .fold(true, |all, (word, mask)| all & (word.load(Ordering::Relaxed) & mask == mask))
+        block.0.iter().zip(masks).fold(true, |all, (word, mask)| {
+            all & (word.load(Ordering::Relaxed) & mask == mask)
+        })
     }
 }
 
@@ -550,14 +552,17 @@ impl BloomFilter {
 }
 
 fn check_bloom_shape(header: &Header) -> Result<(), String> {
-    if header.bits == 0 || header.bits % BLOCK_BITS != 0 || header.bits > MAX_BITS {
+    if header.bits == 0 || !header.bits.is_multiple_of(BLOCK_BITS) || header.bits > MAX_BITS {
         return Err(format!(
             "{} bits is not a whole number of 512-bit blocks up to {MAX_BITS}",
             header.bits
         ));
     }
     if header.hashes == 0 || header.hashes > MAX_HASHES {
-        return Err(format!("hash count {} is outside 1..={MAX_HASHES}", header.hashes));
+        return Err(format!(
+            "hash count {} is outside 1..={MAX_HASHES}",
+            header.hashes
+        ));
     }
     if header.words != header.bits / 64 {
         return Err(format!(

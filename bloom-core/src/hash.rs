@@ -188,7 +188,10 @@ mod tests {
         let long_key = [b'x'; 300];
         let pinned: [(&[u8], u128); 4] = [
             (b"", 0x3ca3_3f9a_a728_469c_8dca_da9a_176e_cf45),
-            (b"https://example.com/", 0x7cf3_dab3_3137_4402_5b2c_9600_f363_233e),
+            (
+                b"https://example.com/",
+                0x7cf3_dab3_3137_4402_5b2c_9600_f363_233e,
+            ),
             (b"a", 0xe00c_96c6_e41f_c6f7_d33e_4b6f_f877_e2c9),
             (&long_key, 0x0762_2b35_6c10_2eb1_89f8_d592_15e3_683d),
         ];

@@ -226,7 +226,8 @@ mod tests {
     #[test]
     fn items_from_ones_inverts_the_expectation() {
         let (m, k, n) = (1_000_000_u64, 7_u32, 50_000_u64);
-        let expected_ones = m as f64 * -((f64::from(k) * n as f64) * (-1.0 / m as f64).ln_1p()).exp_m1();
+        let expected_ones =
+            m as f64 * -((f64::from(k) * n as f64) * (-1.0 / m as f64).ln_1p()).exp_m1();
         let estimate = items_from_ones(m, k, expected_ones.round() as u64);
         assert!((estimate - n as f64).abs() < 5.0, "{estimate}");
         assert_eq!(items_from_ones(m, k, 0), 0.0);

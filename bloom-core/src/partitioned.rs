@@ -211,10 +211,12 @@ impl PartitionedBloom {
     }
 
     fn partition(&self, partition: usize) -> Result<&Partition, FilterError> {
-        self.partitions.get(partition).ok_or(FilterError::NoSuchPartition {
-            partition,
-            partitions: self.partitions.len(),
-        })
+        self.partitions
+            .get(partition)
+            .ok_or(FilterError::NoSuchPartition {
+                partition,
+                partitions: self.partitions.len(),
+            })
     }
 
     /// Inserts into one partition; `true` when the key was certainly new to
@@ -230,7 +232,12 @@ impl PartitionedBloom {
 
     /// Whether the key may be in the partition.
     pub fn contains(&self, partition: usize, hash: KeyHash) -> Result<bool, FilterError> {
-        Ok(self.partition(partition)?.slots.load().current.contains_hashed(hash))
+        Ok(self
+            .partition(partition)?
+            .slots
+            .load()
+            .current
+            .contains_hashed(hash))
     }
 
     /// Inserts into the partition the hash chooses.
@@ -242,7 +249,8 @@ impl PartitionedBloom {
     /// Queries the partition the hash chooses.
     #[must_use]
     pub fn contains_by_hash(&self, hash: KeyHash) -> bool {
-        self.contains(self.partition_for(hash), hash).unwrap_or(false)
+        self.contains(self.partition_for(hash), hash)
+            .unwrap_or(false)
     }
 
     /// The filter a partition answers from now (e.g. to snapshot it).
@@ -276,7 +284,11 @@ impl PartitionedBloom {
     /// caller feeds it every key inserted before, through the returned
     /// handle, then calls [`Rebuild::finish`] to swap it in. Dropping the
     /// handle without finishing abandons the rebuild and loses nothing.
-    pub fn begin_rebuild(&self, partition: usize, filter: BloomFilter) -> Result<Rebuild<'_>, FilterError> {
+    pub fn begin_rebuild(
+        &self,
+        partition: usize,
+        filter: BloomFilter,
+    ) -> Result<Rebuild<'_>, FilterError> {
         let part = self.partition(partition)?;
         if part
             .rebuilding
@@ -363,7 +375,10 @@ impl PartitionedBloom {
             .collect();
         let bits = partitions.iter().map(|p| p.filter.bits).sum::<u64>();
         let ones = partitions.iter().map(|p| p.filter.ones).sum::<u64>();
-        let estimated_items = partitions.iter().map(|p| p.filter.estimated_items).sum::<f64>();
+        let estimated_items = partitions
+            .iter()
+            .map(|p| p.filter.estimated_items)
+            .sum::<f64>();
         let estimated_fp_rate = if estimated_items > 0.0 {
             partitions
                 .iter()
@@ -408,15 +423,17 @@ impl Rebuild<'_> {
 
     /// Feeds many keys.
     pub fn extend(&self, hashes: impl IntoIterator<Item = KeyHash>) {
-        let mut fed = 0;
+        let mut fed = 0_u64;
         for hash in hashes {
             self.new.insert_hashed(hash);
             fed += 1;
-            if fed % 4096 == 0 {
+            if fed.is_multiple_of(4096) {
                 self.part.rebuild_fed.fetch_add(4096, Ordering::Relaxed);
             }
         }
-        self.part.rebuild_fed.fetch_add(fed % 4096, Ordering::Relaxed);
+        self.part
+            .rebuild_fed
+            .fetch_add(fed % 4096, Ordering::Relaxed);
     }
 
     /// Keys fed so far.

@@ -106,8 +106,9 @@ impl Header {
         if version != FORMAT_VERSION {
             return Err(SnapshotError::UnsupportedVersion(version));
         }
-        let kind = Kind::from_code(bytes[10])
-            .ok_or_else(|| SnapshotError::InvalidHeader(format!("unknown filter kind {}", bytes[10])))?;
+        let kind = Kind::from_code(bytes[10]).ok_or_else(|| {
+            SnapshotError::InvalidHeader(format!("unknown filter kind {}", bytes[10]))
+        })?;
         if kind != expected {
             return Err(SnapshotError::KindMismatch {
                 expected: expected.name(),
@@ -117,10 +118,15 @@ impl Header {
         let layout = Layout::from_code(bytes[11]).ok_or(SnapshotError::UnknownLayout(bytes[11]))?;
         let seed = u64_at(16);
         if bytes[12] != HASH_ID || seed != HASH_SEED {
-            return Err(SnapshotError::HashMismatch { id: bytes[12], seed });
+            return Err(SnapshotError::HashMismatch {
+                id: bytes[12],
+                seed,
+            });
         }
         if bytes[13..16] != [0; 3] || bytes[36..40] != [0; 4] {
-            return Err(SnapshotError::InvalidHeader("reserved bytes are not zero".into()));
+            return Err(SnapshotError::InvalidHeader(
+                "reserved bytes are not zero".into(),
+            ));
         }
         Ok(Header {
             kind,

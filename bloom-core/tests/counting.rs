@@ -91,9 +91,18 @@ fn saturated_counters_stay_and_never_cause_a_false_negative() {
         filter.remove(b"hot").unwrap();
     }
     assert!(hot.iter().all(|&i| filter.counter(i) == SATURATED));
-    assert!(filter.contains(b"hot"), "saturation keeps the key (a known false positive)");
-    assert!(filter.contains(b"cold"), "a key sharing saturated counters is never lost");
-    assert_eq!(filter.saturated(), hot.iter().collect::<std::collections::HashSet<_>>().len() as u64);
+    assert!(
+        filter.contains(b"hot"),
+        "saturation keeps the key (a known false positive)"
+    );
+    assert!(
+        filter.contains(b"cold"),
+        "a key sharing saturated counters is never lost"
+    );
+    assert_eq!(
+        filter.saturated(),
+        hot.iter().collect::<std::collections::HashSet<_>>().len() as u64
+    );
 }
 
 #[test]
@@ -101,7 +110,10 @@ fn removing_an_absent_key_is_refused_and_changes_nothing() {
     let filter = CountingBloomFilter::new(1_000, 0.001).unwrap();
     filter.insert(b"a");
     let before = filter.to_snapshot_bytes();
-    assert_eq!(filter.remove(b"never inserted"), Err(RemoveError::NotPresent));
+    assert_eq!(
+        filter.remove(b"never inserted"),
+        Err(RemoveError::NotPresent)
+    );
     assert_eq!(filter.to_snapshot_bytes(), before);
     filter.remove(b"a").unwrap();
     assert_eq!(filter.nonzero(), 0);

@@ -13,7 +13,7 @@ fn estimated_items_within_two_percent_up_to_fill_07() {
         for hash in common::hashes(5, 1_000_000) {
             filter.insert_hashed(hash);
             inserted += 1;
-            if inserted % 10_000 == 0 {
+            if inserted.is_multiple_of(10_000) {
                 if filter.fill_ratio() > 0.7 {
                     break;
                 }
@@ -62,7 +62,10 @@ fn health_figures_agree_with_methods() {
     assert_eq!(health.ones, filter.ones());
     // At capacity the fill is about one half and the rate about the target.
     assert!((health.fill_ratio - 0.5).abs() < 0.02, "{health:?}");
-    assert!((health.estimated_fp_rate - 0.01).abs() < 0.001, "{health:?}");
+    assert!(
+        (health.estimated_fp_rate - 0.01).abs() < 0.001,
+        "{health:?}"
+    );
     assert!(health.memory_bytes >= filter.bits() / 8);
     assert!(health.memory_bytes < filter.bits() / 8 + 1024);
 
@@ -71,19 +74,34 @@ fn health_figures_agree_with_methods() {
         counting.insert_hashed(hash);
     }
     let health = counting.health();
-    assert!((health.estimated_items - 100_000.0).abs() < 2_000.0, "{health:?}");
-    assert!((health.estimated_fp_rate - 0.01).abs() < 0.001, "{health:?}");
+    assert!(
+        (health.estimated_items - 100_000.0).abs() < 2_000.0,
+        "{health:?}"
+    );
+    assert!(
+        (health.estimated_fp_rate - 0.01).abs() < 0.001,
+        "{health:?}"
+    );
     assert!(health.memory_bytes >= counting.counters() / 2);
 }
 
 #[test]
 fn bad_parameters_are_typed_errors() {
     use bloom_core::FilterError;
-    assert_eq!(BloomFilter::new(0, 0.01).unwrap_err(), FilterError::ZeroExpectedItems);
+    assert_eq!(
+        BloomFilter::new(0, 0.01).unwrap_err(),
+        FilterError::ZeroExpectedItems
+    );
     for p in [0.0, 1.0, -0.5, f64::NAN, 2.0] {
-        assert!(matches!(BloomFilter::new(10, p), Err(FilterError::InvalidFpRate(_))), "{p}");
+        assert!(
+            matches!(BloomFilter::new(10, p), Err(FilterError::InvalidFpRate(_))),
+            "{p}"
+        );
     }
-    assert_eq!(BloomFilter::with_params(Layout::Standard, 0, 3).unwrap_err(), FilterError::ZeroBits);
+    assert_eq!(
+        BloomFilter::with_params(Layout::Standard, 0, 3).unwrap_err(),
+        FilterError::ZeroBits
+    );
     assert_eq!(
         BloomFilter::with_params(Layout::Standard, 1024, 0).unwrap_err(),
         FilterError::InvalidHashes(0)
@@ -96,7 +114,10 @@ fn bad_parameters_are_typed_errors() {
         BloomFilter::with_params(Layout::Standard, u64::MAX, 3),
         Err(FilterError::TooLarge { .. })
     ));
-    assert!(matches!(BloomFilter::new(u64::MAX / 2, 1e-9), Err(FilterError::TooLarge { .. })));
+    assert!(matches!(
+        BloomFilter::new(u64::MAX / 2, 1e-9),
+        Err(FilterError::TooLarge { .. })
+    ));
     assert!(matches!(
         BloomFilter::with_layout(Layout::Blocked, u64::MAX / 2, 1e-9),
         Err(FilterError::TooLarge { .. })
@@ -174,6 +195,9 @@ fn filters_beyond_two_to_the_32_bits_keep_their_rate() {
             "{layout}: {hits} false positives, model {predicted:.0}"
         );
         let estimate = filter.estimated_items();
-        assert!((estimate - n as f64).abs() / (n as f64) < 0.01, "{layout}: {estimate}");
+        assert!(
+            (estimate - n as f64).abs() / (n as f64) < 0.01,
+            "{layout}: {estimate}"
+        );
     }
 }

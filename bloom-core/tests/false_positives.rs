@@ -31,8 +31,15 @@ fn check(layout: Layout, n: u64, p: f64) {
     // Sizing meets the target: the blocked layout exactly (it is sized with
     // its model), the standard one up to the textbook formula's rounding of
     // k to an integer.
-    let slack = if layout == Layout::Standard { 1.01 } else { 1.0 };
-    assert!(predicted <= p * slack, "{layout} n={n} p={p}: model {predicted}");
+    let slack = if layout == Layout::Standard {
+        1.01
+    } else {
+        1.0
+    };
+    assert!(
+        predicted <= p * slack,
+        "{layout} n={n} p={p}: model {predicted}"
+    );
 }
 
 #[test]

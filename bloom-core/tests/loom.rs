@@ -21,7 +21,10 @@ fn racing_inserts_of_one_key() {
             let racer = thread::spawn(move || other.insert_hashed(hash));
             let mine = filter.insert_hashed(hash);
             let theirs = racer.join().unwrap();
-            assert!(mine || theirs, "an absent key must be reported new at least once");
+            assert!(
+                mine || theirs,
+                "an absent key must be reported new at least once"
+            );
             assert!(filter.contains_hashed(hash));
             let alone = BloomFilter::with_params(layout, 512, 3).unwrap();
             alone.insert_hashed(hash);
@@ -73,7 +76,10 @@ fn rebuild_never_loses_a_key() {
         };
 
         let rebuild = set
-            .begin_rebuild(0, BloomFilter::with_params(Layout::Standard, 1024, 1).unwrap())
+            .begin_rebuild(
+                0,
+                BloomFilter::with_params(Layout::Standard, 1024, 1).unwrap(),
+            )
             .unwrap();
         let stored = store.lock().unwrap().clone();
         rebuild.extend(stored);
@@ -82,6 +88,9 @@ fn rebuild_never_loses_a_key() {
         inserter.join().unwrap();
         querier.join().unwrap();
         assert!(set.contains(0, key).unwrap(), "key lost by the rebuild");
-        assert!(set.contains(0, early).unwrap(), "early key lost by the rebuild");
+        assert!(
+            set.contains(0, early).unwrap(),
+            "early key lost by the rebuild"
+        );
     });
 }

@@ -115,7 +115,11 @@ fn concurrent_inserts_lose_nothing() {
             }
         }
         assert_eq!(filter.ones(), sequential.ones(), "{layout}");
-        assert_eq!(filter.to_snapshot_bytes(), sequential.to_snapshot_bytes(), "{layout}");
+        assert_eq!(
+            filter.to_snapshot_bytes(),
+            sequential.to_snapshot_bytes(),
+            "{layout}"
+        );
     }
 }
 
@@ -151,7 +155,10 @@ fn racing_inserts_of_one_key_report_it_new_at_least_once() {
         for (index, absent) in absent_before.iter().enumerate() {
             let winners = answers.iter().filter(|a| a[index]).count();
             if *absent {
-                assert!(winners >= 1, "{layout}: key {index} absent before, no insert said new");
+                assert!(
+                    winners >= 1,
+                    "{layout}: key {index} absent before, no insert said new"
+                );
             } else {
                 assert_eq!(winners, 0, "{layout}: key {index} was present before");
             }

@@ -62,7 +62,10 @@ fn rebuild_while_four_threads_insert_and_query_misses_nothing() {
                             .collect()
                     };
                     for (partition, hash) in sample {
-                        assert!(set.contains(partition, hash).unwrap(), "acknowledged key missed");
+                        assert!(
+                            set.contains(partition, hash).unwrap(),
+                            "acknowledged key missed"
+                        );
                     }
                     checks.fetch_add(1, Ordering::Relaxed);
                 }
@@ -76,8 +79,13 @@ fn rebuild_while_four_threads_insert_and_query_misses_nothing() {
                 // The last round starts after every insert returned, so its
                 // feed must hold every stored key.
                 let inserts_done = inserting.load(Ordering::SeqCst) == 0;
-                let layout = if round % 2 == 0 { Layout::Blocked } else { Layout::Standard };
-                let filter = BloomFilter::with_layout(layout, 20_000 + round * 1_000, 0.01).unwrap();
+                let layout = if round.is_multiple_of(2) {
+                    Layout::Blocked
+                } else {
+                    Layout::Standard
+                };
+                let filter =
+                    BloomFilter::with_layout(layout, 20_000 + round * 1_000, 0.01).unwrap();
                 let report = set
                     .rebuild(0, filter, || store[0].lock().unwrap().clone())
                     .unwrap();
@@ -96,17 +104,34 @@ fn rebuild_while_four_threads_insert_and_query_misses_nothing() {
     });
 
     assert!(rebuilds.load(Ordering::SeqCst) >= 3);
-    eprintln!("{} rebuilds, {} of them while inserts ran", rebuilds.load(Ordering::SeqCst), overlapping.load(Ordering::SeqCst));
-    assert!(overlapping.load(Ordering::SeqCst) >= 2, "rebuilds must overlap the inserts");
+    eprintln!(
+        "{} rebuilds, {} of them while inserts ran",
+        rebuilds.load(Ordering::SeqCst),
+        overlapping.load(Ordering::SeqCst)
+    );
+    assert!(
+        overlapping.load(Ordering::SeqCst) >= 2,
+        "rebuilds must overlap the inserts"
+    );
     assert!(checks.load(Ordering::Relaxed) > 0);
     for (partition, hash) in acked.read().unwrap().iter() {
-        assert!(set.contains(*partition, *hash).unwrap(), "key lost after the last rebuild");
+        assert!(
+            set.contains(*partition, *hash).unwrap(),
+            "key lost after the last rebuild"
+        );
     }
     let health = set.health();
-    assert_eq!(health.partitions[0].rebuilds as usize, rebuilds.load(Ordering::SeqCst));
+    assert_eq!(
+        health.partitions[0].rebuilds as usize,
+        rebuilds.load(Ordering::SeqCst)
+    );
     assert!(!health.partitions[0].rebuilding);
     let last = health.partitions[0].last_rebuild.unwrap();
-    assert_eq!(last.keys_fed, PER_INSERTER * 2, "the final rebuild saw every stored key");
+    assert_eq!(
+        last.keys_fed,
+        PER_INSERTER * 2,
+        "the final rebuild saw every stored key"
+    );
 }
 
 #[test]
@@ -118,7 +143,9 @@ fn abandoned_rebuild_keeps_every_key_and_frees_the_partition() {
     });
     let during = common::hashes(61, 500);
     {
-        let rebuild = set.begin_rebuild(0, BloomFilter::new(2_000, 0.01).unwrap()).unwrap();
+        let rebuild = set
+            .begin_rebuild(0, BloomFilter::new(2_000, 0.01).unwrap())
+            .unwrap();
         rebuild.extend(before[..10].iter().copied());
         during.iter().for_each(|&h| {
             set.insert(0, h).unwrap();
@@ -126,16 +153,25 @@ fn abandoned_rebuild_keeps_every_key_and_frees_the_partition() {
         assert!(set.health().partitions[0].rebuilding);
         assert_eq!(set.health().partitions[0].rebuild_fed, 10);
         assert_eq!(
-            set.begin_rebuild(0, BloomFilter::new(10, 0.1).unwrap()).err(),
+            set.begin_rebuild(0, BloomFilter::new(10, 0.1).unwrap())
+                .err(),
             Some(FilterError::AlreadyRebuilding(0))
         );
         // Dropped here without finish.
     }
-    assert!(before.iter().chain(&during).all(|&h| set.contains(0, h).unwrap()));
+    assert!(
+        before
+            .iter()
+            .chain(&during)
+            .all(|&h| set.contains(0, h).unwrap())
+    );
     let health = set.health().partitions[0];
     assert!(!health.rebuilding);
     assert_eq!(health.rebuilds, 0);
-    assert!(set.begin_rebuild(0, BloomFilter::new(10, 0.1).unwrap()).is_ok());
+    assert!(
+        set.begin_rebuild(0, BloomFilter::new(10, 0.1).unwrap())
+            .is_ok()
+    );
 }
 
 #[test]
@@ -148,9 +184,11 @@ fn rebuild_shrinks_fill_and_reports_itself() {
     assert_eq!(set.needs_rebuild(0.6), vec![1]);
     let bits_before = set.filter(1).unwrap().bits();
     let report = set
-        .rebuild(1, BloomFilter::with_layout(Layout::Blocked, 6_000, 0.01).unwrap(), || {
-            keys.clone()
-        })
+        .rebuild(
+            1,
+            BloomFilter::with_layout(Layout::Blocked, 6_000, 0.01).unwrap(),
+            || keys.clone(),
+        )
         .unwrap();
     assert_eq!(report.bits_before, bits_before);
     assert!(report.bits_after > bits_before);
@@ -160,20 +198,33 @@ fn rebuild_shrinks_fill_and_reports_itself() {
     let health = set.health();
     assert_eq!(health.total.rebuilds, 1);
     assert_eq!(health.total.partitions, 3);
-    assert_eq!(health.total.bits, health.partitions.iter().map(|p| p.filter.bits).sum::<u64>());
-    assert!((health.total.estimated_items - 3_000.0).abs() < 100.0, "{:?}", health.total);
+    assert_eq!(
+        health.total.bits,
+        health.partitions.iter().map(|p| p.filter.bits).sum::<u64>()
+    );
+    assert!(
+        (health.total.estimated_items - 3_000.0).abs() < 100.0,
+        "{:?}",
+        health.total
+    );
 }
 
 #[test]
 fn bad_partition_indexes_are_errors() {
     let set = PartitionedBloom::new(2, Layout::Standard, 10, 0.1).unwrap();
     let hash = KeyHash::of(b"k");
-    let missing = FilterError::NoSuchPartition { partition: 2, partitions: 2 };
+    let missing = FilterError::NoSuchPartition {
+        partition: 2,
+        partitions: 2,
+    };
     assert_eq!(set.insert(2, hash), Err(missing.clone()));
     assert_eq!(set.contains(2, hash), Err(missing.clone()));
     assert_eq!(set.filter(2).err(), Some(missing.clone()));
     assert_eq!(set.partition_health(2).err(), Some(missing));
-    assert_eq!(PartitionedBloom::from_filters(vec![]).err(), Some(FilterError::ZeroPartitions));
+    assert_eq!(
+        PartitionedBloom::from_filters(vec![]).err(),
+        Some(FilterError::ZeroPartitions)
+    );
     assert!(matches!(
         PartitionedBloom::new(0, Layout::Standard, 10, 0.1),
         Err(FilterError::ZeroPartitions)
@@ -189,6 +240,8 @@ fn replace_installs_a_snapshot() {
     });
     let bytes = set.filter(1).unwrap().to_snapshot_bytes();
     let fresh = PartitionedBloom::new(2, Layout::Standard, 1_000, 0.01).unwrap();
-    fresh.replace(1, BloomFilter::from_snapshot_bytes(&bytes).unwrap()).unwrap();
+    fresh
+        .replace(1, BloomFilter::from_snapshot_bytes(&bytes).unwrap())
+        .unwrap();
     assert!(keys.iter().all(|&h| fresh.contains(1, h).unwrap()));
 }

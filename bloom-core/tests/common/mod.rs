@@ -17,5 +17,7 @@ pub fn url(family: u32, index: u64) -> String {
 
 /// Hashes of `count` URLs of one family.
 pub fn hashes(family: u32, count: u64) -> Vec<KeyHash> {
-    (0..count).map(|i| KeyHash::of(url(family, i).as_bytes())).collect()
+    (0..count)
+        .map(|i| KeyHash::of(url(family, i).as_bytes()))
+        .collect()
 }
