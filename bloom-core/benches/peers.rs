@@ -1,1 +1,493 @@
-fn main() {}
+//! bloom-core against the Rust filter crates people reach for, side by side
+//! in one run on the same keys and the same bits per key.
+//!
+//! `cargo bench -p bloom-core --bench peers` (10 million URL-like keys at
+//! p = 0.01 and p = 0.0001); `-- --keys N` for another size, `-- --quick`
+//! for a 200 000-key smoke run. Prints markdown tables for BENCHMARKS.md.
+//!
+//! Peers: fastbloom (standard layout, xxh3 hashing; both its plain and its
+//! atomic filter), bloomfilter (SipHash, its only hasher), sbbf-rs-safe (the
+//! Parquet split-block filter, SIMD). Standard-layout filters get the bits
+//! our standard layout chose for (n, p); the blocked ones get the bits our
+//! blocked layout chose. Each figure is the median of five passes over all
+//! keys; passes of all candidates are interleaved so drift hits all alike.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use bloom_core::{BloomFilter, KeyHash, Layout};
+use xxhash_rust::xxh3::{Xxh3Builder, xxh3_64};
+
+const REPETITIONS: usize = 5;
+
+/// Keys stored back to back, so ten million of them cost their bytes and
+/// not ten million allocations.
+struct Keys {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Keys {
+    fn urls(family: u32, count: usize) -> Self {
+        let mut bytes = Vec::with_capacity(count * 72);
+        let mut ends = Vec::with_capacity(count);
+        for index in 0..count as u64 {
+            use std::io::Write;
+            let _ = write!(
+                bytes,
+                "https://www.site{}.example{family}.com/articles/{}/item-{index}?page={}",
+                index % 50_021,
+                index % 97,
+                index.wrapping_mul(0x9e37_79b9) % 1_000
+            );
+            ends.push(bytes.len());
+        }
+        Self { bytes, ends }
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, index: usize) -> &[u8] {
+        let start = if index == 0 { 0 } else { self.ends[index - 1] };
+        &self.bytes[start..self.ends[index]]
+    }
+}
+
+/// One filter under test. `prehashed` operations take the hash computed
+/// outside the timed loop, to compare the filters' own work.
+enum Candidate {
+    Ours(BloomFilter),
+    /// Ours through `insert_mut`, the exclusive-access path that needs no
+    /// locked instructions: the like-for-like match for fastbloom's `&mut`
+    /// BloomFilter.
+    OursExclusive(BloomFilter),
+    Fastbloom(fastbloom::BloomFilter<Xxh3Builder>),
+    FastbloomAtomic(fastbloom::AtomicBloomFilter<Xxh3Builder>),
+    Bloomfilter(bloomfilter::Bloom<[u8]>),
+    Sbbf(sbbf_rs_safe::Filter),
+}
+
+impl Candidate {
+    fn insert(&mut self, key: &[u8]) {
+        match self {
+            Candidate::Ours(f) => {
+                f.insert(key);
+            }
+            Candidate::OursExclusive(f) => {
+                f.insert_mut(key);
+            }
+            Candidate::Fastbloom(f) => {
+                f.insert(key);
+            }
+            Candidate::FastbloomAtomic(f) => {
+                f.insert(key);
+            }
+            Candidate::Bloomfilter(f) => f.set(key),
+            Candidate::Sbbf(f) => {
+                f.insert_hash(xxh3_64(key));
+            }
+        }
+    }
+
+    fn contains(&self, key: &[u8]) -> bool {
+        match self {
+            Candidate::Ours(f) | Candidate::OursExclusive(f) => f.contains(key),
+            Candidate::Fastbloom(f) => f.contains(key),
+            Candidate::FastbloomAtomic(f) => f.contains(key),
+            Candidate::Bloomfilter(f) => f.check(key),
+            Candidate::Sbbf(f) => f.contains_hash(xxh3_64(key)),
+        }
+    }
+
+    fn supports_prehashed(&self) -> bool {
+        !matches!(self, Candidate::Bloomfilter(_))
+    }
+
+    fn insert_prehashed(&mut self, hashes: &Hashes, index: usize) {
+        match self {
+            Candidate::Ours(f) => {
+                f.insert_hashed(hashes.wide[index]);
+            }
+            Candidate::OursExclusive(f) => {
+                f.insert_hashed_mut(hashes.wide[index]);
+            }
+            Candidate::Fastbloom(f) => {
+                f.insert_hash(hashes.narrow[index]);
+            }
+            Candidate::FastbloomAtomic(f) => {
+                f.insert_hash(hashes.narrow[index]);
+            }
+            Candidate::Bloomfilter(_) => {}
+            Candidate::Sbbf(f) => {
+                f.insert_hash(hashes.narrow[index]);
+            }
+        }
+    }
+
+    fn contains_prehashed(&self, hashes: &Hashes, index: usize) -> bool {
+        match self {
+            Candidate::Ours(f) | Candidate::OursExclusive(f) => {
+                f.contains_hashed(hashes.wide[index])
+            }
+            Candidate::Fastbloom(f) => f.contains_hash(hashes.narrow[index]),
+            Candidate::FastbloomAtomic(f) => f.contains_hash(hashes.narrow[index]),
+            Candidate::Bloomfilter(_) => false,
+            Candidate::Sbbf(f) => f.contains_hash(hashes.narrow[index]),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Candidate::Ours(f) | Candidate::OursExclusive(f) => f.memory_bytes() as usize,
+            Candidate::Fastbloom(f) => f.num_bits() / 8,
+            Candidate::FastbloomAtomic(f) => f.num_bits() / 8,
+            Candidate::Bloomfilter(f) => f.as_slice().len(),
+            Candidate::Sbbf(f) => f.as_bytes().len(),
+        }
+    }
+}
+
+/// Precomputed hashes: ours take the 128-bit key hash, the peers a 64-bit
+/// xxh3 (the hash they derive their probes from).
+struct Hashes {
+    wide: Vec<KeyHash>,
+    narrow: Vec<u64>,
+}
+
+impl Hashes {
+    fn of(keys: &Keys) -> Self {
+        Self {
+            wide: (0..keys.len()).map(|i| KeyHash::of(keys.get(i))).collect(),
+            narrow: (0..keys.len()).map(|i| xxh3_64(keys.get(i))).collect(),
+        }
+    }
+}
+
+struct Spec {
+    name: &'static str,
+    make: Box<dyn Fn() -> Candidate>,
+}
+
+#[derive(Default, Clone)]
+struct Figures {
+    insert: Vec<f64>,
+    present: Vec<f64>,
+    absent: Vec<f64>,
+    insert_pre: Vec<f64>,
+    present_pre: Vec<f64>,
+    absent_pre: Vec<f64>,
+    fp_rate: f64,
+    bytes: usize,
+}
+
+fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
+}
+
+fn ns_per_op(start: Instant, ops: usize) -> f64 {
+    start.elapsed().as_nanos() as f64 / ops as f64
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_group(
+    title: &str,
+    bits_per_key: f64,
+    specs: &[Spec],
+    present: &Keys,
+    absent: &Keys,
+    present_hashes: &Hashes,
+    absent_hashes: &Hashes,
+) {
+    let n = present.len();
+    let mut figures = vec![Figures::default(); specs.len()];
+    for _ in 0..REPETITIONS {
+        for (spec, figures) in specs.iter().zip(figures.iter_mut()) {
+            let mut filter = (spec.make)();
+            let start = Instant::now();
+            for i in 0..n {
+                filter.insert(present.get(i));
+            }
+            figures.insert.push(ns_per_op(start, n));
+
+            let start = Instant::now();
+            let found = (0..n).filter(|&i| filter.contains(present.get(i))).count();
+            figures.present.push(ns_per_op(start, n));
+            assert_eq!(found, n, "{}: false negatives", spec.name);
+
+            let start = Instant::now();
+            let false_positives = (0..n).filter(|&i| filter.contains(absent.get(i))).count();
+            figures.absent.push(ns_per_op(start, n));
+            figures.fp_rate = false_positives as f64 / n as f64;
+            figures.bytes = filter.bytes();
+
+            if filter.supports_prehashed() {
+                let mut filter = (spec.make)();
+                let start = Instant::now();
+                for i in 0..n {
+                    filter.insert_prehashed(present_hashes, i);
+                }
+                figures.insert_pre.push(ns_per_op(start, n));
+                let start = Instant::now();
+                let found = (0..n)
+                    .filter(|&i| filter.contains_prehashed(present_hashes, i))
+                    .count();
+                figures.present_pre.push(ns_per_op(start, n));
+                assert_eq!(found, n, "{}: false negatives", spec.name);
+                let start = Instant::now();
+                black_box(
+                    (0..n)
+                        .filter(|&i| filter.contains_prehashed(absent_hashes, i))
+                        .count(),
+                );
+                figures.absent_pre.push(ns_per_op(start, n));
+            }
+        }
+    }
+
+    println!("\n### {title}: {n} keys, {bits_per_key:.2} bits per key\n");
+    println!(
+        "| filter | insert ns | query present ns | query absent ns | prehashed insert / present / absent ns | measured FP | MB |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (spec, f) in specs.iter().zip(&figures) {
+        let prehashed = if f.insert_pre.is_empty() {
+            "n/a".to_string()
+        } else {
+            format!(
+                "{:.1} / {:.1} / {:.1}",
+                median(&f.insert_pre),
+                median(&f.present_pre),
+                median(&f.absent_pre)
+            )
+        };
+        println!(
+            "| {} | {:.1} | {:.1} | {:.1} | {} | {:.5} | {:.1} |",
+            spec.name,
+            median(&f.insert),
+            median(&f.present),
+            median(&f.absent),
+            prehashed,
+            f.fp_rate,
+            f.bytes as f64 / 1e6
+        );
+    }
+    let ours = &figures[0];
+    println!(
+        "\nRatios, peer time / {} time (above 1: ours is faster):\n",
+        specs[0].name
+    );
+    println!(
+        "| peer | insert | query present | query absent | prehashed insert | prehashed present | prehashed absent | FP ratio |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (spec, f) in specs.iter().zip(&figures).skip(1) {
+        let ratio = |peer: &[f64], mine: &[f64]| {
+            if peer.is_empty() {
+                "n/a".to_string()
+            } else {
+                format!("{:.2}", median(peer) / median(mine))
+            }
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {:.2} |",
+            spec.name,
+            ratio(&f.insert, &ours.insert),
+            ratio(&f.present, &ours.present),
+            ratio(&f.absent, &ours.absent),
+            ratio(&f.insert_pre, &ours.insert_pre),
+            ratio(&f.present_pre, &ours.present_pre),
+            ratio(&f.absent_pre, &ours.absent_pre),
+            f.fp_rate / ours.fp_rate.max(f64::MIN_POSITIVE),
+        );
+    }
+}
+
+/// Batch queries against the machine's own cost of independent random
+/// loads: loads of one word at the first probe position of each key, from an
+/// array of the filter's size, issued the same way the batch issues them.
+fn run_batch(filter: &BloomFilter, present: &Hashes, absent: &Hashes) {
+    let n = present.wide.len();
+    let words = (filter.memory_bytes() / 8) as usize;
+    let table: Vec<u64> = (0..words as u64).collect();
+    let big_words = 256 << 20 >> 3;
+    let big: Vec<u64> = (0..big_words as u64).collect();
+    let mut out = Vec::new();
+    let (mut present_ns, mut absent_ns, mut single_ns, mut load_ns, mut big_load_ns) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let load = |table: &[u64]| {
+        let start = Instant::now();
+        let mut sum = 0_u64;
+        for hash in &present.narrow {
+            sum =
+                sum.wrapping_add(table[((u128::from(*hash) * table.len() as u128) >> 64) as usize]);
+        }
+        black_box(sum);
+        ns_per_op(start, n)
+    };
+    for _ in 0..REPETITIONS {
+        let start = Instant::now();
+        filter.contains_batch_into(&present.wide, &mut out);
+        present_ns.push(ns_per_op(start, n));
+        assert!(out.iter().all(|&found| found));
+        let start = Instant::now();
+        filter.contains_batch_into(&absent.wide, &mut out);
+        absent_ns.push(ns_per_op(start, n));
+        let start = Instant::now();
+        black_box(
+            absent
+                .wide
+                .iter()
+                .filter(|&&h| filter.contains_hashed(h))
+                .count(),
+        );
+        single_ns.push(ns_per_op(start, n));
+        load_ns.push(load(&table));
+        big_load_ns.push(load(&big));
+    }
+    let lines_present = match filter.layout() {
+        Layout::Standard => f64::from(filter.hashes()),
+        _ => 1.0,
+    };
+    println!(
+        "| {} | {:.1} | {:.1} | {:.1} | {:.1} ({:.2} per line) | {:.1} | {:.1} |",
+        filter.layout(),
+        median(&present_ns),
+        median(&absent_ns),
+        median(&single_ns),
+        median(&load_ns),
+        median(&present_ns) / lines_present / median(&load_ns),
+        median(&big_load_ns),
+        median(&present_ns) / lines_present / median(&big_load_ns),
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mut keys = 10_000_000;
+    if args.iter().any(|a| a == "--quick") {
+        keys = 200_000;
+    }
+    if let Some(position) = args.iter().position(|a| a == "--keys") {
+        keys = args
+            .get(position + 1)
+            .and_then(|v| v.parse().ok())
+            .expect("--keys needs a number");
+    }
+
+    println!("# bloom-core peers benchmark");
+    println!(
+        "\nKeys: {keys} URL-like strings (about {} bytes), absent keys from a disjoint family.",
+        Keys::urls(0, 1).bytes.len()
+    );
+    let present = Keys::urls(1, keys);
+    let absent = Keys::urls(2, keys);
+    let present_hashes = Hashes::of(&present);
+    let absent_hashes = Hashes::of(&absent);
+    let n = keys as u64;
+
+    for p in [0.01, 0.0001] {
+        let standard = BloomFilter::new(n, p).expect("valid parameters");
+        let blocked = BloomFilter::with_layout(Layout::Blocked, n, p).expect("valid parameters");
+        let (bits_s, k_s) = (standard.bits() as usize, standard.hashes());
+        let (bits_b, k_b) = (blocked.bits() as usize, blocked.hashes());
+        drop((standard, blocked));
+
+        let standard_specs = vec![
+            Spec {
+                name: "bloom-core standard",
+                make: Box::new(move || Candidate::Ours(BloomFilter::new(n, p).unwrap())),
+            },
+            Spec {
+                name: "bloom-core standard, insert_mut",
+                make: Box::new(move || Candidate::OursExclusive(BloomFilter::new(n, p).unwrap())),
+            },
+            Spec {
+                name: "fastbloom 0.17 BloomFilter",
+                make: Box::new(move || {
+                    Candidate::Fastbloom(
+                        fastbloom::BloomFilter::with_num_bits(bits_s)
+                            .hasher(Xxh3Builder::new())
+                            .hashes(k_s),
+                    )
+                }),
+            },
+            Spec {
+                name: "fastbloom 0.17 AtomicBloomFilter",
+                make: Box::new(move || {
+                    Candidate::FastbloomAtomic(
+                        fastbloom::AtomicBloomFilter::with_num_bits(bits_s)
+                            .hasher(Xxh3Builder::new())
+                            .hashes(k_s),
+                    )
+                }),
+            },
+            Spec {
+                name: "bloomfilter 3",
+                make: Box::new(move || {
+                    Candidate::Bloomfilter(
+                        bloomfilter::Bloom::new_with_seed(bits_s / 8, keys, &[7; 32]).unwrap(),
+                    )
+                }),
+            },
+        ];
+        run_group(
+            &format!("Standard layout, p = {p} (k = {k_s})"),
+            bits_s as f64 / keys as f64,
+            &standard_specs,
+            &present,
+            &absent,
+            &present_hashes,
+            &absent_hashes,
+        );
+
+        let blocked_specs = vec![
+            Spec {
+                name: "bloom-core blocked",
+                make: Box::new(move || {
+                    Candidate::Ours(BloomFilter::with_layout(Layout::Blocked, n, p).unwrap())
+                }),
+            },
+            Spec {
+                name: "bloom-core blocked, insert_mut",
+                make: Box::new(move || {
+                    Candidate::OursExclusive(
+                        BloomFilter::with_layout(Layout::Blocked, n, p).unwrap(),
+                    )
+                }),
+            },
+            Spec {
+                name: "sbbf-rs-safe 0.3",
+                make: Box::new(move || Candidate::Sbbf(sbbf_rs_safe::Filter::new(bits_b, 1))),
+            },
+        ];
+        run_group(
+            &format!("Blocked layout, p = {p} (k = {k_b})"),
+            bits_b as f64 / keys as f64,
+            &blocked_specs,
+            &present,
+            &absent,
+            &present_hashes,
+            &absent_hashes,
+        );
+
+        println!("\n### Batch queries, p = {p} (prehashed, ns per key)\n");
+        println!(
+            "| layout | batch present | batch absent | one by one absent | random load, filter-sized array (batch present per line / load) | random load, 256 MB array | batch present per line / 256 MB load |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        for layout in [Layout::Standard, Layout::Blocked] {
+            let filter = BloomFilter::with_layout(layout, n, p).unwrap();
+            for &hash in &present_hashes.wide {
+                filter.insert_hashed(hash);
+            }
+            run_batch(&filter, &present_hashes, &absent_hashes);
+        }
+    }
+}

@@ -134,37 +134,60 @@ impl Probes {
 }
 
 /// Bit positions inside a 512-bit block for the blocked layout: 9 bits each,
-/// taken from `h2` and, once those run out, from fresh mixes of the hash. The
-/// positions are independent and uniform, which is what the blocked layout's
+/// seven from `h2`, then seven from each fresh mix of the hash. The positions
+/// are independent and uniform, which is what the blocked layout's
 /// false-positive model assumes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct BlockPositions {
-    stream: u64,
-    left: u32,
+    h2: u64,
     seed: u64,
 }
+
+/// Positions drawn from one 64-bit stream.
+const POSITIONS_PER_STREAM: u32 = 7;
 
 impl BlockPositions {
     #[inline]
     pub(crate) fn new(hash: KeyHash) -> Self {
         Self {
-            stream: hash.h2(),
-            left: 7,
+            h2: hash.h2(),
             seed: hash.h1() ^ hash.h2(),
         }
     }
 
+    /// Positions `0..K` for a hash count known at compile time: the loop
+    /// unrolls, every shift is a constant and the positions are independent,
+    /// so they cost a few cycles in all.
+    #[inline(always)]
+    pub(crate) fn first<const K: usize>(&self) -> [u32; K] {
+        let second = if K > 7 { self.stream(1) } else { 0 };
+        let third = if K > 14 { self.stream(2) } else { 0 };
+        std::array::from_fn(|index| {
+            let source = match index / 7 {
+                0 => self.h2,
+                1 => second,
+                2 => third,
+                chunk => self.stream(chunk as u64),
+            };
+            ((source >> (9 * (index % 7))) & 511) as u32
+        })
+    }
+
+    /// Position `index` for hash counts not specialised at compile time.
     #[inline]
-    pub(crate) fn next_position(&mut self) -> u32 {
-        if self.left == 0 {
-            self.seed = self.seed.wrapping_add(NONZERO_H2);
-            self.stream = mix64(self.seed);
-            self.left = 7;
-        }
-        let position = (self.stream & 511) as u32;
-        self.stream >>= 9;
-        self.left -= 1;
-        position
+    pub(crate) fn position(&self, index: u32) -> u32 {
+        let chunk = index / POSITIONS_PER_STREAM;
+        let source = if chunk == 0 {
+            self.h2
+        } else {
+            self.stream(u64::from(chunk))
+        };
+        ((source >> (9 * (index % POSITIONS_PER_STREAM))) & 511) as u32
+    }
+
+    #[inline]
+    fn stream(&self, chunk: u64) -> u64 {
+        mix64(self.seed.wrapping_add(chunk.wrapping_mul(NONZERO_H2)))
     }
 }
 
@@ -218,6 +241,16 @@ mod tests {
         assert_eq!(reduce(0, range), 0);
         // Top half of the range is reached by top half of the inputs.
         assert!(reduce(1 << 63, range) >= range / 2 - 1);
+    }
+
+    #[test]
+    fn unrolled_positions_match_the_general_ones() {
+        let positions = BlockPositions::new(KeyHash::of(b"positions"));
+        let unrolled = positions.first::<21>();
+        for (index, &position) in unrolled.iter().enumerate() {
+            assert_eq!(position, positions.position(index as u32));
+        }
+        assert_eq!(positions.first::<7>(), unrolled[..7]);
     }
 
     #[test]

@@ -34,6 +34,24 @@ proptest! {
         prop_assert!(filter.ones() <= filter.bits());
     }
 
+    /// Exclusive-access inserts set exactly the bits shared ones do and give
+    /// the same answers.
+    #[test]
+    fn insert_mut_matches_insert(
+        layout in layouts(),
+        bits in 1_u64..20_000,
+        hashes in 1_u32..=64,
+        keys in prop::collection::vec(0_u16..500, 0..300),
+    ) {
+        let shared = BloomFilter::with_params(layout, bits, hashes).unwrap();
+        let mut exclusive = BloomFilter::with_params(layout, bits, hashes).unwrap();
+        for key in &keys {
+            let key = key.to_le_bytes();
+            prop_assert_eq!(shared.insert(&key), exclusive.insert_mut(&key));
+        }
+        prop_assert_eq!(shared.to_snapshot_bytes(), exclusive.to_snapshot_bytes());
+    }
+
     /// Sized filters of both layouts, filled to and past capacity.
     #[test]
     fn sized_filters_never_miss(
