@@ -155,22 +155,22 @@ impl BlockPositions {
         }
     }
 
-    /// Positions `0..K` for a hash count known at compile time: the loop
-    /// unrolls, every shift is a constant and the positions are independent,
-    /// so they cost a few cycles in all.
+    /// The streams positions 7..14 and 14..21 come from, computed only when
+    /// a filter's k needs them.
     #[inline(always)]
-    pub(crate) fn first<const K: usize>(&self) -> [u32; K] {
-        let second = if K > 7 { self.stream(1) } else { 0 };
-        let third = if K > 14 { self.stream(2) } else { 0 };
-        std::array::from_fn(|index| {
-            let source = match index / 7 {
-                0 => self.h2,
-                1 => second,
-                2 => third,
-                chunk => self.stream(chunk as u64),
-            };
-            ((source >> (9 * (index % 7))) & 511) as u32
-        })
+    pub(crate) fn streams<const K: u32>(&self) -> [u64; 3] {
+        [
+            self.h2,
+            if K > 7 { self.stream(1) } else { 0 },
+            if K > 14 { self.stream(2) } else { 0 },
+        ]
+    }
+
+    /// Position `index < 21` from the streams of [`streams`](Self::streams).
+    #[inline(always)]
+    pub(crate) fn position_in(streams: &[u64; 3], index: u32) -> u32 {
+        ((streams[(index / POSITIONS_PER_STREAM) as usize] >> (9 * (index % POSITIONS_PER_STREAM)))
+            & 511) as u32
     }
 
     /// Position `index` for hash counts not specialised at compile time.
@@ -246,11 +246,13 @@ mod tests {
     #[test]
     fn unrolled_positions_match_the_general_ones() {
         let positions = BlockPositions::new(KeyHash::of(b"positions"));
-        let unrolled = positions.first::<21>();
-        for (index, &position) in unrolled.iter().enumerate() {
-            assert_eq!(position, positions.position(index as u32));
+        let streams = positions.streams::<21>();
+        for index in 0..21 {
+            assert_eq!(
+                BlockPositions::position_in(&streams, index),
+                positions.position(index)
+            );
         }
-        assert_eq!(positions.first::<7>(), unrolled[..7]);
     }
 
     #[test]

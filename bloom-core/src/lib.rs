@@ -25,6 +25,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bits;
 mod sync;
 
 pub mod counting;

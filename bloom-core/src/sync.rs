@@ -73,3 +73,25 @@ impl<T> SwapCell<T> {
         }
     }
 }
+
+/// Sets the `mask` bits of a word the caller has exclusive access to, with a
+/// plain read-modify-write (no locked instruction); returns whether any of
+/// them was unset before.
+#[inline]
+pub(crate) fn set_bits_exclusive(word: &mut AtomicU64, mask: u64) -> bool {
+    #[cfg(not(bloom_loom))]
+    {
+        let word = word.get_mut();
+        let was_unset = *word & mask != mask;
+        *word |= mask;
+        was_unset
+    }
+    #[cfg(bloom_loom)]
+    {
+        word.with_mut(|word| {
+            let was_unset = *word & mask != mask;
+            *word |= mask;
+            was_unset
+        })
+    }
+}
