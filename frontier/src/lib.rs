@@ -3,5 +3,9 @@
 //!
 //! # Layout
 //!
-//! Empty so far: the workspace is laid out first, and the service arrives
-//! with its own issue (URL Frontier data path, storage, filters, admin API).
+//! - [`canonical`]: URL canonicalisation (RFC 3986 6.2.2 / 6.2.3 on top of
+//!   WHATWG parsing), the queue key, and the path-repeat trap measure.
+//!
+//! The service itself (storage, scheduler, gRPC) is being built on these.
+
+pub mod canonical;
