@@ -3,7 +3,9 @@
 //!
 //! `cargo bench -p bloom-core --bench peers` (10 million URL-like keys at
 //! p = 0.01 and p = 0.0001); `-- --keys N` for another size, `-- --quick`
-//! for a 200 000-key smoke run. Prints markdown tables for BENCHMARKS.md.
+//! for a 200 000-key smoke run, `-- --p 0.0001` for one rate, `--
+//! --batch-only` for the batch-query table alone. Prints markdown tables for
+//! BENCHMARKS.md.
 //!
 //! Peers: fastbloom (standard layout, xxh3 hashing; both its plain and its
 //! atomic filter), bloomfilter (SipHash, its only hasher), sbbf-rs-safe (the
@@ -381,6 +383,16 @@ fn main() {
             .expect("--keys needs a number");
     }
 
+    let rates: Vec<f64> = match args.iter().position(|a| a == "--p") {
+        Some(position) => vec![
+            args.get(position + 1)
+                .and_then(|v| v.parse().ok())
+                .expect("--p needs a false-positive rate"),
+        ],
+        None => vec![0.01, 0.0001],
+    };
+    let batch_only = args.iter().any(|a| a == "--batch-only");
+
     println!("# bloom-core peers benchmark");
     println!(
         "\nKeys: {keys} URL-like strings (about {} bytes), absent keys from a disjoint family.",
@@ -392,7 +404,7 @@ fn main() {
     let absent_hashes = Hashes::of(&absent);
     let n = keys as u64;
 
-    for p in [0.01, 0.0001] {
+    for p in rates {
         let standard = BloomFilter::new(n, p).expect("valid parameters");
         let blocked = BloomFilter::with_layout(Layout::Blocked, n, p).expect("valid parameters");
         let (bits_s, k_s) = (standard.bits() as usize, standard.hashes());
@@ -437,45 +449,47 @@ fn main() {
                 }),
             },
         ];
-        run_group(
-            &format!("Standard layout, p = {p} (k = {k_s})"),
-            bits_s as f64 / keys as f64,
-            &standard_specs,
-            &present,
-            &absent,
-            &present_hashes,
-            &absent_hashes,
-        );
+        if !batch_only {
+            run_group(
+                &format!("Standard layout, p = {p} (k = {k_s})"),
+                bits_s as f64 / keys as f64,
+                &standard_specs,
+                &present,
+                &absent,
+                &present_hashes,
+                &absent_hashes,
+            );
 
-        let blocked_specs = vec![
-            Spec {
-                name: "bloom-core blocked",
-                make: Box::new(move || {
-                    Candidate::Ours(BloomFilter::with_layout(Layout::Blocked, n, p).unwrap())
-                }),
-            },
-            Spec {
-                name: "bloom-core blocked, insert_mut",
-                make: Box::new(move || {
-                    Candidate::OursExclusive(
-                        BloomFilter::with_layout(Layout::Blocked, n, p).unwrap(),
-                    )
-                }),
-            },
-            Spec {
-                name: "sbbf-rs-safe 0.3",
-                make: Box::new(move || Candidate::Sbbf(sbbf_rs_safe::Filter::new(bits_b, 1))),
-            },
-        ];
-        run_group(
-            &format!("Blocked layout, p = {p} (k = {k_b})"),
-            bits_b as f64 / keys as f64,
-            &blocked_specs,
-            &present,
-            &absent,
-            &present_hashes,
-            &absent_hashes,
-        );
+            let blocked_specs = vec![
+                Spec {
+                    name: "bloom-core blocked",
+                    make: Box::new(move || {
+                        Candidate::Ours(BloomFilter::with_layout(Layout::Blocked, n, p).unwrap())
+                    }),
+                },
+                Spec {
+                    name: "bloom-core blocked, insert_mut",
+                    make: Box::new(move || {
+                        Candidate::OursExclusive(
+                            BloomFilter::with_layout(Layout::Blocked, n, p).unwrap(),
+                        )
+                    }),
+                },
+                Spec {
+                    name: "sbbf-rs-safe 0.3",
+                    make: Box::new(move || Candidate::Sbbf(sbbf_rs_safe::Filter::new(bits_b, 1))),
+                },
+            ];
+            run_group(
+                &format!("Blocked layout, p = {p} (k = {k_b})"),
+                bits_b as f64 / keys as f64,
+                &blocked_specs,
+                &present,
+                &absent,
+                &present_hashes,
+                &absent_hashes,
+            );
+        }
 
         println!("\n### Batch queries, p = {p} (prehashed, ns per key)\n");
         println!(
