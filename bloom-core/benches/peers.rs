@@ -4,7 +4,8 @@
 //! `cargo bench -p bloom-core --bench peers` (10 million URL-like keys at
 //! p = 0.01 and p = 0.0001); `-- --keys N` for another size, `-- --quick`
 //! for a 200 000-key smoke run, `-- --p 0.0001` for one rate, `--
-//! --batch-only` for the batch-query table alone. Prints markdown tables for
+//! --batch-only` for the batch-query table alone, `-- --k-sweep` for single
+//! query cost against k. Prints markdown tables for
 //! BENCHMARKS.md.
 //!
 //! Peers: fastbloom (standard layout, xxh3 hashing; both its plain and its
@@ -370,6 +371,40 @@ fn run_batch(filter: &BloomFilter, present: &Hashes, absent: &Hashes) {
     );
 }
 
+/// Prehashed single queries against k at a fixed 22 bits per key (about
+/// 28 MB for 10 million keys), both layouts: how the cost of one query
+/// grows with its instruction count once the filter is out of cache.
+fn run_k_sweep(present: &Hashes) {
+    let n = present.wide.len();
+    println!("\n### Single prehashed present queries by k, 22 bits per key\n");
+    println!("| k | blocked ns | standard ns |");
+    println!("|---:|---:|---:|");
+    for k in [1, 4, 7, 12] {
+        let mut row = format!("| {k} |");
+        for layout in [Layout::Blocked, Layout::Standard] {
+            let filter = BloomFilter::with_params(layout, 22 * n as u64, k).unwrap();
+            for &hash in &present.wide {
+                filter.insert_hashed(hash);
+            }
+            let times: Vec<f64> = (0..REPETITIONS)
+                .map(|_| {
+                    let start = Instant::now();
+                    black_box(
+                        present
+                            .wide
+                            .iter()
+                            .filter(|&&h| filter.contains_hashed(h))
+                            .count(),
+                    );
+                    ns_per_op(start, n)
+                })
+                .collect();
+            row.push_str(&format!(" {:.1} |", median(&times)));
+        }
+        println!("{row}");
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mut keys = 10_000_000;
@@ -403,6 +438,10 @@ fn main() {
     let present_hashes = Hashes::of(&present);
     let absent_hashes = Hashes::of(&absent);
     let n = keys as u64;
+    if args.iter().any(|a| a == "--k-sweep") {
+        run_k_sweep(&present_hashes);
+        return;
+    }
 
     for p in rates {
         let standard = BloomFilter::new(n, p).expect("valid parameters");

@@ -5,7 +5,10 @@
 //!
 //! - [`canonical`]: URL canonicalisation (RFC 3986 6.2.2 / 6.2.3 on top of
 //!   WHATWG parsing), the queue key, and the path-repeat trap measure.
+//! - [`scope`]: admission rules (host scope from the seeds, include/exclude
+//!   patterns, depth limit, path-repeat traps) and the skip reasons.
 //!
 //! The service itself (storage, scheduler, gRPC) is being built on these.
 
 pub mod canonical;
+pub mod scope;
