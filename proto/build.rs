@@ -7,7 +7,10 @@ use prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
-    let descriptors = protox::compile(["urlfrontier.proto"], ["proto"])?;
+    let descriptors = protox::compile(
+        ["urlfrontier.proto", "frontier/admin/v1/admin.proto"],
+        ["proto"],
+    )?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     // Served by gRPC reflection, so grpcurl works without our .proto files.
     std::fs::write(out_dir.join("descriptors.bin"), descriptors.encode_to_vec())?;

@@ -7,6 +7,8 @@
 //!   compatible (package `urlfrontier`, service `URLFrontier`): messages,
 //!   the client ([`urlfrontier::url_frontier_client`]) and the server trait
 //!   ([`urlfrontier::url_frontier_server`]).
+//! - [`admin`]: the frontier's own admin API (package `frontier.admin.v1`,
+//!   service `Admin`): filter health, rebuilds, seeds, progress, URL checks.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server
 //!   reflection.
 
@@ -14,6 +16,12 @@
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod urlfrontier {
     tonic::include_proto!("urlfrontier");
+}
+
+/// The frontier's admin API, `frontier.admin.v1`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod admin {
+    tonic::include_proto!("frontier.admin.v1");
 }
 
 /// Every compiled .proto file as an encoded `FileDescriptorSet`.
@@ -60,5 +68,12 @@ mod tests {
         let service = &file.service[0];
         assert_eq!(service.name(), "URLFrontier");
         assert_eq!(service.method.len(), 19);
+        let admin = set
+            .file
+            .iter()
+            .find(|f| f.package() == "frontier.admin.v1")
+            .unwrap();
+        assert_eq!(admin.service[0].name(), "Admin");
+        assert_eq!(admin.service[0].method.len(), 5);
     }
 }
