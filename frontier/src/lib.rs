@@ -7,8 +7,10 @@
 //!   WHATWG parsing), the queue key, and the path-repeat trap measure.
 //! - [`scope`]: admission rules (host scope from the seeds, include/exclude
 //!   patterns, depth limit, path-repeat traps) and the skip reasons.
+//! - [`store`]: the redb store: single-opener lock, schema version checks.
 //!
 //! The service itself (storage, scheduler, gRPC) is being built on these.
 
 pub mod canonical;
 pub mod scope;
+pub mod store;

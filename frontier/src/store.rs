@@ -1,0 +1,275 @@
+//! The redb store: one file in the data directory, opened by one server at a
+//! time, with a schema version checked before anything else is read.
+//!
+//! # Schema, version 1
+//!
+//! | table | key | value | holds |
+//! |---|---|---|---|
+//! | `meta` | `&str` | `u64` | `schema_version` |
+//!
+//! Tables for URLs, queues and crawl state are added by the code that uses
+//! them, each documented here with the version that introduced it.
+//!
+//! A file written by a newer version of the schema, a file that is not a
+//! frontier store, and a corrupt file are refused with an error naming the
+//! path: never reset, never silently upgraded.
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, TableDefinition};
+
+/// The schema this build reads and writes.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// The store's file name inside the data directory.
+pub const FILE_NAME: &str = "frontier.redb";
+
+const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+const SCHEMA_VERSION_KEY: &str = "schema_version";
+
+/// Why the store could not be opened or used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The data directory could not be created.
+    #[error("cannot create data directory {path}: {source}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
+    /// Another server (or another handle in this one) has the store open.
+    #[error(
+        "{path} is already in use by another frontier (only one server may use a data directory)"
+    )]
+    AlreadyOpen {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// Written by a newer frontier.
+    #[error(
+        "{path} has schema version {found}; this frontier reads version {SCHEMA_VERSION} and will not touch a newer store"
+    )]
+    NewerSchema {
+        /// The store file.
+        path: PathBuf,
+        /// The version in the file.
+        found: u64,
+    },
+    /// A redb file holding tables but no schema version: not ours.
+    #[error("{path} is a redb database but not a frontier store")]
+    NotAFrontierStore {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// The file could not be opened as a database (corrupt, not redb, or an
+    /// I/O failure).
+    #[error("cannot open store {path}: {source}")]
+    Open {
+        /// The store file.
+        path: PathBuf,
+        /// What redb said.
+        source: redb::DatabaseError,
+    },
+    /// A read or write failed.
+    #[error("store operation failed: {0}")]
+    Storage(#[from] redb::Error),
+}
+
+impl From<redb::TransactionError> for StoreError {
+    fn from(error: redb::TransactionError) -> Self {
+        StoreError::Storage(error.into())
+    }
+}
+
+impl From<redb::TableError> for StoreError {
+    fn from(error: redb::TableError) -> Self {
+        StoreError::Storage(error.into())
+    }
+}
+
+impl From<redb::StorageError> for StoreError {
+    fn from(error: redb::StorageError) -> Self {
+        StoreError::Storage(error.into())
+    }
+}
+
+impl From<redb::CommitError> for StoreError {
+    fn from(error: redb::CommitError) -> Self {
+        StoreError::Storage(error.into())
+    }
+}
+
+/// An open store.
+pub struct Store {
+    db: Database,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens the store in `data_dir`, creating the directory and a fresh
+    /// store when there is none.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::CreateDir {
+            path: data_dir.to_owned(),
+            source,
+        })?;
+        let path = data_dir.join(FILE_NAME);
+        let db = Database::create(&path).map_err(|source| match source {
+            redb::DatabaseError::DatabaseAlreadyOpen => {
+                StoreError::AlreadyOpen { path: path.clone() }
+            }
+            source => StoreError::Open {
+                path: path.clone(),
+                source,
+            },
+        })?;
+        let store = Self { db, path };
+        store.check_schema()?;
+        Ok(store)
+    }
+
+    /// The store file.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version recorded in the file.
+    pub fn schema_version(&self) -> Result<u64, StoreError> {
+        let read = self.db.begin_read()?;
+        let meta = read.open_table(META)?;
+        Ok(meta
+            .get(SCHEMA_VERSION_KEY)?
+            .map(|v| v.value())
+            .unwrap_or(0))
+    }
+
+    fn check_schema(&self) -> Result<(), StoreError> {
+        let read = self.db.begin_read()?;
+        let found = match read.open_table(META) {
+            Ok(meta) => meta.get(SCHEMA_VERSION_KEY)?.map(|v| v.value()),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(error) => return Err(error.into()),
+        };
+        match found {
+            Some(version) if version > SCHEMA_VERSION => Err(StoreError::NewerSchema {
+                path: self.path.clone(),
+                found: version,
+            }),
+            Some(_) => Ok(()),
+            None => {
+                if read.list_tables()?.next().is_some() {
+                    return Err(StoreError::NotAFrontierStore {
+                        path: self.path.clone(),
+                    });
+                }
+                drop(read);
+                let write = self.db.begin_write()?;
+                write
+                    .open_table(META)?
+                    .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
+                write.commit()?;
+                Ok(())
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn set_schema_version(&self, version: u64) -> Result<(), StoreError> {
+        let write = self.db.begin_write()?;
+        write
+            .open_table(META)?
+            .insert(SCHEMA_VERSION_KEY, version)?;
+        write.commit()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_store_records_its_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let nested = dir.path().join("a/b");
+        let store = Store::open(&nested).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(store.path(), nested.join(FILE_NAME));
+        drop(store);
+        // Reopening finds it.
+        assert_eq!(
+            Store::open(&nested).unwrap().schema_version().unwrap(),
+            SCHEMA_VERSION
+        );
+    }
+
+    #[test]
+    fn a_second_opener_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = Store::open(dir.path()).unwrap();
+        assert!(matches!(
+            Store::open(dir.path()),
+            Err(StoreError::AlreadyOpen { .. })
+        ));
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        Store::open(dir.path())
+            .unwrap()
+            .set_schema_version(SCHEMA_VERSION + 1)
+            .unwrap();
+        let error = Store::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(error, StoreError::NewerSchema { found, .. } if found == SCHEMA_VERSION + 1)
+        );
+        assert!(error.to_string().contains("will not touch"));
+        // Still the newer store: nothing was reset or rewritten.
+        let db = Database::create(dir.path().join(FILE_NAME)).unwrap();
+        let read = db.begin_read().unwrap();
+        let meta = read.open_table(META).unwrap();
+        assert_eq!(
+            meta.get(SCHEMA_VERSION_KEY).unwrap().unwrap().value(),
+            SCHEMA_VERSION + 1
+        );
+    }
+
+    #[test]
+    fn garbage_is_refused_not_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let garbage: Vec<u8> = (0..20_000_u32).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(dir.path().join(FILE_NAME), &garbage).unwrap();
+        let error = Store::open(dir.path()).unwrap_err();
+        assert!(matches!(error, StoreError::Open { .. }), "{error}");
+        assert!(
+            std::fs::read(dir.path().join(FILE_NAME)).unwrap() == garbage,
+            "file was modified"
+        );
+    }
+
+    #[test]
+    fn another_programs_redb_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Database::create(dir.path().join(FILE_NAME)).unwrap();
+            let write = db.begin_write().unwrap();
+            let table: TableDefinition<'_, u64, u64> = TableDefinition::new("theirs");
+            write.open_table(table).unwrap().insert(1, 2).unwrap();
+            write.commit().unwrap();
+        }
+        assert!(matches!(
+            Store::open(dir.path()),
+            Err(StoreError::NotAFrontierStore { .. })
+        ));
+    }
+}
