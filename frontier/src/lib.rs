@@ -7,10 +7,16 @@
 //!   WHATWG parsing), the queue key, and the path-repeat trap measure.
 //! - [`scope`]: admission rules (host scope from the seeds, include/exclude
 //!   patterns, depth limit, path-repeat traps) and the skip reasons.
-//! - [`store`]: the redb store: single-opener lock, schema version checks.
+//! - [`record`]: the stored value of one URL and its binary form.
+//! - [`store`]: the redb store: single-opener lock, schema version checks,
+//!   the `urls` table.
+//! - [`ingest`]: discovered URLs in: canonicalise, admit, exact (or Bloom)
+//!   dedup against partitioned filters that always hold every stored key.
 //!
 //! The service itself (storage, scheduler, gRPC) is being built on these.
 
 pub mod canonical;
+pub mod ingest;
+pub mod record;
 pub mod scope;
 pub mod store;

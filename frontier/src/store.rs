@@ -6,9 +6,10 @@
 //! | table | key | value | holds |
 //! |---|---|---|---|
 //! | `meta` | `&str` | `u64` | `schema_version` |
+//! | `urls` | `(crawl ID, canonical URL)` | [`UrlRecord`] bytes | every URL a crawl knows |
 //!
-//! Tables for URLs, queues and crawl state are added by the code that uses
-//! them, each documented here with the version that introduced it.
+//! Tables for queues and crawl state are added by the code that uses them,
+//! each documented here with the version that introduced it.
 //!
 //! A file written by a newer version of the schema, a file that is not a
 //! frontier store, and a corrupt file are refused with an error naming the
@@ -16,7 +17,9 @@
 
 use std::path::{Path, PathBuf};
 
-use redb::{Database, ReadableDatabase, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::record::{RecordError, UrlRecord};
 
 /// The schema this build reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;
@@ -26,6 +29,18 @@ pub const FILE_NAME: &str = "frontier.redb";
 
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 const SCHEMA_VERSION_KEY: &str = "schema_version";
+const URLS: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("urls");
+
+/// A URL to store if its crawl does not know it yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewUrl {
+    /// The crawl.
+    pub crawl: String,
+    /// The canonical URL.
+    pub url: String,
+    /// What to store for it.
+    pub record: UrlRecord,
+}
 
 /// Why the store could not be opened or used.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +90,16 @@ pub enum StoreError {
     /// A read or write failed.
     #[error("store operation failed: {0}")]
     Storage(#[from] redb::Error),
+    /// A stored record cannot be read.
+    #[error("stored record of {url} in crawl {crawl:?} is damaged: {source}")]
+    CorruptRecord {
+        /// The crawl.
+        crawl: String,
+        /// The URL.
+        url: String,
+        /// What is wrong with it.
+        source: RecordError,
+    },
 }
 
 impl From<redb::TransactionError> for StoreError {
@@ -180,6 +205,77 @@ impl Store {
                 Ok(())
             }
         }
+    }
+
+    /// Stores every URL its crawl does not know yet, all in one transaction
+    /// that is durable when this returns; answers, per URL, whether it was
+    /// stored (`false`: already known, also when the same URL came earlier
+    /// in `urls`).
+    pub fn insert_if_absent(&self, urls: &[NewUrl]) -> Result<Vec<bool>, StoreError> {
+        let write = self.db.begin_write()?;
+        let mut stored = Vec::with_capacity(urls.len());
+        {
+            let mut table = write.open_table(URLS)?;
+            for new in urls {
+                let key = (new.crawl.as_str(), new.url.as_str());
+                if table.get(key)?.is_some() {
+                    stored.push(false);
+                } else {
+                    table.insert(key, new.record.encode().as_slice())?;
+                    stored.push(true);
+                }
+            }
+        }
+        write.commit()?;
+        Ok(stored)
+    }
+
+    /// What the store holds for one URL.
+    pub fn get(&self, crawl: &str, url: &str) -> Result<Option<UrlRecord>, StoreError> {
+        let read = self.db.begin_read()?;
+        let table = match read.open_table(URLS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
+        let Some(bytes) = table.get((crawl, url))? else {
+            return Ok(None);
+        };
+        UrlRecord::decode(bytes.value())
+            .map(Some)
+            .map_err(|source| StoreError::CorruptRecord {
+                crawl: crawl.to_owned(),
+                url: url.to_owned(),
+                source,
+            })
+    }
+
+    /// Calls `visit(crawl, url, record)` for every stored URL, in key order,
+    /// from one consistent snapshot; answers how many there were.
+    pub fn for_each_url(
+        &self,
+        mut visit: impl FnMut(&str, &str, &UrlRecord),
+    ) -> Result<u64, StoreError> {
+        let read = self.db.begin_read()?;
+        let table = match read.open_table(URLS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+            Err(error) => return Err(error.into()),
+        };
+        let mut count = 0;
+        for entry in table.iter()? {
+            let (key, value) = entry?;
+            let (crawl, url) = key.value();
+            let record =
+                UrlRecord::decode(value.value()).map_err(|source| StoreError::CorruptRecord {
+                    crawl: crawl.to_owned(),
+                    url: url.to_owned(),
+                    source,
+                })?;
+            visit(crawl, url, &record);
+            count += 1;
+        }
+        Ok(count)
     }
 
     #[cfg(test)]

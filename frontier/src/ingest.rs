@@ -1,0 +1,493 @@
+//! Discovered URLs in: canonicalise, admit, test against the partitioned
+//! filters, store, then teach the filters.
+//!
+//! # The seen test
+//!
+//! A URL's filter key is its crawl ID and canonical URL; its partition comes
+//! from the crawl ID and its queue key, so one host's URLs share a filter.
+//!
+//! - The filter says "no": the URL is certainly new to its crawl.
+//! - The filter says "maybe": in exact mode the store decides (inside the
+//!   write transaction that would store the URL, so two batches racing on
+//!   one URL store it once); a "maybe" the store refutes is a false positive,
+//!   counted per partition for the observed FP rate. In Bloom mode a "maybe"
+//!   is skipped as a duplicate without asking the store.
+//!
+//! # Why the filters never miss a stored key
+//!
+//! A URL is inserted into its filter only after the transaction that stores
+//! it has committed (the store-first order `bloom_core::partitioned` relies
+//! on for online rebuilds), and [`Ingest::open`] rebuilds every filter from
+//! the store, so after any crash the filters start out holding exactly the
+//! stored keys. Between a commit and the filter insert a concurrent batch may
+//! see "no" for a stored URL; the transaction then refuses it as known, so
+//! nothing is stored twice.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bloom_core::{FilterError, KeyHash, Layout, PartitionedBloom};
+
+use crate::canonical::{CanonError, canonicalise};
+use crate::record::UrlRecord;
+use crate::scope::{Rules, SeedHosts, SkipReason};
+use crate::store::{NewUrl, Store, StoreError};
+
+/// How a "maybe" from the filter is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DedupMode {
+    /// The store confirms every "maybe": no URL is lost to a false positive.
+    #[default]
+    Exact,
+    /// A "maybe" is taken as "seen": no store lookup, at the price of losing
+    /// the filter's false positives.
+    Bloom,
+}
+
+/// Sizing of the filters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FilterConfig {
+    /// Number of partitions.
+    pub partitions: usize,
+    /// URLs each partition's filter is sized for at first.
+    pub expected_urls_per_partition: u64,
+    /// Target false-positive rate.
+    pub fp_rate: f64,
+    /// Filter layout.
+    pub layout: Layout,
+}
+
+impl Default for FilterConfig {
+    fn default() -> Self {
+        Self {
+            partitions: 64,
+            expected_urls_per_partition: 1_000_000 / 64,
+            fp_rate: 0.001,
+            layout: Layout::Standard,
+        }
+    }
+}
+
+/// Why ingest could not start or go on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IngestError {
+    /// The store failed; nothing of the batch was acknowledged.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The filter configuration is impossible.
+    #[error("invalid filter configuration: {0}")]
+    Filter(#[from] FilterError),
+}
+
+/// One discovered URL as a client sends it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Discovered {
+    /// The URL as found.
+    pub url: String,
+    /// The client's queue key; empty: the URL's host.
+    pub queue_key: String,
+    /// Hops from a seed.
+    pub depth: u32,
+    /// Client metadata.
+    pub metadata: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// What became of one discovered URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stored, durably, and scheduled.
+    Stored,
+    /// Not stored, and not to be sent again.
+    Skipped(SkipReason),
+}
+
+/// Longest queue key the API allows.
+const MAX_QUEUE_KEY: usize = 255;
+
+#[derive(Default)]
+struct PartitionCounters {
+    refuted_maybes: AtomicU64,
+    absent_lookups: AtomicU64,
+}
+
+/// The seen test and the store behind it.
+pub struct Ingest {
+    store: Store,
+    filters: PartitionedBloom,
+    mode: DedupMode,
+    max_url_length: usize,
+    counters: Box<[PartitionCounters]>,
+}
+
+impl std::fmt::Debug for Ingest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ingest")
+            .field("store", &self.store)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+/// The filter key of a URL in a crawl.
+#[must_use]
+pub fn filter_key(crawl: &str, url: &str) -> KeyHash {
+    KeyHash::of(&joined(crawl, url))
+}
+
+/// The partition of a queue in a crawl, stable across builds and platforms.
+#[must_use]
+pub fn partition_of(crawl: &str, queue_key: &str, partitions: usize) -> usize {
+    KeyHash::of(&joined(crawl, queue_key)).partition(partitions)
+}
+
+fn joined(first: &str, second: &str) -> Vec<u8> {
+    // The NUL separator keeps ("a", "bc") and ("ab", "c") apart: crawl IDs
+    // and URLs never contain one that matters here (a crawl ID with a NUL
+    // would only share keys with itself).
+    let mut bytes = Vec::with_capacity(first.len() + 1 + second.len());
+    bytes.extend_from_slice(first.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(second.as_bytes());
+    bytes
+}
+
+impl Ingest {
+    /// Opens ingest over a store: builds the filters and fills them with
+    /// every stored key, so they hold the store's keys whatever happened
+    /// before (a clean stop or a kill).
+    pub fn open(
+        store: Store,
+        config: FilterConfig,
+        mode: DedupMode,
+        max_url_length: usize,
+    ) -> Result<Self, IngestError> {
+        let filters = PartitionedBloom::new(
+            config.partitions,
+            config.layout,
+            config.expected_urls_per_partition.max(1),
+            config.fp_rate,
+        )?;
+        let partitions = filters.partition_count();
+        store.for_each_url(|crawl, url, record| {
+            let partition = partition_of(crawl, &record.queue_key, partitions);
+            // The index comes from partition_of, so it exists.
+            let _ = filters.insert(partition, filter_key(crawl, url));
+        })?;
+        Ok(Self {
+            store,
+            filters,
+            mode,
+            max_url_length,
+            counters: (0..partitions)
+                .map(|_| PartitionCounters::default())
+                .collect(),
+        })
+    }
+
+    /// The store.
+    #[must_use]
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The filters.
+    #[must_use]
+    pub fn filters(&self) -> &PartitionedBloom {
+        &self.filters
+    }
+
+    /// Observed false-positive figures of one partition: "maybe" answers the
+    /// store refuted, and lookups of keys the store did not hold.
+    #[must_use]
+    pub fn observed_false_positives(&self, partition: usize) -> Option<(u64, u64)> {
+        self.counters.get(partition).map(|c| {
+            (
+                c.refuted_maybes.load(Ordering::Relaxed),
+                c.absent_lookups.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// Stores the discovered URLs a crawl does not know yet. The answer has
+    /// one outcome per item, in order; `Stored` ones are durable when this
+    /// returns. On a store error nothing is acknowledged (the caller answers
+    /// FAIL, and the client may send the batch again).
+    pub fn put_discovered(
+        &self,
+        crawl: &str,
+        items: &[Discovered],
+        rules: &Rules,
+        seeds: &SeedHosts,
+        now: u64,
+    ) -> Result<Vec<Outcome>, IngestError> {
+        let partitions = self.filters.partition_count();
+        let mut outcomes = Vec::with_capacity(items.len());
+        // (index into outcomes, partition, hash, filter said maybe)
+        let mut candidates = Vec::new();
+        let mut new_urls = Vec::new();
+        for item in items {
+            let canonical = match canonicalise(&item.url, self.max_url_length) {
+                Ok(canonical) => canonical,
+                Err(CanonError::TooLong { .. }) => {
+                    outcomes.push(Outcome::Skipped(SkipReason::TooLong));
+                    continue;
+                }
+                Err(_) => {
+                    outcomes.push(Outcome::Skipped(SkipReason::Invalid));
+                    continue;
+                }
+            };
+            if item.queue_key.len() > MAX_QUEUE_KEY {
+                outcomes.push(Outcome::Skipped(SkipReason::Invalid));
+                continue;
+            }
+            if let Err(reason) = rules.admit(&canonical, item.depth, seeds) {
+                outcomes.push(Outcome::Skipped(reason));
+                continue;
+            }
+            let queue_key = if item.queue_key.is_empty() {
+                canonical.host().to_owned()
+            } else {
+                item.queue_key.clone()
+            };
+            let partition = partition_of(crawl, &queue_key, partitions);
+            let hash = filter_key(crawl, canonical.as_str());
+            let maybe = self.filters.contains(partition, hash)?;
+            if maybe && self.mode == DedupMode::Bloom {
+                outcomes.push(Outcome::Skipped(SkipReason::Duplicate));
+                continue;
+            }
+            candidates.push((outcomes.len(), partition, hash, maybe));
+            outcomes.push(Outcome::Stored);
+            new_urls.push(NewUrl {
+                crawl: crawl.to_owned(),
+                url: canonical.into_string(),
+                record: UrlRecord {
+                    created_at: now,
+                    due_at: now.max(1),
+                    depth: item.depth,
+                    queue_key,
+                    metadata: item.metadata.clone(),
+                },
+            });
+        }
+        if new_urls.is_empty() {
+            return Ok(outcomes);
+        }
+        let stored = self.store.insert_if_absent(&new_urls)?;
+        // Durable now: teach the filters (store first, filter second).
+        for (&(index, partition, hash, maybe), &was_stored) in candidates.iter().zip(&stored) {
+            let counters = &self.counters[partition];
+            if was_stored {
+                self.filters.insert(partition, hash)?;
+                counters.absent_lookups.fetch_add(1, Ordering::Relaxed);
+                if maybe {
+                    counters.refuted_maybes.fetch_add(1, Ordering::Relaxed);
+                }
+            } else {
+                outcomes[index] = Outcome::Skipped(SkipReason::Duplicate);
+            }
+        }
+        Ok(outcomes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(url: &str) -> Discovered {
+        Discovered {
+            url: url.to_owned(),
+            depth: 1,
+            ..Discovered::default()
+        }
+    }
+
+    fn open(dir: &std::path::Path, config: FilterConfig, mode: DedupMode) -> Ingest {
+        Ingest::open(Store::open(dir).unwrap(), config, mode, 2048).unwrap()
+    }
+
+    #[test]
+    fn discovered_urls_are_stored_once_across_spellings_batches_and_crawls() {
+        let dir = tempfile::tempdir().unwrap();
+        let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
+        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        let first = ingest
+            .put_discovered(
+                "c",
+                &[
+                    item("http://Example.com/a"),
+                    item("http://example.com:80/a#x"),
+                    item("ftp://x/"),
+                ],
+                &rules,
+                &seeds,
+                100,
+            )
+            .unwrap();
+        assert_eq!(
+            first,
+            vec![
+                Outcome::Stored,
+                Outcome::Skipped(SkipReason::Duplicate),
+                Outcome::Skipped(SkipReason::Invalid)
+            ]
+        );
+        let again = ingest
+            .put_discovered("c", &[item("http://example.com/a")], &rules, &seeds, 200)
+            .unwrap();
+        assert_eq!(again, vec![Outcome::Skipped(SkipReason::Duplicate)]);
+        let other_crawl = ingest
+            .put_discovered("d", &[item("http://example.com/a")], &rules, &seeds, 200)
+            .unwrap();
+        assert_eq!(other_crawl, vec![Outcome::Stored]);
+        let record = ingest
+            .store()
+            .get("c", "http://example.com/a")
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.created_at, 100);
+        assert_eq!(record.queue_key, "example.com");
+    }
+
+    /// A filter far too small answers "maybe" for nearly everything: exact
+    /// mode still stores every new URL and counts the refuted "maybe"s;
+    /// Bloom mode loses them, as documented.
+    #[test]
+    fn exact_mode_never_loses_a_url_to_a_false_positive() {
+        let tiny = FilterConfig {
+            partitions: 2,
+            expected_urls_per_partition: 1,
+            fp_rate: 0.5,
+            layout: Layout::Standard,
+        };
+        let urls: Vec<Discovered> = (0..2_000)
+            .map(|i| item(&format!("http://h{}.example/{i}", i % 7)))
+            .collect();
+        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+
+        let exact_dir = tempfile::tempdir().unwrap();
+        let exact = open(exact_dir.path(), tiny, DedupMode::Exact);
+        // Small batches, so that earlier ones fill the filters later ones
+        // are tested against.
+        let put_all = |ingest: &Ingest| -> Vec<Outcome> {
+            urls.chunks(10)
+                .flat_map(|batch| {
+                    ingest
+                        .put_discovered("c", batch, &rules, &seeds, 1)
+                        .unwrap()
+                })
+                .collect()
+        };
+        let outcomes = put_all(&exact);
+        assert!(outcomes.iter().all(|o| *o == Outcome::Stored));
+        assert_eq!(exact.store().for_each_url(|_, _, _| {}).unwrap(), 2_000);
+        let (refuted, lookups) = (0..2)
+            .map(|p| exact.observed_false_positives(p).unwrap())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        assert_eq!(lookups, 2_000);
+        assert!(
+            refuted > 1_000,
+            "a saturated filter says maybe to most: {refuted}"
+        );
+
+        let bloom_dir = tempfile::tempdir().unwrap();
+        let bloom = open(bloom_dir.path(), tiny, DedupMode::Bloom);
+        let outcomes = put_all(&bloom);
+        let stored = outcomes.iter().filter(|o| **o == Outcome::Stored).count();
+        assert!(stored < 2_000, "bloom mode skips false positives");
+    }
+
+    /// After a restart (clean or not: the filters are rebuilt from the store
+    /// either way) every stored URL is a "maybe" and a duplicate.
+    #[test]
+    fn reopened_filters_hold_every_stored_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let urls: Vec<Discovered> = (0..5_000)
+            .map(|i| item(&format!("http://h{}.example/p/{i}", i % 50)))
+            .collect();
+        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        {
+            let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
+            ingest
+                .put_discovered("c", &urls, &rules, &seeds, 1)
+                .unwrap();
+        }
+        let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Bloom);
+        let mut found = 0;
+        ingest
+            .store()
+            .for_each_url(|crawl, url, record| {
+                let partition =
+                    partition_of(crawl, &record.queue_key, ingest.filters().partition_count());
+                assert!(
+                    ingest
+                        .filters()
+                        .contains(partition, filter_key(crawl, url))
+                        .unwrap()
+                );
+                found += 1;
+            })
+            .unwrap();
+        assert_eq!(found, 5_000);
+        let outcomes = ingest
+            .put_discovered("c", &urls, &rules, &seeds, 2)
+            .unwrap();
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| *o == Outcome::Skipped(SkipReason::Duplicate))
+        );
+    }
+
+    #[test]
+    fn bad_items_get_reasons() {
+        let dir = tempfile::tempdir().unwrap();
+        let ingest = Ingest::open(
+            Store::open(dir.path()).unwrap(),
+            FilterConfig::default(),
+            DedupMode::Exact,
+            64,
+        )
+        .unwrap();
+        let rules = Rules::new(crate::scope::ScopeMode::Any, &[], &[], Some(3), 2).unwrap();
+        let long_key = Discovered {
+            queue_key: "k".repeat(256),
+            ..item("http://example.com/")
+        };
+        let items = [
+            item(""),
+            item(&format!("http://example.com/{}", "a".repeat(100))),
+            Discovered {
+                depth: 4,
+                ..item("http://example.com/deep")
+            },
+            item("http://example.com/a/a/a"),
+            long_key,
+        ];
+        let outcomes = ingest
+            .put_discovered("c", &items, &rules, &SeedHosts::default(), 1)
+            .unwrap();
+        assert_eq!(
+            outcomes,
+            vec![
+                Outcome::Skipped(SkipReason::Invalid),
+                Outcome::Skipped(SkipReason::TooLong),
+                Outcome::Skipped(SkipReason::TooDeep),
+                Outcome::Skipped(SkipReason::Trap),
+                Outcome::Skipped(SkipReason::Invalid),
+            ]
+        );
+    }
+
+    #[test]
+    fn partitions_follow_the_queue() {
+        let a = partition_of("crawl", "example.com", 64);
+        assert_eq!(a, partition_of("crawl", "example.com", 64));
+        let spread: std::collections::HashSet<usize> = (0..1_000)
+            .map(|i| partition_of("crawl", &format!("host{i}"), 64))
+            .collect();
+        assert_eq!(spread.len(), 64);
+    }
+}
