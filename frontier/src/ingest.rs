@@ -27,7 +27,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bloom_core::{FilterError, KeyHash, Layout, PartitionedBloom};
 
+use std::sync::Arc;
+
 use crate::canonical::{CanonError, canonicalise};
+use crate::commit::{CommitFailed, Committer};
 use crate::record::UrlRecord;
 use crate::scope::{Rules, SeedHosts, SkipReason};
 use crate::store::{NewUrl, Store, StoreError};
@@ -74,6 +77,9 @@ pub enum IngestError {
     /// The store failed; nothing of the batch was acknowledged.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The transaction holding the batch failed; nothing of it was stored.
+    #[error(transparent)]
+    Commit(#[from] CommitFailed),
     /// The filter configuration is impossible.
     #[error("invalid filter configuration: {0}")]
     Filter(#[from] FilterError),
@@ -112,7 +118,8 @@ struct PartitionCounters {
 
 /// The seen test and the store behind it.
 pub struct Ingest {
-    store: Store,
+    store: Arc<Store>,
+    committer: Committer,
     filters: PartitionedBloom,
     mode: DedupMode,
     max_url_length: usize,
@@ -173,7 +180,9 @@ impl Ingest {
             // The index comes from partition_of, so it exists.
             let _ = filters.insert(partition, filter_key(crawl, url));
         })?;
+        let store = Arc::new(store);
         Ok(Self {
+            committer: Committer::start(Arc::clone(&store)),
             store,
             filters,
             mode,
@@ -210,7 +219,8 @@ impl Ingest {
 
     /// Stores the discovered URLs a crawl does not know yet. The answer has
     /// one outcome per item, in order; `Stored` ones are durable when this
-    /// returns. On a store error nothing is acknowledged (the caller answers
+    /// returns. Safe to call from many threads at once: their batches share
+    /// commits. On a store error nothing is acknowledged (the caller answers
     /// FAIL, and the client may send the batch again).
     pub fn put_discovered(
         &self,
@@ -274,7 +284,8 @@ impl Ingest {
         if new_urls.is_empty() {
             return Ok(outcomes);
         }
-        let stored = self.store.insert_if_absent(&new_urls)?;
+        // Shares a transaction with concurrent batches (group commit).
+        let stored = self.committer.insert_if_absent(new_urls)?;
         // Durable now: teach the filters (store first, filter second).
         for (&(index, partition, hash, maybe), &was_stored) in candidates.iter().zip(&stored) {
             let counters = &self.counters[partition];
@@ -479,6 +490,57 @@ mod tests {
                 Outcome::Skipped(SkipReason::Invalid),
             ]
         );
+    }
+
+    /// Four threads put overlapping batches at once: each URL is reported
+    /// stored exactly once, and every stored URL is in its filter.
+    #[test]
+    fn concurrent_batches_store_each_url_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
+        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        let stored: usize = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..4)
+                .map(|thread| {
+                    let (ingest, rules, seeds) = (&ingest, &rules, &seeds);
+                    scope.spawn(move || {
+                        let mut stored = 0;
+                        for batch in 0..50_u32 {
+                            // Threads 0/1 and 2/3 send the same URLs, in
+                            // opposite orders of batches.
+                            let batch = if thread % 2 == 0 { batch } else { 49 - batch };
+                            let items: Vec<Discovered> = (0..20)
+                                .map(|i| {
+                                    item(&format!("http://h{}.example/{}/{i}", thread / 2, batch))
+                                })
+                                .collect();
+                            let outcomes =
+                                ingest.put_discovered("c", &items, rules, seeds, 1).unwrap();
+                            stored += outcomes.iter().filter(|o| **o == Outcome::Stored).count();
+                        }
+                        stored
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(stored, 2 * 50 * 20);
+        let mut in_store = 0;
+        ingest
+            .store()
+            .for_each_url(|crawl, url, record| {
+                let partition =
+                    partition_of(crawl, &record.queue_key, ingest.filters().partition_count());
+                assert!(
+                    ingest
+                        .filters()
+                        .contains(partition, filter_key(crawl, url))
+                        .unwrap()
+                );
+                in_store += 1;
+            })
+            .unwrap();
+        assert_eq!(in_store, 2_000);
     }
 
     #[test]

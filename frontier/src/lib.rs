@@ -10,12 +10,14 @@
 //! - [`record`]: the stored value of one URL and its binary form.
 //! - [`store`]: the redb store: single-opener lock, schema version checks,
 //!   the `urls` table.
+//! - [`commit`]: group commit, so concurrent writers share transactions.
 //! - [`ingest`]: discovered URLs in: canonicalise, admit, exact (or Bloom)
 //!   dedup against partitioned filters that always hold every stored key.
 //!
 //! The service itself (storage, scheduler, gRPC) is being built on these.
 
 pub mod canonical;
+pub mod commit;
 pub mod ingest;
 pub mod record;
 pub mod scope;

@@ -90,6 +90,9 @@ pub enum StoreError {
     /// A read or write failed.
     #[error("store operation failed: {0}")]
     Storage(#[from] redb::Error),
+    /// The committer has stopped (the server is shutting down).
+    #[error("the store's committer has stopped")]
+    Stopped,
     /// A stored record cannot be read.
     #[error("stored record of {url} in crawl {crawl:?} is damaged: {source}")]
     CorruptRecord {

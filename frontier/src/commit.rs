@@ -1,0 +1,216 @@
+//! Group commit: concurrent writers share redb write transactions.
+//!
+//! redb runs one write transaction at a time and each durable commit waits
+//! for the disk. Writers hand their batches to one committer thread; while
+//! a commit is in flight the next batches queue up, and the committer takes
+//! all of them (up to a bound) into its next transaction. Each writer gets
+//! its own answers back only after the transaction holding its batch has
+//! committed, so an acknowledgement always follows durability.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::thread::JoinHandle;
+
+use crate::store::{NewUrl, Store, StoreError};
+
+/// URLs one transaction takes at most, so one commit's latency stays bounded
+/// however deep the queue gets.
+const MAX_URLS_PER_COMMIT: usize = 64 * 1024;
+
+/// A group transaction that failed; every batch in it gets this error and
+/// nothing of them is stored.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("commit failed: {0}")]
+pub struct CommitFailed(pub Arc<StoreError>);
+
+type Reply = SyncSender<Result<Vec<bool>, CommitFailed>>;
+
+struct Request {
+    urls: Vec<NewUrl>,
+    reply: Reply,
+}
+
+/// The committer thread and its queue. Dropping it drains the queue, commits
+/// what was submitted, and joins the thread.
+pub struct Committer {
+    sender: Option<Sender<Request>>,
+    thread: Option<JoinHandle<()>>,
+    commits: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Committer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Committer")
+            .field("commits", &self.commits())
+            .finish()
+    }
+}
+
+impl Committer {
+    /// Starts the committer over a store.
+    #[must_use]
+    pub fn start(store: Arc<Store>) -> Self {
+        let (sender, receiver) = mpsc::channel::<Request>();
+        let commits = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&commits);
+        let thread = std::thread::Builder::new()
+            .name("group-commit".into())
+            .spawn(move || run(&store, &receiver, &counter))
+            .expect("the OS can start a thread");
+        Self {
+            sender: Some(sender),
+            thread: Some(thread),
+            commits,
+        }
+    }
+
+    /// Stores the URLs their crawls do not know yet; blocks until the
+    /// transaction holding them has committed. Answers per URL whether it
+    /// was stored.
+    pub fn insert_if_absent(&self, urls: Vec<NewUrl>) -> Result<Vec<bool>, CommitFailed> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        let stopped = || CommitFailed(Arc::new(StoreError::Stopped));
+        self.sender
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(Request { urls, reply })
+            .map_err(|_| stopped())?;
+        answer.recv().map_err(|_| stopped())?
+    }
+
+    /// Transactions committed so far.
+    #[must_use]
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        drop(self.sender.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(store: &Store, receiver: &Receiver<Request>, commits: &AtomicU64) {
+    while let Ok(first) = receiver.recv() {
+        let mut group = vec![first];
+        let mut urls = group[0].urls.len();
+        while urls < MAX_URLS_PER_COMMIT {
+            match receiver.try_recv() {
+                Ok(request) => {
+                    urls += request.urls.len();
+                    group.push(request);
+                }
+                Err(_) => break,
+            }
+        }
+        let counts: Vec<usize> = group.iter().map(|r| r.urls.len()).collect();
+        let all: Vec<NewUrl> = group
+            .iter_mut()
+            .flat_map(|r| std::mem::take(&mut r.urls))
+            .collect();
+        match store.insert_if_absent(&all) {
+            Ok(stored) => {
+                commits.fetch_add(1, Ordering::Relaxed);
+                let mut answers = stored.into_iter();
+                for (request, count) in group.into_iter().zip(counts) {
+                    let mine: Vec<bool> = answers.by_ref().take(count).collect();
+                    let _ = request.reply.send(Ok(mine));
+                }
+            }
+            Err(error) => {
+                let error = CommitFailed(Arc::new(error));
+                for request in group {
+                    let _ = request.reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::record::UrlRecord;
+
+    fn new_url(url: String) -> NewUrl {
+        NewUrl {
+            crawl: "c".into(),
+            url,
+            record: UrlRecord {
+                due_at: 1,
+                queue_key: "q".into(),
+                ..UrlRecord::default()
+            },
+        }
+    }
+
+    /// Eight writers with overlapping batches: every URL is stored exactly
+    /// once, exactly one writer is told it stored it, and every answer came
+    /// after a commit.
+    #[test]
+    fn concurrent_writers_store_each_url_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let committer = Committer::start(Arc::clone(&store));
+        let told_stored: Vec<Vec<String>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8)
+                .map(|writer| {
+                    let committer = &committer;
+                    scope.spawn(move || {
+                        let mut stored = Vec::new();
+                        for batch in 0..40 {
+                            // Writers overlap: URL i is sent by two writers.
+                            let urls: Vec<String> = (0..25)
+                                .map(|i| {
+                                    format!("http://x/{}", (writer / 2) * 10_000 + batch * 25 + i)
+                                })
+                                .collect();
+                            let answers = committer
+                                .insert_if_absent(urls.iter().cloned().map(new_url).collect())
+                                .unwrap();
+                            stored.extend(
+                                urls.into_iter()
+                                    .zip(answers)
+                                    .filter(|(_, s)| *s)
+                                    .map(|(u, _)| u),
+                            );
+                        }
+                        stored
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut times_told: HashMap<String, usize> = HashMap::new();
+        for url in told_stored.into_iter().flatten() {
+            *times_told.entry(url).or_default() += 1;
+        }
+        assert_eq!(times_told.len(), 4 * 40 * 25);
+        assert!(times_told.values().all(|&n| n == 1));
+        assert_eq!(store.for_each_url(|_, _, _| {}).unwrap(), 4_000);
+        assert!(committer.commits() >= 1 && committer.commits() <= 320);
+    }
+
+    #[test]
+    fn dropping_the_committer_stops_its_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let committer = Committer::start(Arc::clone(&store));
+        assert_eq!(
+            committer
+                .insert_if_absent(vec![new_url("http://x/".into())])
+                .unwrap(),
+            vec![true]
+        );
+        drop(committer);
+        // The thread released its handle on the store.
+        assert_eq!(Arc::strong_count(&store), 1);
+    }
+}
