@@ -315,6 +315,23 @@ mod tests {
         }
     }
 
+    /// Checks that every stored URL is in its partition's filter; answers
+    /// how many were checked.
+    fn stored_keys_in_filters(ingest: &Ingest) -> u64 {
+        let partitions = ingest.filters().partition_count();
+        ingest
+            .store()
+            .for_each_url(|crawl, url, record| {
+                let partition = partition_of(crawl, &record.queue_key, partitions);
+                let hash = filter_key(crawl, url);
+                assert!(
+                    ingest.filters().contains(partition, hash).unwrap(),
+                    "{url} missing"
+                );
+            })
+            .unwrap()
+    }
+
     fn open(dir: &std::path::Path, config: FilterConfig, mode: DedupMode) -> Ingest {
         Ingest::open(Store::open(dir).unwrap(), config, mode, 2048).unwrap()
     }
@@ -426,22 +443,7 @@ mod tests {
                 .unwrap();
         }
         let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Bloom);
-        let mut found = 0;
-        ingest
-            .store()
-            .for_each_url(|crawl, url, record| {
-                let partition =
-                    partition_of(crawl, &record.queue_key, ingest.filters().partition_count());
-                assert!(
-                    ingest
-                        .filters()
-                        .contains(partition, filter_key(crawl, url))
-                        .unwrap()
-                );
-                found += 1;
-            })
-            .unwrap();
-        assert_eq!(found, 5_000);
+        assert_eq!(stored_keys_in_filters(&ingest), 5_000);
         let outcomes = ingest
             .put_discovered("c", &urls, &rules, &seeds, 2)
             .unwrap();
@@ -525,22 +527,7 @@ mod tests {
             handles.into_iter().map(|h| h.join().unwrap()).sum()
         });
         assert_eq!(stored, 2 * 50 * 20);
-        let mut in_store = 0;
-        ingest
-            .store()
-            .for_each_url(|crawl, url, record| {
-                let partition =
-                    partition_of(crawl, &record.queue_key, ingest.filters().partition_count());
-                assert!(
-                    ingest
-                        .filters()
-                        .contains(partition, filter_key(crawl, url))
-                        .unwrap()
-                );
-                in_store += 1;
-            })
-            .unwrap();
-        assert_eq!(in_store, 2_000);
+        assert_eq!(stored_keys_in_filters(&ingest), 2_000);
     }
 
     #[test]
