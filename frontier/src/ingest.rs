@@ -28,11 +28,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bloom_core::{FilterError, KeyHash, Layout, PartitionedBloom};
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::canonical::{CanonError, canonicalise};
 use crate::commit::{CommitFailed, Committer};
 use crate::record::UrlRecord;
 use crate::scope::{Rules, SeedHosts, SkipReason};
+use crate::snapshots;
 use crate::store::{NewUrl, Store, StoreError};
 
 /// How a "maybe" from the filter is settled.
@@ -80,6 +82,10 @@ pub enum IngestError {
     /// The transaction holding the batch failed; nothing of it was stored.
     #[error(transparent)]
     Commit(#[from] CommitFailed),
+    /// Filter snapshots could not be written at shutdown (the store is
+    /// intact; the next start rebuilds the filters from it).
+    #[error("cannot write filter snapshots: {0}")]
+    Snapshot(std::io::Error),
     /// The filter configuration is impossible.
     #[error("invalid filter configuration: {0}")]
     Filter(#[from] FilterError),
@@ -107,6 +113,29 @@ pub enum Outcome {
     Skipped(SkipReason),
 }
 
+/// Where the filters came from at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FiltersFrom {
+    /// The snapshots of a clean shutdown.
+    Snapshots,
+    /// Rebuilt from every stored key, and why.
+    Store {
+        /// Keys read from the store.
+        keys: u64,
+        /// Why the snapshots were not used.
+        reason: String,
+    },
+}
+
+/// What start-up did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartupReport {
+    /// Where the filters came from.
+    pub filters_from: FiltersFrom,
+    /// How long opening took.
+    pub duration: std::time::Duration,
+}
+
 /// Longest queue key the API allows.
 const MAX_QUEUE_KEY: usize = 255;
 
@@ -119,7 +148,9 @@ struct PartitionCounters {
 /// The seen test and the store behind it.
 pub struct Ingest {
     store: Arc<Store>,
-    committer: Committer,
+    // `None` only during shutdown.
+    committer: Option<Committer>,
+    startup: StartupReport,
     filters: PartitionedBloom,
     mode: DedupMode,
     max_url_length: usize,
@@ -159,8 +190,10 @@ fn joined(first: &str, second: &str) -> Vec<u8> {
 }
 
 impl Ingest {
-    /// Opens ingest over a store: builds the filters and fills them with
-    /// every stored key, so they hold the store's keys whatever happened
+    /// Opens ingest over a store. The filters come from the snapshots of a
+    /// clean shutdown when the store is unchanged since (see
+    /// [`crate::snapshots`]); otherwise they are rebuilt from every stored
+    /// key. Either way they hold exactly the store's keys, whatever happened
     /// before (a clean stop or a kill).
     pub fn open(
         store: Store,
@@ -168,21 +201,43 @@ impl Ingest {
         mode: DedupMode,
         max_url_length: usize,
     ) -> Result<Self, IngestError> {
-        let filters = PartitionedBloom::new(
-            config.partitions,
-            config.layout,
-            config.expected_urls_per_partition.max(1),
-            config.fp_rate,
-        )?;
+        let started = Instant::now();
+        let token = store.clean_shutdown_token()?;
+        let loaded = token.map(|token| snapshots::load(store.data_dir(), token, config.partitions));
+        let (filters, source) = match loaded {
+            Some(Ok(filters)) => (
+                PartitionedBloom::from_filters(filters)?,
+                FiltersFrom::Snapshots,
+            ),
+            not_loaded => {
+                let reason = match not_loaded {
+                    Some(Err(error)) => error.to_string(),
+                    _ => "no clean shutdown recorded".to_owned(),
+                };
+                let filters = PartitionedBloom::new(
+                    config.partitions,
+                    config.layout,
+                    config.expected_urls_per_partition.max(1),
+                    config.fp_rate,
+                )?;
+                let partitions = filters.partition_count();
+                let keys = store.for_each_url(|crawl, url, record| {
+                    let partition = partition_of(crawl, &record.queue_key, partitions);
+                    // The index comes from partition_of, so it exists.
+                    let _ = filters.insert(partition, filter_key(crawl, url));
+                })?;
+                (filters, FiltersFrom::Store { keys, reason })
+            }
+        };
+        if token.is_some() {
+            // From the first write on, the snapshots no longer describe the
+            // store: forget them before any write can happen.
+            store.set_clean_shutdown_token(None)?;
+        }
         let partitions = filters.partition_count();
-        store.for_each_url(|crawl, url, record| {
-            let partition = partition_of(crawl, &record.queue_key, partitions);
-            // The index comes from partition_of, so it exists.
-            let _ = filters.insert(partition, filter_key(crawl, url));
-        })?;
         let store = Arc::new(store);
         Ok(Self {
-            committer: Committer::start(Arc::clone(&store)),
+            committer: Some(Committer::start(Arc::clone(&store))),
             store,
             filters,
             mode,
@@ -190,7 +245,36 @@ impl Ingest {
             counters: (0..partitions)
                 .map(|_| PartitionCounters::default())
                 .collect(),
+            startup: StartupReport {
+                filters_from: source,
+                duration: started.elapsed(),
+            },
         })
+    }
+
+    /// Where the filters came from at start-up, and how long it took.
+    #[must_use]
+    pub fn startup(&self) -> &StartupReport {
+        &self.startup
+    }
+
+    /// A clean shutdown: waits for in-flight commits, writes the filter
+    /// snapshots, then records in the store that they match it.
+    pub fn shutdown(mut self) -> Result<(), IngestError> {
+        // Dropping the committer drains its queue and joins its thread.
+        drop(self.committer.take());
+        let token = KeyHash::of(
+            &std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+                .to_le_bytes(),
+        )
+        .to_u128() as u64;
+        snapshots::write(self.store.data_dir(), &self.filters, token)
+            .map_err(IngestError::Snapshot)?;
+        self.store.set_clean_shutdown_token(Some(token))?;
+        Ok(())
     }
 
     /// The store.
@@ -285,7 +369,8 @@ impl Ingest {
             return Ok(outcomes);
         }
         // Shares a transaction with concurrent batches (group commit).
-        let stored = self.committer.insert_if_absent(new_urls)?;
+        let committer = self.committer.as_ref().ok_or(StoreError::Stopped)?;
+        let stored = committer.insert_if_absent(new_urls)?;
         // Durable now: teach the filters (store first, filter second).
         for (&(index, partition, hash, maybe), &was_stored) in candidates.iter().zip(&stored) {
             let counters = &self.counters[partition];
@@ -528,6 +613,80 @@ mod tests {
         });
         assert_eq!(stored, 2 * 50 * 20);
         assert_eq!(stored_keys_in_filters(&ingest), 2_000);
+    }
+
+    fn urls(range: std::ops::Range<u32>) -> Vec<Discovered> {
+        range
+            .map(|i| item(&format!("http://h{}.example/s/{i}", i % 30)))
+            .collect()
+    }
+
+    #[test]
+    fn clean_restarts_load_snapshots_and_anything_else_rebuilds() {
+        let dir = tempfile::tempdir().unwrap();
+        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        let config = FilterConfig {
+            partitions: 8,
+            ..FilterConfig::default()
+        };
+        let reopen = |config| open(dir.path(), config, DedupMode::Exact);
+
+        let first = reopen(config);
+        assert!(matches!(
+            first.startup().filters_from,
+            FiltersFrom::Store { keys: 0, .. }
+        ));
+        first
+            .put_discovered("c", &urls(0..3_000), &rules, &seeds, 1)
+            .unwrap();
+        first.shutdown().unwrap();
+
+        // Clean restart: snapshots, and the token is spent.
+        let second = reopen(config);
+        assert_eq!(second.startup().filters_from, FiltersFrom::Snapshots);
+        assert_eq!(stored_keys_in_filters(&second), 3_000);
+        assert_eq!(second.store().clean_shutdown_token().unwrap(), None);
+        second
+            .put_discovered("c", &urls(3_000..4_000), &rules, &seeds, 1)
+            .unwrap();
+        drop(second); // a crash: no shutdown
+
+        // After the crash the old snapshots would miss 1 000 keys: rebuilt.
+        let third = reopen(config);
+        assert!(matches!(
+            third.startup().filters_from,
+            FiltersFrom::Store { keys: 4_000, .. }
+        ));
+        assert_eq!(stored_keys_in_filters(&third), 4_000);
+        third.shutdown().unwrap();
+
+        // A damaged snapshot file: rebuilt, with the reason.
+        let snapshot = dir.path().join("filters/partition-3.bloom");
+        let mut bytes = std::fs::read(&snapshot).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x10;
+        std::fs::write(&snapshot, bytes).unwrap();
+        let fourth = reopen(config);
+        match &fourth.startup().filters_from {
+            FiltersFrom::Store {
+                keys: 4_000,
+                reason,
+            } => assert!(reason.contains("partition-3"), "{reason}"),
+            other => panic!("expected a rebuild, got {other:?}"),
+        }
+        assert_eq!(stored_keys_in_filters(&fourth), 4_000);
+        fourth.shutdown().unwrap();
+
+        // Another partition count: the snapshots do not fit.
+        let fifth = reopen(FilterConfig {
+            partitions: 16,
+            ..config
+        });
+        assert!(matches!(
+            fifth.startup().filters_from,
+            FiltersFrom::Store { keys: 4_000, .. }
+        ));
+        assert_eq!(stored_keys_in_filters(&fifth), 4_000);
     }
 
     #[test]

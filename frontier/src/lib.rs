@@ -8,6 +8,8 @@
 //! - [`scope`]: admission rules (host scope from the seeds, include/exclude
 //!   patterns, depth limit, path-repeat traps) and the skip reasons.
 //! - [`record`]: the stored value of one URL and its binary form.
+//! - [`snapshots`]: filter snapshots written at a clean shutdown and
+//!   trusted only while the store is unchanged since.
 //! - [`store`]: the redb store: single-opener lock, schema version checks,
 //!   the `urls` table.
 //! - [`commit`]: group commit, so concurrent writers share transactions.
@@ -21,4 +23,5 @@ pub mod commit;
 pub mod ingest;
 pub mod record;
 pub mod scope;
+pub mod snapshots;
 pub mod store;

@@ -5,7 +5,7 @@
 //!
 //! | table | key | value | holds |
 //! |---|---|---|---|
-//! | `meta` | `&str` | `u64` | `schema_version` |
+//! | `meta` | `&str` | `u64` | `schema_version`; `clean_shutdown_token` while filter snapshots match the store |
 //! | `urls` | `(crawl ID, canonical URL)` | [`UrlRecord`] bytes | every URL a crawl knows |
 //!
 //! Tables for queues and crawl state are added by the code that uses them,
@@ -29,6 +29,7 @@ pub const FILE_NAME: &str = "frontier.redb";
 
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 const SCHEMA_VERSION_KEY: &str = "schema_version";
+const CLEAN_TOKEN_KEY: &str = "clean_shutdown_token";
 const URLS: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("urls");
 
 /// A URL to store if its crawl does not know it yet.
@@ -170,6 +171,12 @@ impl Store {
         &self.path
     }
 
+    /// The data directory holding the store file.
+    #[must_use]
+    pub fn data_dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+
     /// The schema version recorded in the file.
     pub fn schema_version(&self) -> Result<u64, StoreError> {
         let read = self.db.begin_read()?;
@@ -178,6 +185,34 @@ impl Store {
             .get(SCHEMA_VERSION_KEY)?
             .map(|v| v.value())
             .unwrap_or(0))
+    }
+
+    /// The token a clean shutdown recorded after writing filter snapshots,
+    /// if the store has not been written since.
+    pub fn clean_shutdown_token(&self) -> Result<Option<u64>, StoreError> {
+        let read = self.db.begin_read()?;
+        let meta = read.open_table(META)?;
+        Ok(meta.get(CLEAN_TOKEN_KEY)?.map(|v| v.value()))
+    }
+
+    /// Records (`Some`) or clears (`None`) the clean-shutdown token, durably.
+    /// It is cleared before the first write after start-up, so snapshots are
+    /// never trusted for a store that changed after they were taken.
+    pub fn set_clean_shutdown_token(&self, token: Option<u64>) -> Result<(), StoreError> {
+        let write = self.db.begin_write()?;
+        {
+            let mut meta = write.open_table(META)?;
+            match token {
+                Some(token) => {
+                    meta.insert(CLEAN_TOKEN_KEY, token)?;
+                }
+                None => {
+                    meta.remove(CLEAN_TOKEN_KEY)?;
+                }
+            }
+        }
+        write.commit()?;
+        Ok(())
     }
 
     fn check_schema(&self) -> Result<(), StoreError> {
