@@ -143,6 +143,7 @@ mod tests {
         NewUrl {
             crawl: "c".into(),
             url,
+            partition: 0,
             record: UrlRecord {
                 due_at: 1,
                 queue_key: "q".into(),

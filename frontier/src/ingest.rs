@@ -82,6 +82,9 @@ pub enum IngestError {
     /// The transaction holding the batch failed; nothing of it was stored.
     #[error(transparent)]
     Commit(#[from] CommitFailed),
+    /// More partitions than [`MAX_PARTITIONS`].
+    #[error("{0} partitions is more than the supported {MAX_PARTITIONS}")]
+    TooManyPartitions(usize),
     /// Filter snapshots could not be written at shutdown (the store is
     /// intact; the next start rebuilds the filters from it).
     #[error("cannot write filter snapshots: {0}")]
@@ -136,6 +139,9 @@ pub struct StartupReport {
     pub duration: std::time::Duration,
 }
 
+/// The most partitions a frontier may have.
+pub const MAX_PARTITIONS: usize = 1 << 16;
+
 /// Longest queue key the API allows.
 const MAX_QUEUE_KEY: usize = 255;
 
@@ -153,6 +159,7 @@ pub struct Ingest {
     startup: StartupReport,
     filters: PartitionedBloom,
     mode: DedupMode,
+    config: FilterConfig,
     max_url_length: usize,
     counters: Box<[PartitionCounters]>,
 }
@@ -202,6 +209,9 @@ impl Ingest {
         max_url_length: usize,
     ) -> Result<Self, IngestError> {
         let started = Instant::now();
+        if config.partitions > MAX_PARTITIONS {
+            return Err(IngestError::TooManyPartitions(config.partitions));
+        }
         let token = store.clean_shutdown_token()?;
         let loaded = token.map(|token| snapshots::load(store.data_dir(), token, config.partitions));
         let (filters, source) = match loaded {
@@ -241,6 +251,7 @@ impl Ingest {
             store,
             filters,
             mode,
+            config,
             max_url_length,
             counters: (0..partitions)
                 .map(|_| PartitionCounters::default())
@@ -250,6 +261,37 @@ impl Ingest {
                 duration: started.elapsed(),
             },
         })
+    }
+
+    /// Partitions whose filter is fuller than `fill_ratio` and not being
+    /// rebuilt already.
+    #[must_use]
+    pub fn partitions_to_rebuild(&self, fill_ratio: f64) -> Vec<usize> {
+        self.filters.needs_rebuild(fill_ratio)
+    }
+
+    /// Rebuilds one partition's filter online, sized for `capacity` URLs,
+    /// from the URLs the store holds for it. Puts go on meanwhile: keys they
+    /// store reach the new filter either through the store (committed before
+    /// the rebuild's read began) or by being inserted into both filters (the
+    /// store-first order of `bloom_core::partitioned`).
+    pub fn rebuild_partition(
+        &self,
+        partition: usize,
+        capacity: u64,
+    ) -> Result<bloom_core::RebuildReport, IngestError> {
+        let filter = bloom_core::BloomFilter::with_layout(
+            self.config.layout,
+            capacity.max(1),
+            self.config.fp_rate,
+        )?;
+        let rebuild = self.filters.begin_rebuild(partition, filter)?;
+        // The read transaction starts now, after the rebuild began.
+        self.store
+            .for_each_url_in_partition(partition as u32, |crawl, url| {
+                rebuild.insert(filter_key(crawl, url));
+            })?;
+        Ok(rebuild.finish())
     }
 
     /// Where the filters came from at start-up, and how long it took.
@@ -355,6 +397,8 @@ impl Ingest {
             outcomes.push(Outcome::Stored);
             new_urls.push(NewUrl {
                 crawl: crawl.to_owned(),
+                // At most MAX_PARTITIONS, checked at open.
+                partition: partition as u32,
                 url: canonical.into_string(),
                 record: UrlRecord {
                     created_at: now,
@@ -687,6 +731,61 @@ mod tests {
             FiltersFrom::Store { keys: 4_000, .. }
         ));
         assert_eq!(stored_keys_in_filters(&fifth), 4_000);
+    }
+
+    /// Two threads put while a third rebuilds partitions over and over, at
+    /// growing sizes: no stored key is ever missing from its filter.
+    #[test]
+    fn rebuilds_under_concurrent_puts_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = FilterConfig {
+            partitions: 4,
+            expected_urls_per_partition: 100,
+            ..FilterConfig::default()
+        };
+        let ingest = open(dir.path(), config, DedupMode::Exact);
+        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        let putting = std::sync::atomic::AtomicUsize::new(2);
+        let rebuilds = std::thread::scope(|scope| {
+            for thread in 0..2_u32 {
+                let (ingest, rules, seeds, putting) = (&ingest, &rules, &seeds, &putting);
+                scope.spawn(move || {
+                    for batch in 0..60 {
+                        let start = thread * 100_000 + batch * 50;
+                        ingest
+                            .put_discovered("c", &urls(start..start + 50), rules, seeds, 1)
+                            .unwrap();
+                        // Every acknowledged URL is found right away.
+                        for url in urls(start..start + 50) {
+                            let canonical = canonicalise(&url.url, 2048).unwrap();
+                            let partition = partition_of("c", canonical.host(), 4);
+                            let hash = filter_key("c", canonical.as_str());
+                            assert!(ingest.filters().contains(partition, hash).unwrap());
+                        }
+                    }
+                    putting.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+            let (ingest, putting) = (&ingest, &putting);
+            scope
+                .spawn(move || {
+                    let mut rebuilds = 0_u64;
+                    while putting.load(Ordering::SeqCst) > 0 {
+                        let partition = (rebuilds % 4) as usize;
+                        ingest
+                            .rebuild_partition(partition, 200 + rebuilds * 50)
+                            .unwrap();
+                        rebuilds += 1;
+                    }
+                    rebuilds
+                })
+                .join()
+                .unwrap()
+        });
+        assert!(rebuilds > 0);
+        assert_eq!(stored_keys_in_filters(&ingest), 6_000);
+        let health = ingest.filters().health();
+        assert_eq!(health.total.rebuilds, rebuilds);
     }
 
     #[test]

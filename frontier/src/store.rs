@@ -7,6 +7,7 @@
 //! |---|---|---|---|
 //! | `meta` | `&str` | `u64` | `schema_version`; `clean_shutdown_token` while filter snapshots match the store |
 //! | `urls` | `(crawl ID, canonical URL)` | [`UrlRecord`] bytes | every URL a crawl knows |
+//! | `partition_urls` | `(partition, crawl ID, canonical URL)` | `()` | the same URLs by filter partition, so a rebuild reads only its partition |
 //!
 //! Tables for queues and crawl state are added by the code that uses them,
 //! each documented here with the version that introduced it.
@@ -31,6 +32,8 @@ const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 const SCHEMA_VERSION_KEY: &str = "schema_version";
 const CLEAN_TOKEN_KEY: &str = "clean_shutdown_token";
 const URLS: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("urls");
+const PARTITION_URLS: TableDefinition<'_, (u32, &str, &str), ()> =
+    TableDefinition::new("partition_urls");
 
 /// A URL to store if its crawl does not know it yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +42,8 @@ pub struct NewUrl {
     pub crawl: String,
     /// The canonical URL.
     pub url: String,
+    /// The filter partition of its queue.
+    pub partition: u32,
     /// What to store for it.
     pub record: UrlRecord,
 }
@@ -254,12 +259,14 @@ impl Store {
         let mut stored = Vec::with_capacity(urls.len());
         {
             let mut table = write.open_table(URLS)?;
+            let mut by_partition = write.open_table(PARTITION_URLS)?;
             for new in urls {
                 let key = (new.crawl.as_str(), new.url.as_str());
                 if table.get(key)?.is_some() {
                     stored.push(false);
                 } else {
                     table.insert(key, new.record.encode().as_slice())?;
+                    by_partition.insert((new.partition, key.0, key.1), ())?;
                     stored.push(true);
                 }
             }
@@ -311,6 +318,29 @@ impl Store {
                     source,
                 })?;
             visit(crawl, url, &record);
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// Calls `visit(crawl, url)` for every URL stored in one filter
+    /// partition, from one consistent snapshot; answers how many.
+    pub fn for_each_url_in_partition(
+        &self,
+        partition: u32,
+        mut visit: impl FnMut(&str, &str),
+    ) -> Result<u64, StoreError> {
+        let read = self.db.begin_read()?;
+        let table = match read.open_table(PARTITION_URLS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+            Err(error) => return Err(error.into()),
+        };
+        let mut count = 0;
+        for entry in table.range((partition, "", "")..(partition + 1, "", ""))? {
+            let (key, ()) = entry.map(|(k, v)| (k, v.value()))?;
+            let (_, crawl, url) = key.value();
+            visit(crawl, url);
             count += 1;
         }
         Ok(count)
