@@ -195,7 +195,7 @@ mod tests {
         }
         assert_eq!(times_told.len(), 4 * 40 * 25);
         assert!(times_told.values().all(|&n| n == 1));
-        assert_eq!(store.for_each_url(|_, _, _| {}).unwrap(), 4_000);
+        assert_eq!(store.for_each_url(|_, _, _, _| {}).unwrap(), 4_000);
         assert!(committer.commits() >= 1 && committer.commits() <= 320);
     }
 

@@ -82,6 +82,17 @@ pub enum IngestError {
     /// The transaction holding the batch failed; nothing of it was stored.
     #[error(transparent)]
     Commit(#[from] CommitFailed),
+    /// The store was created with another partition count (its URL keys
+    /// embed the partition).
+    #[error(
+        "the store was created with {recorded} partitions, not {configured}: start with --partitions {recorded}"
+    )]
+    PartitionsChanged {
+        /// The count in the store.
+        recorded: usize,
+        /// The count asked for.
+        configured: usize,
+    },
     /// More partitions than [`MAX_PARTITIONS`].
     #[error("{0} partitions is more than the supported {MAX_PARTITIONS}")]
     TooManyPartitions(usize),
@@ -179,10 +190,16 @@ pub fn filter_key(crawl: &str, url: &str) -> KeyHash {
     KeyHash::of(&joined(crawl, url))
 }
 
-/// The partition of a queue in a crawl, stable across builds and platforms.
+/// The partition of a host in a crawl, stable across builds and platforms.
+///
+/// Partitions follow the host, not the client's queue key: a URL's host is
+/// a function of the URL, so a URL always lands in the same partition and
+/// is deduplicated there even if two clients file it under different queue
+/// keys. With the default queue key (the host) the two coincide, as
+/// DESIGN.md intends.
 #[must_use]
-pub fn partition_of(crawl: &str, queue_key: &str, partitions: usize) -> usize {
-    KeyHash::of(&joined(crawl, queue_key)).partition(partitions)
+pub fn partition_of(crawl: &str, host: &str, partitions: usize) -> usize {
+    KeyHash::of(&joined(crawl, host)).partition(partitions)
 }
 
 fn joined(first: &str, second: &str) -> Vec<u8> {
@@ -212,6 +229,13 @@ impl Ingest {
         if config.partitions > MAX_PARTITIONS {
             return Err(IngestError::TooManyPartitions(config.partitions));
         }
+        let recorded = store.partitions(config.partitions as u32)? as usize;
+        if recorded != config.partitions {
+            return Err(IngestError::PartitionsChanged {
+                recorded,
+                configured: config.partitions,
+            });
+        }
         let token = store.clean_shutdown_token()?;
         let loaded = token.map(|token| snapshots::load(store.data_dir(), token, config.partitions));
         let (filters, source) = match loaded {
@@ -230,11 +254,9 @@ impl Ingest {
                     config.expected_urls_per_partition.max(1),
                     config.fp_rate,
                 )?;
-                let partitions = filters.partition_count();
-                let keys = store.for_each_url(|crawl, url, record| {
-                    let partition = partition_of(crawl, &record.queue_key, partitions);
-                    // The index comes from partition_of, so it exists.
-                    let _ = filters.insert(partition, filter_key(crawl, url));
+                let keys = store.for_each_url(|partition, crawl, url, _| {
+                    // Stored partitions are below the count checked above.
+                    let _ = filters.insert(partition as usize, filter_key(crawl, url));
                 })?;
                 (filters, FiltersFrom::Store { keys, reason })
             }
@@ -386,7 +408,7 @@ impl Ingest {
             } else {
                 item.queue_key.clone()
             };
-            let partition = partition_of(crawl, &queue_key, partitions);
+            let partition = partition_of(crawl, canonical.host(), partitions);
             let hash = filter_key(crawl, canonical.as_str());
             let maybe = self.filters.contains(partition, hash)?;
             if maybe && self.mode == DedupMode::Bloom {
@@ -444,17 +466,25 @@ mod tests {
         }
     }
 
+    fn host_of(url: &str) -> String {
+        url::Url::parse(url).unwrap().host_str().unwrap().to_owned()
+    }
+
     /// Checks that every stored URL is in its partition's filter; answers
     /// how many were checked.
     fn stored_keys_in_filters(ingest: &Ingest) -> u64 {
         let partitions = ingest.filters().partition_count();
         ingest
             .store()
-            .for_each_url(|crawl, url, record| {
-                let partition = partition_of(crawl, &record.queue_key, partitions);
+            .for_each_url(|partition, crawl, url, record| {
+                assert_eq!(
+                    partition as usize,
+                    partition_of(crawl, &host_of(url), partitions)
+                );
+                assert_eq!(record.queue_key, host_of(url));
                 let hash = filter_key(crawl, url);
                 assert!(
-                    ingest.filters().contains(partition, hash).unwrap(),
+                    ingest.filters().contains(partition as usize, hash).unwrap(),
                     "{url} missing"
                 );
             })
@@ -501,7 +531,11 @@ mod tests {
         assert_eq!(other_crawl, vec![Outcome::Stored]);
         let record = ingest
             .store()
-            .get("c", "http://example.com/a")
+            .get(
+                partition_of("c", "example.com", 64) as u32,
+                "c",
+                "http://example.com/a",
+            )
             .unwrap()
             .unwrap();
         assert_eq!(record.created_at, 100);
@@ -539,7 +573,7 @@ mod tests {
         };
         let outcomes = put_all(&exact);
         assert!(outcomes.iter().all(|o| *o == Outcome::Stored));
-        assert_eq!(exact.store().for_each_url(|_, _, _| {}).unwrap(), 2_000);
+        assert_eq!(exact.store().for_each_url(|_, _, _, _| {}).unwrap(), 2_000);
         let (refuted, lookups) = (0..2)
             .map(|p| exact.observed_false_positives(p).unwrap())
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
@@ -721,16 +755,18 @@ mod tests {
         assert_eq!(stored_keys_in_filters(&fourth), 4_000);
         fourth.shutdown().unwrap();
 
-        // Another partition count: the snapshots do not fit.
-        let fifth = reopen(FilterConfig {
-            partitions: 16,
-            ..config
-        });
-        assert!(matches!(
-            fifth.startup().filters_from,
-            FiltersFrom::Store { keys: 4_000, .. }
-        ));
-        assert_eq!(stored_keys_in_filters(&fifth), 4_000);
+        // Another partition count: refused, with the count to use.
+        let error = Ingest::open(
+            Store::open(dir.path()).unwrap(),
+            FilterConfig {
+                partitions: 16,
+                ..config
+            },
+            DedupMode::Exact,
+            2048,
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("--partitions 8"), "{error}");
     }
 
     /// Two threads put while a third rebuilds partitions over and over, at

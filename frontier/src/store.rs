@@ -5,9 +5,8 @@
 //!
 //! | table | key | value | holds |
 //! |---|---|---|---|
-//! | `meta` | `&str` | `u64` | `schema_version`; `clean_shutdown_token` while filter snapshots match the store |
-//! | `urls` | `(crawl ID, canonical URL)` | [`UrlRecord`] bytes | every URL a crawl knows |
-//! | `partition_urls` | `(partition, crawl ID, canonical URL)` | `()` | the same URLs by filter partition, so a rebuild reads only its partition |
+//! | `meta` | `&str` | `u64` | `schema_version`; `partitions` (fixed at creation: URL keys embed it); `clean_shutdown_token` while filter snapshots match the store |
+//! | `urls` | `(partition, crawl ID, canonical URL)` | [`UrlRecord`] bytes | every URL a crawl knows, grouped by filter partition so that a rebuild reads only its own |
 //!
 //! Tables for queues and crawl state are added by the code that uses them,
 //! each documented here with the version that introduced it.
@@ -31,9 +30,8 @@ pub const FILE_NAME: &str = "frontier.redb";
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 const SCHEMA_VERSION_KEY: &str = "schema_version";
 const CLEAN_TOKEN_KEY: &str = "clean_shutdown_token";
-const URLS: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("urls");
-const PARTITION_URLS: TableDefinition<'_, (u32, &str, &str), ()> =
-    TableDefinition::new("partition_urls");
+const PARTITIONS_KEY: &str = "partitions";
+const URLS: TableDefinition<'_, (u32, &str, &str), &[u8]> = TableDefinition::new("urls");
 
 /// A URL to store if its crawl does not know it yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,14 +257,12 @@ impl Store {
         let mut stored = Vec::with_capacity(urls.len());
         {
             let mut table = write.open_table(URLS)?;
-            let mut by_partition = write.open_table(PARTITION_URLS)?;
             for new in urls {
-                let key = (new.crawl.as_str(), new.url.as_str());
+                let key = (new.partition, new.crawl.as_str(), new.url.as_str());
                 if table.get(key)?.is_some() {
                     stored.push(false);
                 } else {
                     table.insert(key, new.record.encode().as_slice())?;
-                    by_partition.insert((new.partition, key.0, key.1), ())?;
                     stored.push(true);
                 }
             }
@@ -275,15 +271,20 @@ impl Store {
         Ok(stored)
     }
 
-    /// What the store holds for one URL.
-    pub fn get(&self, crawl: &str, url: &str) -> Result<Option<UrlRecord>, StoreError> {
+    /// What the store holds for one URL of a partition.
+    pub fn get(
+        &self,
+        partition: u32,
+        crawl: &str,
+        url: &str,
+    ) -> Result<Option<UrlRecord>, StoreError> {
         let read = self.db.begin_read()?;
         let table = match read.open_table(URLS) {
             Ok(table) => table,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
             Err(error) => return Err(error.into()),
         };
-        let Some(bytes) = table.get((crawl, url))? else {
+        let Some(bytes) = table.get((partition, crawl, url))? else {
             return Ok(None);
         };
         UrlRecord::decode(bytes.value())
@@ -295,11 +296,31 @@ impl Store {
             })
     }
 
-    /// Calls `visit(crawl, url, record)` for every stored URL, in key order,
-    /// from one consistent snapshot; answers how many there were.
+    /// The partition count URL keys were made with; recorded on first use.
+    pub fn partitions(&self, configured: u32) -> Result<u32, StoreError> {
+        let write = self.db.begin_write()?;
+        let recorded = {
+            let mut meta = write.open_table(META)?;
+            let recorded = meta.get(PARTITIONS_KEY)?.map(|v| v.value());
+            match recorded {
+                Some(recorded) => recorded,
+                None => {
+                    meta.insert(PARTITIONS_KEY, u64::from(configured))?;
+                    u64::from(configured)
+                }
+            }
+        };
+        write.commit()?;
+        u32::try_from(recorded).map_err(|_| StoreError::NotAFrontierStore {
+            path: self.path.clone(),
+        })
+    }
+
+    /// Calls `visit(partition, crawl, url, record)` for every stored URL, in
+    /// key order, from one consistent snapshot; answers how many there were.
     pub fn for_each_url(
         &self,
-        mut visit: impl FnMut(&str, &str, &UrlRecord),
+        mut visit: impl FnMut(u32, &str, &str, &UrlRecord),
     ) -> Result<u64, StoreError> {
         let read = self.db.begin_read()?;
         let table = match read.open_table(URLS) {
@@ -310,14 +331,14 @@ impl Store {
         let mut count = 0;
         for entry in table.iter()? {
             let (key, value) = entry?;
-            let (crawl, url) = key.value();
+            let (partition, crawl, url) = key.value();
             let record =
                 UrlRecord::decode(value.value()).map_err(|source| StoreError::CorruptRecord {
                     crawl: crawl.to_owned(),
                     url: url.to_owned(),
                     source,
                 })?;
-            visit(crawl, url, &record);
+            visit(partition, crawl, url, &record);
             count += 1;
         }
         Ok(count)
@@ -331,14 +352,14 @@ impl Store {
         mut visit: impl FnMut(&str, &str),
     ) -> Result<u64, StoreError> {
         let read = self.db.begin_read()?;
-        let table = match read.open_table(PARTITION_URLS) {
+        let table = match read.open_table(URLS) {
             Ok(table) => table,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
             Err(error) => return Err(error.into()),
         };
         let mut count = 0;
         for entry in table.range((partition, "", "")..(partition + 1, "", ""))? {
-            let (key, ()) = entry.map(|(k, v)| (k, v.value()))?;
+            let (key, _) = entry?;
             let (_, crawl, url) = key.value();
             visit(crawl, url);
             count += 1;
