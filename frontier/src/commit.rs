@@ -144,6 +144,8 @@ mod tests {
             crawl: "c".into(),
             url,
             partition: 0,
+            // Forces the insert-first path, whose restore this test covers.
+            maybe_known: false,
             record: UrlRecord {
                 due_at: 1,
                 queue_key: "q".into(),

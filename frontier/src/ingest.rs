@@ -421,6 +421,7 @@ impl Ingest {
                 crawl: crawl.to_owned(),
                 // At most MAX_PARTITIONS, checked at open.
                 partition: partition as u32,
+                maybe_known: maybe,
                 url: canonical.into_string(),
                 record: UrlRecord {
                     created_at: now,

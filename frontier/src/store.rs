@@ -40,8 +40,12 @@ pub struct NewUrl {
     pub crawl: String,
     /// The canonical URL.
     pub url: String,
-    /// The filter partition of its queue.
+    /// The filter partition of its host.
     pub partition: u32,
+    /// Whether the filter said "maybe". A "no" is certain, so the URL is
+    /// inserted without a lookup first (one B-tree descent instead of two);
+    /// a "maybe" is looked up first, since it is usually known.
+    pub maybe_known: bool,
     /// What to store for it.
     pub record: UrlRecord,
 }
@@ -259,11 +263,22 @@ impl Store {
             let mut table = write.open_table(URLS)?;
             for new in urls {
                 let key = (new.partition, new.crawl.as_str(), new.url.as_str());
-                if table.get(key)?.is_some() {
+                if new.maybe_known && table.get(key)?.is_some() {
                     stored.push(false);
-                } else {
-                    table.insert(key, new.record.encode().as_slice())?;
-                    stored.push(true);
+                    continue;
+                }
+                let previous = table
+                    .insert(key, new.record.encode().as_slice())?
+                    .map(|old| old.value().to_vec());
+                match previous {
+                    // Known after all (a concurrent batch stored it after
+                    // the filter was asked, or it came earlier in this
+                    // transaction): put the stored record back.
+                    Some(old) => {
+                        table.insert(key, old.as_slice())?;
+                        stored.push(false);
+                    }
+                    None => stored.push(true),
                 }
             }
         }
@@ -394,6 +409,52 @@ mod tests {
         assert_eq!(
             Store::open(&nested).unwrap().schema_version().unwrap(),
             SCHEMA_VERSION
+        );
+    }
+
+    /// A URL the filter wrongly calls new (or that a concurrent batch just
+    /// stored) is inserted blind; the original record must survive.
+    #[test]
+    fn a_blind_insert_of_a_known_url_keeps_the_stored_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let new = |created_at, maybe_known| NewUrl {
+            crawl: "c".into(),
+            url: "http://x/".into(),
+            partition: 3,
+            maybe_known,
+            record: UrlRecord {
+                created_at,
+                due_at: 1,
+                ..UrlRecord::default()
+            },
+        };
+        assert_eq!(
+            store.insert_if_absent(&[new(1, false)]).unwrap(),
+            vec![true]
+        );
+        assert_eq!(
+            store
+                .insert_if_absent(&[new(2, false), new(3, true), new(4, false)])
+                .unwrap(),
+            vec![false, false, false]
+        );
+        assert_eq!(
+            store.get(3, "c", "http://x/").unwrap().unwrap().created_at,
+            1
+        );
+        // Within one transaction too.
+        let other = |created_at| NewUrl {
+            url: "http://y/".into(),
+            ..new(created_at, false)
+        };
+        assert_eq!(
+            store.insert_if_absent(&[other(5), other(6)]).unwrap(),
+            vec![true, false]
+        );
+        assert_eq!(
+            store.get(3, "c", "http://y/").unwrap().unwrap().created_at,
+            5
         );
     }
 
