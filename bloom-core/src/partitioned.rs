@@ -331,8 +331,18 @@ impl PartitionedBloom {
         Ok(rebuild.finish())
     }
 
+    /// Whether a partition is being rebuilt now.
+    pub fn is_rebuilding(&self, partition: usize) -> Result<bool, FilterError> {
+        Ok(self
+            .partition(partition)?
+            .rebuilding
+            .load(Ordering::Acquire))
+    }
+
     /// Partitions whose fill ratio exceeds `fill_threshold` and that are not
-    /// being rebuilt already.
+    /// being rebuilt already. Counts the set bits of every partition (one
+    /// pass over all filters); a caller that knows how many keys each
+    /// partition holds can predict the fill more cheaply.
     #[must_use]
     pub fn needs_rebuild(&self, fill_threshold: f64) -> Vec<usize> {
         self.partitions

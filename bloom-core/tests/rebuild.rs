@@ -151,6 +151,7 @@ fn abandoned_rebuild_keeps_every_key_and_frees_the_partition() {
             set.insert(0, h).unwrap();
         });
         assert!(set.health().partitions[0].rebuilding);
+        assert!(set.is_rebuilding(0).unwrap());
         assert_eq!(set.health().partitions[0].rebuild_fed, 10);
         assert_eq!(
             set.begin_rebuild(0, BloomFilter::new(10, 0.1).unwrap())
@@ -167,6 +168,7 @@ fn abandoned_rebuild_keeps_every_key_and_frees_the_partition() {
     );
     let health = set.health().partitions[0];
     assert!(!health.rebuilding);
+    assert!(!set.is_rebuilding(0).unwrap());
     assert_eq!(health.rebuilds, 0);
     assert!(
         set.begin_rebuild(0, BloomFilter::new(10, 0.1).unwrap())

@@ -160,6 +160,9 @@ const MAX_QUEUE_KEY: usize = 255;
 struct PartitionCounters {
     refuted_maybes: AtomicU64,
     absent_lookups: AtomicU64,
+    /// Keys the store holds for the partition: exact after a rebuild from
+    /// the store, estimated from the filter after loading snapshots.
+    stored: AtomicU64,
 }
 
 /// The seen test and the store behind it.
@@ -238,11 +241,18 @@ impl Ingest {
         }
         let token = store.clean_shutdown_token()?;
         let loaded = token.map(|token| snapshots::load(store.data_dir(), token, config.partitions));
-        let (filters, source) = match loaded {
-            Some(Ok(filters)) => (
-                PartitionedBloom::from_filters(filters)?,
-                FiltersFrom::Snapshots,
-            ),
+        let (filters, source, stored) = match loaded {
+            Some(Ok(filters)) => {
+                let stored = filters
+                    .iter()
+                    .map(|f| f.estimated_items().round() as u64)
+                    .collect();
+                (
+                    PartitionedBloom::from_filters(filters)?,
+                    FiltersFrom::Snapshots,
+                    stored,
+                )
+            }
             not_loaded => {
                 let reason = match not_loaded {
                     Some(Err(error)) => error.to_string(),
@@ -254,11 +264,13 @@ impl Ingest {
                     config.expected_urls_per_partition.max(1),
                     config.fp_rate,
                 )?;
+                let mut stored = vec![0_u64; config.partitions];
                 let keys = store.for_each_url(|partition, crawl, url, _| {
                     // Stored partitions are below the count checked above.
                     let _ = filters.insert(partition as usize, filter_key(crawl, url));
+                    stored[partition as usize] += 1;
                 })?;
-                (filters, FiltersFrom::Store { keys, reason })
+                (filters, FiltersFrom::Store { keys, reason }, stored)
             }
         };
         if token.is_some() {
@@ -266,7 +278,6 @@ impl Ingest {
             // store: forget them before any write can happen.
             store.set_clean_shutdown_token(None)?;
         }
-        let partitions = filters.partition_count();
         let store = Arc::new(store);
         Ok(Self {
             committer: Some(Committer::start(Arc::clone(&store))),
@@ -275,8 +286,12 @@ impl Ingest {
             mode,
             config,
             max_url_length,
-            counters: (0..partitions)
-                .map(|_| PartitionCounters::default())
+            counters: stored
+                .into_iter()
+                .map(|stored| PartitionCounters {
+                    stored: AtomicU64::new(stored),
+                    ..PartitionCounters::default()
+                })
                 .collect(),
             startup: StartupReport {
                 filters_from: source,
@@ -285,11 +300,47 @@ impl Ingest {
         })
     }
 
-    /// Partitions whose filter is fuller than `fill_ratio` and not being
-    /// rebuilt already.
+    /// Partitions whose filter is predicted fuller than `fill_ratio` and not
+    /// being rebuilt already. The prediction, `1 - e^(-kn/m)` from the keys
+    /// the partition holds, costs nothing per call, where counting set bits
+    /// would read every filter.
     #[must_use]
     pub fn partitions_to_rebuild(&self, fill_ratio: f64) -> Vec<usize> {
-        self.filters.needs_rebuild(fill_ratio)
+        (0..self.counters.len())
+            .filter(|&partition| {
+                let Ok(filter) = self.filters.filter(partition) else {
+                    return false;
+                };
+                let keys = self.counters[partition].stored.load(Ordering::Relaxed) as f64;
+                let predicted =
+                    -(-f64::from(filter.hashes()) * keys / filter.bits() as f64).exp_m1();
+                predicted > fill_ratio && !self.filters.is_rebuilding(partition).unwrap_or(true)
+            })
+            .collect()
+    }
+
+    /// Keys the store holds for a partition (see [`Self::partitions_to_rebuild`]).
+    #[must_use]
+    pub fn stored_in_partition(&self, partition: usize) -> Option<u64> {
+        self.counters
+            .get(partition)
+            .map(|c| c.stored.load(Ordering::Relaxed))
+    }
+
+    /// Rebuilds every partition predicted fuller than `fill_ratio`, each at
+    /// twice the keys it holds, one after the other.
+    pub fn rebuild_full_partitions(
+        &self,
+        fill_ratio: f64,
+    ) -> Result<Vec<bloom_core::RebuildReport>, IngestError> {
+        self.partitions_to_rebuild(fill_ratio)
+            .into_iter()
+            .map(|partition| {
+                let keys = self.counters[partition].stored.load(Ordering::Relaxed);
+                let capacity = (2 * keys).max(self.config.expected_urls_per_partition);
+                self.rebuild_partition(partition, capacity)
+            })
+            .collect()
     }
 
     /// Rebuilds one partition's filter online, sized for `capacity` URLs,
@@ -444,6 +495,7 @@ impl Ingest {
             if was_stored {
                 self.filters.insert(partition, hash)?;
                 counters.absent_lookups.fetch_add(1, Ordering::Relaxed);
+                counters.stored.fetch_add(1, Ordering::Relaxed);
                 if maybe {
                     counters.refuted_maybes.fetch_add(1, Ordering::Relaxed);
                 }
@@ -823,6 +875,41 @@ mod tests {
         assert_eq!(stored_keys_in_filters(&ingest), 6_000);
         let health = ingest.filters().health();
         assert_eq!(health.total.rebuilds, rebuilds);
+    }
+
+    #[test]
+    fn full_partitions_are_rebuilt_at_double_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = FilterConfig {
+            partitions: 4,
+            expected_urls_per_partition: 100,
+            ..FilterConfig::default()
+        };
+        let ingest = open(dir.path(), config, DedupMode::Exact);
+        assert!(ingest.partitions_to_rebuild(0.5).is_empty());
+        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        ingest
+            .put_discovered("c", &urls(0..2_000), &rules, &seeds, 1)
+            .unwrap();
+        let full = ingest.partitions_to_rebuild(0.5);
+        assert!(!full.is_empty());
+        let total: u64 = (0..4).map(|p| ingest.stored_in_partition(p).unwrap()).sum();
+        assert_eq!(total, 2_000);
+        // The prediction agrees with the counted fill.
+        for &partition in &full {
+            assert!(ingest.filters().filter(partition).unwrap().fill_ratio() > 0.45);
+        }
+        let reports = ingest.rebuild_full_partitions(0.5).unwrap();
+        assert_eq!(reports.len(), full.len());
+        for report in &reports {
+            assert!(report.bits_after > report.bits_before);
+            assert_eq!(
+                Some(report.keys_fed),
+                ingest.stored_in_partition(report.partition)
+            );
+        }
+        assert!(ingest.partitions_to_rebuild(0.5).is_empty());
+        assert_eq!(stored_keys_in_filters(&ingest), 2_000);
     }
 
     #[test]
