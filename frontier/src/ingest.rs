@@ -150,6 +150,26 @@ pub struct StartupReport {
     pub duration: std::time::Duration,
 }
 
+/// What [`Ingest::check_url`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlCheck {
+    /// Ingest would refuse the URL.
+    Refused(CanonError),
+    /// The URL's keys and state.
+    Checked {
+        /// Canonical spelling.
+        canonical: String,
+        /// Its queue (the stored one, else the host).
+        queue_key: String,
+        /// Its filter partition.
+        partition: usize,
+        /// The filter's answer: `false` is "certainly not stored".
+        filter_maybe: bool,
+        /// What the store holds, if anything.
+        stored: Option<UrlRecord>,
+    },
+}
+
 /// The most partitions a frontier may have.
 pub const MAX_PARTITIONS: usize = 1 << 16;
 
@@ -365,6 +385,31 @@ impl Ingest {
                 rebuild.insert(filter_key(crawl, url));
             })?;
         Ok(rebuild.finish())
+    }
+
+    /// What ingest makes of one URL and what the store holds for it (the
+    /// admin API's CheckUrl, and the basis of GetURLStatus).
+    pub fn check_url(&self, crawl: &str, url: &str) -> Result<UrlCheck, IngestError> {
+        let canonical = match canonicalise(url, self.max_url_length) {
+            Ok(canonical) => canonical,
+            Err(error) => return Ok(UrlCheck::Refused(error)),
+        };
+        let partition = partition_of(crawl, canonical.host(), self.filters.partition_count());
+        let maybe = self
+            .filters
+            .contains(partition, filter_key(crawl, canonical.as_str()))?;
+        let stored = self
+            .store
+            .get(partition as u32, crawl, canonical.as_str())?;
+        Ok(UrlCheck::Checked {
+            queue_key: stored
+                .as_ref()
+                .map_or_else(|| canonical.host().to_owned(), |r| r.queue_key.clone()),
+            canonical: canonical.into_string(),
+            partition,
+            filter_maybe: maybe,
+            stored,
+        })
     }
 
     /// Where the filters came from at start-up, and how long it took.
@@ -910,6 +955,46 @@ mod tests {
         }
         assert!(ingest.partitions_to_rebuild(0.5).is_empty());
         assert_eq!(stored_keys_in_filters(&ingest), 2_000);
+    }
+
+    #[test]
+    fn check_url_reports_canonical_form_partition_filter_and_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
+        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        ingest
+            .put_discovered("c", &[item("http://example.com/a")], &rules, &seeds, 7)
+            .unwrap();
+        match ingest
+            .check_url("c", "HTTP://EXAMPLE.com:80/a#top")
+            .unwrap()
+        {
+            UrlCheck::Checked {
+                canonical,
+                queue_key,
+                partition,
+                filter_maybe,
+                stored,
+            } => {
+                assert_eq!(canonical, "http://example.com/a");
+                assert_eq!(queue_key, "example.com");
+                assert_eq!(partition, partition_of("c", "example.com", 64));
+                assert!(filter_maybe);
+                assert_eq!(stored.unwrap().created_at, 7);
+            }
+            other => panic!("{other:?}"),
+        }
+        match ingest
+            .check_url("other-crawl", "http://example.com/a")
+            .unwrap()
+        {
+            UrlCheck::Checked { stored, .. } => assert_eq!(stored, None),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            ingest.check_url("c", "mailto:x@y").unwrap(),
+            UrlCheck::Refused(_)
+        ));
     }
 
     #[test]
