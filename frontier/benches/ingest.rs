@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use frontier::ingest::{DedupMode, Discovered, FilterConfig, Ingest, Outcome};
-use frontier::scope::{Rules, SeedHosts};
+use frontier::scope::Rules;
 use frontier::store::Store;
 
 fn arg(args: &[String], name: &str, default: usize) -> usize {
@@ -38,13 +38,13 @@ fn main() {
         2048,
     )
     .unwrap();
-    let (rules, seeds) = (Rules::default(), SeedHosts::default());
+    let rules = Rules::default();
     let batches = total / 256;
     let start = Instant::now();
     let (stored, skipped): (usize, usize) = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..writers)
             .map(|writer| {
-                let (ingest, rules, seeds) = (&ingest, &rules, &seeds);
+                let (ingest, rules) = (&ingest, &rules);
                 scope.spawn(move || {
                     let (mut stored, mut skipped) = (0, 0);
                     for batch in (writer..batches).step_by(writers) {
@@ -70,10 +70,7 @@ fn main() {
                                 }
                             })
                             .collect();
-                        for outcome in ingest
-                            .put_discovered("bench", &items, rules, seeds, 1)
-                            .unwrap()
-                        {
+                        for outcome in ingest.put_discovered("bench", &items, rules, 1).unwrap() {
                             if outcome == Outcome::Stored {
                                 stored += 1;
                             } else {

@@ -190,6 +190,9 @@ pub struct Ingest {
     store: Arc<Store>,
     // `None` only during shutdown.
     committer: Option<Committer>,
+    // Read on every put, written by AddSeeds: a std RwLock, held for a
+    // clone or an insert, never across I/O.
+    seeds: std::sync::RwLock<std::collections::HashMap<String, Arc<SeedHosts>>>,
     startup: StartupReport,
     filters: PartitionedBloom,
     mode: DedupMode,
@@ -298,8 +301,16 @@ impl Ingest {
             // store: forget them before any write can happen.
             store.set_clean_shutdown_token(None)?;
         }
+        let mut seeds: std::collections::HashMap<String, SeedHosts> =
+            std::collections::HashMap::new();
+        store.for_each_seed_host(|crawl, host| {
+            seeds.entry(crawl.to_owned()).or_default().add(host)
+        })?;
         let store = Arc::new(store);
         Ok(Self {
+            seeds: std::sync::RwLock::new(
+                seeds.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
+            ),
             committer: Some(Committer::start(Arc::clone(&store))),
             store,
             filters,
@@ -387,6 +398,53 @@ impl Ingest {
         Ok(rebuild.finish())
     }
 
+    /// The seed hosts of a crawl (empty: the crawl is open).
+    #[must_use]
+    pub fn seeds_of(&self, crawl: &str) -> Arc<SeedHosts> {
+        self.seeds
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(crawl)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Stores seeds like discovered URLs at depth 0 and registers their
+    /// hosts as the crawl's scope. The hosts are registered durably before
+    /// the URLs are stored, so a stored seed is always in scope.
+    pub fn add_seeds(
+        &self,
+        crawl: &str,
+        urls: &[String],
+        rules: &Rules,
+        now: u64,
+    ) -> Result<Vec<Outcome>, IngestError> {
+        let hosts: Vec<String> = urls
+            .iter()
+            .filter_map(|url| canonicalise(url, self.max_url_length).ok())
+            .map(|canonical| canonical.host().to_owned())
+            .collect();
+        if !hosts.is_empty() {
+            self.store.add_seed_hosts(crawl, &hosts)?;
+            let mut seeds = self
+                .seeds
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let entry = seeds.entry(crawl.to_owned()).or_default();
+            let updated = Arc::make_mut(entry);
+            hosts.iter().for_each(|host| updated.add(host));
+        }
+        let items: Vec<Discovered> = urls
+            .iter()
+            .map(|url| Discovered {
+                url: url.clone(),
+                depth: 0,
+                ..Discovered::default()
+            })
+            .collect();
+        self.put_discovered(crawl, &items, rules, now)
+    }
+
     /// What ingest makes of one URL and what the store holds for it (the
     /// admin API's CheckUrl, and the basis of GetURLStatus).
     pub fn check_url(&self, crawl: &str, url: &str) -> Result<UrlCheck, IngestError> {
@@ -471,10 +529,10 @@ impl Ingest {
         crawl: &str,
         items: &[Discovered],
         rules: &Rules,
-        seeds: &SeedHosts,
         now: u64,
     ) -> Result<Vec<Outcome>, IngestError> {
         let partitions = self.filters.partition_count();
+        let seeds = self.seeds_of(crawl);
         let mut outcomes = Vec::with_capacity(items.len());
         // (index into outcomes, partition, hash, filter said maybe)
         let mut candidates = Vec::new();
@@ -495,7 +553,7 @@ impl Ingest {
                 outcomes.push(Outcome::Skipped(SkipReason::Invalid));
                 continue;
             }
-            if let Err(reason) = rules.admit(&canonical, item.depth, seeds) {
+            if let Err(reason) = rules.admit(&canonical, item.depth, &seeds) {
                 outcomes.push(Outcome::Skipped(reason));
                 continue;
             }
@@ -597,7 +655,7 @@ mod tests {
     fn discovered_urls_are_stored_once_across_spellings_batches_and_crawls() {
         let dir = tempfile::tempdir().unwrap();
         let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
-        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        let rules = Rules::default();
         let first = ingest
             .put_discovered(
                 "c",
@@ -607,7 +665,6 @@ mod tests {
                     item("ftp://x/"),
                 ],
                 &rules,
-                &seeds,
                 100,
             )
             .unwrap();
@@ -620,11 +677,11 @@ mod tests {
             ]
         );
         let again = ingest
-            .put_discovered("c", &[item("http://example.com/a")], &rules, &seeds, 200)
+            .put_discovered("c", &[item("http://example.com/a")], &rules, 200)
             .unwrap();
         assert_eq!(again, vec![Outcome::Skipped(SkipReason::Duplicate)]);
         let other_crawl = ingest
-            .put_discovered("d", &[item("http://example.com/a")], &rules, &seeds, 200)
+            .put_discovered("d", &[item("http://example.com/a")], &rules, 200)
             .unwrap();
         assert_eq!(other_crawl, vec![Outcome::Stored]);
         let record = ingest
@@ -654,7 +711,7 @@ mod tests {
         let urls: Vec<Discovered> = (0..2_000)
             .map(|i| item(&format!("http://h{}.example/{i}", i % 7)))
             .collect();
-        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        let rules = Rules::default();
 
         let exact_dir = tempfile::tempdir().unwrap();
         let exact = open(exact_dir.path(), tiny, DedupMode::Exact);
@@ -662,11 +719,7 @@ mod tests {
         // are tested against.
         let put_all = |ingest: &Ingest| -> Vec<Outcome> {
             urls.chunks(10)
-                .flat_map(|batch| {
-                    ingest
-                        .put_discovered("c", batch, &rules, &seeds, 1)
-                        .unwrap()
-                })
+                .flat_map(|batch| ingest.put_discovered("c", batch, &rules, 1).unwrap())
                 .collect()
         };
         let outcomes = put_all(&exact);
@@ -696,18 +749,14 @@ mod tests {
         let urls: Vec<Discovered> = (0..5_000)
             .map(|i| item(&format!("http://h{}.example/p/{i}", i % 50)))
             .collect();
-        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        let rules = Rules::default();
         {
             let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
-            ingest
-                .put_discovered("c", &urls, &rules, &seeds, 1)
-                .unwrap();
+            ingest.put_discovered("c", &urls, &rules, 1).unwrap();
         }
         let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Bloom);
         assert_eq!(stored_keys_in_filters(&ingest), 5_000);
-        let outcomes = ingest
-            .put_discovered("c", &urls, &rules, &seeds, 2)
-            .unwrap();
+        let outcomes = ingest.put_discovered("c", &urls, &rules, 2).unwrap();
         assert!(
             outcomes
                 .iter()
@@ -740,9 +789,7 @@ mod tests {
             item("http://example.com/a/a/a"),
             long_key,
         ];
-        let outcomes = ingest
-            .put_discovered("c", &items, &rules, &SeedHosts::default(), 1)
-            .unwrap();
+        let outcomes = ingest.put_discovered("c", &items, &rules, 1).unwrap();
         assert_eq!(
             outcomes,
             vec![
@@ -761,11 +808,11 @@ mod tests {
     fn concurrent_batches_store_each_url_once() {
         let dir = tempfile::tempdir().unwrap();
         let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
-        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        let rules = Rules::default();
         let stored: usize = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..4)
                 .map(|thread| {
-                    let (ingest, rules, seeds) = (&ingest, &rules, &seeds);
+                    let (ingest, rules) = (&ingest, &rules);
                     scope.spawn(move || {
                         let mut stored = 0;
                         for batch in 0..50_u32 {
@@ -777,8 +824,7 @@ mod tests {
                                     item(&format!("http://h{}.example/{}/{i}", thread / 2, batch))
                                 })
                                 .collect();
-                            let outcomes =
-                                ingest.put_discovered("c", &items, rules, seeds, 1).unwrap();
+                            let outcomes = ingest.put_discovered("c", &items, rules, 1).unwrap();
                             stored += outcomes.iter().filter(|o| **o == Outcome::Stored).count();
                         }
                         stored
@@ -800,7 +846,7 @@ mod tests {
     #[test]
     fn clean_restarts_load_snapshots_and_anything_else_rebuilds() {
         let dir = tempfile::tempdir().unwrap();
-        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        let rules = Rules::default();
         let config = FilterConfig {
             partitions: 8,
             ..FilterConfig::default()
@@ -813,7 +859,7 @@ mod tests {
             FiltersFrom::Store { keys: 0, .. }
         ));
         first
-            .put_discovered("c", &urls(0..3_000), &rules, &seeds, 1)
+            .put_discovered("c", &urls(0..3_000), &rules, 1)
             .unwrap();
         first.shutdown().unwrap();
 
@@ -823,7 +869,7 @@ mod tests {
         assert_eq!(stored_keys_in_filters(&second), 3_000);
         assert_eq!(second.store().clean_shutdown_token().unwrap(), None);
         second
-            .put_discovered("c", &urls(3_000..4_000), &rules, &seeds, 1)
+            .put_discovered("c", &urls(3_000..4_000), &rules, 1)
             .unwrap();
         drop(second); // a crash: no shutdown
 
@@ -878,16 +924,16 @@ mod tests {
             ..FilterConfig::default()
         };
         let ingest = open(dir.path(), config, DedupMode::Exact);
-        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        let rules = Rules::default();
         let putting = std::sync::atomic::AtomicUsize::new(2);
         let rebuilds = std::thread::scope(|scope| {
             for thread in 0..2_u32 {
-                let (ingest, rules, seeds, putting) = (&ingest, &rules, &seeds, &putting);
+                let (ingest, rules, putting) = (&ingest, &rules, &putting);
                 scope.spawn(move || {
                     for batch in 0..60 {
                         let start = thread * 100_000 + batch * 50;
                         ingest
-                            .put_discovered("c", &urls(start..start + 50), rules, seeds, 1)
+                            .put_discovered("c", &urls(start..start + 50), rules, 1)
                             .unwrap();
                         // Every acknowledged URL is found right away.
                         for url in urls(start..start + 50) {
@@ -932,9 +978,9 @@ mod tests {
         };
         let ingest = open(dir.path(), config, DedupMode::Exact);
         assert!(ingest.partitions_to_rebuild(0.5).is_empty());
-        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        let rules = Rules::default();
         ingest
-            .put_discovered("c", &urls(0..2_000), &rules, &seeds, 1)
+            .put_discovered("c", &urls(0..2_000), &rules, 1)
             .unwrap();
         let full = ingest.partitions_to_rebuild(0.5);
         assert!(!full.is_empty());
@@ -961,9 +1007,9 @@ mod tests {
     fn check_url_reports_canonical_form_partition_filter_and_store() {
         let dir = tempfile::tempdir().unwrap();
         let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
-        let (rules, seeds) = (Rules::default(), SeedHosts::default());
+        let rules = Rules::default();
         ingest
-            .put_discovered("c", &[item("http://example.com/a")], &rules, &seeds, 7)
+            .put_discovered("c", &[item("http://example.com/a")], &rules, 7)
             .unwrap();
         match ingest
             .check_url("c", "HTTP://EXAMPLE.com:80/a#top")
@@ -995,6 +1041,58 @@ mod tests {
             ingest.check_url("c", "mailto:x@y").unwrap(),
             UrlCheck::Refused(_)
         ));
+    }
+
+    #[test]
+    fn seeds_define_the_scope_and_survive_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = Rules::default();
+        {
+            let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
+            // No seeds: the crawl is open.
+            assert_eq!(
+                ingest
+                    .put_discovered("c", &[item("http://anywhere.org/")], &rules, 1)
+                    .unwrap(),
+                vec![Outcome::Stored]
+            );
+            let outcomes = ingest
+                .add_seeds(
+                    "c",
+                    &["http://Example.com/".into(), "bad".into()],
+                    &rules,
+                    1,
+                )
+                .unwrap();
+            assert_eq!(
+                outcomes,
+                vec![Outcome::Stored, Outcome::Skipped(SkipReason::Invalid)]
+            );
+            assert_eq!(
+                ingest.seeds_of("c").hosts().collect::<Vec<_>>(),
+                vec!["example.com"]
+            );
+            assert!(ingest.seeds_of("other").is_empty());
+        }
+        let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
+        let outcomes = ingest
+            .put_discovered(
+                "c",
+                &[item("http://example.com/x"), item("http://elsewhere.org/")],
+                &rules,
+                2,
+            )
+            .unwrap();
+        assert_eq!(
+            outcomes,
+            vec![Outcome::Stored, Outcome::Skipped(SkipReason::OutOfScope)]
+        );
+        let seed = ingest.store().get(
+            partition_of("c", "example.com", 64) as u32,
+            "c",
+            "http://example.com/",
+        );
+        assert_eq!(seed.unwrap().unwrap().depth, 0);
     }
 
     #[test]

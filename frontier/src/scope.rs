@@ -72,7 +72,7 @@ impl std::str::FromStr for ScopeMode {
 
 /// The hosts a crawl's seeds registered, kept with their registrable
 /// domains so that the domain scope costs one set lookup per suffix.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SeedHosts {
     hosts: HashSet<String>,
     domains: HashSet<String>,

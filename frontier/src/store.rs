@@ -6,6 +6,7 @@
 //! | table | key | value | holds |
 //! |---|---|---|---|
 //! | `meta` | `&str` | `u64` | `schema_version`; `partitions` (fixed at creation: URL keys embed it); `clean_shutdown_token` while filter snapshots match the store |
+//! | `seed_hosts` | `(crawl ID, host)` | `()` | the hosts of a crawl's seeds: its scope |
 //! | `urls` | `(partition, crawl ID, canonical URL)` | [`UrlRecord`] bytes | every URL a crawl knows, grouped by filter partition so that a rebuild reads only its own |
 //!
 //! Tables for queues and crawl state are added by the code that uses them,
@@ -32,6 +33,7 @@ const SCHEMA_VERSION_KEY: &str = "schema_version";
 const CLEAN_TOKEN_KEY: &str = "clean_shutdown_token";
 const PARTITIONS_KEY: &str = "partitions";
 const URLS: TableDefinition<'_, (u32, &str, &str), &[u8]> = TableDefinition::new("urls");
+const SEED_HOSTS: TableDefinition<'_, (&str, &str), ()> = TableDefinition::new("seed_hosts");
 
 /// A URL to store if its crawl does not know it yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,6 +286,35 @@ impl Store {
         }
         write.commit()?;
         Ok(stored)
+    }
+
+    /// Registers hosts as seeds of a crawl, durably.
+    pub fn add_seed_hosts(&self, crawl: &str, hosts: &[String]) -> Result<(), StoreError> {
+        let write = self.db.begin_write()?;
+        {
+            let mut table = write.open_table(SEED_HOSTS)?;
+            for host in hosts {
+                table.insert((crawl, host.as_str()), ())?;
+            }
+        }
+        write.commit()?;
+        Ok(())
+    }
+
+    /// Calls `visit(crawl, host)` for every registered seed host.
+    pub fn for_each_seed_host(&self, mut visit: impl FnMut(&str, &str)) -> Result<(), StoreError> {
+        let read = self.db.begin_read()?;
+        let table = match read.open_table(SEED_HOSTS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+            Err(error) => return Err(error.into()),
+        };
+        for entry in table.iter()? {
+            let (key, _) = entry?;
+            let (crawl, host) = key.value();
+            visit(crawl, host);
+        }
+        Ok(())
     }
 
     /// What the store holds for one URL of a partition.
