@@ -75,6 +75,16 @@ impl UrlRecord {
         let mut metadata = BTreeMap::new();
         for _ in 0..keys {
             let key = reader.string()?;
+            // Encoding writes keys in increasing order; anything else (a
+            // repeated or out-of-order key) would decode to a record that
+            // is not the bytes read.
+            if metadata
+                .keys()
+                .next_back()
+                .is_some_and(|last: &String| *last >= key)
+            {
+                return Err(RecordError::UnorderedMetadata);
+            }
             let count = reader.u32()?;
             // Each value takes at least its 4-byte length: a count larger
             // than that allows is damage, refused before allocating.
@@ -112,6 +122,9 @@ pub enum RecordError {
     /// A string is not UTF-8.
     #[error("URL record holds invalid UTF-8")]
     InvalidUtf8,
+    /// Metadata keys repeated or out of order.
+    #[error("URL record metadata keys are repeated or out of order")]
+    UnorderedMetadata,
     /// Bytes after the last field.
     #[error("{0} unexpected bytes after a URL record")]
     TrailingBytes(usize),
@@ -204,6 +217,23 @@ mod tests {
                 prop_assert_eq!(decoded.encode(), bytes);
             }
         }
+    }
+
+    /// Found by the `record` fuzz target: a record whose metadata repeated
+    /// one key decoded to a record that encoded differently.
+    #[test]
+    fn regression_repeated_metadata_keys_are_refused() {
+        let mut bytes = UrlRecord::default().encode();
+        let at = bytes.len() - 4;
+        bytes[at..].copy_from_slice(&2_u32.to_le_bytes());
+        for _ in 0..2 {
+            bytes.extend_from_slice(&0_u32.to_le_bytes()); // key ""
+            bytes.extend_from_slice(&0_u32.to_le_bytes()); // no values
+        }
+        assert_eq!(
+            UrlRecord::decode(&bytes),
+            Err(RecordError::UnorderedMetadata)
+        );
     }
 
     #[test]
