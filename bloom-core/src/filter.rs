@@ -209,8 +209,9 @@ impl BloomFilter {
 
     /// [`insert`](Self::insert) for a caller with exclusive access, e.g. one
     /// building a filter before sharing it. The same bits and answer, without
-    /// the locked read-modify-write instructions shared access needs (each
-    /// costs about 20 cycles on x86 even uncontended).
+    /// the locked read-modify-write instructions shared access needs
+    /// (BENCHMARKS.md: 1.2-2.1x faster prehashed inserts at 10 million
+    /// keys).
     #[inline]
     pub fn insert_mut(&mut self, key: &[u8]) -> bool {
         self.insert_hashed_mut(KeyHash::of(key))
@@ -233,12 +234,10 @@ impl BloomFilter {
             Layout::Blocked => {
                 let block = reduce(hash.h1(), self.array.blocks() as u64) as usize;
                 let block = self.array.block_mut(block);
-                let positions = BlockPositions::new(hash);
-                for index in 0..self.hashes {
-                    let position = positions.position(index);
+                BlockPositions::new(hash).for_each(self.hashes, |position| {
                     let word = &mut block[(position / 64) as usize];
                     newly |= set_bits_exclusive(word, 1 << (position % 64));
-                }
+                });
             }
         }
         newly
@@ -332,7 +331,8 @@ impl BloomFilter {
     }
 
     /// Bits set to 1, counted exactly by one pass over the array (population
-    /// count, a few hundred microseconds per megabyte). Not kept as a running
+    /// count: about 120 µs per megabyte, measured on the 2-core EPYC VM of
+    /// BENCHMARKS.md). Not kept as a running
     /// counter: that would add a shared locked increment to every insert of
     /// a new key, a cost paid millions of times to save one paid per health
     /// report. Under concurrent inserts the count lies between the counts
@@ -356,22 +356,33 @@ impl BloomFilter {
     /// over the array and is exact for the current state.
     #[must_use]
     pub fn estimated_fp_rate(&self) -> f64 {
+        self.ones_and_fp_rate().1
+    }
+
+    /// Set bits and the false-positive rate they give, in one pass over the
+    /// array (the blocked layout's rate needs each block's count anyway).
+    fn ones_and_fp_rate(&self) -> (u64, f64) {
+        let k = self.hashes as i32;
         match self.layout {
-            Layout::Standard => self.fill_ratio().powi(self.hashes as i32),
+            Layout::Standard => {
+                let ones = self.ones();
+                (ones, (ones as f64 / self.bits as f64).powi(k))
+            }
             Layout::Blocked => {
-                let sum: f64 = self
-                    .array
-                    .words()
-                    .chunks_exact(WORDS_PER_BLOCK)
-                    .map(|block| {
-                        let ones: u32 = block
+                let (ones, sum) = self.array.words().chunks_exact(WORDS_PER_BLOCK).fold(
+                    (0_u64, 0.0_f64),
+                    |(ones, sum), block| {
+                        let in_block: u32 = block
                             .iter()
                             .map(|word| word.load(Ordering::Relaxed).count_ones())
                             .sum();
-                        (f64::from(ones) / BLOCK_BITS as f64).powi(self.hashes as i32)
-                    })
-                    .sum();
-                sum / self.array.blocks() as f64
+                        (
+                            ones + u64::from(in_block),
+                            sum + (f64::from(in_block) / BLOCK_BITS as f64).powi(k),
+                        )
+                    },
+                );
+                (ones, sum / self.array.blocks() as f64)
             }
         }
     }
@@ -411,18 +422,14 @@ impl BloomFilter {
     /// Every health figure at once.
     #[must_use]
     pub fn health(&self) -> FilterHealth {
-        let ones = self.ones();
-        let fill_ratio = ones as f64 / self.bits as f64;
+        let (ones, estimated_fp_rate) = self.ones_and_fp_rate();
         FilterHealth {
             layout: self.layout,
             bits: self.bits,
             hashes: self.hashes,
             ones,
-            fill_ratio,
-            estimated_fp_rate: match self.layout {
-                Layout::Standard => fill_ratio.powi(self.hashes as i32),
-                Layout::Blocked => self.estimated_fp_rate(),
-            },
+            fill_ratio: ones as f64 / self.bits as f64,
+            estimated_fp_rate,
             estimated_items: self.items_from_ones(ones),
             memory_bytes: self.memory_bytes(),
         }
@@ -495,11 +502,9 @@ impl BloomFilter {
     fn block_masks(&self, hash: KeyHash) -> (usize, [u64; WORDS_PER_BLOCK]) {
         let block = reduce(hash.h1(), self.array.blocks() as u64) as usize;
         let mut masks = [0_u64; WORDS_PER_BLOCK];
-        let positions = BlockPositions::new(hash);
-        for index in 0..self.hashes {
-            let position = positions.position(index);
+        BlockPositions::new(hash).for_each(self.hashes, |position| {
             masks[(position / 64) as usize] |= 1 << (position % 64);
-        }
+        });
         (block, masks)
     }
 
@@ -533,11 +538,10 @@ impl BloomFilter {
         }
         unrolled!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21);
         let mut all = true;
-        for index in 0..self.hashes {
-            let position = positions.position(index);
+        positions.for_each(self.hashes, |position| {
             all &= block[(position / 64) as usize].load(Ordering::Relaxed) & (1 << (position % 64))
                 != 0;
-        }
+        });
         all
     }
 }

@@ -173,16 +173,19 @@ impl BlockPositions {
             & 511) as u32
     }
 
-    /// Position `index` for hash counts not specialised at compile time.
+    /// Calls `visit` with positions `0..hashes` in order, for hash counts not
+    /// known at compile time. Each 64-bit stream is mixed once and shared by
+    /// its seven positions.
     #[inline]
-    pub(crate) fn position(&self, index: u32) -> u32 {
-        let chunk = index / POSITIONS_PER_STREAM;
-        let source = if chunk == 0 {
-            self.h2
-        } else {
-            self.stream(u64::from(chunk))
-        };
-        ((source >> (9 * (index % POSITIONS_PER_STREAM))) & 511) as u32
+    pub(crate) fn for_each(&self, hashes: u32, mut visit: impl FnMut(u32)) {
+        let mut source = self.h2;
+        for index in 0..hashes {
+            let offset = index % POSITIONS_PER_STREAM;
+            if offset == 0 && index > 0 {
+                source = self.stream(u64::from(index / POSITIONS_PER_STREAM));
+            }
+            visit(((source >> (9 * offset)) & 511) as u32);
+        }
     }
 
     #[inline]
@@ -247,12 +250,17 @@ mod tests {
     fn unrolled_positions_match_the_general_ones() {
         let positions = BlockPositions::new(KeyHash::of(b"positions"));
         let streams = positions.streams::<21>();
-        for index in 0..21 {
-            assert_eq!(
-                BlockPositions::position_in(&streams, index),
-                positions.position(index)
-            );
-        }
+        let mut general = Vec::new();
+        positions.for_each(21, |position| general.push(position));
+        let unrolled: Vec<u32> = (0..21)
+            .map(|index| BlockPositions::position_in(&streams, index))
+            .collect();
+        assert_eq!(general, unrolled);
+        // Past the unrolled range the streams keep coming.
+        let mut long = Vec::new();
+        positions.for_each(64, |position| long.push(position));
+        assert_eq!(long[..21], general[..]);
+        assert!(long[21..].iter().any(|&p| p != long[21]));
     }
 
     #[test]

@@ -179,10 +179,13 @@ const MAX_QUEUE_KEY: usize = 255;
 #[derive(Default)]
 struct PartitionCounters {
     refuted_maybes: AtomicU64,
-    absent_lookups: AtomicU64,
     /// Keys the store holds for the partition: exact after a rebuild from
     /// the store, estimated from the filter after loading snapshots.
     stored: AtomicU64,
+    /// `stored` at start-up. Every key stored since was a lookup of a key
+    /// the store did not hold, so the difference is the observed FP rate's
+    /// denominator.
+    stored_at_open: u64,
 }
 
 /// The seen test and the store behind it.
@@ -321,6 +324,7 @@ impl Ingest {
                 .into_iter()
                 .map(|stored| PartitionCounters {
                     stored: AtomicU64::new(stored),
+                    stored_at_open: stored,
                     ..PartitionCounters::default()
                 })
                 .collect(),
@@ -514,7 +518,7 @@ impl Ingest {
         self.counters.get(partition).map(|c| {
             (
                 c.refuted_maybes.load(Ordering::Relaxed),
-                c.absent_lookups.load(Ordering::Relaxed),
+                c.stored.load(Ordering::Relaxed) - c.stored_at_open,
             )
         })
     }
@@ -597,7 +601,6 @@ impl Ingest {
             let counters = &self.counters[partition];
             if was_stored {
                 self.filters.insert(partition, hash)?;
-                counters.absent_lookups.fetch_add(1, Ordering::Relaxed);
                 counters.stored.fetch_add(1, Ordering::Relaxed);
                 if maybe {
                     counters.refuted_maybes.fetch_add(1, Ordering::Relaxed);

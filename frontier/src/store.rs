@@ -115,27 +115,34 @@ pub enum StoreError {
     },
 }
 
-impl From<redb::TransactionError> for StoreError {
-    fn from(error: redb::TransactionError) -> Self {
-        StoreError::Storage(error.into())
-    }
+// redb reports each operation family with its own error type; all of them
+// convert into `redb::Error`, which the store keeps.
+macro_rules! storage_error_from {
+    ($($source:ty),*) => {
+        $(impl From<$source> for StoreError {
+            fn from(error: $source) -> Self {
+                StoreError::Storage(error.into())
+            }
+        })*
+    };
 }
 
-impl From<redb::TableError> for StoreError {
-    fn from(error: redb::TableError) -> Self {
-        StoreError::Storage(error.into())
-    }
-}
+storage_error_from!(
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
 
-impl From<redb::StorageError> for StoreError {
-    fn from(error: redb::StorageError) -> Self {
-        StoreError::Storage(error.into())
-    }
-}
-
-impl From<redb::CommitError> for StoreError {
-    fn from(error: redb::CommitError) -> Self {
-        StoreError::Storage(error.into())
+/// Opens a table for reading; a table never written yet reads as absent.
+fn open_if_exists<K: redb::Key + 'static, V: redb::Value + 'static>(
+    read: &redb::ReadTransaction,
+    table: TableDefinition<'_, K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, StoreError> {
+    match read.open_table(table) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(error) => Err(error.into()),
     }
 }
 
@@ -226,10 +233,9 @@ impl Store {
 
     fn check_schema(&self) -> Result<(), StoreError> {
         let read = self.db.begin_read()?;
-        let found = match read.open_table(META) {
-            Ok(meta) => meta.get(SCHEMA_VERSION_KEY)?.map(|v| v.value()),
-            Err(redb::TableError::TableDoesNotExist(_)) => None,
-            Err(error) => return Err(error.into()),
+        let found = match open_if_exists(&read, META)? {
+            Some(meta) => meta.get(SCHEMA_VERSION_KEY)?.map(|v| v.value()),
+            None => None,
         };
         match found {
             Some(version) if version > SCHEMA_VERSION => Err(StoreError::NewerSchema {
@@ -304,10 +310,8 @@ impl Store {
     /// Calls `visit(crawl, host)` for every registered seed host.
     pub fn for_each_seed_host(&self, mut visit: impl FnMut(&str, &str)) -> Result<(), StoreError> {
         let read = self.db.begin_read()?;
-        let table = match read.open_table(SEED_HOSTS) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
-            Err(error) => return Err(error.into()),
+        let Some(table) = open_if_exists(&read, SEED_HOSTS)? else {
+            return Ok(());
         };
         for entry in table.iter()? {
             let (key, _) = entry?;
@@ -325,10 +329,8 @@ impl Store {
         url: &str,
     ) -> Result<Option<UrlRecord>, StoreError> {
         let read = self.db.begin_read()?;
-        let table = match read.open_table(URLS) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(error) => return Err(error.into()),
+        let Some(table) = open_if_exists(&read, URLS)? else {
+            return Ok(None);
         };
         let Some(bytes) = table.get((partition, crawl, url))? else {
             return Ok(None);
@@ -369,10 +371,8 @@ impl Store {
         mut visit: impl FnMut(u32, &str, &str, &UrlRecord),
     ) -> Result<u64, StoreError> {
         let read = self.db.begin_read()?;
-        let table = match read.open_table(URLS) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
-            Err(error) => return Err(error.into()),
+        let Some(table) = open_if_exists(&read, URLS)? else {
+            return Ok(0);
         };
         let mut count = 0;
         for entry in table.iter()? {
@@ -398,10 +398,8 @@ impl Store {
         mut visit: impl FnMut(&str, &str),
     ) -> Result<u64, StoreError> {
         let read = self.db.begin_read()?;
-        let table = match read.open_table(URLS) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
-            Err(error) => return Err(error.into()),
+        let Some(table) = open_if_exists(&read, URLS)? else {
+            return Ok(0);
         };
         let mut count = 0;
         for entry in table.range((partition, "", "")..(partition + 1, "", ""))? {
