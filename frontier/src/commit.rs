@@ -6,13 +6,19 @@
 //! all of them (up to a bound) into its next transaction. Each writer gets
 //! its own answers back only after the transaction holding its batch has
 //! committed, so an acknowledgement always follows durability.
+//!
+//! An optional hook sees every committed transaction's writes and results,
+//! on the committer thread, in commit order, before any writer is answered:
+//! the scheduler keeps its memory in step with the store through it, and
+//! commit order is what keeps two updates of one URL from being applied to
+//! memory the wrong way round.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::JoinHandle;
 
-use crate::store::{NewUrl, Store, StoreError};
+use crate::store::{Applied, NewUrl, Store, StoreError, WriteOp};
 
 /// URLs one transaction takes at most, so one commit's latency stays bounded
 /// however deep the queue gets.
@@ -24,12 +30,16 @@ const MAX_URLS_PER_COMMIT: usize = 64 * 1024;
 #[error("commit failed: {0}")]
 pub struct CommitFailed(pub Arc<StoreError>);
 
-type Reply = SyncSender<Result<Vec<bool>, CommitFailed>>;
+type Reply = SyncSender<Result<Vec<Applied>, CommitFailed>>;
 
 struct Request {
-    urls: Vec<NewUrl>,
+    ops: Vec<WriteOp>,
     reply: Reply,
 }
+
+/// Called after each commit with the transaction's writes and what they
+/// did, in commit order.
+pub type CommitHook = Box<dyn Fn(&[WriteOp], &[Applied]) + Send>;
 
 /// The committer thread and its queue. Dropping it drains the queue, commits
 /// what was submitted, and joins the thread.
@@ -51,12 +61,18 @@ impl Committer {
     /// Starts the committer over a store.
     #[must_use]
     pub fn start(store: Arc<Store>) -> Self {
+        Self::start_with_hook(store, None)
+    }
+
+    /// Starts the committer with a hook run after every commit.
+    #[must_use]
+    pub fn start_with_hook(store: Arc<Store>, hook: Option<CommitHook>) -> Self {
         let (sender, receiver) = mpsc::channel::<Request>();
         let commits = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&commits);
         let thread = std::thread::Builder::new()
             .name("group-commit".into())
-            .spawn(move || run(&store, &receiver, &counter))
+            .spawn(move || run(&store, &receiver, &counter, hook.as_ref()))
             .expect("the OS can start a thread");
         Self {
             sender: Some(sender),
@@ -69,12 +85,23 @@ impl Committer {
     /// transaction holding them has committed. Answers per URL whether it
     /// was stored.
     pub fn insert_if_absent(&self, urls: Vec<NewUrl>) -> Result<Vec<bool>, CommitFailed> {
+        let ops = urls.into_iter().map(WriteOp::Discover).collect();
+        Ok(self
+            .apply(ops)?
+            .into_iter()
+            .map(|applied| matches!(applied, Applied::Discovered { stored: true }))
+            .collect())
+    }
+
+    /// Applies writes (see [`Store::apply`]); blocks until the transaction
+    /// holding them has committed.
+    pub fn apply(&self, ops: Vec<WriteOp>) -> Result<Vec<Applied>, CommitFailed> {
         let (reply, answer) = mpsc::sync_channel(1);
         let stopped = || CommitFailed(Arc::new(StoreError::Stopped));
         self.sender
             .as_ref()
             .ok_or_else(stopped)?
-            .send(Request { urls, reply })
+            .send(Request { ops, reply })
             .map_err(|_| stopped())?;
         answer.recv().map_err(|_| stopped())?
     }
@@ -95,30 +122,38 @@ impl Drop for Committer {
     }
 }
 
-fn run(store: &Store, receiver: &Receiver<Request>, commits: &AtomicU64) {
+fn run(
+    store: &Store,
+    receiver: &Receiver<Request>,
+    commits: &AtomicU64,
+    hook: Option<&CommitHook>,
+) {
     while let Ok(first) = receiver.recv() {
         let mut group = vec![first];
-        let mut urls = group[0].urls.len();
+        let mut urls = group[0].ops.len();
         while urls < MAX_URLS_PER_COMMIT {
             match receiver.try_recv() {
                 Ok(request) => {
-                    urls += request.urls.len();
+                    urls += request.ops.len();
                     group.push(request);
                 }
                 Err(_) => break,
             }
         }
-        let counts: Vec<usize> = group.iter().map(|r| r.urls.len()).collect();
-        let all: Vec<NewUrl> = group
+        let counts: Vec<usize> = group.iter().map(|r| r.ops.len()).collect();
+        let all: Vec<WriteOp> = group
             .iter_mut()
-            .flat_map(|r| std::mem::take(&mut r.urls))
+            .flat_map(|r| std::mem::take(&mut r.ops))
             .collect();
-        match store.insert_if_absent(&all) {
-            Ok(stored) => {
+        match store.apply(&all) {
+            Ok(applied) => {
                 commits.fetch_add(1, Ordering::Relaxed);
-                let mut answers = stored.into_iter();
+                if let Some(hook) = hook {
+                    hook(&all, &applied);
+                }
+                let mut answers = applied.into_iter();
                 for (request, count) in group.into_iter().zip(counts) {
-                    let mine: Vec<bool> = answers.by_ref().take(count).collect();
+                    let mine: Vec<Applied> = answers.by_ref().take(count).collect();
                     let _ = request.reply.send(Ok(mine));
                 }
             }

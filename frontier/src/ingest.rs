@@ -31,11 +31,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::canonical::{CanonError, canonicalise};
-use crate::commit::{CommitFailed, Committer};
+use crate::commit::{CommitFailed, CommitHook, Committer};
 use crate::record::UrlRecord;
 use crate::scope::{Rules, SeedHosts, SkipReason};
 use crate::snapshots;
-use crate::store::{NewUrl, Store, StoreError};
+use crate::store::{Applied, KnownUrl, NewUrl, Store, StoreError, WriteOp};
 
 /// How a "maybe" from the filter is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -115,6 +115,20 @@ pub struct Discovered {
     /// Hops from a seed.
     pub depth: u32,
     /// Client metadata.
+    pub metadata: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// One URL whose state a client reports (a URL Frontier "known" item).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Known {
+    /// The URL.
+    pub url: String,
+    /// The client's queue key; empty: the stored one (the host for a URL
+    /// the crawl does not know).
+    pub queue_key: String,
+    /// Next due date, UTC epoch seconds; 0: completed.
+    pub due_at: u64,
+    /// Client metadata, replacing what was stored.
     pub metadata: std::collections::BTreeMap<String, Vec<String>>,
 }
 
@@ -254,6 +268,20 @@ impl Ingest {
         mode: DedupMode,
         max_url_length: usize,
     ) -> Result<Self, IngestError> {
+        Self::open_with_hook(store, config, mode, max_url_length, |_| Ok(None))
+    }
+
+    /// Like [`Self::open`], with a hook that sees every commit (see
+    /// [`crate::commit`]). `make_hook` runs once the store is open and
+    /// before the committer starts, so whatever it loads from the store
+    /// misses no write.
+    pub fn open_with_hook(
+        store: Store,
+        config: FilterConfig,
+        mode: DedupMode,
+        max_url_length: usize,
+        make_hook: impl FnOnce(&Arc<Store>) -> Result<Option<CommitHook>, StoreError>,
+    ) -> Result<Self, IngestError> {
         let started = Instant::now();
         if config.partitions > MAX_PARTITIONS {
             return Err(IngestError::TooManyPartitions(config.partitions));
@@ -310,11 +338,12 @@ impl Ingest {
             seeds.entry(crawl.to_owned()).or_default().add(host)
         })?;
         let store = Arc::new(store);
+        let hook = make_hook(&store)?;
         Ok(Self {
             seeds: std::sync::RwLock::new(
                 seeds.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
             ),
-            committer: Some(Committer::start(Arc::clone(&store))),
+            committer: Some(Committer::start_with_hook(Arc::clone(&store), hook)),
             store,
             filters,
             mode,
@@ -521,6 +550,68 @@ impl Ingest {
                 c.stored.load(Ordering::Relaxed) - c.stored_at_open,
             )
         })
+    }
+
+    /// Records the state clients report for URLs: each record is
+    /// overwritten (or created, when the crawl does not know the URL), and
+    /// its due entry moves. `Stored` outcomes are durable when this returns.
+    /// Scope rules do not apply: the client reports on a URL it was given.
+    pub fn put_known(
+        &self,
+        crawl: &str,
+        items: &[Known],
+        now: u64,
+    ) -> Result<Vec<Outcome>, IngestError> {
+        let partitions = self.filters.partition_count();
+        let mut outcomes = Vec::with_capacity(items.len());
+        // (partition, hash) of each op, in op order.
+        let mut keys = Vec::new();
+        let mut ops = Vec::new();
+        for item in items {
+            let canonical = match canonicalise(&item.url, self.max_url_length) {
+                Ok(canonical) => canonical,
+                Err(CanonError::TooLong { .. }) => {
+                    outcomes.push(Outcome::Skipped(SkipReason::TooLong));
+                    continue;
+                }
+                Err(_) => {
+                    outcomes.push(Outcome::Skipped(SkipReason::Invalid));
+                    continue;
+                }
+            };
+            if item.queue_key.len() > MAX_QUEUE_KEY {
+                outcomes.push(Outcome::Skipped(SkipReason::Invalid));
+                continue;
+            }
+            outcomes.push(Outcome::Stored);
+            let partition = partition_of(crawl, canonical.host(), partitions);
+            keys.push((partition, filter_key(crawl, canonical.as_str())));
+            ops.push(WriteOp::Known(KnownUrl {
+                crawl: crawl.to_owned(),
+                partition: partition as u32,
+                queue_key: (!item.queue_key.is_empty()).then(|| item.queue_key.clone()),
+                default_queue: canonical.host().to_owned(),
+                url: canonical.into_string(),
+                due_at: item.due_at,
+                metadata: item.metadata.clone(),
+                now,
+            }));
+        }
+        if ops.is_empty() {
+            return Ok(outcomes);
+        }
+        let committer = self.committer.as_ref().ok_or(StoreError::Stopped)?;
+        let applied = committer.apply(ops)?;
+        // Durable now: a URL the crawl did not know joins its filter.
+        for (&(partition, hash), applied) in keys.iter().zip(&applied) {
+            if matches!(applied, Applied::Known { previous: None, .. }) {
+                self.filters.insert(partition, hash)?;
+                self.counters[partition]
+                    .stored
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(outcomes)
     }
 
     /// Stores the discovered URLs a crawl does not know yet. The answer has

@@ -20,8 +20,12 @@
 
 pub mod canonical;
 pub mod commit;
+pub mod grpc;
 pub mod ingest;
 pub mod record;
+pub mod scheduler;
 pub mod scope;
+pub mod server;
+pub mod service;
 pub mod snapshots;
 pub mod store;

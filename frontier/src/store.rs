@@ -8,9 +8,14 @@
 //! | `meta` | `&str` | `u64` | `schema_version`; `partitions` (fixed at creation: URL keys embed it); `clean_shutdown_token` while filter snapshots match the store |
 //! | `seed_hosts` | `(crawl ID, host)` | `()` | the hosts of a crawl's seeds: its scope |
 //! | `urls` | `(partition, crawl ID, canonical URL)` | [`UrlRecord`] bytes | every URL a crawl knows, grouped by filter partition so that a rebuild reads only its own |
+//! | `due` | `(crawl ID, queue key, due_at, canonical URL)` | partition | every URL not completed, in serving order per queue (completed URLs have no entry) |
+//! | `queues` | `(crawl ID, queue key)` | [`QueueRecord`] bytes | per queue: URL and completed counts, delay, block, crawl limit |
+//! | `crawl_settings` | crawl ID | default delay (seconds) | the delay of queues without their own |
 //!
-//! Tables for queues and crawl state are added by the code that uses them,
-//! each documented here with the version that introduced it.
+//! `meta` also holds `serving_paused` (1 while SetActive(false) holds).
+//!
+//! A URL's record, its `due` entry and its queue's counts change in one
+//! transaction ([`Store::apply`]), so they always agree, also after a kill.
 //!
 //! A file written by a newer version of the schema, a file that is not a
 //! frontier store, and a corrupt file are refused with an error naming the
@@ -34,6 +39,118 @@ const CLEAN_TOKEN_KEY: &str = "clean_shutdown_token";
 const PARTITIONS_KEY: &str = "partitions";
 const URLS: TableDefinition<'_, (u32, &str, &str), &[u8]> = TableDefinition::new("urls");
 const SEED_HOSTS: TableDefinition<'_, (&str, &str), ()> = TableDefinition::new("seed_hosts");
+const DUE: TableDefinition<'_, (&str, &str, u64, &str), u32> = TableDefinition::new("due");
+const QUEUES: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("queues");
+const CRAWL_SETTINGS: TableDefinition<'_, &str, u32> = TableDefinition::new("crawl_settings");
+const SERVING_PAUSED_KEY: &str = "serving_paused";
+
+/// A queue's persistent state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueRecord {
+    /// URLs the queue holds (completed or not).
+    pub urls: u64,
+    /// Of those, completed.
+    pub completed: u64,
+    /// Served from again at this UTC epoch second; 0: not blocked.
+    pub blocked_until: u64,
+    /// Own minimum seconds between serves; `None`: the crawl's default.
+    pub delay_secs: Option<u32>,
+    /// Not served once this many URLs are completed; 0: no limit.
+    pub crawl_limit: u32,
+}
+
+const QUEUE_RECORD_VERSION: u8 = 1;
+const QUEUE_RECORD_LEN: usize = 1 + 8 + 8 + 8 + 4 + 4;
+
+impl QueueRecord {
+    /// The binary form: version, then little-endian urls, completed,
+    /// blocked_until, delay (`u32::MAX`: the crawl's default), crawl_limit.
+    #[must_use]
+    pub fn encode(&self) -> [u8; QUEUE_RECORD_LEN] {
+        let mut out = [0_u8; QUEUE_RECORD_LEN];
+        out[0] = QUEUE_RECORD_VERSION;
+        out[1..9].copy_from_slice(&self.urls.to_le_bytes());
+        out[9..17].copy_from_slice(&self.completed.to_le_bytes());
+        out[17..25].copy_from_slice(&self.blocked_until.to_le_bytes());
+        out[25..29].copy_from_slice(&self.delay_secs.unwrap_or(u32::MAX).to_le_bytes());
+        out[29..33].copy_from_slice(&self.crawl_limit.to_le_bytes());
+        out
+    }
+
+    /// Reads the binary form.
+    pub fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
+        if bytes.first() != Some(&QUEUE_RECORD_VERSION) {
+            return Err(RecordError::UnknownVersion(
+                bytes.first().copied().unwrap_or(0),
+            ));
+        }
+        if bytes.len() != QUEUE_RECORD_LEN {
+            return Err(RecordError::Truncated);
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap_or([0; 4]));
+        let delay = u32_at(25);
+        Ok(Self {
+            urls: u64_at(1),
+            completed: u64_at(9),
+            blocked_until: u64_at(17),
+            delay_secs: (delay != u32::MAX).then_some(delay),
+            crawl_limit: u32_at(29),
+        })
+    }
+}
+
+/// A URL whose state a client reports (a URL Frontier "known" item): its
+/// record is overwritten, or created when the crawl does not know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownUrl {
+    /// The crawl.
+    pub crawl: String,
+    /// The canonical URL.
+    pub url: String,
+    /// The filter partition of its host.
+    pub partition: u32,
+    /// The queue the client named; `None`: the stored one (for a new URL,
+    /// `default_queue`).
+    pub queue_key: Option<String>,
+    /// The queue of a URL the crawl does not know yet, when the client named
+    /// none (its host).
+    pub default_queue: String,
+    /// Next due date; 0: completed.
+    pub due_at: u64,
+    /// The client's metadata, replacing what was stored.
+    pub metadata: std::collections::BTreeMap<String, Vec<String>>,
+    /// Creation date, for a URL the crawl does not know yet.
+    pub now: u64,
+}
+
+/// One write of a group transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Store a discovered URL unless its crawl knows it.
+    Discover(NewUrl),
+    /// Overwrite (or create) a URL's state.
+    Known(KnownUrl),
+}
+
+/// What one [`WriteOp`] did, for the scheduler's memory and the caller's
+/// answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// A discovered URL: stored (`true`) or already known.
+    Discovered {
+        /// Whether it was stored.
+        stored: bool,
+    },
+    /// A known URL's new state.
+    Known {
+        /// The queue and due date it had, if the crawl knew it (due 0:
+        /// completed).
+        previous: Option<(String, u64)>,
+        /// The queue it is in now.
+        queue_key: String,
+    },
+}
 
 /// A URL to store if its crawl does not know it yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,33 +382,306 @@ impl Store {
     /// stored (`false`: already known, also when the same URL came earlier
     /// in `urls`).
     pub fn insert_if_absent(&self, urls: &[NewUrl]) -> Result<Vec<bool>, StoreError> {
+        let ops: Vec<WriteOp> = urls.iter().cloned().map(WriteOp::Discover).collect();
+        Ok(self
+            .apply(&ops)?
+            .into_iter()
+            .map(|applied| matches!(applied, Applied::Discovered { stored: true }))
+            .collect())
+    }
+
+    /// Applies writes in order, all in one transaction that is durable when
+    /// this returns: URL records, their `due` entries and their queues'
+    /// counts together.
+    pub fn apply(&self, ops: &[WriteOp]) -> Result<Vec<Applied>, StoreError> {
         let write = self.db.begin_write()?;
-        let mut stored = Vec::with_capacity(urls.len());
+        let mut results = Vec::with_capacity(ops.len());
+        // Queue count changes, summed per queue and written once.
+        let mut deltas: std::collections::HashMap<(&str, String), (i64, i64)> =
+            std::collections::HashMap::new();
         {
-            let mut table = write.open_table(URLS)?;
-            for new in urls {
-                let key = (new.partition, new.crawl.as_str(), new.url.as_str());
-                if new.maybe_known && table.get(key)?.is_some() {
-                    stored.push(false);
+            let mut urls = write.open_table(URLS)?;
+            let mut due = write.open_table(DUE)?;
+            for op in ops {
+                match op {
+                    WriteOp::Discover(new) => {
+                        let stored = Self::discover(&mut urls, new)?;
+                        if stored {
+                            due.insert(
+                                (
+                                    new.crawl.as_str(),
+                                    new.record.queue_key.as_str(),
+                                    new.record.due_at,
+                                    new.url.as_str(),
+                                ),
+                                new.partition,
+                            )?;
+                            let delta = deltas
+                                .entry((new.crawl.as_str(), new.record.queue_key.clone()))
+                                .or_default();
+                            delta.0 += 1;
+                        }
+                        results.push(Applied::Discovered { stored });
+                    }
+                    WriteOp::Known(known) => {
+                        let key = (known.partition, known.crawl.as_str(), known.url.as_str());
+                        let previous = match urls.get(key)? {
+                            Some(bytes) => {
+                                Some(UrlRecord::decode(bytes.value()).map_err(|source| {
+                                    StoreError::CorruptRecord {
+                                        crawl: known.crawl.clone(),
+                                        url: known.url.clone(),
+                                        source,
+                                    }
+                                })?)
+                            }
+                            None => None,
+                        };
+                        let queue_key = known
+                            .queue_key
+                            .clone()
+                            .or_else(|| previous.as_ref().map(|r| r.queue_key.clone()))
+                            .unwrap_or_else(|| known.default_queue.clone());
+                        let record = UrlRecord {
+                            created_at: previous.as_ref().map_or(known.now, |r| r.created_at),
+                            due_at: known.due_at,
+                            depth: previous.as_ref().map_or(0, |r| r.depth),
+                            queue_key: queue_key.clone(),
+                            metadata: known.metadata.clone(),
+                        };
+                        urls.insert(key, record.encode().as_slice())?;
+                        if let Some(old) = &previous {
+                            if !old.is_completed() {
+                                due.remove((
+                                    known.crawl.as_str(),
+                                    old.queue_key.as_str(),
+                                    old.due_at,
+                                    known.url.as_str(),
+                                ))?;
+                            }
+                            let delta = deltas
+                                .entry((known.crawl.as_str(), old.queue_key.clone()))
+                                .or_default();
+                            delta.0 -= 1;
+                            delta.1 -= i64::from(old.is_completed());
+                        }
+                        if !record.is_completed() {
+                            due.insert(
+                                (
+                                    known.crawl.as_str(),
+                                    queue_key.as_str(),
+                                    record.due_at,
+                                    known.url.as_str(),
+                                ),
+                                known.partition,
+                            )?;
+                        }
+                        let delta = deltas
+                            .entry((known.crawl.as_str(), queue_key.clone()))
+                            .or_default();
+                        delta.0 += 1;
+                        delta.1 += i64::from(record.is_completed());
+                        results.push(Applied::Known {
+                            previous: previous.map(|old| (old.queue_key, old.due_at)),
+                            queue_key,
+                        });
+                    }
+                }
+            }
+            let mut queues = write.open_table(QUEUES)?;
+            for ((crawl, queue), (urls_delta, completed_delta)) in deltas {
+                if urls_delta == 0 && completed_delta == 0 {
                     continue;
                 }
-                let previous = table
-                    .insert(key, new.record.encode().as_slice())?
-                    .map(|old| old.value().to_vec());
-                match previous {
-                    // Known after all (a concurrent batch stored it after
-                    // the filter was asked, or it came earlier in this
-                    // transaction): put the stored record back.
-                    Some(old) => {
-                        table.insert(key, old.as_slice())?;
-                        stored.push(false);
-                    }
-                    None => stored.push(true),
-                }
+                let key = (crawl, queue.as_str());
+                let mut record = match queues.get(key)? {
+                    Some(bytes) => QueueRecord::decode(bytes.value()).map_err(|source| {
+                        StoreError::CorruptRecord {
+                            crawl: crawl.to_owned(),
+                            url: format!("queue {queue}"),
+                            source,
+                        }
+                    })?,
+                    None => QueueRecord::default(),
+                };
+                record.urls = record.urls.saturating_add_signed(urls_delta);
+                record.completed = record.completed.saturating_add_signed(completed_delta);
+                queues.insert(key, record.encode().as_slice())?;
             }
         }
         write.commit()?;
-        Ok(stored)
+        Ok(results)
+    }
+
+    fn discover(
+        urls: &mut redb::Table<'_, (u32, &str, &str), &[u8]>,
+        new: &NewUrl,
+    ) -> Result<bool, StoreError> {
+        let key = (new.partition, new.crawl.as_str(), new.url.as_str());
+        if new.maybe_known && urls.get(key)?.is_some() {
+            return Ok(false);
+        }
+        let previous = urls
+            .insert(key, new.record.encode().as_slice())?
+            .map(|old| old.value().to_vec());
+        match previous {
+            // Known after all (a concurrent batch stored it after the filter
+            // was asked, or it came earlier in this transaction): put the
+            // stored record back.
+            Some(old) => {
+                urls.insert(key, old.as_slice())?;
+                Ok(false)
+            }
+            None => Ok(true),
+        }
+    }
+
+    /// Every queue and its record, in key order.
+    pub fn for_each_queue(
+        &self,
+        mut visit: impl FnMut(&str, &str, QueueRecord),
+    ) -> Result<(), StoreError> {
+        let read = self.db.begin_read()?;
+        let Some(table) = open_if_exists(&read, QUEUES)? else {
+            return Ok(());
+        };
+        for entry in table.iter()? {
+            let (key, value) = entry?;
+            let (crawl, queue) = key.value();
+            let record =
+                QueueRecord::decode(value.value()).map_err(|source| StoreError::CorruptRecord {
+                    crawl: crawl.to_owned(),
+                    url: format!("queue {queue}"),
+                    source,
+                })?;
+            visit(crawl, queue, record);
+        }
+        Ok(())
+    }
+
+    /// Changes a queue's settings (not its counts), durably.
+    pub fn update_queue_settings(
+        &self,
+        crawl: &str,
+        queue: &str,
+        change: impl FnOnce(&mut QueueRecord),
+    ) -> Result<QueueRecord, StoreError> {
+        let write = self.db.begin_write()?;
+        let record = {
+            let mut queues = write.open_table(QUEUES)?;
+            let mut record = match queues.get((crawl, queue))? {
+                Some(bytes) => QueueRecord::decode(bytes.value()).map_err(|source| {
+                    StoreError::CorruptRecord {
+                        crawl: crawl.to_owned(),
+                        url: format!("queue {queue}"),
+                        source,
+                    }
+                })?,
+                None => QueueRecord::default(),
+            };
+            change(&mut record);
+            queues.insert((crawl, queue), record.encode().as_slice())?;
+            record
+        };
+        write.commit()?;
+        Ok(record)
+    }
+
+    /// Sets the default delay of a crawl's queues, durably.
+    pub fn set_default_delay(&self, crawl: &str, secs: u32) -> Result<(), StoreError> {
+        let write = self.db.begin_write()?;
+        write.open_table(CRAWL_SETTINGS)?.insert(crawl, secs)?;
+        write.commit()?;
+        Ok(())
+    }
+
+    /// Every crawl's default delay.
+    pub fn for_each_default_delay(
+        &self,
+        mut visit: impl FnMut(&str, u32),
+    ) -> Result<(), StoreError> {
+        let read = self.db.begin_read()?;
+        let Some(table) = open_if_exists(&read, CRAWL_SETTINGS)? else {
+            return Ok(());
+        };
+        for entry in table.iter()? {
+            let (crawl, secs) = entry?;
+            visit(crawl.value(), secs.value());
+        }
+        Ok(())
+    }
+
+    /// Whether serving is paused (SetActive(false)).
+    pub fn serving_paused(&self) -> Result<bool, StoreError> {
+        let read = self.db.begin_read()?;
+        let meta = read.open_table(META)?;
+        Ok(meta
+            .get(SERVING_PAUSED_KEY)?
+            .is_some_and(|v| v.value() == 1))
+    }
+
+    /// Records whether serving is paused, durably.
+    pub fn set_serving_paused(&self, paused: bool) -> Result<(), StoreError> {
+        let write = self.db.begin_write()?;
+        write
+            .open_table(META)?
+            .insert(SERVING_PAUSED_KEY, u64::from(paused))?;
+        write.commit()?;
+        Ok(())
+    }
+
+    /// Up to `limit` due entries of one queue after `after` (exclusive;
+    /// `None`: from the first), in serving order: (due_at, url, partition).
+    pub fn due_entries(
+        &self,
+        crawl: &str,
+        queue: &str,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Vec<(u64, String, u32)>, StoreError> {
+        let read = self.db.begin_read()?;
+        let Some(table) = open_if_exists(&read, DUE)? else {
+            return Ok(Vec::new());
+        };
+        let (due_from, url_from) = after.unwrap_or((0, ""));
+        let mut out = Vec::with_capacity(limit.min(1024));
+        for entry in table.range((crawl, queue, due_from, url_from)..)? {
+            let (key, partition) = entry?;
+            let (entry_crawl, entry_queue, due_at, url) = key.value();
+            if entry_crawl != crawl || entry_queue != queue {
+                break;
+            }
+            if after.is_some_and(|(d, u)| d == due_at && u == url) {
+                continue;
+            }
+            out.push((due_at, url.to_owned(), partition.value()));
+            if out.len() == limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// A crawl's not-completed URLs split into due by `now` and later.
+    pub fn count_due(&self, crawl: &str, now: u64) -> Result<(u64, u64), StoreError> {
+        let read = self.db.begin_read()?;
+        let Some(table) = open_if_exists(&read, DUE)? else {
+            return Ok((0, 0));
+        };
+        let (mut due_now, mut later) = (0, 0);
+        for entry in table.range((crawl, "", 0, "")..)? {
+            let (key, _) = entry?;
+            let (entry_crawl, _, due_at, _) = key.value();
+            if entry_crawl != crawl {
+                break;
+            }
+            if due_at <= now {
+                due_now += 1;
+            } else {
+                later += 1;
+            }
+        }
+        Ok((due_now, later))
     }
 
     /// Registers hosts as seeds of a crawl, durably.

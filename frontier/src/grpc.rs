@@ -1,0 +1,834 @@
+//! The gRPC services over a [`Frontier`]: the URL Frontier API v2.6 and our
+//! admin API. Handlers translate messages and run the frontier's blocking
+//! work on tokio's blocking pool; [`status_of`] is the one place errors
+//! become gRPC statuses.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use proto::admin as adm;
+use proto::urlfrontier as uf;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::ingest::{DedupMode, Discovered, Known, Outcome, UrlCheck};
+use crate::record::UrlRecord;
+use crate::scheduler::ServeRequest;
+use crate::service::{Frontier, FrontierError, crawl_or_default};
+
+/// Items of a PutURLs stream taken into one store transaction at most.
+const PUT_BATCH: usize = 1024;
+
+/// The one mapping of frontier errors to gRPC statuses.
+#[must_use]
+pub fn status_of(error: FrontierError) -> Status {
+    match error {
+        FrontierError::InvalidArgument(message) => Status::invalid_argument(message),
+        FrontierError::NotFound(message) => Status::not_found(message),
+        FrontierError::ShuttingDown => Status::unavailable(error.to_string()),
+        FrontierError::Ingest(error) => {
+            tracing::error!(%error, "storage failure");
+            Status::unavailable(format!("storage failure, nothing was stored: {error}"))
+        }
+    }
+}
+
+/// Runs blocking frontier work off the async threads.
+async fn blocking<T: Send + 'static>(
+    frontier: &Arc<Frontier>,
+    work: impl FnOnce(&Frontier) -> Result<T, FrontierError> + Send + 'static,
+) -> Result<T, Status> {
+    let frontier = Arc::clone(frontier);
+    tokio::task::spawn_blocking(move || work(&frontier))
+        .await
+        .map_err(|error| Status::internal(format!("handler failed: {error}")))?
+        .map_err(status_of)
+}
+
+fn metadata_in(
+    metadata: &std::collections::HashMap<String, uf::StringList>,
+) -> BTreeMap<String, Vec<String>> {
+    metadata
+        .iter()
+        .map(|(key, values)| (key.clone(), values.values.clone()))
+        .collect()
+}
+
+fn metadata_out(
+    metadata: &BTreeMap<String, Vec<String>>,
+) -> std::collections::HashMap<String, uf::StringList> {
+    metadata
+        .iter()
+        .map(|(key, values)| {
+            (
+                key.clone(),
+                uf::StringList {
+                    values: values.clone(),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Depth of a discovered URL: the `depth` metadata a worker sends (parent's
+/// depth + 1). Without it the URL counts as found on some page (depth 1),
+/// so scope rules apply; seeds come through AddSeeds.
+fn depth_of(metadata: &BTreeMap<String, Vec<String>>) -> u32 {
+    metadata
+        .get("depth")
+        .and_then(|values| values.first())
+        .and_then(|depth| depth.parse().ok())
+        .unwrap_or(1)
+}
+
+fn discovered_of(info: &uf::UrlInfo) -> Discovered {
+    let metadata = metadata_in(&info.metadata);
+    Discovered {
+        url: info.url.clone(),
+        queue_key: info.key.clone(),
+        depth: depth_of(&metadata),
+        metadata,
+    }
+}
+
+fn url_item_of(url: String, record: &UrlRecord, crawl: &str) -> uf::UrlItem {
+    uf::UrlItem {
+        id: url.clone(),
+        creation_date: record.created_at,
+        item: Some(uf::url_item::Item::Known(uf::KnownUrlItem {
+            info: Some(uf::UrlInfo {
+                url,
+                key: record.queue_key.clone(),
+                metadata: metadata_out(&record.metadata),
+                crawl_id: crawl.to_owned(),
+            }),
+            refetchable_from_date: record.due_at,
+        })),
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The URL Frontier API v2.6.
+#[derive(Debug, Clone)]
+pub struct UrlFrontierService {
+    frontier: Arc<Frontier>,
+}
+
+impl UrlFrontierService {
+    /// The service over a frontier.
+    #[must_use]
+    pub fn new(frontier: Arc<Frontier>) -> Self {
+        Self { frontier }
+    }
+}
+
+/// One item of a PutURLs stream, sorted into its kind.
+enum PutItem {
+    Discovered(String, Discovered),
+    Known(String, Known),
+    Invalid,
+}
+
+fn put_item_of(item: &uf::UrlItem) -> (String, PutItem) {
+    let (info, kind) = match &item.item {
+        Some(uf::url_item::Item::Discovered(d)) => (d.info.as_ref(), None),
+        Some(uf::url_item::Item::Known(k)) => (k.info.as_ref(), Some(k.refetchable_from_date)),
+        None => (None, None),
+    };
+    let Some(info) = info else {
+        return (item.id.clone(), PutItem::Invalid);
+    };
+    let id = if item.id.is_empty() {
+        info.url.clone()
+    } else {
+        item.id.clone()
+    };
+    let crawl = crawl_or_default(&info.crawl_id).to_owned();
+    match kind {
+        None => (id, PutItem::Discovered(crawl, discovered_of(info))),
+        Some(due_at) => (
+            id,
+            PutItem::Known(
+                crawl,
+                Known {
+                    url: info.url.clone(),
+                    queue_key: info.key.clone(),
+                    due_at,
+                    metadata: metadata_in(&info.metadata),
+                },
+            ),
+        ),
+    }
+}
+
+fn status_code(outcome: &Outcome) -> uf::ack_message::Status {
+    match outcome {
+        Outcome::Stored => uf::ack_message::Status::Ok,
+        Outcome::Skipped(_) => uf::ack_message::Status::Skipped,
+    }
+}
+
+/// Applies one chunk of PutURLs items; runs of one crawl and kind go
+/// through the frontier together. A storage failure answers FAIL for the
+/// items it covered (they were not stored; the client may resend).
+fn put_chunk(frontier: &Frontier, items: Vec<(String, PutItem)>) -> Vec<uf::AckMessage> {
+    let mut statuses = vec![uf::ack_message::Status::Skipped; items.len()];
+    let mut index = 0;
+    while index < items.len() {
+        let run_end = {
+            let mut end = index + 1;
+            while end < items.len() && same_run(&items[index].1, &items[end].1) {
+                end += 1;
+            }
+            end
+        };
+        let run = &items[index..run_end];
+        let outcomes = match &run[0].1 {
+            PutItem::Discovered(crawl, _) => {
+                let batch: Vec<Discovered> = run
+                    .iter()
+                    .filter_map(|(_, item)| match item {
+                        PutItem::Discovered(_, d) => Some(d.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                Some(frontier.put_discovered(crawl, &batch))
+            }
+            PutItem::Known(crawl, _) => {
+                let batch: Vec<Known> = run
+                    .iter()
+                    .filter_map(|(_, item)| match item {
+                        PutItem::Known(_, k) => Some(k.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                Some(frontier.put_known(crawl, &batch))
+            }
+            PutItem::Invalid => None,
+        };
+        match outcomes {
+            Some(Ok(outcomes)) => {
+                for (slot, outcome) in statuses[index..run_end].iter_mut().zip(&outcomes) {
+                    *slot = status_code(outcome);
+                }
+            }
+            Some(Err(error)) => {
+                tracing::warn!(%error, items = run.len(), "PutURLs batch failed");
+                statuses[index..run_end].fill(uf::ack_message::Status::Fail);
+            }
+            None => {}
+        }
+        index = run_end;
+    }
+    items
+        .into_iter()
+        .zip(statuses)
+        .map(|((id, _), status)| uf::AckMessage {
+            id,
+            status: status as i32,
+        })
+        .collect()
+}
+
+fn same_run(a: &PutItem, b: &PutItem) -> bool {
+    match (a, b) {
+        (PutItem::Discovered(x, _), PutItem::Discovered(y, _)) => x == y,
+        (PutItem::Known(x, _), PutItem::Known(y, _)) => x == y,
+        (PutItem::Invalid, PutItem::Invalid) => true,
+        _ => false,
+    }
+}
+
+#[tonic::async_trait]
+impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
+    async fn list_nodes(&self, _: Request<uf::Empty>) -> Result<Response<uf::StringList>, Status> {
+        Err(Status::unimplemented("ListNodes arrives with issue 7"))
+    }
+
+    async fn list_crawls(&self, _: Request<uf::Local>) -> Result<Response<uf::StringList>, Status> {
+        let values = blocking(&self.frontier, |f| Ok(f.scheduler().crawls())).await?;
+        Ok(Response::new(uf::StringList { values }))
+    }
+
+    async fn delete_crawl(
+        &self,
+        _: Request<uf::DeleteCrawlMessage>,
+    ) -> Result<Response<uf::Long>, Status> {
+        Err(Status::unimplemented("DeleteCrawl arrives with issue 7"))
+    }
+
+    async fn list_queues(
+        &self,
+        _: Request<uf::Pagination>,
+    ) -> Result<Response<uf::QueueList>, Status> {
+        Err(Status::unimplemented("ListQueues arrives with issue 7"))
+    }
+
+    type GetURLsStream = BoxStream<uf::UrlInfo>;
+
+    async fn get_ur_ls(
+        &self,
+        request: Request<uf::GetParams>,
+    ) -> Result<Response<Self::GetURLsStream>, Status> {
+        let params = request.into_inner();
+        let crawl = match &params.item {
+            Some(uf::get_params::Item::CrawlId(crawl)) => Some(crawl.clone()),
+            Some(uf::get_params::Item::AnyCrawlId(_)) | None => None,
+        };
+        let serve = ServeRequest {
+            max_urls_per_queue: params.max_urls_per_queue,
+            max_queues: params.max_queues,
+            queue: (!params.key.is_empty()).then_some(params.key),
+            crawl,
+            lease_secs: params.delay_requestable,
+        };
+        let leases = blocking(&self.frontier, move |f| f.get_urls(serve)).await?;
+        let infos = leases.into_iter().map(|lease| {
+            Ok(uf::UrlInfo {
+                url: lease.served.url,
+                key: lease.served.queue,
+                metadata: metadata_out(&lease.record.metadata),
+                crawl_id: lease.served.crawl,
+            })
+        });
+        Ok(Response::new(Box::pin(futures::stream::iter(
+            infos.collect::<Vec<_>>(),
+        ))))
+    }
+
+    type PutURLsStream = BoxStream<uf::AckMessage>;
+
+    async fn put_ur_ls(
+        &self,
+        request: Request<Streaming<uf::UrlItem>>,
+    ) -> Result<Response<Self::PutURLsStream>, Status> {
+        let frontier = Arc::clone(&self.frontier);
+        // Whatever has arrived is taken together (up to PUT_BATCH), so a
+        // fast client's items share transactions and a slow one's are
+        // answered at once.
+        let acks = request
+            .into_inner()
+            .ready_chunks(PUT_BATCH)
+            .then(move |chunk| {
+                let frontier = Arc::clone(&frontier);
+                async move {
+                    let mut items = Vec::with_capacity(chunk.len());
+                    for item in chunk {
+                        match item {
+                            Ok(item) => items.push(put_item_of(&item)),
+                            Err(status) => return vec![Err(status)],
+                        }
+                    }
+                    match tokio::task::spawn_blocking(move || put_chunk(&frontier, items)).await {
+                        Ok(acks) => acks.into_iter().map(Ok).collect(),
+                        Err(error) => vec![Err(Status::internal(error.to_string()))],
+                    }
+                }
+            })
+            .flat_map(futures::stream::iter);
+        Ok(Response::new(Box::pin(acks)))
+    }
+
+    type PutDiscoveredStream = BoxStream<uf::BatchAck>;
+
+    async fn put_discovered(
+        &self,
+        request: Request<Streaming<uf::DiscoveredBatch>>,
+    ) -> Result<Response<Self::PutDiscoveredStream>, Status> {
+        let frontier = Arc::clone(&self.frontier);
+        let acks = request.into_inner().then(move |batch| {
+            let frontier = Arc::clone(&frontier);
+            async move {
+                let batch = batch?;
+                if batch.items.is_empty() {
+                    return Ok(uf::BatchAck {
+                        id: batch.id,
+                        statuses: Vec::new(),
+                    });
+                }
+                let id = batch.id.clone();
+                let statuses =
+                    tokio::task::spawn_blocking(move || batch_statuses(&frontier, &batch))
+                        .await
+                        .map_err(|error| Status::internal(error.to_string()))?;
+                Ok(uf::BatchAck { id, statuses })
+            }
+        });
+        Ok(Response::new(Box::pin(acks)))
+    }
+
+    async fn get_stats(
+        &self,
+        request: Request<uf::QueueWithinCrawlParams>,
+    ) -> Result<Response<uf::Stats>, Status> {
+        let params = request.into_inner();
+        let crawl = crawl_or_default(&params.crawl_id).to_owned();
+        let counts = {
+            let crawl = crawl.clone();
+            blocking(&self.frontier, move |f| Ok(f.counts(&crawl, &params.key))).await?
+        };
+        let counts_map = [
+            ("completed".to_owned(), counts.completed),
+            ("active_queues".to_owned(), counts.active_queues),
+        ]
+        .into_iter()
+        .collect();
+        Ok(Response::new(uf::Stats {
+            size: counts.not_completed(),
+            in_process: u32::try_from(counts.leased).unwrap_or(u32::MAX),
+            counts: counts_map,
+            number_of_queues: counts.queues,
+            crawl_id: crawl,
+        }))
+    }
+
+    async fn delete_queue(
+        &self,
+        _: Request<uf::QueueWithinCrawlParams>,
+    ) -> Result<Response<uf::Long>, Status> {
+        Err(Status::unimplemented("DeleteQueue arrives with issue 7"))
+    }
+
+    async fn block_queue_until(
+        &self,
+        request: Request<uf::BlockQueueParams>,
+    ) -> Result<Response<uf::Empty>, Status> {
+        let params = request.into_inner();
+        if params.key.is_empty() {
+            return Err(Status::invalid_argument(
+                "BlockQueueUntil needs a queue key",
+            ));
+        }
+        blocking(&self.frontier, move |f| {
+            Ok(f.scheduler().block_until(
+                crawl_or_default(&params.crawl_id),
+                &params.key,
+                params.time,
+            )?)
+        })
+        .await?;
+        Ok(Response::new(uf::Empty {}))
+    }
+
+    async fn set_active(
+        &self,
+        request: Request<uf::Active>,
+    ) -> Result<Response<uf::Empty>, Status> {
+        let state = request.into_inner().state;
+        blocking(&self.frontier, move |f| {
+            Ok(f.scheduler().set_active(state)?)
+        })
+        .await?;
+        Ok(Response::new(uf::Empty {}))
+    }
+
+    async fn get_active(&self, _: Request<uf::Local>) -> Result<Response<uf::Boolean>, Status> {
+        Ok(Response::new(uf::Boolean {
+            state: self.frontier.scheduler().is_active(),
+        }))
+    }
+
+    async fn set_delay(
+        &self,
+        request: Request<uf::QueueDelayParams>,
+    ) -> Result<Response<uf::Empty>, Status> {
+        let params = request.into_inner();
+        blocking(&self.frontier, move |f| {
+            Ok(f.scheduler().set_delay(
+                crawl_or_default(&params.crawl_id),
+                &params.key,
+                params.delay_requestable,
+            )?)
+        })
+        .await?;
+        Ok(Response::new(uf::Empty {}))
+    }
+
+    async fn set_log_level(
+        &self,
+        _: Request<uf::LogLevelParams>,
+    ) -> Result<Response<uf::Empty>, Status> {
+        Err(Status::unimplemented("SetLogLevel arrives with issue 7"))
+    }
+
+    async fn set_crawl_limit(
+        &self,
+        request: Request<uf::CrawlLimitParams>,
+    ) -> Result<Response<uf::Empty>, Status> {
+        let params = request.into_inner();
+        if params.key.is_empty() {
+            return Err(Status::invalid_argument("SetCrawlLimit needs a queue key"));
+        }
+        blocking(&self.frontier, move |f| {
+            Ok(f.scheduler().set_crawl_limit(
+                crawl_or_default(&params.crawl_id),
+                &params.key,
+                params.limit,
+            )?)
+        })
+        .await?;
+        Ok(Response::new(uf::Empty {}))
+    }
+
+    async fn get_url_status(
+        &self,
+        request: Request<uf::UrlStatusRequest>,
+    ) -> Result<Response<uf::UrlItem>, Status> {
+        let params = request.into_inner();
+        let crawl = crawl_or_default(&params.crawl_id).to_owned();
+        let lookup = {
+            let (crawl, url) = (crawl.clone(), params.url.clone());
+            blocking(&self.frontier, move |f| f.url_status(&crawl, &url)).await?
+        };
+        match lookup {
+            Some(status) => Ok(Response::new(url_item_of(
+                status.canonical,
+                &status.record,
+                &crawl,
+            ))),
+            None => Err(Status::not_found(format!(
+                "crawl {crawl:?} does not know {:?}",
+                params.url
+            ))),
+        }
+    }
+
+    type ListURLsStream = BoxStream<uf::UrlItem>;
+
+    async fn list_ur_ls(
+        &self,
+        _: Request<uf::ListUrlParams>,
+    ) -> Result<Response<Self::ListURLsStream>, Status> {
+        Err(Status::unimplemented("ListURLs arrives with issue 7"))
+    }
+
+    async fn count_ur_ls(
+        &self,
+        _: Request<uf::CountUrlParams>,
+    ) -> Result<Response<uf::Long>, Status> {
+        Err(Status::unimplemented("CountURLs arrives with issue 7"))
+    }
+
+    async fn purge_ur_ls(
+        &self,
+        _: Request<uf::PurgeUrlParams>,
+    ) -> Result<Response<uf::Long>, Status> {
+        Err(Status::unimplemented("PurgeURLs arrives with issue 7"))
+    }
+}
+
+/// Statuses of one discovered batch, in order; a storage failure fails the
+/// whole batch (nothing of it was stored).
+fn batch_statuses(frontier: &Frontier, batch: &uf::DiscoveredBatch) -> Vec<i32> {
+    // Items may name different crawls: each run of one crawl goes together.
+    let mut statuses = Vec::with_capacity(batch.items.len());
+    let mut start = 0;
+    while start < batch.items.len() {
+        let crawl = crawl_or_default(&batch.items[start].crawl_id);
+        let mut end = start + 1;
+        while end < batch.items.len() && crawl_or_default(&batch.items[end].crawl_id) == crawl {
+            end += 1;
+        }
+        let items: Vec<Discovered> = batch.items[start..end].iter().map(discovered_of).collect();
+        match frontier.put_discovered(crawl, &items) {
+            Ok(outcomes) => statuses.extend(outcomes.iter().map(|o| status_code(o) as i32)),
+            Err(error) => {
+                tracing::warn!(%error, batch = %batch.id, "PutDiscovered batch failed");
+                return vec![uf::ack_message::Status::Fail as i32; batch.items.len()];
+            }
+        }
+        start = end;
+    }
+    statuses
+}
+
+/// The admin API.
+#[derive(Debug, Clone)]
+pub struct AdminService {
+    frontier: Arc<Frontier>,
+}
+
+impl AdminService {
+    /// The service over a frontier.
+    #[must_use]
+    pub fn new(frontier: Arc<Frontier>) -> Self {
+        Self { frontier }
+    }
+}
+
+fn ms_since_epoch(time: std::time::SystemTime) -> u64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn rebuild_report(report: &bloom_core::RebuildReport) -> adm::RebuildReport {
+    adm::RebuildReport {
+        partition: report.partition as u32,
+        finished_at_ms: ms_since_epoch(report.finished_at),
+        duration_ms: report.duration.as_millis() as u64,
+        bits_before: report.bits_before,
+        bits_after: report.bits_after,
+        keys: report.keys_fed,
+    }
+}
+
+fn layout_name(layout: bloom_core::Layout) -> String {
+    match layout {
+        bloom_core::Layout::Standard => "standard".into(),
+        bloom_core::Layout::Blocked => "blocked".into(),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+#[tonic::async_trait]
+impl adm::admin_server::Admin for AdminService {
+    async fn get_filter_health(
+        &self,
+        _: Request<adm::GetFilterHealthRequest>,
+    ) -> Result<Response<adm::FilterHealth>, Status> {
+        let report = blocking(&self.frontier, |f| Ok(f.filter_report())).await?;
+        let mut total = adm::PartitionHealth::default();
+        let partitions: Vec<adm::PartitionHealth> = report
+            .set
+            .partitions
+            .iter()
+            .zip(&report.partitions)
+            .map(|(health, &(stored, refuted, lookups))| {
+                let filter = &health.filter;
+                total.items_inserted += stored;
+                total.refuted_maybes += refuted;
+                total.absent_lookups += lookups;
+                adm::PartitionHealth {
+                    partition: Some(health.partition as u32),
+                    layout: layout_name(filter.layout),
+                    bits: filter.bits,
+                    hashes: filter.hashes,
+                    items_inserted: stored,
+                    estimated_items: filter.estimated_items,
+                    ones: filter.ones,
+                    fill_ratio: filter.fill_ratio,
+                    estimated_fp_rate: filter.estimated_fp_rate,
+                    observed_fp_rate: if lookups == 0 {
+                        0.0
+                    } else {
+                        refuted as f64 / lookups as f64
+                    },
+                    refuted_maybes: refuted,
+                    absent_lookups: lookups,
+                    memory_bytes: filter.memory_bytes,
+                    rebuild_count: health.rebuilds,
+                    last_rebuild: health.last_rebuild.as_ref().map(rebuild_report),
+                    state: if health.rebuilding {
+                        adm::PartitionState::Rebuilding as i32
+                    } else {
+                        adm::PartitionState::Ok as i32
+                    },
+                    rebuild_fed: health.rebuild_fed,
+                    rebuild_total: if health.rebuilding { stored } else { 0 },
+                }
+            })
+            .collect();
+        let set = &report.set.total;
+        total.layout = partitions
+            .first()
+            .map(|p| p.layout.clone())
+            .unwrap_or_default();
+        total.bits = set.bits;
+        total.ones = set.ones;
+        total.fill_ratio = set.fill_ratio;
+        total.estimated_fp_rate = set.estimated_fp_rate;
+        total.estimated_items = set.estimated_items;
+        total.memory_bytes = set.memory_bytes;
+        total.rebuild_count = set.rebuilds;
+        total.observed_fp_rate = if total.absent_lookups == 0 {
+            0.0
+        } else {
+            total.refuted_maybes as f64 / total.absent_lookups as f64
+        };
+        total.state = if set.rebuilding > 0 {
+            adm::PartitionState::Rebuilding as i32
+        } else {
+            adm::PartitionState::Ok as i32
+        };
+        total.hashes = partitions.first().map_or(0, |p| p.hashes);
+        Ok(Response::new(adm::FilterHealth {
+            partitions,
+            total: Some(total),
+            rebuild_fill_threshold: report.rebuild_fill_threshold,
+            target_fp_rate: report.target_fp_rate,
+            dedup_mode: match report.dedup {
+                DedupMode::Exact => adm::DedupMode::Exact as i32,
+                DedupMode::Bloom => adm::DedupMode::Bloom as i32,
+            },
+        }))
+    }
+
+    async fn rebuild_filters(
+        &self,
+        request: Request<adm::RebuildFiltersRequest>,
+    ) -> Result<Response<adm::RebuildFiltersResponse>, Status> {
+        let request = request.into_inner();
+        let count = self.frontier.ingest().filters().partition_count();
+        let partition = request.partition.map(|p| p as usize);
+        if partition.is_some_and(|p| p >= count) {
+            return Err(status_of(FrontierError::InvalidArgument(format!(
+                "partition {} does not exist (there are {count})",
+                request.partition.unwrap_or_default()
+            ))));
+        }
+        let started: Vec<u32> = match partition {
+            Some(p) => vec![p as u32],
+            None => (0..count as u32).collect(),
+        };
+        let work = {
+            let frontier = Arc::clone(&self.frontier);
+            tokio::task::spawn_blocking(move || frontier.rebuild(partition))
+        };
+        if request.no_wait {
+            tokio::spawn(async move {
+                match work.await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => tracing::error!(%error, "asked-for rebuild failed"),
+                    Err(error) => tracing::error!(%error, "asked-for rebuild panicked"),
+                }
+            });
+            return Ok(Response::new(adm::RebuildFiltersResponse {
+                started,
+                finished: Vec::new(),
+            }));
+        }
+        let reports = work
+            .await
+            .map_err(|error| Status::internal(error.to_string()))?
+            .map_err(status_of)?;
+        Ok(Response::new(adm::RebuildFiltersResponse {
+            started,
+            finished: reports.iter().map(rebuild_report).collect(),
+        }))
+    }
+
+    async fn add_seeds(
+        &self,
+        request: Request<adm::AddSeedsRequest>,
+    ) -> Result<Response<adm::AddSeedsResponse>, Status> {
+        let request = request.into_inner();
+        let crawl = crawl_or_default(&request.crawl_id).to_owned();
+        let urls = request.urls;
+        let (outcomes, urls, scope_hosts) = {
+            let crawl = crawl.clone();
+            blocking(&self.frontier, move |f| {
+                let outcomes = f.add_seeds(&crawl, &urls)?;
+                let hosts = f
+                    .ingest()
+                    .seeds_of(&crawl)
+                    .hosts()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>();
+                Ok((outcomes, urls, hosts))
+            })
+            .await?
+        };
+        let mut response = adm::AddSeedsResponse {
+            scope_hosts,
+            ..adm::AddSeedsResponse::default()
+        };
+        response.scope_hosts.sort();
+        for (url, outcome) in urls.into_iter().zip(outcomes) {
+            match outcome {
+                Outcome::Stored => response.added += 1,
+                Outcome::Skipped(crate::scope::SkipReason::Duplicate) => {
+                    response.already_known += 1;
+                }
+                Outcome::Skipped(reason) => response.refused.push(adm::RefusedUrl {
+                    url,
+                    reason: reason.as_str().to_owned(),
+                }),
+            }
+        }
+        Ok(Response::new(response))
+    }
+
+    async fn get_progress(
+        &self,
+        request: Request<adm::GetProgressRequest>,
+    ) -> Result<Response<adm::Progress>, Status> {
+        let crawl = crawl_or_default(&request.into_inner().crawl_id).to_owned();
+        let progress = {
+            let crawl = crawl.clone();
+            blocking(&self.frontier, move |f| f.progress(&crawl)).await?
+        };
+        let skipped = |reason: &str| progress.skipped.get(reason).copied().unwrap_or(0);
+        Ok(Response::new(adm::Progress {
+            crawl_id: crawl,
+            discovered: progress.counts.urls,
+            due_now: progress.due_now,
+            scheduled_later: progress.scheduled_later,
+            leased: progress.counts.leased,
+            completed: progress.counts.completed,
+            skipped: Some(adm::SkipCounts {
+                duplicate: skipped("duplicate"),
+                out_of_scope: skipped("out_of_scope"),
+                too_deep: skipped("too_deep"),
+                invalid: skipped("invalid"),
+                too_long: skipped("too_long"),
+                trap: skipped("trap"),
+            }),
+            queues: progress.counts.queues,
+            active_queues: progress.counts.active_queues,
+            last_minute: Some(adm::Rates {
+                discovered: progress.rates.0,
+                leased: progress.rates.1,
+                completed: progress.rates.2,
+            }),
+        }))
+    }
+
+    async fn check_url(
+        &self,
+        request: Request<adm::CheckUrlRequest>,
+    ) -> Result<Response<adm::CheckUrlResponse>, Status> {
+        let request = request.into_inner();
+        let (check, lease) = blocking(&self.frontier, move |f| {
+            f.check_url(&request.crawl_id, &request.url)
+        })
+        .await?;
+        let response = match check {
+            UrlCheck::Refused(error) => adm::CheckUrlResponse {
+                refused_reason: error.to_string(),
+                ..adm::CheckUrlResponse::default()
+            },
+            UrlCheck::Checked {
+                canonical,
+                queue_key,
+                partition,
+                filter_maybe,
+                stored,
+            } => adm::CheckUrlResponse {
+                refused_reason: String::new(),
+                canonical_url: canonical,
+                queue_key,
+                partition: partition as u32,
+                filter_answer: if filter_maybe {
+                    adm::FilterAnswer::Maybe as i32
+                } else {
+                    adm::FilterAnswer::No as i32
+                },
+                stored: stored.map(|record| adm::StoredUrl {
+                    created_at: record.created_at,
+                    completed: record.is_completed(),
+                    due_at: record.due_at,
+                    leased_until: lease.map_or(0, |ms| ms.div_ceil(1000)),
+                    depth: record.depth,
+                    metadata: record
+                        .metadata
+                        .iter()
+                        .map(|(k, v)| (k.clone(), adm::MetadataValues { values: v.clone() }))
+                        .collect(),
+                }),
+            },
+        };
+        Ok(Response::new(response))
+    }
+}

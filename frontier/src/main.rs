@@ -1,0 +1,523 @@
+//! `frontier`: `serve` runs the service; the other subcommands are an
+//! operator's client of a running one (seeding, progress, filter health,
+//! rebuilds, URL checks, pause and resume).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use frontier::ingest::{DedupMode, FilterConfig, FiltersFrom};
+use frontier::scope::{Rules, ScopeMode};
+use frontier::service::{Frontier, FrontierConfig};
+use proto::admin::admin_client::AdminClient;
+use proto::urlfrontier::url_frontier_client::UrlFrontierClient;
+use tonic::transport::Channel;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "frontier",
+    version,
+    about = "The crawl frontier service and its admin client"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the frontier service.
+    Serve(Box<ServeArgs>),
+    /// Seed a crawl: store the URLs and make their hosts the crawl's scope.
+    Seed {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Seed URLs.
+        urls: Vec<String>,
+        /// A file with one seed URL per line (# starts a comment).
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Show a crawl's progress; with --wait, until it is finished.
+    Status {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Wait until every URL of the crawl is completed.
+        #[arg(long)]
+        wait: bool,
+        /// Give up waiting after this many seconds (exit code 2).
+        #[arg(long)]
+        timeout_secs: Option<u64>,
+    },
+    /// Show filter health per partition and in total.
+    Health {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Every partition, not only the total.
+        #[arg(long)]
+        partitions: bool,
+    },
+    /// Rebuild one partition's filter, or all of them.
+    Rebuild {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Only this partition.
+        #[arg(long)]
+        partition: Option<u32>,
+        /// Answer at once instead of when the rebuilds are done.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// What ingest makes of a URL and what the store holds for it.
+    Check {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// The URL.
+        url: String,
+    },
+    /// Stop serving URLs (puts are still taken).
+    Pause {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Serve URLs again.
+    Resume {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct ClientArgs {
+    /// The frontier's address.
+    #[arg(long, env = "FRONTIER_ADDR", default_value = "http://127.0.0.1:7071")]
+    frontier: String,
+    /// The crawl (empty: DEFAULT).
+    #[arg(long, env = "FRONTIER_CRAWL", default_value = "")]
+    crawl: String,
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Directory of the store and filter snapshots.
+    #[arg(long, env = "FRONTIER_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Address to listen on (port 0: any free port; the chosen address is
+    /// printed).
+    #[arg(long, env = "FRONTIER_LISTEN", default_value = "127.0.0.1:7071")]
+    listen: SocketAddr,
+    /// Filter partitions (fixed when the store is created).
+    #[arg(long, env = "FRONTIER_PARTITIONS", default_value_t = 64)]
+    partitions: usize,
+    /// URLs the filters are sized for at first, over all partitions; a
+    /// partition past --rebuild-fill is rebuilt larger.
+    #[arg(long, env = "FRONTIER_EXPECTED_URLS", default_value_t = 1_000_000)]
+    expected_urls: u64,
+    /// Target false-positive rate of the filters.
+    #[arg(long, env = "FRONTIER_FP_RATE", default_value_t = 0.001)]
+    fp_rate: f64,
+    /// Filter layout: standard or blocked.
+    #[arg(long, env = "FRONTIER_LAYOUT", default_value = "standard")]
+    layout: String,
+    /// exact: the store confirms a filter "maybe"; bloom: a "maybe" is a
+    /// duplicate.
+    #[arg(long, env = "FRONTIER_DEDUP", default_value = "exact")]
+    dedup: String,
+    /// Fill ratio past which a partition's filter is rebuilt larger.
+    #[arg(long, env = "FRONTIER_REBUILD_FILL", default_value_t = 0.5)]
+    rebuild_fill: f64,
+    /// Longest URL accepted, in bytes.
+    #[arg(long, env = "FRONTIER_MAX_URL_LENGTH", default_value_t = 2048)]
+    max_url_length: usize,
+    /// Host scope: seeds, domain or any.
+    #[arg(long, env = "FRONTIER_SCOPE", default_value = "seeds")]
+    scope: ScopeMode,
+    /// Regexes a URL must match one of (repeatable).
+    #[arg(long, env = "FRONTIER_INCLUDE", value_delimiter = ',')]
+    include: Vec<String>,
+    /// Regexes a URL must match none of (repeatable).
+    #[arg(long, env = "FRONTIER_EXCLUDE", value_delimiter = ',')]
+    exclude: Vec<String>,
+    /// Deepest link depth taken (seeds are 0).
+    #[arg(long, env = "FRONTIER_MAX_DEPTH")]
+    max_depth: Option<u32>,
+    /// Most times one path segment may repeat (a crawler-trap guard).
+    #[arg(long, env = "FRONTIER_MAX_PATH_REPEAT", default_value_t = 3)]
+    max_path_repeat: usize,
+    /// Lease length when a GetURLs call gives none, in seconds.
+    #[arg(long, env = "FRONTIER_LEASE_SECS", default_value_t = 30)]
+    lease_secs: u32,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run() {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(args) => serve(*args).await,
+            Command::Seed { client, urls, file } => seed(client, urls, file).await,
+            Command::Status {
+                client,
+                wait,
+                timeout_secs,
+            } => status(client, wait, timeout_secs).await,
+            Command::Health { client, partitions } => health(client, partitions).await,
+            Command::Rebuild {
+                client,
+                partition,
+                no_wait,
+            } => rebuild(client, partition, no_wait).await,
+            Command::Check { client, url } => check(client, url).await,
+            Command::Pause { client } => set_active(client, false).await,
+            Command::Resume { client } => set_active(client, true).await,
+        }
+    })
+}
+
+fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
+    let layout = match args.layout.as_str() {
+        "standard" => bloom_core::Layout::Standard,
+        "blocked" => bloom_core::Layout::Blocked,
+        other => bail!("--layout must be standard or blocked, not {other:?}"),
+    };
+    let dedup = match args.dedup.as_str() {
+        "exact" => DedupMode::Exact,
+        "bloom" => DedupMode::Bloom,
+        other => bail!("--dedup must be exact or bloom, not {other:?}"),
+    };
+    if !(args.fp_rate > 0.0 && args.fp_rate < 1.0) {
+        bail!("--fp-rate must be between 0 and 1, not {}", args.fp_rate);
+    }
+    if !(args.rebuild_fill > 0.0 && args.rebuild_fill < 1.0) {
+        bail!(
+            "--rebuild-fill must be between 0 and 1, not {}",
+            args.rebuild_fill
+        );
+    }
+    if args.partitions == 0 {
+        bail!("--partitions must be at least 1");
+    }
+    let rules = Rules::new(
+        args.scope,
+        &args.include,
+        &args.exclude,
+        args.max_depth,
+        args.max_path_repeat,
+    )?;
+    Ok(FrontierConfig {
+        data_dir: args.data_dir.clone(),
+        filters: FilterConfig {
+            partitions: args.partitions,
+            expected_urls_per_partition: (args.expected_urls / args.partitions as u64).max(1),
+            fp_rate: args.fp_rate,
+            layout,
+        },
+        dedup,
+        max_url_length: args.max_url_length,
+        rules,
+        rebuild_fill_threshold: args.rebuild_fill,
+        default_lease_secs: args.lease_secs.max(1),
+    })
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let config = config_of(&args)?;
+    let started = Instant::now();
+    let frontier = tokio::task::spawn_blocking(move || Frontier::open(config))
+        .await?
+        .with_context(|| format!("cannot open the frontier in {}", args.data_dir.display()))?;
+    match &frontier.ingest().startup().filters_from {
+        FiltersFrom::Snapshots => tracing::info!("filters loaded from snapshots"),
+        FiltersFrom::Store { keys, reason } => {
+            tracing::info!(keys, reason = %reason, "filters rebuilt from the store");
+        }
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let address = listener.local_addr()?;
+    tracing::info!(
+        %address,
+        startup_ms = started.elapsed().as_millis() as u64,
+        data_dir = %args.data_dir.display(),
+        "frontier listening"
+    );
+    // Scripts and tests read the chosen address from this line.
+    println!("listening on {address}");
+    let frontier = Arc::new(frontier);
+    frontier::server::run(listener, Arc::clone(&frontier), shutdown_signal()).await?;
+    tracing::info!("stopped serving; writing filter snapshots");
+    let frontier = Arc::try_unwrap(frontier)
+        .map_err(|_| anyhow::anyhow!("calls still hold the frontier after shutdown"))?;
+    tokio::task::spawn_blocking(move || frontier.shutdown())
+        .await?
+        .context(
+            "clean shutdown failed (the store is intact; the next start rebuilds the filters)",
+        )?;
+    tracing::info!("clean shutdown");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(error) => {
+                    tracing::error!(%error, "cannot listen for SIGTERM");
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("shutdown signal received");
+}
+
+async fn connect(address: &str) -> anyhow::Result<Channel> {
+    Channel::from_shared(address.to_owned())
+        .with_context(|| format!("{address:?} is not a valid frontier address"))?
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach the frontier at {address}"))
+}
+
+async fn seed(
+    client: ClientArgs,
+    mut urls: Vec<String>,
+    file: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        urls.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty() && !line.starts_with('#'))
+                .map(str::to_owned),
+        );
+    }
+    if urls.is_empty() {
+        bail!("no seed URLs given (pass URLs or --file)");
+    }
+    let mut admin = AdminClient::new(connect(&client.frontier).await?);
+    let response = admin
+        .add_seeds(proto::admin::AddSeedsRequest {
+            crawl_id: client.crawl,
+            urls,
+        })
+        .await?
+        .into_inner();
+    println!(
+        "added {}, already known {}, refused {}",
+        response.added,
+        response.already_known,
+        response.refused.len()
+    );
+    for refused in &response.refused {
+        println!("  refused {} ({})", refused.url, refused.reason);
+    }
+    println!("scope hosts: {}", response.scope_hosts.join(" "));
+    Ok(if response.refused.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}
+
+async fn status(
+    client: ClientArgs,
+    wait: bool,
+    timeout_secs: Option<u64>,
+) -> anyhow::Result<ExitCode> {
+    let mut admin = AdminClient::new(connect(&client.frontier).await?);
+    let started = Instant::now();
+    loop {
+        let progress = admin
+            .get_progress(proto::admin::GetProgressRequest {
+                crawl_id: client.crawl.clone(),
+            })
+            .await?
+            .into_inner();
+        let finished = progress.discovered > 0 && progress.completed == progress.discovered;
+        if !wait || finished {
+            print_progress(&progress);
+            return Ok(ExitCode::SUCCESS);
+        }
+        if timeout_secs.is_some_and(|limit| started.elapsed() >= Duration::from_secs(limit)) {
+            print_progress(&progress);
+            eprintln!("crawl not finished after {} s", started.elapsed().as_secs());
+            return Ok(ExitCode::from(2));
+        }
+        // Polling an operator's view; nothing here synchronises with it.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn print_progress(progress: &proto::admin::Progress) {
+    let skipped = progress.skipped.unwrap_or_default();
+    let rates = progress.last_minute.unwrap_or_default();
+    println!("crawl {}", progress.crawl_id);
+    println!(
+        "  urls {}  completed {}  leased {}  due now {}  later {}",
+        progress.discovered,
+        progress.completed,
+        progress.leased,
+        progress.due_now,
+        progress.scheduled_later
+    );
+    println!(
+        "  queues {} (active {})",
+        progress.queues, progress.active_queues
+    );
+    println!(
+        "  skipped: duplicate {}  out of scope {}  too deep {}  invalid {}  too long {}  trap {}",
+        skipped.duplicate,
+        skipped.out_of_scope,
+        skipped.too_deep,
+        skipped.invalid,
+        skipped.too_long,
+        skipped.trap
+    );
+    println!(
+        "  last minute, per second: discovered {:.1}  leased {:.1}  completed {:.1}",
+        rates.discovered, rates.leased, rates.completed
+    );
+}
+
+async fn health(client: ClientArgs, partitions: bool) -> anyhow::Result<ExitCode> {
+    let mut admin = AdminClient::new(connect(&client.frontier).await?);
+    let health = admin
+        .get_filter_health(proto::admin::GetFilterHealthRequest {})
+        .await?
+        .into_inner();
+    println!(
+        "dedup {:?}  target fp {}  rebuild at fill {}",
+        health.dedup_mode(),
+        health.target_fp_rate,
+        health.rebuild_fill_threshold
+    );
+    let print = |name: String, p: &proto::admin::PartitionHealth| {
+        println!(
+            "{name:>8}  items {:>10}  est {:>12.0}  bits {:>12}  k {:>2}  fill {:.4}  est fp {:.2e}  observed fp {:.2e} ({}/{})  {} B  rebuilds {}  {:?}",
+            p.items_inserted,
+            p.estimated_items,
+            p.bits,
+            p.hashes,
+            p.fill_ratio,
+            p.estimated_fp_rate,
+            p.observed_fp_rate,
+            p.refuted_maybes,
+            p.absent_lookups,
+            p.memory_bytes,
+            p.rebuild_count,
+            p.state()
+        );
+    };
+    if partitions {
+        for p in &health.partitions {
+            print(format!("p{}", p.partition.unwrap_or_default()), p);
+        }
+    }
+    if let Some(total) = &health.total {
+        print("total".into(), total);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn rebuild(
+    client: ClientArgs,
+    partition: Option<u32>,
+    no_wait: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut admin = AdminClient::new(connect(&client.frontier).await?);
+    let response = admin
+        .rebuild_filters(proto::admin::RebuildFiltersRequest { partition, no_wait })
+        .await?
+        .into_inner();
+    println!("started {} partition rebuild(s)", response.started.len());
+    for report in response.finished {
+        println!(
+            "  p{}: {} keys, {} -> {} bits, {} ms",
+            report.partition,
+            report.keys,
+            report.bits_before,
+            report.bits_after,
+            report.duration_ms
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn check(client: ClientArgs, url: String) -> anyhow::Result<ExitCode> {
+    let mut admin = AdminClient::new(connect(&client.frontier).await?);
+    let response = admin
+        .check_url(proto::admin::CheckUrlRequest {
+            url,
+            crawl_id: client.crawl,
+            queue_key: String::new(),
+        })
+        .await?
+        .into_inner();
+    if !response.refused_reason.is_empty() {
+        println!("refused: {}", response.refused_reason);
+        return Ok(ExitCode::from(3));
+    }
+    println!("canonical  {}", response.canonical_url);
+    println!("queue      {}", response.queue_key);
+    println!("partition  {}", response.partition);
+    println!("filter     {:?}", response.filter_answer());
+    match response.stored {
+        Some(stored) => println!(
+            "stored     created {} completed {} due {} depth {} leased until {}",
+            stored.created_at, stored.completed, stored.due_at, stored.depth, stored.leased_until
+        ),
+        None => println!("stored     no"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn set_active(client: ClientArgs, active: bool) -> anyhow::Result<ExitCode> {
+    let mut frontier = UrlFrontierClient::new(connect(&client.frontier).await?);
+    frontier
+        .set_active(proto::urlfrontier::Active {
+            state: active,
+            local: false,
+        })
+        .await?;
+    println!("{}", if active { "serving" } else { "paused" });
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,64 @@
+//! Serving a [`Frontier`] over gRPC: the URL Frontier API, the admin API,
+//! the standard health service and server reflection, on a listener the
+//! caller bound (tests bind port 0 and pass it in).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::grpc::{AdminService, UrlFrontierService};
+use crate::service::Frontier;
+
+/// Why serving stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The transport failed.
+    #[error("gRPC transport failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// The reflection service could not read our descriptors.
+    #[error("cannot build the reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+/// Serves until `shutdown` completes, then stops taking calls and waits for
+/// the ones in flight (so their acks go out after their commits). The
+/// caller then shuts the frontier down.
+pub async fn run(
+    listener: TcpListener,
+    frontier: Arc<Frontier>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<proto::urlfrontier::url_frontier_server::UrlFrontierServer<UrlFrontierService>>()
+        .await;
+    health
+        .set_serving::<proto::admin::admin_server::AdminServer<AdminService>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(reflection_alpha)
+        .add_service(
+            proto::urlfrontier::url_frontier_server::UrlFrontierServer::new(
+                UrlFrontierService::new(Arc::clone(&frontier)),
+            ),
+        )
+        .add_service(proto::admin::admin_server::AdminServer::new(
+            AdminService::new(frontier),
+        ))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,547 @@
+//! The frontier as one object: ingest, scheduler, filter rebuilds and crawl
+//! progress, behind the operations the gRPC layer (and the embedded `crawl`
+//! binary) call. Everything here is synchronous; async callers run it on
+//! blocking threads.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bloom_core::{PartitionHealth, RebuildReport, SetHealth};
+
+use crate::ingest::{
+    DedupMode, Discovered, FilterConfig, Ingest, IngestError, Known, Outcome, UrlCheck,
+};
+use crate::record::UrlRecord;
+use crate::scheduler::{QueueCounts, Scheduler, ServeRequest, Served};
+use crate::scope::{Rules, SkipReason};
+use crate::store::{Store, StoreError};
+
+/// The crawl an empty crawl ID means.
+pub const DEFAULT_CRAWL: &str = "DEFAULT";
+
+/// Maps the API's empty crawl ID to [`DEFAULT_CRAWL`].
+#[must_use]
+pub fn crawl_or_default(crawl: &str) -> &str {
+    if crawl.is_empty() {
+        DEFAULT_CRAWL
+    } else {
+        crawl
+    }
+}
+
+/// UTC epoch milliseconds.
+#[must_use]
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How a frontier is set up.
+#[derive(Debug, Clone)]
+pub struct FrontierConfig {
+    /// Where the store and filter snapshots live.
+    pub data_dir: PathBuf,
+    /// Filter sizing.
+    pub filters: FilterConfig,
+    /// How a filter "maybe" is settled.
+    pub dedup: DedupMode,
+    /// Longest URL accepted, in bytes.
+    pub max_url_length: usize,
+    /// Admission rules of every crawl.
+    pub rules: Rules,
+    /// Fill ratio past which a partition's filter is rebuilt larger.
+    pub rebuild_fill_threshold: f64,
+    /// Lease length when a GetURLs call gives none.
+    pub default_lease_secs: u32,
+}
+
+impl FrontierConfig {
+    /// Defaults for a data directory.
+    #[must_use]
+    pub fn new(data_dir: PathBuf) -> Self {
+        Self {
+            data_dir,
+            filters: FilterConfig::default(),
+            dedup: DedupMode::Exact,
+            max_url_length: 2048,
+            rules: Rules::default(),
+            rebuild_fill_threshold: 0.5,
+            default_lease_secs: 30,
+        }
+    }
+}
+
+/// What went wrong, in terms the API can answer with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrontierError {
+    /// Storage or ingest failed; nothing of the request was acknowledged.
+    #[error(transparent)]
+    Ingest(#[from] IngestError),
+    /// The request is malformed.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The thing asked about does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The frontier is shutting down.
+    #[error("the frontier is shutting down")]
+    ShuttingDown,
+}
+
+impl From<StoreError> for FrontierError {
+    fn from(error: StoreError) -> Self {
+        FrontierError::Ingest(IngestError::Store(error))
+    }
+}
+
+impl From<bloom_core::FilterError> for FrontierError {
+    fn from(error: bloom_core::FilterError) -> Self {
+        FrontierError::Ingest(IngestError::Filter(error))
+    }
+}
+
+/// Events per second over the last minute, in one-second buckets.
+#[derive(Debug, Default)]
+struct RateWindow {
+    // (second, count), oldest first, at most 60.
+    buckets: VecDeque<(u64, u64)>,
+}
+
+impl RateWindow {
+    fn add(&mut self, now_secs: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        match self.buckets.back_mut() {
+            Some((second, total)) if *second == now_secs => *total += count,
+            _ => self.buckets.push_back((now_secs, count)),
+        }
+        self.expire(now_secs);
+    }
+
+    fn expire(&mut self, now_secs: u64) {
+        while self
+            .buckets
+            .front()
+            .is_some_and(|(second, _)| *second + 60 <= now_secs)
+        {
+            self.buckets.pop_front();
+        }
+    }
+
+    fn per_second(&mut self, now_secs: u64) -> f64 {
+        self.expire(now_secs);
+        self.buckets.iter().map(|(_, count)| *count).sum::<u64>() as f64 / 60.0
+    }
+}
+
+#[derive(Debug, Default)]
+struct CrawlActivity {
+    skipped: HashMap<SkipReason, u64>,
+    discovered: RateWindow,
+    leased: RateWindow,
+    completed: RateWindow,
+}
+
+/// A crawl's progress.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// Counts over the crawl's queues.
+    pub counts: QueueCounts,
+    /// Not completed and due by now (leased ones left out).
+    pub due_now: u64,
+    /// Not completed and due later.
+    pub scheduled_later: u64,
+    /// URLs refused since start-up, by reason.
+    pub skipped: BTreeMap<&'static str, u64>,
+    /// Per second over the last minute: stored, leased, completed.
+    pub rates: (f64, f64, f64),
+}
+
+/// Filter health with the figures only the frontier knows.
+#[derive(Debug, Clone)]
+pub struct FilterReport {
+    /// The filters' own figures.
+    pub set: SetHealth,
+    /// Per partition: keys the store holds, refuted "maybe"s, lookups of
+    /// absent keys.
+    pub partitions: Vec<(u64, u64, u64)>,
+    /// The rebuild threshold.
+    pub rebuild_fill_threshold: f64,
+    /// The target FP rate.
+    pub target_fp_rate: f64,
+    /// The dedup mode.
+    pub dedup: DedupMode,
+}
+
+/// One URL handed out by [`Frontier::get_urls`], with its record.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    /// What was served.
+    pub served: Served,
+    /// Its stored record.
+    pub record: UrlRecord,
+}
+
+/// What the frontier knows of one URL.
+#[derive(Debug, Clone)]
+pub struct UrlStatus {
+    /// The canonical URL.
+    pub canonical: String,
+    /// Its stored record.
+    pub record: UrlRecord,
+}
+
+/// The frontier.
+pub struct Frontier {
+    ingest: Arc<Ingest>,
+    scheduler: Arc<Scheduler>,
+    config: FrontierConfig,
+    activity: Mutex<HashMap<String, CrawlActivity>>,
+    rebuild_signal: Option<SyncSender<()>>,
+    rebuild_thread: Option<JoinHandle<()>>,
+    // Rebuilds run one at a time: triggered ones and asked-for ones.
+    rebuild_lock: Arc<Mutex<()>>,
+}
+
+impl std::fmt::Debug for Frontier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frontier")
+            .field("data_dir", &self.config.data_dir)
+            .finish()
+    }
+}
+
+impl Frontier {
+    /// Opens the store, loads or rebuilds the filters, loads the queues.
+    pub fn open(config: FrontierConfig) -> Result<Self, FrontierError> {
+        let store = Store::open(&config.data_dir)?;
+        let mut scheduler = None;
+        let ingest = Ingest::open_with_hook(
+            store,
+            config.filters,
+            config.dedup,
+            config.max_url_length,
+            |store| {
+                let loaded = Arc::new(Scheduler::load(Arc::clone(store))?);
+                scheduler = Some(Arc::clone(&loaded));
+                Ok(Some(Box::new(move |ops, applied| {
+                    loaded.on_commit(ops, applied);
+                })))
+            },
+        )?;
+        let scheduler = scheduler.ok_or(FrontierError::ShuttingDown)?;
+        let ingest = Arc::new(ingest);
+        let rebuild_lock = Arc::new(Mutex::new(()));
+        // One pending signal is enough: the rebuild thread looks at every
+        // partition each time it wakes.
+        let (signal, wakeups) = mpsc::sync_channel::<()>(1);
+        let rebuild_thread = {
+            let ingest = Arc::clone(&ingest);
+            let lock = Arc::clone(&rebuild_lock);
+            let threshold = config.rebuild_fill_threshold;
+            std::thread::Builder::new()
+                .name("filter-rebuild".into())
+                .spawn(move || {
+                    while wakeups.recv().is_ok() {
+                        let _one_at_a_time = lock.lock().unwrap_or_else(PoisonError::into_inner);
+                        match ingest.rebuild_full_partitions(threshold) {
+                            Ok(reports) => {
+                                for report in reports {
+                                    tracing::info!(
+                                        partition = report.partition,
+                                        bits_before = report.bits_before,
+                                        bits_after = report.bits_after,
+                                        keys = report.keys_fed,
+                                        ms = report.duration.as_millis() as u64,
+                                        "filter rebuilt"
+                                    );
+                                }
+                            }
+                            Err(error) => tracing::error!(%error, "filter rebuild failed"),
+                        }
+                    }
+                })
+                .map_err(|e| FrontierError::Ingest(IngestError::Snapshot(e)))?
+        };
+        let frontier = Self {
+            ingest,
+            scheduler,
+            config,
+            activity: Mutex::new(HashMap::new()),
+            rebuild_signal: Some(signal),
+            rebuild_thread: Some(rebuild_thread),
+            rebuild_lock,
+        };
+        // A store opened with filters already past the threshold (a smaller
+        // --expected-urls than last time) is rebuilt at once.
+        frontier.signal_rebuild();
+        Ok(frontier)
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &FrontierConfig {
+        &self.config
+    }
+
+    /// Ingest, for start-up reports and tests.
+    #[must_use]
+    pub fn ingest(&self) -> &Ingest {
+        &self.ingest
+    }
+
+    /// The scheduler.
+    #[must_use]
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    fn signal_rebuild(&self) {
+        if self
+            .ingest
+            .partitions_to_rebuild(self.config.rebuild_fill_threshold)
+            .is_empty()
+        {
+            return;
+        }
+        if let Some(signal) = &self.rebuild_signal {
+            match signal.try_send(()) {
+                Ok(()) | Err(TrySendError::Full(())) => {}
+                Err(TrySendError::Disconnected(())) => {}
+            }
+        }
+    }
+
+    fn with_activity(&self, crawl: &str, f: impl FnOnce(&mut CrawlActivity)) {
+        let mut activity = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
+        f(activity.entry(crawl.to_owned()).or_default());
+    }
+
+    fn record_outcomes(&self, crawl: &str, outcomes: &[Outcome]) {
+        let now = now_ms() / 1000;
+        self.with_activity(crawl, |activity| {
+            let mut stored = 0;
+            for outcome in outcomes {
+                match outcome {
+                    Outcome::Stored => stored += 1,
+                    Outcome::Skipped(reason) => {
+                        *activity.skipped.entry(*reason).or_default() += 1;
+                    }
+                }
+            }
+            activity.discovered.add(now, stored);
+        });
+    }
+
+    /// Stores the discovered URLs the crawl does not know (see
+    /// [`Ingest::put_discovered`]).
+    pub fn put_discovered(
+        &self,
+        crawl: &str,
+        items: &[Discovered],
+    ) -> Result<Vec<Outcome>, FrontierError> {
+        let crawl = crawl_or_default(crawl);
+        let outcomes =
+            self.ingest
+                .put_discovered(crawl, items, &self.config.rules, now_ms() / 1000)?;
+        self.record_outcomes(crawl, &outcomes);
+        self.signal_rebuild();
+        Ok(outcomes)
+    }
+
+    /// Records the states clients report (see [`Ingest::put_known`]).
+    pub fn put_known(&self, crawl: &str, items: &[Known]) -> Result<Vec<Outcome>, FrontierError> {
+        let crawl = crawl_or_default(crawl);
+        let outcomes = self.ingest.put_known(crawl, items, now_ms() / 1000)?;
+        let completed = items
+            .iter()
+            .zip(&outcomes)
+            .filter(|(item, outcome)| item.due_at == 0 && **outcome == Outcome::Stored)
+            .count() as u64;
+        let now = now_ms() / 1000;
+        self.with_activity(crawl, |activity| activity.completed.add(now, completed));
+        self.signal_rebuild();
+        Ok(outcomes)
+    }
+
+    /// Seeds a crawl: its hosts join the crawl's scope and the URLs are
+    /// stored at depth 0.
+    pub fn add_seeds(&self, crawl: &str, urls: &[String]) -> Result<Vec<Outcome>, FrontierError> {
+        let crawl = crawl_or_default(crawl);
+        let outcomes = self
+            .ingest
+            .add_seeds(crawl, urls, &self.config.rules, now_ms() / 1000)?;
+        self.record_outcomes(crawl, &outcomes);
+        self.signal_rebuild();
+        Ok(outcomes)
+    }
+
+    /// Leases due URLs (see [`Scheduler::serve`]) and reads their records.
+    pub fn get_urls(&self, mut request: ServeRequest) -> Result<Vec<Lease>, FrontierError> {
+        if request.lease_secs == 0 {
+            request.lease_secs = self.config.default_lease_secs;
+        }
+        if let Some(crawl) = &mut request.crawl {
+            *crawl = crawl_or_default(crawl).to_owned();
+        }
+        let served = self.scheduler.serve(&request, now_ms())?;
+        let mut leases = Vec::with_capacity(served.len());
+        let mut per_crawl: HashMap<String, u64> = HashMap::new();
+        for served in served {
+            let Some(record) =
+                self.ingest
+                    .store()
+                    .get(served.partition, &served.crawl, &served.url)?
+            else {
+                continue;
+            };
+            *per_crawl.entry(served.crawl.clone()).or_default() += 1;
+            leases.push(Lease { served, record });
+        }
+        let now = now_ms() / 1000;
+        for (crawl, count) in per_crawl {
+            self.with_activity(&crawl, |activity| activity.leased.add(now, count));
+        }
+        Ok(leases)
+    }
+
+    /// What the frontier knows of one URL; `None` when nothing.
+    pub fn url_status(&self, crawl: &str, url: &str) -> Result<Option<UrlStatus>, FrontierError> {
+        match self.ingest.check_url(crawl_or_default(crawl), url)? {
+            UrlCheck::Refused(error) => Err(FrontierError::InvalidArgument(format!(
+                "{url:?} is not a crawlable URL: {error}"
+            ))),
+            UrlCheck::Checked {
+                canonical, stored, ..
+            } => Ok(stored.map(|record| UrlStatus { canonical, record })),
+        }
+    }
+
+    /// What ingest makes of one URL, and when its lease runs out if leased.
+    pub fn check_url(
+        &self,
+        crawl: &str,
+        url: &str,
+    ) -> Result<(UrlCheck, Option<u64>), FrontierError> {
+        let crawl = crawl_or_default(crawl);
+        let check = self.ingest.check_url(crawl, url)?;
+        let lease = match &check {
+            UrlCheck::Checked {
+                canonical,
+                stored: Some(record),
+                ..
+            } => self
+                .scheduler
+                .lease_of(crawl, &record.queue_key, canonical, now_ms()),
+            _ => None,
+        };
+        Ok((check, lease))
+    }
+
+    /// Counts of one queue, or a whole crawl when `queue` is empty.
+    #[must_use]
+    pub fn counts(&self, crawl: &str, queue: &str) -> QueueCounts {
+        let queue = (!queue.is_empty()).then_some(queue);
+        self.scheduler
+            .counts(crawl_or_default(crawl), queue, now_ms())
+    }
+
+    /// A crawl's progress.
+    pub fn progress(&self, crawl: &str) -> Result<Progress, FrontierError> {
+        let crawl = crawl_or_default(crawl);
+        let now = now_ms();
+        let counts = self.scheduler.counts(crawl, None, now);
+        let (due, later) = self.ingest.store().count_due(crawl, now / 1000)?;
+        let mut progress = Progress {
+            counts,
+            due_now: due.saturating_sub(counts.leased),
+            scheduled_later: later,
+            ..Progress::default()
+        };
+        self.with_activity(crawl, |activity| {
+            for (reason, count) in &activity.skipped {
+                progress.skipped.insert(reason.as_str(), *count);
+            }
+            let secs = now / 1000;
+            progress.rates = (
+                activity.discovered.per_second(secs),
+                activity.leased.per_second(secs),
+                activity.completed.per_second(secs),
+            );
+        });
+        Ok(progress)
+    }
+
+    /// Filter health.
+    #[must_use]
+    pub fn filter_report(&self) -> FilterReport {
+        let set = self.ingest.filters().health();
+        let partitions = (0..set.partitions.len())
+            .map(|p| {
+                let stored = self.ingest.stored_in_partition(p).unwrap_or(0);
+                let (refuted, lookups) = self.ingest.observed_false_positives(p).unwrap_or((0, 0));
+                (stored, refuted, lookups)
+            })
+            .collect();
+        FilterReport {
+            set,
+            partitions,
+            rebuild_fill_threshold: self.config.rebuild_fill_threshold,
+            target_fp_rate: self.config.filters.fp_rate,
+            dedup: self.config.dedup,
+        }
+    }
+
+    /// Health of one partition's filter.
+    pub fn partition_health(&self, partition: usize) -> Result<PartitionHealth, FrontierError> {
+        Ok(self.ingest.filters().partition_health(partition)?)
+    }
+
+    /// Rebuilds one partition's filter or all of them, each sized for twice
+    /// the keys it holds (at least the configured size), one at a time.
+    pub fn rebuild(&self, partition: Option<usize>) -> Result<Vec<RebuildReport>, FrontierError> {
+        let partitions: Vec<usize> = match partition {
+            Some(p) if p >= self.ingest.filters().partition_count() => {
+                return Err(FrontierError::InvalidArgument(format!(
+                    "partition {p} does not exist (there are {})",
+                    self.ingest.filters().partition_count()
+                )));
+            }
+            Some(p) => vec![p],
+            None => (0..self.ingest.filters().partition_count()).collect(),
+        };
+        let _one_at_a_time = self
+            .rebuild_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        partitions
+            .into_iter()
+            .map(|p| {
+                let keys = self.ingest.stored_in_partition(p).unwrap_or(0);
+                let capacity = (2 * keys).max(self.config.filters.expected_urls_per_partition);
+                Ok(self.ingest.rebuild_partition(p, capacity)?)
+            })
+            .collect()
+    }
+
+    /// A clean shutdown: stops rebuilds, drains commits, writes filter
+    /// snapshots. Callers stop every other use of the frontier first; with
+    /// other handles still alive the snapshots are skipped and the next
+    /// start rebuilds the filters from the store (slower, equally exact).
+    pub fn shutdown(mut self) -> Result<(), FrontierError> {
+        drop(self.rebuild_signal.take());
+        if let Some(thread) = self.rebuild_thread.take() {
+            let _ = thread.join();
+        }
+        let ingest = Arc::try_unwrap(self.ingest).map_err(|_| FrontierError::ShuttingDown)?;
+        ingest.shutdown()?;
+        Ok(())
+    }
+}
