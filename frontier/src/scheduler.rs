@@ -114,6 +114,7 @@ struct Lease {
 
 #[derive(Debug)]
 struct QueueState {
+    refill: usize,
     record: QueueRecord,
     buffer: BTreeMap<(u64, String), u32>,
     cursor: Cursor,
@@ -123,8 +124,9 @@ struct QueueState {
 }
 
 impl QueueState {
-    fn new(record: QueueRecord, cursor: Cursor) -> Self {
+    fn new(record: QueueRecord, cursor: Cursor, refill: usize) -> Self {
         Self {
+            refill,
             record,
             buffer: BTreeMap::new(),
             cursor,
@@ -145,7 +147,7 @@ impl QueueState {
     fn add_entry(&mut self, due_at: u64, url: &str, partition: u32) {
         if self.covers(due_at, url) {
             self.buffer.insert((due_at, url.to_owned()), partition);
-            if self.cursor == Cursor::All && self.buffer.len() > 2 * BUFFER_REFILL {
+            if self.cursor == Cursor::All && self.buffer.len() > 2 * self.refill {
                 self.trim();
             }
         }
@@ -154,7 +156,7 @@ impl QueueState {
     /// Leaves the buffer's tail to the store, so a queue that only grows
     /// (a crawl discovering faster than it fetches) keeps a bounded buffer.
     fn trim(&mut self) {
-        while self.buffer.len() > BUFFER_REFILL {
+        while self.buffer.len() > self.refill {
             self.buffer.pop_last();
         }
         if let Some(((due, url), _)) = self.buffer.last_key_value() {
@@ -231,18 +233,26 @@ pub struct Scheduler {
     paused: AtomicBool,
     // Where the next GetURLs starts its round, so queues take turns.
     rotation: AtomicUsize,
+    refill: usize,
 }
 
 impl Scheduler {
     /// Loads queue records and settings from the store. Must run before any
     /// write the scheduler would not see through [`Self::on_commit`].
     pub fn load(store: Arc<Store>) -> Result<Self, StoreError> {
+        Self::load_with_refill(store, BUFFER_REFILL)
+    }
+
+    /// [`Self::load`] with another refill size (tests use tiny ones to
+    /// exercise refills and trims with few URLs).
+    pub fn load_with_refill(store: Arc<Store>, refill: usize) -> Result<Self, StoreError> {
+        let refill = refill.max(1);
         let mut index = QueueIndex::default();
         store.for_each_queue(|crawl, key, record| {
             let queue = Arc::new(Queue {
                 crawl: crawl.to_owned(),
                 key: key.to_owned(),
-                state: Mutex::new(QueueState::new(record, Cursor::NotLoaded)),
+                state: Mutex::new(QueueState::new(record, Cursor::NotLoaded, refill)),
             });
             index
                 .by_key
@@ -260,6 +270,7 @@ impl Scheduler {
             default_delays: RwLock::new(delays),
             paused: AtomicBool::new(paused),
             rotation: AtomicUsize::new(0),
+            refill,
         })
     }
 
@@ -287,7 +298,11 @@ impl Scheduler {
                 Arc::new(Queue {
                     crawl: crawl.to_owned(),
                     key: key.to_owned(),
-                    state: Mutex::new(QueueState::new(QueueRecord::default(), Cursor::All)),
+                    state: Mutex::new(QueueState::new(
+                        QueueRecord::default(),
+                        Cursor::All,
+                        self.refill,
+                    )),
                 })
             })
             .clone();
@@ -431,7 +446,8 @@ impl Scheduler {
         let until_ms = now_ms.saturating_add(u64::from(request.lease_secs) * 1000);
         let mut handed = 0;
         while handed < wanted {
-            if state.buffer.is_empty() && state.cursor != Cursor::All {
+            // A refill may find only leased URLs; the next one reads on.
+            while state.buffer.is_empty() && state.cursor != Cursor::All {
                 self.refill(queue, &mut state)?;
             }
             let Some(entry) = state.buffer.first_entry() else {
@@ -476,9 +492,9 @@ impl Scheduler {
             &queue.crawl,
             &queue.key,
             after.as_ref().map(|(d, u)| (*d, u.as_str())),
-            BUFFER_REFILL,
+            state.refill,
         )?;
-        let complete = entries.len() < BUFFER_REFILL;
+        let complete = entries.len() < state.refill;
         if let Some((due, url, _)) = entries.last() {
             state.cursor = Cursor::UpTo(*due, url.clone());
         }
@@ -612,5 +628,367 @@ impl Scheduler {
     #[must_use]
     pub fn is_active(&self) -> bool {
         !self.paused.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashSet};
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::ingest::{DedupMode, Discovered, FilterConfig, Ingest, Known};
+    use crate::scope::Rules;
+
+    const SEC: u64 = 1000;
+
+    struct Fixture {
+        // Dropped before the directory.
+        ingest: Ingest,
+        scheduler: Arc<Scheduler>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn open_in(dir: tempfile::TempDir, refill: usize) -> Fixture {
+        let store = Store::open(dir.path()).unwrap();
+        let mut slot = None;
+        let ingest = Ingest::open_with_hook(
+            store,
+            FilterConfig {
+                partitions: 4,
+                ..FilterConfig::default()
+            },
+            DedupMode::Exact,
+            2048,
+            |store| {
+                let scheduler = Arc::new(Scheduler::load_with_refill(Arc::clone(store), refill)?);
+                slot = Some(Arc::clone(&scheduler));
+                Ok(Some(Box::new(move |ops, applied| {
+                    scheduler.on_commit(ops, applied);
+                })))
+            },
+        )
+        .unwrap();
+        Fixture {
+            ingest,
+            scheduler: slot.unwrap(),
+            _dir: dir,
+        }
+    }
+
+    fn fixture(refill: usize) -> Fixture {
+        open_in(tempfile::tempdir().unwrap(), refill)
+    }
+
+    impl Fixture {
+        fn discover(&self, urls: &[String], now_secs: u64) {
+            let items: Vec<Discovered> = urls
+                .iter()
+                .map(|url| Discovered {
+                    url: url.clone(),
+                    depth: 1,
+                    ..Discovered::default()
+                })
+                .collect();
+            self.ingest
+                .put_discovered("c", &items, &Rules::default(), now_secs)
+                .unwrap();
+        }
+
+        fn report(&self, url: &str, due_at: u64) {
+            self.ingest
+                .put_known(
+                    "c",
+                    &[Known {
+                        url: url.to_owned(),
+                        due_at,
+                        ..Known::default()
+                    }],
+                    1,
+                )
+                .unwrap();
+        }
+
+        fn serve(&self, request: &ServeRequest, now_ms: u64) -> Vec<String> {
+            self.scheduler
+                .serve(request, now_ms)
+                .unwrap()
+                .into_iter()
+                .map(|served| served.url)
+                .collect()
+        }
+    }
+
+    fn all(lease_secs: u32) -> ServeRequest {
+        ServeRequest {
+            lease_secs,
+            ..ServeRequest::default()
+        }
+    }
+
+    fn urls(host: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("http://{host}/p{i:04}")).collect()
+    }
+
+    #[test]
+    fn each_due_url_is_served_once_per_lease_across_refills_and_trims() {
+        // Refill 4 with 50 URLs: every path of the buffer is taken.
+        let f = fixture(4);
+        let mut expected = urls("a.example", 50);
+        f.discover(&expected, 10);
+        let mut served = Vec::new();
+        loop {
+            let batch = f.serve(
+                &ServeRequest {
+                    max_urls_per_queue: 3,
+                    lease_secs: 60,
+                    ..ServeRequest::default()
+                },
+                10 * SEC,
+            );
+            if batch.is_empty() {
+                break;
+            }
+            // Three leased: the queue is at its limit until they are done.
+            for url in &batch {
+                f.report(url, 0);
+            }
+            served.extend(batch);
+        }
+        expected.sort();
+        assert_eq!(
+            served, expected,
+            "in date order (then URL order), once each"
+        );
+        assert!(f.serve(&all(60), 10 * SEC).is_empty());
+        let counts = f.scheduler.counts("c", None, 10 * SEC);
+        assert_eq!((counts.urls, counts.completed), (50, 50));
+    }
+
+    #[test]
+    fn an_expired_lease_makes_the_url_servable_again() {
+        let f = fixture(4);
+        f.discover(&urls("a.example", 20), 10);
+        let first = f.serve(&all(30), 10 * SEC);
+        assert_eq!(first.len(), 20);
+        assert!(f.serve(&all(30), 39 * SEC).is_empty(), "still leased");
+        assert_eq!(f.scheduler.counts("c", None, 39 * SEC).leased, 20);
+        // Half are done before the leases run out: only the rest return.
+        for url in &first[..10] {
+            f.report(url, 0);
+        }
+        let again = f.serve(&all(30), 40 * SEC);
+        assert_eq!(again, first[10..].to_vec());
+    }
+
+    #[test]
+    fn rescheduled_urls_come_back_at_their_date_in_date_order() {
+        let f = fixture(2);
+        let list = urls("a.example", 6);
+        f.discover(&list, 10);
+        let served = f.serve(&all(30), 10 * SEC);
+        assert_eq!(served.len(), 6);
+        // Retry dates in reverse order of the URLs.
+        for (i, url) in served.iter().enumerate() {
+            f.report(url, 100 - i as u64);
+        }
+        assert!(f.serve(&all(30), 94 * SEC).is_empty());
+        let later = f.serve(&all(30), 100 * SEC);
+        let mut expected = served.clone();
+        expected.reverse();
+        assert_eq!(later, expected);
+    }
+
+    #[test]
+    fn the_gate_holds_delay_block_limit_and_pause() {
+        let f = fixture(8);
+        f.discover(&urls("a.example", 10), 10);
+        let one = ServeRequest {
+            max_urls_per_queue: 1,
+            lease_secs: 1000,
+            ..ServeRequest::default()
+        };
+        f.scheduler.set_delay("c", "a.example", 5).unwrap();
+        let first = f.serve(&one, 10 * SEC);
+        assert_eq!(first.len(), 1);
+        f.report(&first[0], 0);
+        assert!(f.serve(&one, 14 * SEC).is_empty(), "delay not passed");
+        assert_eq!(f.serve(&one, 15 * SEC).len(), 1);
+        // Blocked until second 100 inclusive.
+        f.scheduler.block_until("c", "a.example", 100).unwrap();
+        let many = ServeRequest {
+            lease_secs: 1000,
+            ..ServeRequest::default()
+        };
+        assert!(f.serve(&many, 100 * SEC).is_empty());
+        f.scheduler.block_until("c", "a.example", 0).unwrap();
+        // A crawl limit of 1 completed: reached already.
+        f.scheduler.set_crawl_limit("c", "a.example", 1).unwrap();
+        assert!(f.serve(&many, 200 * SEC).is_empty());
+        f.scheduler.set_crawl_limit("c", "a.example", 0).unwrap();
+        f.scheduler.set_active(false).unwrap();
+        assert!(f.serve(&many, 200 * SEC).is_empty());
+        f.scheduler.set_active(true).unwrap();
+        assert_eq!(f.serve(&many, 200 * SEC).len(), 8);
+    }
+
+    #[test]
+    fn settings_and_counts_survive_a_restart_and_leases_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_owned();
+        let f = open_in(dir, 4);
+        f.discover(&urls("a.example", 10), 10);
+        f.discover(&urls("b.example", 3), 10);
+        let served = f.serve(&all(1000), 10 * SEC);
+        assert_eq!(served.len(), 13);
+        f.report(&served[0], 0);
+        f.scheduler.set_delay("c", "b.example", 7).unwrap();
+        f.scheduler.set_delay("c", "", 3).unwrap();
+        f.scheduler.block_until("c", "a.example", 50).unwrap();
+        f.scheduler.set_active(false).unwrap();
+        let Fixture {
+            ingest,
+            scheduler,
+            _dir,
+        } = f;
+        drop(scheduler);
+        ingest.shutdown().unwrap();
+        let f = open_in(_dir, 4);
+        assert_eq!(f._dir.path(), path);
+        assert!(!f.scheduler.is_active());
+        f.scheduler.set_active(true).unwrap();
+        let counts = f.scheduler.counts("c", None, 0);
+        assert_eq!((counts.urls, counts.completed, counts.leased), (13, 1, 0));
+        // a.example is blocked until 50; b.example's 3 come back (no
+        // leases survive).
+        let again = f.serve(&all(1000), 20 * SEC);
+        assert_eq!(again.len(), 3);
+        let a = f.serve(&all(1000), 51 * SEC);
+        assert_eq!(a.len(), 9);
+    }
+
+    #[test]
+    fn concurrent_serves_never_hand_out_a_url_twice() {
+        let f = fixture(16);
+        for host in 0..8 {
+            f.discover(&urls(&format!("h{host}.example"), 200), 10);
+        }
+        let handed: Vec<Vec<String>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut mine = Vec::new();
+                        loop {
+                            let batch = f.serve(
+                                &ServeRequest {
+                                    max_urls_per_queue: 5,
+                                    max_queues: 3,
+                                    lease_secs: 1000,
+                                    ..ServeRequest::default()
+                                },
+                                10 * SEC,
+                            );
+                            if batch.is_empty() {
+                                // Leases are the limit now: complete what
+                                // this thread holds, or stop when none.
+                                if mine.is_empty() {
+                                    break;
+                                }
+                            }
+                            for url in &batch {
+                                f.report(url, 0);
+                            }
+                            let done = batch.is_empty();
+                            mine.extend(batch);
+                            if done {
+                                break;
+                            }
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let all_handed: Vec<&String> = handed.iter().flatten().collect();
+        let distinct: HashSet<&String> = all_handed.iter().copied().collect();
+        assert_eq!(distinct.len(), all_handed.len(), "a URL was handed twice");
+        assert_eq!(distinct.len(), 1600);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Discover(u8, u8),
+        Complete(u8),
+        Reschedule(u8, u8),
+        Serve(u32),
+        Advance(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..3_u8, 0..30_u8).prop_map(|(h, n)| Op::Discover(h, n)),
+            (0..90_u8).prop_map(Op::Complete),
+            (0..90_u8, 0..20_u8).prop_map(|(u, d)| Op::Reschedule(u, d)),
+            (1..15_u32).prop_map(Op::Serve),
+            (0..40_u8).prop_map(Op::Advance),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Against a model of due dates and leases: an unlimited serve
+        /// hands out exactly the URLs that are due and not leased.
+        #[test]
+        fn serving_matches_a_model(ops in proptest::collection::vec(op(), 1..40), refill in 1..6_usize) {
+            let f = fixture(refill);
+            let url_of = |i: u8| format!("http://h{}.example/u{i}", i % 3);
+            // url -> due (0: completed); url -> lease end (ms)
+            let mut due: BTreeMap<String, u64> = BTreeMap::new();
+            let mut leases: BTreeMap<String, u64> = BTreeMap::new();
+            let mut now = 100 * SEC;
+            for op in ops {
+                match op {
+                    Op::Discover(host, n) => {
+                        let list: Vec<String> = (0..n).map(|i| url_of(host + 3 * (i % 30))).collect();
+                        f.discover(&list, now / SEC);
+                        for url in list {
+                            due.entry(url).or_insert((now / SEC).max(1));
+                        }
+                    }
+                    Op::Complete(i) => {
+                        let url = url_of(i);
+                        f.report(&url, 0);
+                        due.insert(url.clone(), 0);
+                        leases.remove(&url);
+                    }
+                    Op::Reschedule(i, delta) => {
+                        let url = url_of(i);
+                        let date = now / SEC + u64::from(delta);
+                        f.report(&url, date);
+                        due.insert(url.clone(), date);
+                        leases.remove(&url);
+                    }
+                    Op::Serve(lease) => {
+                        let mut got = f.serve(&all(lease), now);
+                        got.sort();
+                        let mut expected: Vec<String> = due
+                            .iter()
+                            .filter(|(url, d)| **d != 0 && **d <= now / SEC
+                                && leases.get(*url).is_none_or(|until| *until <= now))
+                            .map(|(url, _)| url.clone())
+                            .collect();
+                        expected.sort();
+                        prop_assert_eq!(&got, &expected);
+                        for url in got {
+                            leases.insert(url, now + u64::from(lease) * SEC);
+                        }
+                    }
+                    Op::Advance(secs) => now += u64::from(secs) * SEC,
+                }
+            }
+        }
     }
 }
