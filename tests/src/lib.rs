@@ -3,6 +3,181 @@
 //!
 //! # Layout
 //!
-//! Empty so far: the mock site and the end-to-end tests arrive with the
-//! end-to-end issue. Each crate's own tests live with the crate
-//! (`bloom-core/tests/`, ...).
+//! - this file: helpers the tests share: building and locating the
+//!   workspace's binaries, running a `frontier serve` process on a free
+//!   port, killing it (SIGKILL) or stopping it (SIGTERM), and gRPC clients.
+//! - `tests/frontier_process.rs`: the frontier as a real process: acks
+//!   survive kill -9, completed URLs stay completed, a second server on one
+//!   data directory is refused, a clean stop reuses its snapshots.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+use proto::admin::admin_client::AdminClient;
+use proto::urlfrontier::url_frontier_client::UrlFrontierClient;
+use tonic::transport::Channel;
+
+/// The package that builds each binary the tests run.
+fn package_of(binary: &str) -> &'static str {
+    match binary {
+        "frontier" => "frontier",
+        "worker" => "worker",
+        "mock-site" => "crawl-tests",
+        "crawl" => "crawl",
+        other => panic!("unknown binary {other}"),
+    }
+}
+
+/// Path of a workspace binary, built (once per test process) with the
+/// cargo running the tests, so a plain `cargo test` needs nothing else.
+pub fn binary(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Default::default);
+    let mut built = built
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(path) = built.get(name) {
+        return path.clone();
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            package_of(name),
+            "--bin",
+            name,
+            "--message-format=json",
+        ])
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "building {name} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let path = stdout
+        .lines()
+        .filter(|line| line.contains("\"executable\":\""))
+        .filter_map(|line| {
+            let start = line.find("\"executable\":\"")? + "\"executable\":\"".len();
+            let end = line[start..].find('"')? + start;
+            Some(PathBuf::from(&line[start..end]))
+        })
+        .find(|path| path.file_stem().is_some_and(|stem| stem == name))
+        .unwrap_or_else(|| panic!("cargo did not name the {name} executable"));
+    built.insert(name.to_owned(), path.clone());
+    path
+}
+
+/// A `frontier serve` process on a free local port.
+pub struct FrontierProcess {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its log (stderr).
+    pub log: PathBuf,
+}
+
+impl FrontierProcess {
+    /// Starts `frontier serve --data-dir DIR --listen 127.0.0.1:0 ARGS...`
+    /// and waits for the line naming its address.
+    pub fn start(data_dir: &Path, args: &[&str]) -> Self {
+        Self::try_start(data_dir, args)
+            .unwrap_or_else(|log| panic!("frontier did not start:\n{log}"))
+    }
+
+    /// Like [`Self::start`]; on failure answers the process's log.
+    pub fn try_start(data_dir: &Path, args: &[&str]) -> Result<Self, String> {
+        static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = data_dir
+            .parent()
+            .unwrap_or(data_dir)
+            .join(format!("frontier-{}-{run}.log", std::process::id()));
+        let mut child = Command::new(binary("frontier"))
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("frontier starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        // The first line names the address; EOF means it exited.
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        match line.trim().strip_prefix("listening on ") {
+            Some(addr) => Ok(Self {
+                addr: addr.parse().expect("an address"),
+                child,
+                log,
+            }),
+            None => {
+                let _ = child.wait();
+                Err(std::fs::read_to_string(&log).unwrap_or_default())
+            }
+        }
+    }
+
+    /// The gRPC endpoint.
+    #[must_use]
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A URL Frontier client.
+    pub async fn client(&self) -> UrlFrontierClient<Channel> {
+        UrlFrontierClient::connect(self.endpoint())
+            .await
+            .expect("frontier reachable")
+    }
+
+    /// An admin client.
+    pub async fn admin(&self) -> AdminClient<Channel> {
+        AdminClient::connect(self.endpoint())
+            .await
+            .expect("frontier reachable")
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits; answers the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        signal(&self.child, rustix::process::Signal::TERM);
+        self.child.wait().expect("frontier exits")
+    }
+
+    /// The log so far.
+    #[must_use]
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for FrontierProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends a signal to a child process.
+pub fn signal(child: &Child, signal: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+        let _ = rustix::process::kill_process(pid, signal);
+    }
+}
