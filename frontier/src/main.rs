@@ -151,6 +151,10 @@ struct ServeArgs {
     /// Lease length when a GetURLs call gives none, in seconds.
     #[arg(long, env = "FRONTIER_LEASE_SECS", default_value_t = 30)]
     lease_secs: u32,
+    /// Milliseconds between two serves of one queue, unless SetDelay set
+    /// the queue's or the crawl's own.
+    #[arg(long, env = "FRONTIER_DEFAULT_DELAY_MS", default_value_t = 1000)]
+    default_delay_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -241,6 +245,7 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
         rules,
         rebuild_fill_threshold: args.rebuild_fill,
         default_lease_secs: args.lease_secs.max(1),
+        default_delay_ms: args.default_delay_ms,
     })
 }
 

@@ -33,16 +33,31 @@
 //! cannot both pass it: not paused, not blocked, under the crawl limit, the
 //! delay since the last serve passed, fewer leased than the per-queue
 //! maximum. A serve that hands out nothing does not count for the delay.
+//!
+//! # Finding servable queues without scanning them
+//!
+//! Each crawl has a wake-up list ordered by (time, sequence number): a
+//! queue is on it with the earliest time it could be served (its next due
+//! date, the end of its delay or block, its next lease expiry), or not at
+//! all while it cannot be served until something happens (idle, at its
+//! crawl limit, at its lease maximum): the event (a commit, a settings
+//! change, a lease given back) puts it back. GetURLs takes entries whose
+//! time has come, oldest first, so queues take turns; each taken queue is
+//! put back at its next time. An entry is valid only while it is the one
+//! the queue records; replaced ones are dropped when met. A call thus looks
+//! at the queues it serves and the few it finds gated, never at all of
+//! them.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use crate::store::{Applied, QueueRecord, Store, StoreError, WriteOp};
 
 /// Due URLs a refill reads from the store at once, and half the most a
 /// buffer holds before its tail goes back to being read from the store.
-pub const BUFFER_REFILL: usize = 256;
+/// Small, since 100,000 queues each hold up to twice this in memory.
+pub const BUFFER_REFILL: usize = 16;
 
 /// What a GetURLs call asks for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -112,6 +127,9 @@ struct Lease {
     until_ms: u64,
 }
 
+/// A wake-up list entry's key: (time in UTC epoch ms, sequence number).
+type WakeKey = (u64, u64);
+
 #[derive(Debug)]
 struct QueueState {
     refill: usize,
@@ -121,6 +139,8 @@ struct QueueState {
     leased: HashMap<String, Lease>,
     earliest_expiry_ms: u64,
     last_serve_ms: Option<u64>,
+    // The queue's valid entry on its crawl's wake-up list, if any.
+    wake: Option<WakeKey>,
 }
 
 impl QueueState {
@@ -133,6 +153,7 @@ impl QueueState {
             leased: HashMap::new(),
             earliest_expiry_ms: u64::MAX,
             last_serve_ms: None,
+            wake: None,
         }
     }
 
@@ -164,9 +185,10 @@ impl QueueState {
         }
     }
 
-    fn remove_entry(&mut self, due_at: u64, url: &str) {
+    /// Removes a URL's entry; answers whether it was leased.
+    fn remove_entry(&mut self, due_at: u64, url: &str) -> bool {
         self.buffer.remove(&(due_at, url.to_owned()));
-        self.leased.remove(url);
+        self.leased.remove(url).is_some()
     }
 
     fn expire_leases(&mut self, now_ms: u64) {
@@ -199,6 +221,11 @@ impl QueueState {
             .filter(|lease| lease.until_ms > now_ms)
             .count() as u64
     }
+
+    /// Whether the queue might have due URLs it has not read yet or holds.
+    fn may_have_due(&self) -> bool {
+        !self.buffer.is_empty() || self.cursor != Cursor::All
+    }
 }
 
 /// One queue of one crawl.
@@ -217,107 +244,236 @@ impl Queue {
     }
 }
 
+/// One crawl's queues and wake-up list.
 #[derive(Debug, Default)]
-struct QueueIndex {
-    by_key: HashMap<(String, String), Arc<Queue>>,
-    // In creation order, for round-robin serving.
-    order: Vec<Arc<Queue>>,
+struct Crawl {
+    queues: RwLock<HashMap<String, Arc<Queue>>>,
+    // Lock order: a queue's lock, then this; never the other way round.
+    wakeups: Mutex<BTreeMap<WakeKey, Arc<Queue>>>,
+}
+
+impl Crawl {
+    fn queue(&self, key: &str) -> Option<Arc<Queue>> {
+        self.queues
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
+
+    /// The time of the earliest wake-up, if any.
+    fn first_wake(&self) -> Option<WakeKey> {
+        self.wakeups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .first_key_value()
+            .map(|(key, _)| *key)
+    }
+
+    /// Takes the earliest wake-up whose time has come and that was there
+    /// before the call began (`first_new` is the call's first sequence
+    /// number); newer ones (queues this call already looked at) are set
+    /// aside in `deferred`, to be put back when the call ends.
+    fn take_due(
+        &self,
+        now_ms: u64,
+        first_new: u64,
+        deferred: &mut Vec<(WakeKey, Arc<Queue>)>,
+    ) -> Option<(WakeKey, Arc<Queue>)> {
+        let mut wakeups = self.wakeups.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            match wakeups.first_key_value() {
+                Some((key, _)) if key.0 <= now_ms => {
+                    let entry = wakeups.pop_first()?;
+                    if entry.0.1 < first_new {
+                        return Some(entry);
+                    }
+                    deferred.push(entry);
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn put_back(&self, entries: Vec<(WakeKey, Arc<Queue>)>) {
+        let mut wakeups = self.wakeups.lock().unwrap_or_else(PoisonError::into_inner);
+        wakeups.extend(entries);
+    }
 }
 
 /// The scheduler of every crawl's queues.
 #[derive(Debug)]
 pub struct Scheduler {
     store: Arc<Store>,
-    queues: RwLock<QueueIndex>,
-    default_delays: RwLock<HashMap<String, u32>>,
+    crawls: RwLock<HashMap<String, Arc<Crawl>>>,
+    default_delays_ms: RwLock<HashMap<String, u64>>,
+    default_delay_ms: u64,
     paused: AtomicBool,
-    // Where the next GetURLs starts its round, so queues take turns.
-    rotation: AtomicUsize,
+    sequence: AtomicU64,
     refill: usize,
 }
 
 impl Scheduler {
     /// Loads queue records and settings from the store. Must run before any
     /// write the scheduler would not see through [`Self::on_commit`].
-    pub fn load(store: Arc<Store>) -> Result<Self, StoreError> {
-        Self::load_with_refill(store, BUFFER_REFILL)
+    /// Queues without a delay of their own or of their crawl wait
+    /// `default_delay_ms` between serves.
+    pub fn load(store: Arc<Store>, default_delay_ms: u64) -> Result<Self, StoreError> {
+        Self::load_with_refill(store, default_delay_ms, BUFFER_REFILL)
     }
 
     /// [`Self::load`] with another refill size (tests use tiny ones to
     /// exercise refills and trims with few URLs).
-    pub fn load_with_refill(store: Arc<Store>, refill: usize) -> Result<Self, StoreError> {
+    pub fn load_with_refill(
+        store: Arc<Store>,
+        default_delay_ms: u64,
+        refill: usize,
+    ) -> Result<Self, StoreError> {
         let refill = refill.max(1);
-        let mut index = QueueIndex::default();
-        store.for_each_queue(|crawl, key, record| {
-            let queue = Arc::new(Queue {
-                crawl: crawl.to_owned(),
-                key: key.to_owned(),
-                state: Mutex::new(QueueState::new(record, Cursor::NotLoaded, refill)),
-            });
-            index
-                .by_key
-                .insert((crawl.to_owned(), key.to_owned()), Arc::clone(&queue));
-            index.order.push(queue);
-        })?;
         let mut delays = HashMap::new();
         store.for_each_default_delay(|crawl, secs| {
-            delays.insert(crawl.to_owned(), secs);
+            delays.insert(crawl.to_owned(), u64::from(secs) * 1000);
         })?;
         let paused = store.serving_paused()?;
-        Ok(Self {
-            store,
-            queues: RwLock::new(index),
-            default_delays: RwLock::new(delays),
+        let scheduler = Self {
+            store: Arc::clone(&store),
+            crawls: RwLock::new(HashMap::new()),
+            default_delays_ms: RwLock::new(delays),
+            default_delay_ms,
             paused: AtomicBool::new(paused),
-            rotation: AtomicUsize::new(0),
+            sequence: AtomicU64::new(0),
             refill,
-        })
+        };
+        let mut loaded = Vec::new();
+        store.for_each_queue(|crawl, key, record| {
+            loaded.push((crawl.to_owned(), key.to_owned(), record));
+        })?;
+        for (crawl, key, record) in loaded {
+            let queue = scheduler.insert_queue(&crawl, &key, record, Cursor::NotLoaded);
+            let mut state = queue.lock();
+            if state.record.urls > state.record.completed {
+                scheduler.wake(&queue, &mut state, 0);
+            }
+        }
+        Ok(scheduler)
+    }
+
+    fn crawl(&self, crawl: &str) -> Option<Arc<Crawl>> {
+        self.crawls
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(crawl)
+            .cloned()
     }
 
     fn queue(&self, crawl: &str, key: &str) -> Option<Arc<Queue>> {
-        self.queues
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .by_key
-            .get(&(crawl.to_owned(), key.to_owned()))
-            .cloned()
+        self.crawl(crawl)?.queue(key)
+    }
+
+    fn insert_queue(
+        &self,
+        crawl: &str,
+        key: &str,
+        record: QueueRecord,
+        cursor: Cursor,
+    ) -> Arc<Queue> {
+        let entry = match self.crawl(crawl) {
+            Some(entry) => entry,
+            None => Arc::clone(
+                self.crawls
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(crawl.to_owned())
+                    .or_default(),
+            ),
+        };
+        let mut queues = entry.queues.write().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(queues.entry(key.to_owned()).or_insert_with(|| {
+            Arc::new(Queue {
+                crawl: crawl.to_owned(),
+                key: key.to_owned(),
+                state: Mutex::new(QueueState::new(record, cursor, self.refill)),
+            })
+        }))
     }
 
     /// The queue, created in memory if new. A queue first seen here has no
     /// entries in the store that memory has not seen: writes reach memory
     /// through [`Self::on_commit`] from the moment the scheduler is loaded.
     fn queue_or_new(&self, crawl: &str, key: &str) -> Arc<Queue> {
-        if let Some(queue) = self.queue(crawl, key) {
-            return queue;
-        }
-        let mut index = self.queues.write().unwrap_or_else(PoisonError::into_inner);
-        let queue = index
-            .by_key
-            .entry((crawl.to_owned(), key.to_owned()))
-            .or_insert_with(|| {
-                Arc::new(Queue {
-                    crawl: crawl.to_owned(),
-                    key: key.to_owned(),
-                    state: Mutex::new(QueueState::new(
-                        QueueRecord::default(),
-                        Cursor::All,
-                        self.refill,
-                    )),
-                })
-            })
-            .clone();
-        if !index.order.iter().any(|q| Arc::ptr_eq(q, &queue)) {
-            index.order.push(Arc::clone(&queue));
-        }
-        queue
+        self.queue(crawl, key)
+            .unwrap_or_else(|| self.insert_queue(crawl, key, QueueRecord::default(), Cursor::All))
     }
 
-    fn snapshot(&self) -> Vec<Arc<Queue>> {
-        self.queues
-            .read()
+    fn queues_of(&self, crawl: &str) -> Vec<Arc<Queue>> {
+        self.crawl(crawl)
+            .map(|c| {
+                c.queues
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .values()
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Puts a queue on its crawl's wake-up list at `at_ms`, unless it is on
+    /// it for an earlier time already (that entry wakes it first, and the
+    /// serve then finds its next time).
+    fn wake(&self, queue: &Arc<Queue>, state: &mut QueueState, at_ms: u64) {
+        if state.wake.is_some_and(|(at, _)| at <= at_ms) {
+            return;
+        }
+        let Some(crawl) = self.crawl(&queue.crawl) else {
+            return;
+        };
+        let key = (at_ms, self.sequence.fetch_add(1, Ordering::Relaxed));
+        state.wake = Some(key);
+        crawl
+            .wakeups
+            .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .order
-            .clone()
+            .insert(key, Arc::clone(queue));
+    }
+
+    /// Where a queue that was just looked at goes next: the earliest time
+    /// it could be served, or off the list until an event brings it back.
+    fn reschedule(&self, queue: &Arc<Queue>, state: &mut QueueState, delay_ms: u64, now_ms: u64) {
+        let record = state.record;
+        if record.urls == record.completed {
+            return; // idle: a commit wakes it
+        }
+        if record.crawl_limit > 0 && record.completed >= u64::from(record.crawl_limit) {
+            return; // a settings change wakes it
+        }
+        let lease_expiry = (!state.leased.is_empty()).then_some(state.earliest_expiry_ms);
+        let mut at = u64::MAX;
+        if state.may_have_due() {
+            let due_ms = state
+                .buffer
+                .first_key_value()
+                .map_or(now_ms, |((due, _), _)| due.saturating_mul(1000));
+            let delay_end = state
+                .last_serve_ms
+                .map_or(0, |last| last.saturating_add(delay_ms));
+            // Blocked while blocked_until (seconds) >= now (ms / 1000).
+            let blocked_end = if record.blocked_until > 0 {
+                record.blocked_until.saturating_mul(1000) + 1
+            } else {
+                0
+            };
+            // A queue at this call's lease maximum stays on the list too:
+            // the next call may allow more. Such queues hold leases, so
+            // they are at most as many as the leases in flight.
+            at = due_ms.max(delay_end).max(blocked_end);
+        }
+        if let Some(expiry) = lease_expiry {
+            at = at.min(expiry);
+        }
+        if at != u64::MAX {
+            self.wake(queue, state, at);
+        }
     }
 
     /// Brings memory in step with a committed transaction. Called by the
@@ -330,6 +486,7 @@ impl Scheduler {
                     let mut state = queue.lock();
                     state.record.urls += 1;
                     state.add_entry(new.record.due_at, &new.url, new.partition);
+                    self.wake(&queue, &mut state, new.record.due_at.saturating_mul(1000));
                 }
                 (
                     WriteOp::Known(known),
@@ -345,7 +502,11 @@ impl Scheduler {
                         if *old_due == 0 {
                             state.record.completed = state.record.completed.saturating_sub(1);
                         }
-                        state.remove_entry(*old_due, &known.url);
+                        if state.remove_entry(*old_due, &known.url) {
+                            // A lease given back: a queue at its maximum
+                            // may serve again.
+                            self.wake(&queue, &mut state, 0);
+                        }
                     }
                     let queue = self.queue_or_new(&known.crawl, queue_key);
                     let mut state = queue.lock();
@@ -354,6 +515,7 @@ impl Scheduler {
                         state.record.completed += 1;
                     } else {
                         state.add_entry(known.due_at, &known.url, known.partition);
+                        self.wake(&queue, &mut state, known.due_at.saturating_mul(1000));
                     }
                 }
                 _ => {}
@@ -361,43 +523,94 @@ impl Scheduler {
         }
     }
 
-    /// Leases due URLs as a GetURLs call asks: queues take turns, each
-    /// through its gate. `now_ms` is UTC epoch milliseconds.
+    fn delay_ms_of(&self, crawl: &str, record: &QueueRecord) -> u64 {
+        match record.delay_secs {
+            Some(secs) => u64::from(secs) * 1000,
+            None => self
+                .default_delays_ms
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(crawl)
+                .copied()
+                .unwrap_or(self.default_delay_ms),
+        }
+    }
+
+    /// Leases due URLs as a GetURLs call asks: the queues whose time has
+    /// come, oldest first, each through its gate. `now_ms` is UTC epoch
+    /// milliseconds.
     pub fn serve(&self, request: &ServeRequest, now_ms: u64) -> Result<Vec<Served>, StoreError> {
+        let mut served = Vec::new();
         if self.paused.load(Ordering::Acquire) {
-            return Ok(Vec::new());
+            return Ok(served);
         }
-        let candidates: Vec<Arc<Queue>> = match (&request.queue, &request.crawl) {
-            (Some(key), Some(crawl)) => self.queue(crawl, key).into_iter().collect(),
-            (Some(key), None) => self
-                .snapshot()
-                .into_iter()
-                .filter(|q| &q.key == key)
+        if let Some(key) = &request.queue {
+            let crawls: Vec<String> = match &request.crawl {
+                Some(crawl) => vec![crawl.clone()],
+                None => self.crawl_names(),
+            };
+            for crawl in crawls {
+                if let Some(queue) = self.queue(&crawl, key) {
+                    self.serve_queue(&queue, request, now_ms, &mut served)?;
+                }
+            }
+            return Ok(served);
+        }
+        let crawls: Vec<Arc<Crawl>> = match &request.crawl {
+            Some(crawl) => self.crawl(crawl).into_iter().collect(),
+            None => self
+                .crawls
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .cloned()
                 .collect(),
-            (None, _) => self.snapshot(),
         };
-        if candidates.is_empty() {
-            return Ok(Vec::new());
+        let first_new = self.sequence.load(Ordering::Relaxed);
+        let mut deferred: Vec<Vec<(WakeKey, Arc<Queue>)>> = vec![Vec::new(); crawls.len()];
+        let result = self.serve_due(request, now_ms, &crawls, first_new, &mut deferred);
+        for (crawl, entries) in crawls.iter().zip(deferred) {
+            if !entries.is_empty() {
+                crawl.put_back(entries);
+            }
         }
-        let start = self.rotation.fetch_add(1, Ordering::Relaxed) % candidates.len();
-        let delays = self
-            .default_delays
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        result
+    }
+
+    fn serve_due(
+        &self,
+        request: &ServeRequest,
+        now_ms: u64,
+        crawls: &[Arc<Crawl>],
+        first_new: u64,
+        deferred: &mut [Vec<(WakeKey, Arc<Queue>)>],
+    ) -> Result<Vec<Served>, StoreError> {
         let mut served = Vec::new();
         let mut queues_served = 0_u32;
-        for offset in 0..candidates.len() {
-            if request.max_queues > 0 && queues_served >= request.max_queues {
-                break;
-            }
-            let queue = &candidates[(start + offset) % candidates.len()];
-            if request.crawl.as_ref().is_some_and(|c| *c != queue.crawl) {
+        while request.max_queues == 0 || queues_served < request.max_queues {
+            // The crawl whose earliest wake-up is earliest, then its entry
+            // (another call may have taken that one: any due entry will do).
+            let earliest = crawls
+                .iter()
+                .enumerate()
+                .filter_map(|(i, crawl)| crawl.first_wake().map(|key| (key, i)))
+                .filter(|(key, _)| key.0 <= now_ms)
+                .min_by_key(|(key, _)| *key);
+            let Some((_, index)) = earliest else { break };
+            let Some((key, queue)) =
+                crawls[index].take_due(now_ms, first_new, &mut deferred[index])
+            else {
                 continue;
-            }
-            let default_delay = delays.get(&queue.crawl).copied().unwrap_or(0);
+            };
             let before = served.len();
-            self.serve_queue(queue, request, default_delay, now_ms, &mut served)?;
+            {
+                let mut state = queue.lock();
+                if state.wake != Some(key) {
+                    continue; // replaced by a later wake-up
+                }
+                state.wake = None;
+            }
+            self.serve_queue(&queue, request, now_ms, &mut served)?;
             if served.len() > before {
                 queues_served += 1;
             }
@@ -405,16 +618,39 @@ impl Scheduler {
         Ok(served)
     }
 
+    fn crawl_names(&self) -> Vec<String> {
+        self.crawls
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     fn serve_queue(
         &self,
-        queue: &Queue,
+        queue: &Arc<Queue>,
         request: &ServeRequest,
-        default_delay_secs: u32,
         now_ms: u64,
         out: &mut Vec<Served>,
     ) -> Result<(), StoreError> {
         let mut state = queue.lock();
         state.expire_leases(now_ms);
+        let delay_ms = self.delay_ms_of(&queue.crawl, &state.record);
+        self.serve_locked(queue, &mut state, request, delay_ms, now_ms, out)?;
+        self.reschedule(queue, &mut state, delay_ms, now_ms);
+        Ok(())
+    }
+
+    fn serve_locked(
+        &self,
+        queue: &Queue,
+        state: &mut QueueState,
+        request: &ServeRequest,
+        delay_ms: u64,
+        now_ms: u64,
+        out: &mut Vec<Served>,
+    ) -> Result<(), StoreError> {
         let record = state.record;
         if record.urls == record.completed {
             return Ok(());
@@ -425,7 +661,6 @@ impl Scheduler {
         if record.crawl_limit > 0 && record.completed >= u64::from(record.crawl_limit) {
             return Ok(());
         }
-        let delay_ms = u64::from(record.delay_secs.unwrap_or(default_delay_secs)) * 1000;
         if state
             .last_serve_ms
             .is_some_and(|last| now_ms < last.saturating_add(delay_ms))
@@ -448,7 +683,7 @@ impl Scheduler {
         while handed < wanted {
             // A refill may find only leased URLs; the next one reads on.
             while state.buffer.is_empty() && state.cursor != Cursor::All {
-                self.refill(queue, &mut state)?;
+                self.refill(queue, state)?;
             }
             let Some(entry) = state.buffer.first_entry() else {
                 break;
@@ -476,6 +711,10 @@ impl Scheduler {
         }
         if handed > 0 {
             state.last_serve_ms = Some(now_ms);
+        }
+        // Know the next due date before rescheduling.
+        while state.buffer.is_empty() && state.cursor != Cursor::All {
+            self.refill(queue, state)?;
         }
         Ok(())
     }
@@ -527,11 +766,7 @@ impl Scheduler {
         let mut counts = QueueCounts::default();
         let queues: Vec<Arc<Queue>> = match queue {
             Some(key) => self.queue(crawl, key).into_iter().collect(),
-            None => self
-                .snapshot()
-                .into_iter()
-                .filter(|q| q.crawl == crawl)
-                .collect(),
+            None => self.queues_of(crawl),
         };
         for queue in queues {
             let state = queue.lock();
@@ -550,13 +785,15 @@ impl Scheduler {
     #[must_use]
     pub fn crawls(&self) -> Vec<String> {
         let mut crawls: Vec<String> = self
-            .snapshot()
-            .iter()
-            .filter(|q| q.lock().record.urls > 0)
-            .map(|q| q.crawl.clone())
+            .crawl_names()
+            .into_iter()
+            .filter(|crawl| {
+                self.queues_of(crawl)
+                    .iter()
+                    .any(|q| q.lock().record.urls > 0)
+            })
             .collect();
         crawls.sort();
-        crawls.dedup();
         crawls
     }
 
@@ -565,9 +802,8 @@ impl Scheduler {
     #[must_use]
     pub fn queue_keys(&self, crawl: &str, include_inactive: bool) -> Vec<String> {
         let mut keys: Vec<String> = self
-            .snapshot()
+            .queues_of(crawl)
             .iter()
-            .filter(|q| q.crawl == crawl)
             .filter(|q| {
                 let record = q.lock().record;
                 include_inactive || record.urls > record.completed
@@ -582,10 +818,15 @@ impl Scheduler {
     pub fn set_delay(&self, crawl: &str, queue: &str, secs: u32) -> Result<(), StoreError> {
         if queue.is_empty() {
             self.store.set_default_delay(crawl, secs)?;
-            self.default_delays
+            self.default_delays_ms
                 .write()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(crawl.to_owned(), secs);
+                .insert(crawl.to_owned(), u64::from(secs) * 1000);
+            // Queues waiting on the old default are looked at again.
+            for queue in self.queues_of(crawl) {
+                let mut state = queue.lock();
+                self.wake(&queue, &mut state, 0);
+            }
             return Ok(());
         }
         self.update_settings(crawl, queue, |record| record.delay_secs = Some(secs))
@@ -610,10 +851,12 @@ impl Scheduler {
     ) -> Result<(), StoreError> {
         // Durable first; the memory copy changes under the queue's lock so a
         // serve sees the old settings or the new, never half of them.
-        let queue_state = self.queue_or_new(crawl, queue);
-        let mut state = queue_state.lock();
-        self.store.update_queue_settings(crawl, queue, &change)?;
+        let queue = self.queue_or_new(crawl, queue);
+        let mut state = queue.lock();
+        self.store
+            .update_queue_settings(&queue.crawl, &queue.key, &change)?;
         change(&mut state.record);
+        self.wake(&queue, &mut state, 0);
         Ok(())
     }
 
@@ -662,7 +905,8 @@ mod tests {
             DedupMode::Exact,
             2048,
             |store| {
-                let scheduler = Arc::new(Scheduler::load_with_refill(Arc::clone(store), refill)?);
+                let scheduler =
+                    Arc::new(Scheduler::load_with_refill(Arc::clone(store), 0, refill)?);
                 slot = Some(Arc::clone(&scheduler));
                 Ok(Some(Box::new(move |ops, applied| {
                     scheduler.on_commit(ops, applied);
@@ -922,71 +1166,124 @@ mod tests {
         Discover(u8, u8),
         Complete(u8),
         Reschedule(u8, u8),
-        Serve(u32),
-        Advance(u8),
+        Serve(u32, u32),
+        Advance(u16),
+        Delay(u8, u8),
+        Block(u8, u8),
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (0..3_u8, 0..30_u8).prop_map(|(h, n)| Op::Discover(h, n)),
-            (0..90_u8).prop_map(Op::Complete),
-            (0..90_u8, 0..20_u8).prop_map(|(u, d)| Op::Reschedule(u, d)),
-            (1..15_u32).prop_map(Op::Serve),
-            (0..40_u8).prop_map(Op::Advance),
+            1 => (0..3_u8, 0..30_u8).prop_map(|(h, n)| Op::Discover(h, n)),
+            1 => (0..90_u8).prop_map(Op::Complete),
+            1 => (0..90_u8, 0..20_u8).prop_map(|(u, d)| Op::Reschedule(u, d)),
+            3 => (1..15_u32, 0..4_u32).prop_map(|(lease, max)| Op::Serve(lease, max)),
+            1 => (0..40_000_u16).prop_map(Op::Advance),
+            1 => (0..3_u8, 0..3_u8).prop_map(|(h, secs)| Op::Delay(h, secs)),
+            1 => (0..3_u8, 0..5_u8).prop_map(|(h, secs)| Op::Block(h, secs)),
         ]
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(48))]
+        #![proptest_config(ProptestConfig::with_cases(64))]
 
-        /// Against a model of due dates and leases: an unlimited serve
-        /// hands out exactly the URLs that are due and not leased.
+        /// Against a model of due dates, leases, delays and blocks: a serve
+        /// hands out, per queue that passes the gate, exactly its oldest
+        /// due URLs not leased, up to the per-queue maximum.
         #[test]
-        fn serving_matches_a_model(ops in proptest::collection::vec(op(), 1..40), refill in 1..6_usize) {
+        fn serving_matches_a_model(ops in proptest::collection::vec(op(), 1..60), refill in 1..6_usize) {
             let f = fixture(refill);
-            let url_of = |i: u8| format!("http://h{}.example/u{i}", i % 3);
+            let host_of = |i: u8| i % 3;
+            let url_of = |i: u8| format!("http://h{}.example/u{i:02}", host_of(i));
             // url -> due (0: completed); url -> lease end (ms)
-            let mut due: BTreeMap<String, u64> = BTreeMap::new();
-            let mut leases: BTreeMap<String, u64> = BTreeMap::new();
+            let mut due: BTreeMap<u8, u64> = BTreeMap::new();
+            let mut leases: BTreeMap<u8, u64> = BTreeMap::new();
+            let mut last_serve: [Option<u64>; 3] = [None; 3];
+            let mut delay_ms = [0_u64; 3];
+            let mut blocked = [0_u64; 3];
             let mut now = 100 * SEC;
             for op in ops {
                 match op {
                     Op::Discover(host, n) => {
-                        let list: Vec<String> = (0..n).map(|i| url_of(host + 3 * (i % 30))).collect();
+                        let ids: Vec<u8> = (0..n).map(|i| host + 3 * (i % 30)).collect();
+                        let list: Vec<String> = ids.iter().map(|&i| url_of(i)).collect();
                         f.discover(&list, now / SEC);
-                        for url in list {
-                            due.entry(url).or_insert((now / SEC).max(1));
+                        for id in ids {
+                            due.entry(id).or_insert((now / SEC).max(1));
                         }
                     }
                     Op::Complete(i) => {
-                        let url = url_of(i);
-                        f.report(&url, 0);
-                        due.insert(url.clone(), 0);
-                        leases.remove(&url);
+                        f.report(&url_of(i), 0);
+                        due.insert(i, 0);
+                        leases.remove(&i);
                     }
                     Op::Reschedule(i, delta) => {
-                        let url = url_of(i);
                         let date = now / SEC + u64::from(delta);
-                        f.report(&url, date);
-                        due.insert(url.clone(), date);
-                        leases.remove(&url);
+                        f.report(&url_of(i), date);
+                        due.insert(i, date);
+                        leases.remove(&i);
                     }
-                    Op::Serve(lease) => {
-                        let mut got = f.serve(&all(lease), now);
+                    Op::Delay(h, secs) => {
+                        f.scheduler.set_delay("c", &format!("h{h}.example"), u32::from(secs)).unwrap();
+                        delay_ms[h as usize] = u64::from(secs) * SEC;
+                    }
+                    Op::Block(h, secs) => {
+                        let until = if secs == 0 { 0 } else { now / SEC + u64::from(secs) };
+                        f.scheduler.block_until("c", &format!("h{h}.example"), until).unwrap();
+                        blocked[h as usize] = until;
+                    }
+                    Op::Serve(lease, max) => {
+                        let request = ServeRequest {
+                            max_urls_per_queue: max,
+                            lease_secs: lease,
+                            ..ServeRequest::default()
+                        };
+                        let mut got = f.serve(&request, now);
                         got.sort();
-                        let mut expected: Vec<String> = due
-                            .iter()
-                            .filter(|(url, d)| **d != 0 && **d <= now / SEC
-                                && leases.get(*url).is_none_or(|until| *until <= now))
-                            .map(|(url, _)| url.clone())
-                            .collect();
+                        let mut expected = Vec::new();
+                        for h in 0..3_u8 {
+                            let hu = h as usize;
+                            // A queue is known once it holds a URL.
+                            if !due.keys().any(|&i| host_of(i) == h) {
+                                continue;
+                            }
+                            if blocked[hu] > 0 && blocked[hu] * SEC >= now {
+                                continue;
+                            }
+                            if last_serve[hu].is_some_and(|last| now < last + delay_ms[hu]) {
+                                continue;
+                            }
+                            let leased = leases
+                                .iter()
+                                .filter(|(i, until)| host_of(**i) == h && **until > now)
+                                .count();
+                            let take = if max == 0 {
+                                usize::MAX
+                            } else if leased >= max as usize {
+                                continue;
+                            } else {
+                                max as usize - leased
+                            };
+                            let mut servable: Vec<(u64, String, u8)> = due
+                                .iter()
+                                .filter(|(i, d)| host_of(**i) == h && **d != 0 && **d <= now / SEC
+                                    && leases.get(*i).is_none_or(|until| *until <= now))
+                                .map(|(i, d)| (*d, url_of(*i), *i))
+                                .collect();
+                            servable.sort();
+                            servable.truncate(take);
+                            if !servable.is_empty() {
+                                last_serve[hu] = Some(now);
+                            }
+                            for (_, _, i) in servable {
+                                leases.insert(i, now + u64::from(lease) * SEC);
+                                expected.push(url_of(i));
+                            }
+                        }
                         expected.sort();
                         prop_assert_eq!(&got, &expected);
-                        for url in got {
-                            leases.insert(url, now + u64::from(lease) * SEC);
-                        }
                     }
-                    Op::Advance(secs) => now += u64::from(secs) * SEC,
+                    Op::Advance(ms) => now += u64::from(ms),
                 }
             }
         }

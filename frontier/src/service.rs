@@ -58,6 +58,9 @@ pub struct FrontierConfig {
     pub rebuild_fill_threshold: f64,
     /// Lease length when a GetURLs call gives none.
     pub default_lease_secs: u32,
+    /// Delay between two serves of a queue without a delay of its own or
+    /// of its crawl.
+    pub default_delay_ms: u64,
 }
 
 impl FrontierConfig {
@@ -72,6 +75,7 @@ impl FrontierConfig {
             rules: Rules::default(),
             rebuild_fill_threshold: 0.5,
             default_lease_secs: 30,
+            default_delay_ms: 1000,
         }
     }
 }
@@ -223,13 +227,14 @@ impl Frontier {
     pub fn open(config: FrontierConfig) -> Result<Self, FrontierError> {
         let store = Store::open(&config.data_dir)?;
         let mut scheduler = None;
+        let default_delay_ms = config.default_delay_ms;
         let ingest = Ingest::open_with_hook(
             store,
             config.filters,
             config.dedup,
             config.max_url_length,
             |store| {
-                let loaded = Arc::new(Scheduler::load(Arc::clone(store))?);
+                let loaded = Arc::new(Scheduler::load(Arc::clone(store), default_delay_ms)?);
                 scheduler = Some(Arc::clone(&loaded));
                 Ok(Some(Box::new(move |ops, applied| {
                     loaded.on_commit(ops, applied);
