@@ -34,6 +34,16 @@ pub fn status_of(error: FrontierError) -> Status {
     }
 }
 
+/// A streamed request's error as the client should see it: a message over
+/// the size limit is RESOURCE_EXHAUSTED (tonic reports OUT_OF_RANGE).
+fn incoming_error(status: Status) -> Status {
+    if status.code() == tonic::Code::OutOfRange {
+        Status::resource_exhausted(status.message().to_owned())
+    } else {
+        status
+    }
+}
+
 /// Runs blocking frontier work off the async threads.
 async fn blocking<T: Send + 'static>(
     frontier: &Arc<Frontier>,
@@ -108,19 +118,68 @@ fn url_item_of(url: String, record: &UrlRecord, crawl: &str) -> uf::UrlItem {
     }
 }
 
+/// Who may call mutating methods: with a token set, only requests with
+/// `authorization: Bearer TOKEN`.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    token: Option<Arc<str>>,
+}
+
+impl Access {
+    /// Everyone (no token configured).
+    #[must_use]
+    pub fn open() -> Self {
+        Self::default()
+    }
+
+    /// Only holders of `token`.
+    #[must_use]
+    pub fn token(token: &str) -> Self {
+        Self {
+            token: Some(Arc::from(token)),
+        }
+    }
+
+    /// Refuses a mutating call without the token.
+    pub fn check<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        let presented = request
+            .metadata()
+            .get("authorization")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "));
+        match presented {
+            Some(presented) if constant_time_eq(presented.as_bytes(), token.as_bytes()) => Ok(()),
+            Some(_) => Err(Status::permission_denied("wrong admin token")),
+            None => Err(Status::unauthenticated(
+                "this call changes the frontier: send the admin token as `authorization: Bearer TOKEN`",
+            )),
+        }
+    }
+}
+
+/// Compares without an early exit, so the time taken does not tell how
+/// much of a guess was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0_u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// The URL Frontier API v2.6.
 #[derive(Debug, Clone)]
 pub struct UrlFrontierService {
     frontier: Arc<Frontier>,
+    access: Access,
 }
 
 impl UrlFrontierService {
-    /// The service over a frontier.
+    /// The service over a frontier; control calls need `access`.
     #[must_use]
-    pub fn new(frontier: Arc<Frontier>) -> Self {
-        Self { frontier }
+    pub fn new(frontier: Arc<Frontier>, access: Access) -> Self {
+        Self { frontier, access }
     }
 }
 
@@ -254,8 +313,9 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
 
     async fn delete_crawl(
         &self,
-        _: Request<uf::DeleteCrawlMessage>,
+        request: Request<uf::DeleteCrawlMessage>,
     ) -> Result<Response<uf::Long>, Status> {
+        self.access.check(&request)?;
         Err(Status::unimplemented("DeleteCrawl arrives with issue 7"))
     }
 
@@ -318,7 +378,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
                     for item in chunk {
                         match item {
                             Ok(item) => items.push(put_item_of(&item)),
-                            Err(status) => return vec![Err(status)],
+                            Err(status) => return vec![Err(incoming_error(status))],
                         }
                     }
                     match tokio::task::spawn_blocking(move || put_chunk(&frontier, items)).await {
@@ -341,7 +401,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         let acks = request.into_inner().then(move |batch| {
             let frontier = Arc::clone(&frontier);
             async move {
-                let batch = batch?;
+                let batch = batch.map_err(incoming_error)?;
                 if batch.items.is_empty() {
                     return Ok(uf::BatchAck {
                         id: batch.id,
@@ -386,8 +446,9 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
 
     async fn delete_queue(
         &self,
-        _: Request<uf::QueueWithinCrawlParams>,
+        request: Request<uf::QueueWithinCrawlParams>,
     ) -> Result<Response<uf::Long>, Status> {
+        self.access.check(&request)?;
         Err(Status::unimplemented("DeleteQueue arrives with issue 7"))
     }
 
@@ -395,6 +456,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::BlockQueueParams>,
     ) -> Result<Response<uf::Empty>, Status> {
+        self.access.check(&request)?;
         let params = request.into_inner();
         if params.key.is_empty() {
             return Err(Status::invalid_argument(
@@ -416,6 +478,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::Active>,
     ) -> Result<Response<uf::Empty>, Status> {
+        self.access.check(&request)?;
         let state = request.into_inner().state;
         blocking(&self.frontier, move |f| {
             Ok(f.scheduler().set_active(state)?)
@@ -434,6 +497,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::QueueDelayParams>,
     ) -> Result<Response<uf::Empty>, Status> {
+        self.access.check(&request)?;
         let params = request.into_inner();
         blocking(&self.frontier, move |f| {
             Ok(f.scheduler().set_delay(
@@ -448,8 +512,9 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
 
     async fn set_log_level(
         &self,
-        _: Request<uf::LogLevelParams>,
+        request: Request<uf::LogLevelParams>,
     ) -> Result<Response<uf::Empty>, Status> {
+        self.access.check(&request)?;
         Err(Status::unimplemented("SetLogLevel arrives with issue 7"))
     }
 
@@ -457,6 +522,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::CrawlLimitParams>,
     ) -> Result<Response<uf::Empty>, Status> {
+        self.access.check(&request)?;
         let params = request.into_inner();
         if params.key.is_empty() {
             return Err(Status::invalid_argument("SetCrawlLimit needs a queue key"));
@@ -513,8 +579,9 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
 
     async fn purge_ur_ls(
         &self,
-        _: Request<uf::PurgeUrlParams>,
+        request: Request<uf::PurgeUrlParams>,
     ) -> Result<Response<uf::Long>, Status> {
+        self.access.check(&request)?;
         Err(Status::unimplemented("PurgeURLs arrives with issue 7"))
     }
 }
@@ -548,13 +615,14 @@ fn batch_statuses(frontier: &Frontier, batch: &uf::DiscoveredBatch) -> Vec<i32> 
 #[derive(Debug, Clone)]
 pub struct AdminService {
     frontier: Arc<Frontier>,
+    access: Access,
 }
 
 impl AdminService {
-    /// The service over a frontier.
+    /// The service over a frontier; mutating calls need `access`.
     #[must_use]
-    pub fn new(frontier: Arc<Frontier>) -> Self {
-        Self { frontier }
+    pub fn new(frontier: Arc<Frontier>, access: Access) -> Self {
+        Self { frontier, access }
     }
 }
 
@@ -669,6 +737,7 @@ impl adm::admin_server::Admin for AdminService {
         &self,
         request: Request<adm::RebuildFiltersRequest>,
     ) -> Result<Response<adm::RebuildFiltersResponse>, Status> {
+        self.access.check(&request)?;
         let request = request.into_inner();
         let count = self.frontier.ingest().filters().partition_count();
         let partition = request.partition.map(|p| p as usize);
@@ -713,6 +782,7 @@ impl adm::admin_server::Admin for AdminService {
         &self,
         request: Request<adm::AddSeedsRequest>,
     ) -> Result<Response<adm::AddSeedsResponse>, Status> {
+        self.access.check(&request)?;
         let request = request.into_inner();
         let crawl = crawl_or_default(&request.crawl_id).to_owned();
         let urls = request.urls;

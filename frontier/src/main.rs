@@ -52,6 +52,9 @@ enum Command {
         /// Give up waiting after this many seconds (exit code 2).
         #[arg(long)]
         timeout_secs: Option<u64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Show filter health per partition and in total.
     Health {
@@ -60,6 +63,9 @@ enum Command {
         /// Every partition, not only the total.
         #[arg(long)]
         partitions: bool,
+        /// Print JSON (always every partition).
+        #[arg(long)]
+        json: bool,
     },
     /// Rebuild one partition's filter, or all of them.
     Rebuild {
@@ -95,10 +101,57 @@ enum Command {
 struct ClientArgs {
     /// The frontier's address.
     #[arg(long, env = "FRONTIER_ADDR", default_value = "http://127.0.0.1:7071")]
-    frontier: String,
+    addr: String,
     /// The crawl (empty: DEFAULT).
     #[arg(long, env = "FRONTIER_CRAWL", default_value = "")]
     crawl: String,
+    /// The admin token, for calls that change the frontier.
+    #[arg(long, env = "FRONTIER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+/// Adds the admin token to every call.
+#[derive(Clone)]
+struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+type Intercepted = tonic::service::interceptor::InterceptedService<Channel, Bearer>;
+
+impl ClientArgs {
+    async fn channel(&self) -> anyhow::Result<(Channel, Bearer)> {
+        let bearer = match &self.token {
+            Some(token) => Bearer(Some(
+                format!("Bearer {token}")
+                    .parse()
+                    .context("the admin token must be printable ASCII")?,
+            )),
+            None => Bearer(None),
+        };
+        Ok((connect(&self.addr).await?, bearer))
+    }
+
+    async fn admin(&self) -> anyhow::Result<AdminClient<Intercepted>> {
+        let (channel, bearer) = self.channel().await?;
+        Ok(AdminClient::with_interceptor(channel, bearer))
+    }
+
+    async fn frontier(&self) -> anyhow::Result<UrlFrontierClient<Intercepted>> {
+        let (channel, bearer) = self.channel().await?;
+        Ok(UrlFrontierClient::with_interceptor(channel, bearer))
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -151,6 +204,10 @@ struct ServeArgs {
     /// Lease length when a GetURLs call gives none, in seconds.
     #[arg(long, env = "FRONTIER_LEASE_SECS", default_value_t = 30)]
     lease_secs: u32,
+    /// When set, mutating admin calls and URL Frontier control calls need
+    /// `authorization: Bearer TOKEN`.
+    #[arg(long, env = "FRONTIER_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
     /// Milliseconds between two serves of one queue, unless SetDelay set
     /// the queue's or the crawl's own.
     #[arg(long, env = "FRONTIER_DEFAULT_DELAY_MS", default_value_t = 1000)]
@@ -188,8 +245,13 @@ fn run() -> anyhow::Result<ExitCode> {
                 client,
                 wait,
                 timeout_secs,
-            } => status(client, wait, timeout_secs).await,
-            Command::Health { client, partitions } => health(client, partitions).await,
+                json,
+            } => status(client, wait, timeout_secs, json).await,
+            Command::Health {
+                client,
+                partitions,
+                json,
+            } => health(client, partitions, json).await,
             Command::Rebuild {
                 client,
                 partition,
@@ -274,7 +336,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Scripts and tests read the chosen address from this line.
     println!("listening on {address}");
     let frontier = Arc::new(frontier);
-    frontier::server::run(listener, Arc::clone(&frontier), shutdown_signal()).await?;
+    let access = match &args.admin_token {
+        Some(token) if token.is_empty() => bail!("--admin-token must not be empty"),
+        Some(token) => frontier::grpc::Access::token(token),
+        None => frontier::grpc::Access::open(),
+    };
+    frontier::server::run(listener, Arc::clone(&frontier), access, shutdown_signal()).await?;
     tracing::info!("stopped serving; writing filter snapshots");
     let frontier = Arc::try_unwrap(frontier)
         .map_err(|_| anyhow::anyhow!("calls still hold the frontier after shutdown"))?;
@@ -338,7 +405,7 @@ async fn seed(
     if urls.is_empty() {
         bail!("no seed URLs given (pass URLs or --file)");
     }
-    let mut admin = AdminClient::new(connect(&client.frontier).await?);
+    let mut admin = client.admin().await?;
     let response = admin
         .add_seeds(proto::admin::AddSeedsRequest {
             crawl_id: client.crawl,
@@ -367,8 +434,16 @@ async fn status(
     client: ClientArgs,
     wait: bool,
     timeout_secs: Option<u64>,
+    json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let mut admin = AdminClient::new(connect(&client.frontier).await?);
+    let show = |progress: &proto::admin::Progress| {
+        if json {
+            println!("{}", progress_json(progress));
+        } else {
+            print_progress(progress);
+        }
+    };
+    let mut admin = client.admin().await?;
     let started = Instant::now();
     loop {
         let progress = admin
@@ -379,17 +454,73 @@ async fn status(
             .into_inner();
         let finished = progress.discovered > 0 && progress.completed == progress.discovered;
         if !wait || finished {
-            print_progress(&progress);
+            show(&progress);
             return Ok(ExitCode::SUCCESS);
         }
         if timeout_secs.is_some_and(|limit| started.elapsed() >= Duration::from_secs(limit)) {
-            print_progress(&progress);
+            show(&progress);
             eprintln!("crawl not finished after {} s", started.elapsed().as_secs());
             return Ok(ExitCode::from(2));
         }
         // Polling an operator's view; nothing here synchronises with it.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+fn progress_json(progress: &proto::admin::Progress) -> serde_json::Value {
+    let skipped = progress.skipped.unwrap_or_default();
+    let rates = progress.last_minute.unwrap_or_default();
+    serde_json::json!({
+        "crawl_id": progress.crawl_id,
+        "discovered": progress.discovered,
+        "completed": progress.completed,
+        "leased": progress.leased,
+        "due_now": progress.due_now,
+        "scheduled_later": progress.scheduled_later,
+        "queues": progress.queues,
+        "active_queues": progress.active_queues,
+        "finished": progress.discovered > 0 && progress.completed == progress.discovered,
+        "skipped": {
+            "duplicate": skipped.duplicate,
+            "out_of_scope": skipped.out_of_scope,
+            "too_deep": skipped.too_deep,
+            "invalid": skipped.invalid,
+            "too_long": skipped.too_long,
+            "trap": skipped.trap,
+        },
+        "per_second_last_minute": {
+            "discovered": rates.discovered,
+            "leased": rates.leased,
+            "completed": rates.completed,
+        },
+    })
+}
+
+fn partition_json(p: &proto::admin::PartitionHealth) -> serde_json::Value {
+    serde_json::json!({
+        "partition": p.partition,
+        "layout": p.layout,
+        "bits": p.bits,
+        "hashes": p.hashes,
+        "items_inserted": p.items_inserted,
+        "estimated_items": p.estimated_items,
+        "ones": p.ones,
+        "fill_ratio": p.fill_ratio,
+        "estimated_fp_rate": p.estimated_fp_rate,
+        "observed_fp_rate": p.observed_fp_rate,
+        "refuted_maybes": p.refuted_maybes,
+        "absent_lookups": p.absent_lookups,
+        "memory_bytes": p.memory_bytes,
+        "rebuild_count": p.rebuild_count,
+        "state": format!("{:?}", p.state()).to_lowercase(),
+        "last_rebuild": p.last_rebuild.map(|r| serde_json::json!({
+            "finished_at_ms": r.finished_at_ms,
+            "duration_ms": r.duration_ms,
+            "bits_before": r.bits_before,
+            "bits_after": r.bits_after,
+            "keys": r.keys,
+        })),
+    })
 }
 
 fn print_progress(progress: &proto::admin::Progress) {
@@ -423,12 +554,23 @@ fn print_progress(progress: &proto::admin::Progress) {
     );
 }
 
-async fn health(client: ClientArgs, partitions: bool) -> anyhow::Result<ExitCode> {
-    let mut admin = AdminClient::new(connect(&client.frontier).await?);
+async fn health(client: ClientArgs, partitions: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let mut admin = client.admin().await?;
     let health = admin
         .get_filter_health(proto::admin::GetFilterHealthRequest {})
         .await?
         .into_inner();
+    if json {
+        let value = serde_json::json!({
+            "dedup_mode": format!("{:?}", health.dedup_mode()).to_lowercase(),
+            "target_fp_rate": health.target_fp_rate,
+            "rebuild_fill_threshold": health.rebuild_fill_threshold,
+            "total": health.total.as_ref().map(partition_json),
+            "partitions": health.partitions.iter().map(partition_json).collect::<Vec<_>>(),
+        });
+        println!("{value}");
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "dedup {:?}  target fp {}  rebuild at fill {}",
         health.dedup_mode(),
@@ -468,7 +610,7 @@ async fn rebuild(
     partition: Option<u32>,
     no_wait: bool,
 ) -> anyhow::Result<ExitCode> {
-    let mut admin = AdminClient::new(connect(&client.frontier).await?);
+    let mut admin = client.admin().await?;
     let response = admin
         .rebuild_filters(proto::admin::RebuildFiltersRequest { partition, no_wait })
         .await?
@@ -488,7 +630,7 @@ async fn rebuild(
 }
 
 async fn check(client: ClientArgs, url: String) -> anyhow::Result<ExitCode> {
-    let mut admin = AdminClient::new(connect(&client.frontier).await?);
+    let mut admin = client.admin().await?;
     let response = admin
         .check_url(proto::admin::CheckUrlRequest {
             url,
@@ -516,7 +658,7 @@ async fn check(client: ClientArgs, url: String) -> anyhow::Result<ExitCode> {
 }
 
 async fn set_active(client: ClientArgs, active: bool) -> anyhow::Result<ExitCode> {
-    let mut frontier = UrlFrontierClient::new(connect(&client.frontier).await?);
+    let mut frontier = client.frontier().await?;
     frontier
         .set_active(proto::urlfrontier::Active {
             state: active,

@@ -22,7 +22,9 @@
 //! - a refill reads the store under the queue's lock, so a commit's memory
 //!   update comes either before the read (the read sees the commit) or
 //!   after the refill (and corrects what the read saw);
-//! - a refill skips URLs leased now, so a leased URL is never buffered too.
+//! - a refill skips URLs leased now, and so does a commit's memory update
+//!   (a refill between the commit and its update may have read and leased
+//!   the URL already), so a leased URL is never buffered too.
 //!
 //! A URL is therefore never served while leased, and never served after it
 //! was completed.
@@ -166,7 +168,9 @@ impl QueueState {
     }
 
     fn add_entry(&mut self, due_at: u64, url: &str, partition: u32) {
-        if self.covers(due_at, url) {
+        // A refill between a commit and its hook may have read the URL and
+        // leased it already: the hook must not buffer it a second time.
+        if self.covers(due_at, url) && !self.leased.contains_key(url) {
             self.buffer.insert((due_at, url.to_owned()), partition);
             if self.cursor == Cursor::All && self.buffer.len() > 2 * self.refill {
                 self.trim();
@@ -1159,6 +1163,40 @@ mod tests {
         let distinct: HashSet<&String> = all_handed.iter().copied().collect();
         assert_eq!(distinct.len(), all_handed.len(), "a URL was handed twice");
         assert_eq!(distinct.len(), 1600);
+    }
+
+    /// The interleaving a refill can produce: a URL is committed, a refill
+    /// reads and leases it, and only then does the commit's memory update
+    /// arrive. The update must not buffer the leased URL again.
+    #[test]
+    fn a_commit_update_after_a_refill_leased_the_url_does_not_serve_it_twice() {
+        use crate::record::UrlRecord;
+        use crate::store::NewUrl;
+        let f = fixture(1);
+        f.discover(&urls("a.example", 3), 10);
+        let late = NewUrl {
+            crawl: "c".into(),
+            url: "http://a.example/p9999".into(),
+            partition: crate::ingest::partition_of("c", "a.example", 4) as u32,
+            maybe_known: false,
+            record: UrlRecord {
+                created_at: 10,
+                due_at: 10,
+                queue_key: "a.example".into(),
+                ..UrlRecord::default()
+            },
+        };
+        let ops = vec![WriteOp::Discover(late)];
+        // Committed, but the hook has not run yet.
+        let applied = f.ingest.store().apply(&ops).unwrap();
+        let served = f.serve(&all(600), 10 * SEC);
+        assert_eq!(
+            served.len(),
+            4,
+            "the refill read the committed URL: {served:?}"
+        );
+        f.scheduler.on_commit(&ops, &applied);
+        assert!(f.serve(&all(600), 11 * SEC).is_empty());
     }
 
     #[derive(Debug, Clone)]

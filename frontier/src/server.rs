@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
-use crate::grpc::{AdminService, UrlFrontierService};
+use crate::grpc::{Access, AdminService, UrlFrontierService};
 use crate::service::Frontier;
 
 /// Why serving stopped with an error.
@@ -25,10 +25,11 @@ pub enum ServeError {
 
 /// Serves until `shutdown` completes, then stops taking calls and waits for
 /// the ones in flight (so their acks go out after their commits). The
-/// caller then shuts the frontier down.
+/// caller then shuts the frontier down. Mutating calls need `access`.
 pub async fn run(
     listener: TcpListener,
     frontier: Arc<Frontier>,
+    access: Access,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -52,11 +53,11 @@ pub async fn run(
         .add_service(reflection_alpha)
         .add_service(
             proto::urlfrontier::url_frontier_server::UrlFrontierServer::new(
-                UrlFrontierService::new(Arc::clone(&frontier)),
+                UrlFrontierService::new(Arc::clone(&frontier), access.clone()),
             ),
         )
         .add_service(proto::admin::admin_server::AdminServer::new(
-            AdminService::new(frontier),
+            AdminService::new(frontier, access),
         ))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await?;

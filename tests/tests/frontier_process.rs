@@ -391,3 +391,290 @@ async fn the_api_answers_as_the_spec_says() {
         assert!(names.iter().any(|n| n == expected), "{names:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_token_guards_calls_that_change_the_frontier() {
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(&dir.path().join("data"), &["--admin-token", "s3cret"]);
+    let mut client = frontier.client().await;
+    let pause = |token: Option<&str>| {
+        let mut request = tonic::Request::new(uf::Active {
+            state: false,
+            local: false,
+        });
+        if let Some(token) = token {
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        }
+        request
+    };
+    let missing = client.set_active(pause(None)).await.unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::Unauthenticated);
+    let wrong = client.set_active(pause(Some("guess"))).await.unwrap_err();
+    assert_eq!(wrong.code(), tonic::Code::PermissionDenied);
+    // Reads need no token.
+    assert!(
+        client
+            .get_active(uf::Local::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .state
+    );
+    client.set_active(pause(Some("s3cret"))).await.unwrap();
+    assert!(
+        !client
+            .get_active(uf::Local::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .state
+    );
+    // The CLI sends it with --token.
+    let cli = |args: &[&str]| {
+        std::process::Command::new(crawl_tests::binary("frontier"))
+            .args(args)
+            .args(["--addr", &frontier.endpoint()])
+            .output()
+            .unwrap()
+    };
+    assert!(!cli(&["resume"]).status.success());
+    let resumed = cli(&["resume", "--token", "s3cret"]);
+    assert!(resumed.status.success(), "{resumed:?}");
+    assert!(
+        client
+            .get_active(uf::Local::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .state
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuilds_under_concurrent_puts_and_serves_lose_nothing_and_serve_nothing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    // Filters sized for 100 URLs each: they pass the fill threshold again
+    // and again while 20,000 URLs arrive.
+    let frontier = FrontierProcess::start(
+        &dir.path().join("data"),
+        &[
+            "--partitions",
+            "4",
+            "--expected-urls",
+            "400",
+            "--default-delay-ms",
+            "0",
+        ],
+    );
+    let total = 20_000;
+    let writer = {
+        let mut client = frontier.client().await;
+        tokio::spawn(async move {
+            let batches: Vec<DiscoveredBatch> = (0..total)
+                .collect::<Vec<_>>()
+                .chunks(256)
+                .enumerate()
+                .map(|(i, chunk)| DiscoveredBatch {
+                    id: i.to_string(),
+                    items: chunk
+                        .iter()
+                        .map(|&n| UrlInfo {
+                            url: url(n),
+                            ..UrlInfo::default()
+                        })
+                        .collect(),
+                })
+                .collect();
+            let acks: Vec<uf::BatchAck> = client
+                .put_discovered(futures::stream::iter(batches))
+                .await
+                .unwrap()
+                .into_inner()
+                .map(Result::unwrap)
+                .collect()
+                .await;
+            acks.iter()
+                .flat_map(|ack| ack.statuses.iter())
+                .filter(|s| **s == Ack::Ok as i32)
+                .count()
+        })
+    };
+    let rebuilder = {
+        let mut admin = frontier.admin().await;
+        tokio::spawn(async move {
+            for _ in 0..3 {
+                admin
+                    .rebuild_filters(proto::admin::RebuildFiltersRequest {
+                        partition: None,
+                        no_wait: false,
+                    })
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let mut client = frontier.client().await;
+    let mut served: HashSet<String> = HashSet::new();
+    let mut writer = Some(writer);
+    let mut stored = None;
+    while stored.is_none_or(|stored| served.len() < stored) {
+        let batch: Vec<String> = client
+            .get_ur_ls(GetParams {
+                max_urls_per_queue: 50,
+                delay_requestable: 600,
+                ..GetParams::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .map(|info| info.unwrap().url)
+            .collect()
+            .await;
+        for url in &batch {
+            assert!(
+                served.insert(url.clone()),
+                "{url} served twice within its lease"
+            );
+        }
+        // Completing them gives the leases back, so each queue (at most 50
+        // leased) serves on.
+        if !batch.is_empty() {
+            let done: Vec<UrlItem> = batch
+                .iter()
+                .map(|u| UrlItem {
+                    item: Some(url_item::Item::Known(KnownUrlItem {
+                        info: Some(UrlInfo {
+                            url: u.clone(),
+                            ..UrlInfo::default()
+                        }),
+                        refetchable_from_date: 0,
+                    })),
+                    ..UrlItem::default()
+                })
+                .collect();
+            let acks: Vec<uf::AckMessage> = client
+                .put_ur_ls(futures::stream::iter(done))
+                .await
+                .unwrap()
+                .into_inner()
+                .map(Result::unwrap)
+                .collect()
+                .await;
+            assert!(acks.iter().all(|a| a.status() == Ack::Ok));
+        }
+        if writer.as_ref().is_some_and(|w| w.is_finished()) {
+            stored = Some(writer.take().unwrap().await.unwrap());
+        }
+    }
+    rebuilder.await.unwrap();
+    assert_eq!(stored, Some(total));
+    assert_eq!(served.len(), total);
+    let mut admin = frontier.admin().await;
+    let health = admin
+        .get_filter_health(proto::admin::GetFilterHealthRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let totals = health.total.unwrap();
+    assert_eq!(totals.items_inserted, total as u64);
+    assert!(totals.rebuild_count > 12, "{}", totals.rebuild_count);
+    assert!(frontier.log_text().contains("filter rebuilt"));
+    // Every stored key is in its filter after all those swaps.
+    let checks = futures::stream::iter(served.into_iter().map(|url| {
+        let mut admin = admin.clone();
+        async move {
+            let answer = admin
+                .check_url(proto::admin::CheckUrlRequest {
+                    url: url.clone(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            (url, answer.filter_answer())
+        }
+    }))
+    .buffer_unordered(16)
+    .collect::<Vec<_>>()
+    .await;
+    for (url, answer) in checks {
+        assert_eq!(
+            answer,
+            proto::admin::FilterAnswer::Maybe,
+            "{url} missing after rebuilds"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_answers_and_the_server_stays_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(&dir.path().join("data"), &[]);
+    let mut client = frontier.client().await;
+    let one_mb = format!("http://a.example/{}", "x".repeat(1 << 20));
+    let items = vec![
+        discovered("http://a.example/kept"),
+        discovered("javascript:alert(1)"),
+        discovered("http://"),
+        discovered(&one_mb),
+        UrlItem::default(),
+        known("not a url", 0),
+    ];
+    let acks: Vec<uf::AckMessage> = client
+        .put_ur_ls(futures::stream::iter(items))
+        .await
+        .unwrap()
+        .into_inner()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    let statuses: Vec<Ack> = acks.iter().map(|a| a.status()).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            Ack::Ok,
+            Ack::Skipped,
+            Ack::Skipped,
+            Ack::Skipped,
+            Ack::Skipped,
+            Ack::Skipped
+        ]
+    );
+    // A batch past the message limit is refused as too large.
+    let huge = DiscoveredBatch {
+        id: "huge".into(),
+        items: (0..60_000)
+            .map(|i| UrlInfo {
+                url: format!("http://b.example/{i}/{}", "y".repeat(64)),
+                ..UrlInfo::default()
+            })
+            .collect(),
+    };
+    let mut stream = client
+        .put_discovered(futures::stream::iter([huge]))
+        .await
+        .map(|r| r.into_inner());
+    let refused = match &mut stream {
+        Ok(acks) => acks.next().await.unwrap().unwrap_err(),
+        Err(status) => status.clone(),
+    };
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused}");
+    // Still up, and what was acked is there.
+    let mut client = frontier.client().await;
+    client
+        .get_url_status(UrlStatusRequest {
+            url: "http://a.example/kept".into(),
+            crawl_id: "kill".into(),
+            ..UrlStatusRequest::default()
+        })
+        .await
+        .unwrap();
+    // Malformed control calls are INVALID_ARGUMENT.
+    let no_key = client
+        .block_queue_until(uf::BlockQueueParams::default())
+        .await
+        .unwrap_err();
+    assert_eq!(no_key.code(), tonic::Code::InvalidArgument);
+}
