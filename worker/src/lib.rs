@@ -3,5 +3,5 @@
 //!
 //! # Layout
 //!
-//! Empty so far: the workspace is laid out first, and the worker arrives with
-//! its own issue.
+//! - [`links`]: streaming link extraction from HTML.
+pub mod links;
