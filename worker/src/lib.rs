@@ -4,4 +4,12 @@
 //! # Layout
 //!
 //! - [`links`]: streaming link extraction from HTML.
+//! - [`fetch`]: the HTTP client: timeouts, decoding, body cap, SSRF guard.
+//! - [`robots`]: robots.txt per origin, cached, RFC 9309 answers.
+//! - [`sitemap`]: sitemap and sitemap index reading, gzip included.
+//! - [`output`]: WARC 1.1 files and the crawl log.
 pub mod links;
+pub mod fetch;
+pub mod robots;
+pub mod sitemap;
+pub mod output;

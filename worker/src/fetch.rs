@@ -1,0 +1,330 @@
+//! HTTP fetching: one reqwest client with timeouts, transparent
+//! decompression, no redirects followed (the frontier dedups their
+//! targets), a body cap applied to the decoded bytes (so a decompression
+//! bomb stops at the cap), and an SSRF guard that refuses private,
+//! loopback, link-local and metadata addresses unless allowed.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use url::Url;
+
+/// How fetches are made.
+#[derive(Debug, Clone)]
+pub struct FetchConfig {
+    /// Sent with every request.
+    pub user_agent: String,
+    /// Connect and total timeout.
+    pub timeout: Duration,
+    /// Most body bytes read (decoded); the rest is dropped and the page
+    /// marked truncated.
+    pub max_body_bytes: usize,
+    /// Allow private, loopback and link-local addresses.
+    pub allow_private: bool,
+}
+
+/// A fetched response.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// HTTP status.
+    pub status: u16,
+    /// "HTTP/1.1" or "HTTP/2.0".
+    pub version: String,
+    /// Response headers as received.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The body, decoded, at most `max_body_bytes`.
+    pub body: Bytes,
+    /// Whether the body was cut at the cap.
+    pub truncated: bool,
+    /// The peer's address, when known.
+    pub peer: Option<SocketAddr>,
+    /// From sending the request to the end of the body.
+    pub duration: Duration,
+}
+
+impl Fetched {
+    /// A header's value as text.
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .and_then(|(_, value)| std::str::from_utf8(value).ok())
+    }
+
+    /// The media type, lower-case, without parameters.
+    #[must_use]
+    pub fn media_type(&self) -> Option<String> {
+        self.header("content-type").map(|value| {
+            value
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+    }
+
+    /// Whether links are extracted from it.
+    #[must_use]
+    pub fn is_html(&self) -> bool {
+        matches!(
+            self.media_type().as_deref(),
+            Some("text/html" | "application/xhtml+xml")
+        )
+    }
+}
+
+/// Why a fetch failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchError {
+    /// The address is private and private fetches are not allowed.
+    #[error("refused to fetch {0}: private, loopback or link-local address (--allow-private allows it)")]
+    PrivateAddress(String),
+    /// Timed out.
+    #[error("timed out")]
+    Timeout,
+    /// Could not connect.
+    #[error("connection failed: {0}")]
+    Connect(String),
+    /// Anything else on the wire.
+    #[error("request failed: {0}")]
+    Other(String),
+}
+
+impl FetchError {
+    /// Whether trying again later may work.
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, FetchError::PrivateAddress(_))
+    }
+
+    fn of(error: &reqwest::Error) -> Self {
+        let text = error_chain(error);
+        if text.contains("private, loopback or link-local") {
+            FetchError::PrivateAddress(text)
+        } else if error.is_timeout() {
+            FetchError::Timeout
+        } else if error.is_connect() {
+            FetchError::Connect(text)
+        } else {
+            FetchError::Other(text)
+        }
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}
+
+/// Whether an address is on the public internet (the SSRF guard's test).
+#[must_use]
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            !(v4.is_private()
+                || v4.is_loopback()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || a == 0
+                // Shared address space (carrier-grade NAT), 100.64.0.0/10.
+                || (a == 100 && (64..128).contains(&b))
+                // Benchmarking, 198.18.0.0/15.
+                || (a == 198 && (b == 18 || b == 19))
+                || a >= 240)
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                // Unique local fc00::/7 and link-local fe80::/10.
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80)
+        }
+    }
+}
+
+/// Resolves names and drops non-public addresses, so the guard also holds
+/// for names that resolve to internal hosts (DNS rebinding included: the
+/// checked addresses are the ones connected to).
+#[derive(Debug, Clone, Copy)]
+struct PublicOnly;
+
+impl Resolve for PublicOnly {
+    fn resolve(&self, name: Name) -> Resolving {
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .collect();
+            let public: Vec<SocketAddr> = all.into_iter().filter(|a| is_public(a.ip())).collect();
+            if public.is_empty() {
+                let error: Box<dyn std::error::Error + Send + Sync> = format!(
+                    "{host} resolves only to private, loopback or link-local addresses"
+                )
+                .into();
+                return Err(error);
+            }
+            let addrs: Addrs = Box::new(public.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+/// Fetches pages.
+#[derive(Debug, Clone)]
+pub struct Fetcher {
+    client: reqwest::Client,
+    config: Arc<FetchConfig>,
+}
+
+impl Fetcher {
+    /// A fetcher.
+    pub fn new(config: FetchConfig) -> Result<Self, FetchError> {
+        let mut builder = reqwest::Client::builder()
+            .user_agent(config.user_agent.clone())
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(config.timeout)
+            .timeout(config.timeout)
+            .gzip(true)
+            .brotli(true)
+            .deflate(true)
+            .pool_max_idle_per_host(4);
+        if !config.allow_private {
+            builder = builder.dns_resolver(Arc::new(PublicOnly));
+        }
+        let client = builder
+            .build()
+            .map_err(|error| FetchError::Other(error_chain(&error)))?;
+        Ok(Self {
+            client,
+            config: Arc::new(config),
+        })
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &FetchConfig {
+        &self.config
+    }
+
+    /// GETs a URL; a non-2xx status is a response, not an error.
+    pub async fn get(&self, url: &Url) -> Result<Fetched, FetchError> {
+        // Literal addresses never reach the resolver.
+        if !self.config.allow_private
+            && let Some(host) = url.host()
+        {
+            let literal = match host {
+                url::Host::Ipv4(v4) => Some(IpAddr::V4(v4)),
+                url::Host::Ipv6(v6) => Some(IpAddr::V6(v6)),
+                url::Host::Domain(_) => None,
+            };
+            if literal.is_some_and(|ip| !is_public(ip)) {
+                return Err(FetchError::PrivateAddress(url.to_string()));
+            }
+        }
+        let started = Instant::now();
+        let response = self
+            .client
+            .get(url.clone())
+            .send()
+            .await
+            .map_err(|e| FetchError::of(&e))?;
+        let status = response.status().as_u16();
+        let version = format!("{:?}", response.version());
+        let peer = response.remote_addr();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+            .collect();
+        let cap = self.config.max_body_bytes;
+        let mut body = BytesMut::new();
+        let mut truncated = false;
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| FetchError::of(&e))?;
+            let room = cap - body.len();
+            if chunk.len() > room {
+                body.extend_from_slice(&chunk[..room]);
+                truncated = true;
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Fetched {
+            status,
+            version,
+            headers,
+            body: body.freeze(),
+            truncated,
+            peer,
+            duration: started.elapsed(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_and_special_addresses_are_not_public() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(!is_public(private.parse().unwrap()), "{private}");
+        }
+        for public in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "::ffff:1.1.1.1"] {
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_guard_refuses_loopback_literals_and_names() {
+        let fetcher = Fetcher::new(FetchConfig {
+            user_agent: "t".into(),
+            timeout: Duration::from_secs(5),
+            max_body_bytes: 100,
+            allow_private: false,
+        })
+        .unwrap();
+        for url in ["http://127.0.0.1:9/", "http://[::1]:9/", "http://localhost:9/"] {
+            let error = fetcher.get(&Url::parse(url).unwrap()).await.unwrap_err();
+            assert!(matches!(error, FetchError::PrivateAddress(_)), "{url}: {error}");
+            assert!(!error.is_transient());
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! What a worker writes: WARC 1.1 files (a request and a response record
+//! per fetch, each record its own gzip member so tools can index and seek
+//! them, rotated at a size) and a crawl log of one JSON line per fetch.
+//! File names carry the worker's ID, so workers can share a directory.
+//!
+//! Bodies are recorded as the worker saw them: decoded. The recorded
+//! response headers therefore drop Content-Encoding and Transfer-Encoding
+//! and give the decoded Content-Length, so the record is a valid HTTP
+//! message for its body.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use sha1::{Digest, Sha1};
+use warc::{RawRecordHeader, WarcHeader, WarcWriter};
+
+use crate::fetch::Fetched;
+
+/// `sha1:` + base32, the digest form WARC tools expect.
+#[must_use]
+pub fn digest(bytes: &[u8]) -> String {
+    format!(
+        "sha1:{}",
+        data_encoding::BASE32.encode(&Sha1::digest(bytes))
+    )
+}
+
+fn warc_date() -> String {
+    httpdate_to_iso(std::time::SystemTime::now())
+}
+
+/// UTC as `YYYY-MM-DDTHH:MM:SSZ` (WARC-Date), without a date crate.
+fn httpdate_to_iso(time: std::time::SystemTime) -> String {
+    let secs = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+struct WarcFile {
+    dir: PathBuf,
+    worker_id: String,
+    max_bytes: u64,
+    current: Option<(File, PathBuf)>,
+    written: u64,
+    serial: u32,
+}
+
+impl WarcFile {
+    fn writer(&mut self) -> io::Result<&mut File> {
+        if self.current.is_some() && self.written < self.max_bytes {
+            return self.current.as_mut().map(|(file, _)| file).ok_or_else(|| io::Error::other("no file"));
+        }
+        if let Some((file, _)) = self.current.take() {
+            file.sync_all()?;
+        }
+        self.serial += 1;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let name = format!("crawl-{}-{stamp}-{:05}.warc.gz", self.worker_id, self.serial);
+        let path = self.dir.join(&name);
+        let file = OpenOptions::new().create_new(true).write(true).open(&path)?;
+        self.current = Some((file, path));
+        self.written = 0;
+        let info = format!(
+            "software: crawl-frontier worker {}\r\nformat: WARC File Format 1.1\r\nconformsTo: http://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/\r\nisPartOf: {}\r\n",
+            env!("CARGO_PKG_VERSION"),
+            self.worker_id
+        );
+        let header = record_header(&[
+            (WarcHeader::WarcType, "warcinfo".into()),
+            (WarcHeader::Filename, name),
+            (WarcHeader::ContentType, "application/warc-fields".into()),
+        ]);
+        self.append(header, info.as_bytes())?;
+        self.current.as_mut().map(|(file, _)| file).ok_or_else(|| io::Error::other("no file"))
+    }
+
+    /// Appends one record as its own gzip member.
+    fn append(&mut self, mut header: RawRecordHeader, body: &[u8]) -> io::Result<()> {
+        header
+            .headers
+            .insert(WarcHeader::ContentLength, body.len().to_string().into_bytes());
+        let mut record = Vec::with_capacity(body.len() + 512);
+        WarcWriter::new(&mut record).write_raw(header, &body)?;
+        let mut member = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        member.write_all(&record)?;
+        let member = member.finish()?;
+        let file = match self.current.as_mut() {
+            Some((file, _)) => file,
+            None => return Err(io::Error::other("no WARC file open")),
+        };
+        file.write_all(&member)?;
+        self.written += member.len() as u64;
+        Ok(())
+    }
+}
+
+fn record_header(fields: &[(WarcHeader, String)]) -> RawRecordHeader {
+    let mut headers: std::collections::HashMap<WarcHeader, Vec<u8>> = fields
+        .iter()
+        .map(|(key, value)| (key.clone(), value.clone().into_bytes()))
+        .collect();
+    headers.insert(
+        WarcHeader::RecordID,
+        format!("<urn:uuid:{}>", uuid_v4()).into_bytes(),
+    );
+    headers.insert(WarcHeader::Date, warc_date().into_bytes());
+    RawRecordHeader {
+        version: "1.1".into(),
+        headers,
+    }
+}
+
+/// A random UUID (version 4) from the OS's randomness, formatted.
+fn uuid_v4() -> String {
+    let id = warc::Record::<warc::BufferedBody>::generate_record_id();
+    // generate_record_id gives "<urn:uuid:...>"; keep the UUID only.
+    id.trim_start_matches("<urn:uuid:")
+        .trim_end_matches('>')
+        .to_owned()
+}
+
+/// The worker's output directory.
+pub struct Output {
+    warc: Mutex<WarcFile>,
+    log: Mutex<BufWriter<File>>,
+    dir: PathBuf,
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Output").field("dir", &self.dir).finish()
+    }
+}
+
+impl Output {
+    /// Opens (creating) the directory; files are named after `worker_id`.
+    pub fn open(dir: &Path, worker_id: &str, warc_max_bytes: u64) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("crawl-{worker_id}.log.jsonl")))?;
+        Ok(Self {
+            warc: Mutex::new(WarcFile {
+                dir: dir.to_owned(),
+                worker_id: worker_id.to_owned(),
+                max_bytes: warc_max_bytes.max(1),
+                current: None,
+                written: 0,
+                serial: 0,
+            }),
+            log: Mutex::new(BufWriter::new(log)),
+            dir: dir.to_owned(),
+        })
+    }
+
+    /// Writes a fetch's request and response records; answers the
+    /// payload digest.
+    pub fn write_exchange(
+        &self,
+        url: &str,
+        request_head: &[u8],
+        fetched: &Fetched,
+    ) -> io::Result<String> {
+        let payload_digest = digest(&fetched.body);
+        let mut http = Vec::with_capacity(fetched.body.len() + 1024);
+        let version = match fetched.version.as_str() {
+            "HTTP/2.0" => "HTTP/2",
+            other => other,
+        };
+        let reason = reqwest::StatusCode::from_u16(fetched.status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("");
+        http.extend_from_slice(format!("{version} {} {reason}\r\n", fetched.status).as_bytes());
+        for (name, value) in &fetched.headers {
+            if ["content-encoding", "transfer-encoding", "content-length"]
+                .iter()
+                .any(|h| name.eq_ignore_ascii_case(h))
+            {
+                continue;
+            }
+            http.extend_from_slice(name.as_bytes());
+            http.extend_from_slice(b": ");
+            http.extend_from_slice(value);
+            http.extend_from_slice(b"\r\n");
+        }
+        http.extend_from_slice(format!("content-length: {}\r\n\r\n", fetched.body.len()).as_bytes());
+        http.extend_from_slice(&fetched.body);
+
+        let mut warc = self.warc.lock().unwrap_or_else(PoisonError::into_inner);
+        warc.writer()?;
+        let mut response_fields = vec![
+            (WarcHeader::WarcType, "response".to_owned()),
+            (WarcHeader::TargetURI, url.to_owned()),
+            (
+                WarcHeader::ContentType,
+                "application/http; msgtype=response".to_owned(),
+            ),
+            (WarcHeader::PayloadDigest, payload_digest.clone()),
+            (WarcHeader::BlockDigest, digest(&http)),
+        ];
+        if let Some(peer) = fetched.peer {
+            response_fields.push((WarcHeader::IPAddress, peer.ip().to_string()));
+        }
+        if fetched.truncated {
+            response_fields.push((WarcHeader::Truncated, "length".to_owned()));
+        }
+        let response = record_header(&response_fields);
+        let response_id = response
+            .headers
+            .get(&WarcHeader::RecordID)
+            .map(|id| String::from_utf8_lossy(id).into_owned())
+            .unwrap_or_default();
+        let request = record_header(&[
+            (WarcHeader::WarcType, "request".to_owned()),
+            (WarcHeader::TargetURI, url.to_owned()),
+            (
+                WarcHeader::ContentType,
+                "application/http; msgtype=request".to_owned(),
+            ),
+            (WarcHeader::ConcurrentTo, response_id),
+        ]);
+        warc.append(request, request_head)?;
+        warc.append(response, &http)?;
+        Ok(payload_digest)
+    }
+
+    /// Appends one crawl log line.
+    pub fn log(&self, entry: &serde_json::Value) -> io::Result<()> {
+        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        serde_json::to_writer(&mut *log, entry)?;
+        log.write_all(b"\n")?;
+        Ok(())
+    }
+
+    /// Flushes and syncs the log and the current WARC file.
+    pub fn flush(&self) -> io::Result<()> {
+        {
+            let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+            log.flush()?;
+            log.get_ref().sync_all()?;
+        }
+        let mut warc = self.warc.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((file, _)) = warc.current.as_mut() {
+            file.flush()?;
+            file.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::BufReader;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn fetched(body: &[u8]) -> Fetched {
+        Fetched {
+            status: 200,
+            version: "HTTP/1.1".into(),
+            headers: vec![
+                ("content-type".into(), b"text/html".to_vec()),
+                ("content-encoding".into(), b"gzip".to_vec()),
+            ],
+            body: bytes::Bytes::copy_from_slice(body),
+            truncated: false,
+            peer: None,
+            duration: Duration::from_millis(3),
+        }
+    }
+
+    #[test]
+    fn records_read_back_one_by_one_and_files_rotate() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = Output::open(dir.path(), "w1", 2_000).unwrap();
+        for i in 0..10 {
+            let body = format!("<html>page {i} {}</html>", "x".repeat(500));
+            output
+                .write_exchange(
+                    &format!("http://s.example/{i}"),
+                    b"GET / HTTP/1.1\r\nhost: s.example\r\n\r\n",
+                    &fetched(body.as_bytes()),
+                )
+                .unwrap();
+        }
+        output.flush().unwrap();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(".warc.gz"))
+            .collect();
+        files.sort();
+        assert!(files.len() > 1, "rotated at 2,000 bytes");
+        let mut responses = 0;
+        for file in files {
+            let reader = warc::WarcReader::new(BufReader::new(flate2::read::MultiGzDecoder::new(
+                File::open(&file).unwrap(),
+            )));
+            for record in reader.iter_records() {
+                let record = record.unwrap();
+                if record.warc_type() == &warc::RecordType::Response {
+                    responses += 1;
+                    let body = String::from_utf8_lossy(record.body());
+                    assert!(body.starts_with("HTTP/1.1 200 OK\r\n"));
+                    assert!(!body.to_ascii_lowercase().contains("content-encoding"));
+                }
+            }
+        }
+        assert_eq!(responses, 10);
+    }
+
+    #[test]
+    fn dates_are_iso_utc() {
+        let time = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(httpdate_to_iso(time), "2023-11-14T22:13:20Z");
+    }
+}
