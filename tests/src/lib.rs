@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
+pub mod mock_site;
+
 use proto::admin::admin_client::AdminClient;
 use proto::urlfrontier::url_frontier_client::UrlFrontierClient;
 use tonic::transport::Channel;
@@ -180,4 +182,97 @@ pub fn signal(child: &Child, signal: rustix::process::Signal) {
     if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
         let _ = rustix::process::kill_process(pid, signal);
     }
+}
+
+/// A `worker` process.
+pub struct WorkerProcess {
+    child: Child,
+    /// Its log (stderr).
+    pub log: PathBuf,
+}
+
+impl WorkerProcess {
+    /// Starts `worker --frontier ENDPOINT --allow-private --output DIR
+    /// --worker-id ID ARGS...`.
+    pub fn start(frontier: &str, output: &Path, id: &str, args: &[&str]) -> Self {
+        std::fs::create_dir_all(output).expect("output directory");
+        let log = output.join(format!("{id}.stderr.log"));
+        let child = Command::new(binary("worker"))
+            .args(["--frontier", frontier, "--allow-private", "--worker-id", id])
+            .arg("--output")
+            .arg(output)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("worker starts");
+        Self { child, log }
+    }
+
+    /// SIGKILL.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        signal(&self.child, rustix::process::Signal::TERM);
+        self.child.wait().expect("worker exits")
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a `frontier` client subcommand against `endpoint`; answers its
+/// exit status and stdout.
+pub fn frontier_cli(endpoint: &str, args: &[&str]) -> (std::process::ExitStatus, String) {
+    let output = Command::new(binary("frontier"))
+        .args(args)
+        .args(["--addr", endpoint])
+        .output()
+        .expect("frontier CLI runs");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr),
+    )
+}
+
+/// Every WARC record in the `.warc.gz` files of a directory: (WARC-Type,
+/// target URI, body).
+pub fn read_warc_records(dir: &Path) -> Vec<(String, String, Vec<u8>)> {
+    let mut records = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("output directory")
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.to_string_lossy().ends_with(".warc.gz"))
+        .collect();
+    files.sort();
+    for file in files {
+        let reader = warc::WarcReader::new(std::io::BufReader::new(
+            flate2::read::MultiGzDecoder::new(std::fs::File::open(&file).expect("WARC file")),
+        ));
+        for record in reader.iter_records() {
+            let record =
+                record.unwrap_or_else(|e| panic!("{} does not parse: {e}", file.display()));
+            let target = record
+                .header(warc::WarcHeader::TargetURI)
+                .map(|t| t.into_owned())
+                .unwrap_or_default();
+            records.push((
+                record.warc_type().to_string(),
+                target,
+                record.body().to_vec(),
+            ));
+        }
+    }
+    records
 }

@@ -84,7 +84,9 @@ impl Fetched {
 #[non_exhaustive]
 pub enum FetchError {
     /// The address is private and private fetches are not allowed.
-    #[error("refused to fetch {0}: private, loopback or link-local address (--allow-private allows it)")]
+    #[error(
+        "refused to fetch {0}: private, loopback or link-local address (--allow-private allows it)"
+    )]
     PrivateAddress(String),
     /// Timed out.
     #[error("timed out")]
@@ -174,15 +176,12 @@ impl Resolve for PublicOnly {
     fn resolve(&self, name: Name) -> Resolving {
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let public: Vec<SocketAddr> = all.into_iter().filter(|a| is_public(a.ip())).collect();
             if public.is_empty() {
-                let error: Box<dyn std::error::Error + Send + Sync> = format!(
-                    "{host} resolves only to private, loopback or link-local addresses"
-                )
-                .into();
+                let error: Box<dyn std::error::Error + Send + Sync> =
+                    format!("{host} resolves only to private, loopback or link-local addresses")
+                        .into();
                 return Err(error);
             }
             let addrs: Addrs = Box::new(public.into_iter());
@@ -307,7 +306,12 @@ mod tests {
         ] {
             assert!(!is_public(private.parse().unwrap()), "{private}");
         }
-        for public in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "::ffff:1.1.1.1"] {
+        for public in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "2606:4700::1111",
+            "::ffff:1.1.1.1",
+        ] {
             assert!(is_public(public.parse().unwrap()), "{public}");
         }
     }
@@ -321,9 +325,16 @@ mod tests {
             allow_private: false,
         })
         .unwrap();
-        for url in ["http://127.0.0.1:9/", "http://[::1]:9/", "http://localhost:9/"] {
+        for url in [
+            "http://127.0.0.1:9/",
+            "http://[::1]:9/",
+            "http://localhost:9/",
+        ] {
             let error = fetcher.get(&Url::parse(url).unwrap()).await.unwrap_err();
-            assert!(matches!(error, FetchError::PrivateAddress(_)), "{url}: {error}");
+            assert!(
+                matches!(error, FetchError::PrivateAddress(_)),
+                "{url}: {error}"
+            );
             assert!(!error.is_transient());
         }
     }

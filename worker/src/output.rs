@@ -67,7 +67,11 @@ struct WarcFile {
 impl WarcFile {
     fn writer(&mut self) -> io::Result<&mut File> {
         if self.current.is_some() && self.written < self.max_bytes {
-            return self.current.as_mut().map(|(file, _)| file).ok_or_else(|| io::Error::other("no file"));
+            return self
+                .current
+                .as_mut()
+                .map(|(file, _)| file)
+                .ok_or_else(|| io::Error::other("no file"));
         }
         if let Some((file, _)) = self.current.take() {
             file.sync_all()?;
@@ -76,9 +80,15 @@ impl WarcFile {
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let name = format!("crawl-{}-{stamp}-{:05}.warc.gz", self.worker_id, self.serial);
+        let name = format!(
+            "crawl-{}-{stamp}-{:05}.warc.gz",
+            self.worker_id, self.serial
+        );
         let path = self.dir.join(&name);
-        let file = OpenOptions::new().create_new(true).write(true).open(&path)?;
+        let file = OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(&path)?;
         self.current = Some((file, path));
         self.written = 0;
         let info = format!(
@@ -92,14 +102,18 @@ impl WarcFile {
             (WarcHeader::ContentType, "application/warc-fields".into()),
         ]);
         self.append(header, info.as_bytes())?;
-        self.current.as_mut().map(|(file, _)| file).ok_or_else(|| io::Error::other("no file"))
+        self.current
+            .as_mut()
+            .map(|(file, _)| file)
+            .ok_or_else(|| io::Error::other("no file"))
     }
 
     /// Appends one record as its own gzip member.
     fn append(&mut self, mut header: RawRecordHeader, body: &[u8]) -> io::Result<()> {
-        header
-            .headers
-            .insert(WarcHeader::ContentLength, body.len().to_string().into_bytes());
+        header.headers.insert(
+            WarcHeader::ContentLength,
+            body.len().to_string().into_bytes(),
+        );
         let mut record = Vec::with_capacity(body.len() + 512);
         WarcWriter::new(&mut record).write_raw(header, &body)?;
         let mut member = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -206,7 +220,9 @@ impl Output {
             http.extend_from_slice(value);
             http.extend_from_slice(b"\r\n");
         }
-        http.extend_from_slice(format!("content-length: {}\r\n\r\n", fetched.body.len()).as_bytes());
+        http.extend_from_slice(
+            format!("content-length: {}\r\n\r\n", fetched.body.len()).as_bytes(),
+        );
         http.extend_from_slice(&fetched.body);
 
         let mut warc = self.warc.lock().unwrap_or_else(PoisonError::into_inner);

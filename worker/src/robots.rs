@@ -169,7 +169,9 @@ impl RobotsCache {
                         Ok(robots_url) => fetch_following(fetcher, robots_url).await,
                         Err(_) => None,
                     };
-                    let answer = answer.as_ref().map(|(status, body)| (*status, body.as_ref()));
+                    let answer = answer
+                        .as_ref()
+                        .map(|(status, body)| (*status, body.as_ref()));
                     Arc::new(OriginRobots::from_answer(&self.agent, answer))
                 }
             })
@@ -214,18 +216,33 @@ mod tests {
                 b"User-agent: *\nDisallow: /private\nCrawl-delay: 2\nSitemap: http://s.example/map.xml\n",
             )),
         );
-        assert_eq!(parsed.verdict(&url("http://s.example/private/x")), Verdict::Disallowed);
-        assert_eq!(parsed.verdict(&url("http://s.example/public")), Verdict::Allowed);
+        assert_eq!(
+            parsed.verdict(&url("http://s.example/private/x")),
+            Verdict::Disallowed
+        );
+        assert_eq!(
+            parsed.verdict(&url("http://s.example/public")),
+            Verdict::Allowed
+        );
         assert_eq!(parsed.crawl_delay, Some(2.0));
         assert_eq!(parsed.sitemaps, vec!["http://s.example/map.xml"]);
 
         let missing = OriginRobots::from_answer("frontierbot", Some((404, b"")));
-        assert_eq!(missing.verdict(&url("http://s.example/private")), Verdict::Allowed);
+        assert_eq!(
+            missing.verdict(&url("http://s.example/private")),
+            Verdict::Allowed
+        );
 
         let failing = OriginRobots::from_answer("frontierbot", Some((503, b"")));
-        assert!(matches!(failing.verdict(&url("http://s.example/")), Verdict::Unavailable(_)));
+        assert!(matches!(
+            failing.verdict(&url("http://s.example/")),
+            Verdict::Unavailable(_)
+        ));
         let unreachable = OriginRobots::from_answer("frontierbot", None);
-        assert!(matches!(unreachable.verdict(&url("http://s.example/")), Verdict::Unavailable(_)));
+        assert!(matches!(
+            unreachable.verdict(&url("http://s.example/")),
+            Verdict::Unavailable(_)
+        ));
     }
 
     #[test]
@@ -237,7 +254,13 @@ mod tests {
                 b"User-agent: *\nDisallow: /\n\nUser-agent: frontierbot\nDisallow: /only-this\n",
             )),
         );
-        assert_eq!(robots.verdict(&url("http://s.example/page")), Verdict::Allowed);
-        assert_eq!(robots.verdict(&url("http://s.example/only-this")), Verdict::Disallowed);
+        assert_eq!(
+            robots.verdict(&url("http://s.example/page")),
+            Verdict::Allowed
+        );
+        assert_eq!(
+            robots.verdict(&url("http://s.example/only-this")),
+            Verdict::Disallowed
+        );
     }
 }

@@ -76,8 +76,7 @@ pub fn parse_sitemap(bytes: &[u8]) -> Result<Sitemap, SitemapError> {
                     if !loc.is_empty() {
                         if parent == b"url" && sitemap.pages.len() < MAX_SITEMAP_URLS {
                             sitemap.pages.push(loc);
-                        } else if parent == b"sitemap"
-                            && sitemap.sitemaps.len() < MAX_SITEMAP_URLS
+                        } else if parent == b"sitemap" && sitemap.sitemaps.len() < MAX_SITEMAP_URLS
                         {
                             sitemap.sitemaps.push(loc);
                         }
@@ -112,7 +111,11 @@ mod tests {
         let sitemap = parse_sitemap(URLSET.as_bytes()).unwrap();
         assert_eq!(
             sitemap.pages,
-            vec!["http://s.example/a", "http://s.example/b?x=1&y=2", "http://s.example/c"]
+            vec![
+                "http://s.example/a",
+                "http://s.example/b?x=1&y=2",
+                "http://s.example/c"
+            ]
         );
         let index = r#"<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
             <sitemap><loc>http://s.example/one.xml</loc></sitemap>

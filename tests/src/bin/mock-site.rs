@@ -1,0 +1,49 @@
+//! `mock-site`: serves the deterministic test site (see
+//! `crawl_tests::mock_site`) until killed.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use crawl_tests::mock_site::{MockSite, SiteConfig, expected_fetches};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mock-site",
+    about = "A deterministic web site for crawl tests and demos"
+)]
+struct Args {
+    /// Address to listen on (port 0: any free port; the address is printed).
+    #[arg(long, env = "MOCK_SITE_LISTEN", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Regular pages.
+    #[arg(long, env = "MOCK_SITE_PAGES", default_value_t = 30)]
+    pages: usize,
+    /// robots.txt Crawl-delay, seconds.
+    #[arg(long, env = "MOCK_SITE_CRAWL_DELAY")]
+    crawl_delay: Option<u32>,
+    /// Print the paths a crawl with this depth limit fetches, and exit.
+    #[arg(long)]
+    print_expected: Option<u32>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let config = SiteConfig {
+        pages: args.pages,
+        crawl_delay: args.crawl_delay,
+        slow: Duration::from_millis(800),
+    };
+    if let Some(depth) = args.print_expected {
+        for (path, times) in expected_fetches(&config, depth) {
+            println!("{times} {path}");
+        }
+        return Ok(());
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let site = MockSite::serve(listener, config)?;
+    println!("listening on {}", site.addr);
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}

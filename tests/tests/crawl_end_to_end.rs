@@ -1,0 +1,157 @@
+//! The whole system as users run it: the mock site, `frontier serve`, three
+//! `worker` processes, seeding and waiting with the `frontier` CLI; then
+//! what the site saw, what the workers wrote, and what the frontier says.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crawl_tests::mock_site::{MockSite, NEVER_FETCHED, SiteConfig, expected_fetches};
+use crawl_tests::{FrontierProcess, WorkerProcess, frontier_cli, read_warc_records};
+
+const MAX_DEPTH: u32 = 40;
+
+fn page_fetches(site: &MockSite) -> BTreeMap<String, u32> {
+    site.fetch_counts()
+        .into_iter()
+        .filter(|(path, _)| path != "/robots.txt" && path != "/sitemap.xml")
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_crawl_the_site_exactly_once() {
+    let site = MockSite::start(SiteConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let depth = MAX_DEPTH.to_string();
+    let frontier = FrontierProcess::start(
+        &dir.path().join("data"),
+        &[
+            "--partitions",
+            "4",
+            "--default-delay-ms",
+            "0",
+            "--max-depth",
+            &depth,
+        ],
+    );
+    let endpoint = frontier.endpoint();
+    let out = dir.path().join("out");
+    let workers: Vec<WorkerProcess> = (1..=3)
+        .map(|i| {
+            WorkerProcess::start(
+                &endpoint,
+                &out,
+                &format!("w{i}"),
+                &[
+                    "--concurrency",
+                    "4",
+                    "--max-body-bytes",
+                    "1048576",
+                    "--retry-base-secs",
+                    "1",
+                    "--max-retries",
+                    "2",
+                ],
+            )
+        })
+        .collect();
+    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
+    assert!(status.success(), "{text}");
+    let (status, text) = frontier_cli(
+        &endpoint,
+        &["status", "--wait", "--timeout-secs", "180", "--json"],
+    );
+    assert!(status.success(), "crawl did not finish: {text}");
+    for worker in workers {
+        assert!(worker.terminate().success());
+    }
+
+    let expected = expected_fetches(&SiteConfig::default(), MAX_DEPTH);
+    let fetched = page_fetches(&site);
+    let missing: Vec<_> = expected
+        .keys()
+        .filter(|p| !fetched.contains_key(*p))
+        .collect();
+    let extra: Vec<_> = fetched
+        .keys()
+        .filter(|p| !expected.contains_key(*p))
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, extra {extra:?}"
+    );
+    assert_eq!(
+        fetched, expected,
+        "each page fetched as often as the ground truth says"
+    );
+    for path in NEVER_FETCHED {
+        assert!(!fetched.contains_key(*path), "{path} must never be fetched");
+    }
+    let robots = site.fetch_counts().get("/robots.txt").copied().unwrap_or(0);
+    assert!(
+        (1..=3).contains(&robots),
+        "robots.txt read {robots} times by 3 workers"
+    );
+    // One host, one URL in flight at a time (--per-host 1 across workers).
+    let max_in_flight = site.hits().iter().map(|h| h.in_flight).max().unwrap_or(0);
+    assert_eq!(max_in_flight, 1);
+
+    // The WARC files hold a response record per fetch, and parse back.
+    let records = read_warc_records(&out);
+    let mut responses: BTreeMap<String, u32> = BTreeMap::new();
+    for (kind, target, body) in &records {
+        if kind == "response" {
+            let path = target
+                .strip_prefix(&site.base())
+                .unwrap_or(target)
+                .to_owned();
+            *responses.entry(path).or_default() += 1;
+            assert!(body.starts_with(b"HTTP/"), "{target}");
+        }
+    }
+    assert_eq!(responses, expected);
+    let requests = records
+        .iter()
+        .filter(|(kind, ..)| kind == "request")
+        .count();
+    assert_eq!(requests, expected.values().sum::<u32>() as usize);
+    // The crawl logs hold a line per leased URL the workers reported.
+    let log_lines: usize = (1..=3)
+        .map(|i| {
+            std::fs::read_to_string(out.join(format!("crawl-w{i}.log.jsonl")))
+                .unwrap_or_default()
+                .lines()
+                .inspect(|line| {
+                    serde_json::from_str::<serde_json::Value>(line).expect("JSON lines");
+                })
+                .count()
+        })
+        .sum();
+    // One line per fetch, plus the robots refusal of /private/ (off-site
+    // targets never reach a worker: the frontier refuses them).
+    assert_eq!(log_lines, expected.values().sum::<u32>() as usize + 1);
+
+    // Filter health: one key per distinct URL the crawl stored.
+    let mut admin = frontier.admin().await;
+    let progress = admin
+        .get_progress(proto::admin::GetProgressRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let health = admin
+        .get_filter_health(proto::admin::GetFilterHealthRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let total = health.total.unwrap();
+    assert_eq!(total.items_inserted, progress.discovered);
+    assert_eq!(progress.completed, progress.discovered);
+    // Distinct stored URLs: every fetched page and the robots-refused one;
+    // the calendar month past the depth limit was refused, not stored.
+    let distinct: BTreeSet<&String> = expected.keys().collect();
+    assert_eq!(progress.discovered, distinct.len() as u64 + 1);
+    assert!(
+        progress.skipped.unwrap().too_deep >= 1,
+        "the calendar hit the depth limit"
+    );
+    assert!(total.estimated_items > 0.9 * total.items_inserted as f64);
+    assert!(total.fill_ratio < health.rebuild_fill_threshold);
+}

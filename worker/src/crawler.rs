@@ -1,0 +1,620 @@
+//! The lease loop and what happens to one leased URL.
+//!
+//! The loop keeps at most `concurrency` fetches in flight: it asks for as
+//! many URLs as there are free slots, and backs off (50 ms doubling to
+//! 1 s) when the frontier has none. Each URL: robots.txt (Crawl-delay goes
+//! to the frontier as the queue's delay; Sitemap lines are read), fetch,
+//! WARC records, links, then the outlinks batch, acknowledged, and only
+//! then the URL's own report, so the frontier never looks finished while a
+//! page's outlinks are on their way.
+//!
+//! Outcomes: done (`refetchable_from_date` 0) for a success, a 4xx, a
+//! redirect (its target goes out as a discovered URL), a robots refusal or
+//! a permanent failure; a transient failure (timeout, connection error,
+//! 5xx, 429, robots.txt unavailable) is rescheduled with a doubling backoff
+//! up to `max_retries`, counted in the URL's metadata, then done with its
+//! reason. 429 and 503 with Retry-After also block the queue until then.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use proto::urlfrontier::{GetParams, StringList, UrlInfo, get_params};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use url::Url;
+
+use crate::fetch::{FetchConfig, FetchError, Fetched, Fetcher};
+use crate::frontier_link::{FrontierLink, LinkError, meta_first, meta_value};
+use crate::links::{LinkOptions, extract_links, resolve};
+use crate::output::Output;
+use crate::robots::{RobotsCache, Verdict};
+use crate::sitemap::parse_sitemap;
+
+/// Everything a worker is told.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The frontier's gRPC address.
+    pub frontier: String,
+    /// Lease from this crawl only; `None`: any crawl.
+    pub crawl: Option<String>,
+    /// Most fetches in flight.
+    pub concurrency: usize,
+    /// Most URLs of one queue (host) in flight.
+    pub per_host: u32,
+    /// Lease length asked for, seconds.
+    pub lease_secs: u32,
+    /// WARC files and crawl log go here, when set.
+    pub output: Option<PathBuf>,
+    /// Names this worker's output files.
+    pub worker_id: String,
+    /// HTTP settings.
+    pub fetch: FetchConfig,
+    /// Transient failures retried this many times before giving up.
+    pub max_retries: u32,
+    /// First retry after this long; doubling after.
+    pub retry_base: Duration,
+    /// Crawl-delay values above this are capped.
+    pub max_crawl_delay_secs: u32,
+    /// robots.txt kept this long.
+    pub robots_ttl: Duration,
+    /// An unavailable robots.txt is asked again after this long.
+    pub robots_unavailable_ttl: Duration,
+    /// Link extraction rules.
+    pub links: LinkOptions,
+    /// WARC files rotate past this size.
+    pub warc_max_bytes: u64,
+    /// In-flight fetches get this long to finish at shutdown.
+    pub shutdown_grace: Duration,
+    /// Read sitemaps (robots.txt Sitemap lines, else /sitemap.xml).
+    pub sitemaps: bool,
+    /// Sitemap index levels followed.
+    pub max_sitemap_depth: u32,
+}
+
+impl WorkerConfig {
+    /// Defaults for a frontier address.
+    #[must_use]
+    pub fn new(frontier: &str) -> Self {
+        Self {
+            frontier: frontier.to_owned(),
+            crawl: None,
+            concurrency: 64,
+            per_host: 1,
+            lease_secs: 120,
+            output: None,
+            worker_id: format!("worker-{}", std::process::id()),
+            fetch: FetchConfig {
+                user_agent: default_user_agent(),
+                timeout: Duration::from_secs(30),
+                max_body_bytes: 10 * 1024 * 1024,
+                allow_private: false,
+            },
+            max_retries: 3,
+            retry_base: Duration::from_secs(30),
+            max_crawl_delay_secs: 30,
+            robots_ttl: Duration::from_secs(24 * 3600),
+            robots_unavailable_ttl: Duration::from_secs(600),
+            links: LinkOptions::default(),
+            warc_max_bytes: 1 << 30,
+            shutdown_grace: Duration::from_secs(10),
+            sitemaps: true,
+            max_sitemap_depth: 2,
+        }
+    }
+}
+
+/// The default User-Agent.
+#[must_use]
+pub fn default_user_agent() -> String {
+    format!(
+        "frontierbot/{} (+https://example.invalid/crawl-frontier)",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// The robots.txt product token of a User-Agent: its first word, before
+/// any `/` version.
+#[must_use]
+pub fn product_token(user_agent: &str) -> &str {
+    user_agent
+        .split(|c: char| c == '/' || c.is_whitespace())
+        .next()
+        .unwrap_or(user_agent)
+}
+
+/// Why a worker cannot run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// The frontier address is unusable.
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// The HTTP client could not be built.
+    #[error("cannot set up HTTP: {0}")]
+    Fetch(#[from] FetchError),
+    /// The output directory cannot be written.
+    #[error("cannot write output in {path}: {source}")]
+    Output {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// Counters of a worker's work, for progress lines and summaries.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Fetches answered, by status class (index 1..=5).
+    pub by_class: [AtomicU64; 6],
+    /// Fetches that got no answer.
+    pub failures: AtomicU64,
+    /// Body bytes read.
+    pub bytes: AtomicU64,
+    /// URLs reported done.
+    pub done: AtomicU64,
+    /// URLs rescheduled after a transient failure.
+    pub retries: AtomicU64,
+    /// URLs refused by robots.txt.
+    pub robots_refused: AtomicU64,
+    /// Outlinks the frontier took as new.
+    pub new_outlinks: AtomicU64,
+    /// Fetches in flight now.
+    pub in_flight: AtomicU64,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Shared by the loop and its tasks.
+struct Context {
+    config: WorkerConfig,
+    link: FrontierLink,
+    fetcher: Fetcher,
+    robots: RobotsCache,
+    output: Option<Arc<Output>>,
+    stats: Arc<WorkerStats>,
+}
+
+/// Runs until `shutdown` completes: stops leasing, gives fetches in
+/// flight `shutdown_grace` to finish and report, flushes output. URLs
+/// abandoned then come back to some worker when their leases run out.
+pub async fn run(
+    config: WorkerConfig,
+    stats: Arc<WorkerStats>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WorkerError> {
+    if config.concurrency == 0 || config.per_host == 0 {
+        return Err(WorkerError::Config(
+            "--concurrency and --per-host must be at least 1".into(),
+        ));
+    }
+    let output = match &config.output {
+        Some(dir) => Some(Arc::new(
+            Output::open(dir, &config.worker_id, config.warc_max_bytes).map_err(|source| {
+                WorkerError::Output {
+                    path: dir.clone(),
+                    source,
+                }
+            })?,
+        )),
+        None => None,
+    };
+    let context = Arc::new(Context {
+        link: FrontierLink::new(&config.frontier)?,
+        fetcher: Fetcher::new(config.fetch.clone())?,
+        robots: RobotsCache::new(
+            product_token(&config.fetch.user_agent),
+            config.robots_ttl,
+            config.robots_unavailable_ttl,
+        ),
+        output,
+        stats,
+        config,
+    });
+    let slots = Arc::new(Semaphore::new(context.config.concurrency));
+    let mut tasks = JoinSet::new();
+    let mut idle_rounds = 0_u32;
+    tokio::pin!(shutdown);
+    loop {
+        while let Some(done) = tasks.try_join_next() {
+            if let Err(error) = done {
+                tracing::error!(%error, "a fetch task failed");
+            }
+        }
+        let free = slots.available_permits();
+        if free == 0 {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                permit = slots.acquire() => drop(permit),
+            }
+            continue;
+        }
+        let params = GetParams {
+            max_urls_per_queue: context.config.per_host,
+            max_queues: u32::try_from(free).unwrap_or(u32::MAX),
+            key: String::new(),
+            delay_requestable: context.config.lease_secs,
+            item: context.config.crawl.clone().map(get_params::Item::CrawlId),
+        };
+        let leased = tokio::select! {
+            _ = &mut shutdown => break,
+            leased = context.link.lease(params) => leased,
+        };
+        let infos = match leased {
+            Ok(infos) => infos,
+            Err(status) => {
+                tracing::warn!(%status, "GetURLs failed; retrying");
+                idle_rounds = idle_rounds.saturating_add(1);
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    () = tokio::time::sleep(crate::frontier_link::retry_delay(idle_rounds)) => {}
+                }
+                continue;
+            }
+        };
+        if infos.is_empty() {
+            // Nothing due: wait a little longer each time, or until a fetch
+            // ends (its outlinks may be due at once).
+            idle_rounds = idle_rounds.saturating_add(1);
+            let pause = Duration::from_millis((25_u64 << idle_rounds.min(6)).min(1000));
+            tokio::select! {
+                _ = &mut shutdown => break,
+                () = tokio::time::sleep(pause) => {}
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+            continue;
+        }
+        idle_rounds = 0;
+        for info in infos {
+            let permit = tokio::select! {
+                _ = &mut shutdown => break,
+                permit = Arc::clone(&slots).acquire_owned() => permit,
+            };
+            let Ok(permit) = permit else { break };
+            let context = Arc::clone(&context);
+            tasks.spawn(async move {
+                context.stats.in_flight.fetch_add(1, Ordering::Relaxed);
+                process(&context, info).await;
+                context.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+                drop(permit);
+            });
+        }
+    }
+    tracing::info!(in_flight = tasks.len(), "stopping: no more leases");
+    let drained = tokio::time::timeout(context.config.shutdown_grace, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            abandoned = tasks.len(),
+            "shutdown grace over: abandoning fetches in flight (their leases will expire)"
+        );
+        tasks.shutdown().await;
+    }
+    if let Some(output) = &context.output {
+        let output = Arc::clone(output);
+        let flushed = tokio::task::spawn_blocking(move || output.flush()).await;
+        if let Ok(Err(error)) = flushed {
+            tracing::error!(%error, "flushing output failed");
+        }
+    }
+    Ok(())
+}
+
+/// How one URL ended.
+enum Outcome {
+    Done(&'static str),
+    Retry(&'static str, Option<u64>),
+}
+
+async fn process(context: &Context, info: UrlInfo) {
+    let depth: u32 = meta_first(&info.metadata, "depth")
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0);
+    let retries: u32 = meta_first(&info.metadata, "retries")
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0);
+    let started = std::time::Instant::now();
+    let mut log = serde_json::json!({
+        "time": now_secs(),
+        "url": info.url,
+        "depth": depth,
+        "worker": context.config.worker_id,
+    });
+    let (outcome, status) = match Url::parse(&info.url) {
+        Err(_) => (Outcome::Done("invalid_url"), None),
+        Ok(url) => fetch_and_parse(context, &info, &url, depth, &mut log).await,
+    };
+    let stats = &context.stats;
+    let (reason, due, mut metadata) = match outcome {
+        Outcome::Done(reason) => {
+            stats.done.fetch_add(1, Ordering::Relaxed);
+            (reason, 0, info.metadata.clone())
+        }
+        Outcome::Retry(reason, at) if retries < context.config.max_retries => {
+            stats.retries.fetch_add(1, Ordering::Relaxed);
+            let backoff = context.config.retry_base.as_secs().max(1) << retries.min(16);
+            let due = at.unwrap_or_else(|| now_secs() + backoff).max(1);
+            let mut metadata = info.metadata.clone();
+            metadata.insert("retries".into(), meta_value((retries + 1).to_string()));
+            (reason, due, metadata)
+        }
+        Outcome::Retry(reason, _) => {
+            stats.done.fetch_add(1, Ordering::Relaxed);
+            let mut metadata = info.metadata.clone();
+            metadata.insert("failure".into(), meta_value(reason));
+            ("gave_up", 0, metadata)
+        }
+    };
+    metadata.insert("outcome".into(), meta_value(reason));
+    if let Some(status) = status {
+        metadata.insert("status".into(), meta_value(status.to_string()));
+    }
+    log["outcome"] = reason.into();
+    log["status"] = status.into();
+    log["duration_ms"] = (started.elapsed().as_millis() as u64).into();
+    if due > 0 {
+        log["retry_at"] = due.into();
+    }
+    if let Some(output) = &context.output
+        && let Err(error) = output.log(&log)
+    {
+        tracing::error!(%error, "crawl log write failed");
+    }
+    let report = UrlInfo { metadata, ..info };
+    context.link.put_known(report, due).await;
+}
+
+fn request_head(url: &Url, user_agent: &str) -> Vec<u8> {
+    let target = match url.query() {
+        Some(query) => format!("{}?{query}", url.path()),
+        None => url.path().to_owned(),
+    };
+    let host = match url.port() {
+        Some(port) => format!("{}:{port}", url.host_str().unwrap_or("")),
+        None => url.host_str().unwrap_or("").to_owned(),
+    };
+    format!(
+        "GET {target} HTTP/1.1\r\nhost: {host}\r\nuser-agent: {user_agent}\r\naccept-encoding: gzip, deflate, br\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+async fn fetch_and_parse(
+    context: &Context,
+    info: &UrlInfo,
+    url: &Url,
+    depth: u32,
+    log: &mut serde_json::Value,
+) -> (Outcome, Option<u16>) {
+    let lookup = context.robots.get(&context.fetcher, url).await;
+    if lookup.fresh {
+        on_new_robots(context, info, url, &lookup.robots).await;
+    }
+    match lookup.robots.verdict(url) {
+        Verdict::Allowed => {}
+        Verdict::Disallowed => {
+            context.stats.robots_refused.fetch_add(1, Ordering::Relaxed);
+            return (Outcome::Done("robots"), None);
+        }
+        Verdict::Unavailable(reason) => {
+            tracing::info!(url = %url, reason, "robots.txt unavailable; retrying later");
+            return (Outcome::Retry("robots_unavailable", None), None);
+        }
+    }
+    let fetched = match context.fetcher.get(url).await {
+        Ok(fetched) => fetched,
+        Err(error) => {
+            tracing::info!(url = %url, %error, "fetch failed");
+            context.stats.failures.fetch_add(1, Ordering::Relaxed);
+            log["error"] = error.to_string().into();
+            return if error.is_transient() {
+                (Outcome::Retry("fetch_error", None), None)
+            } else {
+                (Outcome::Done("refused"), None)
+            };
+        }
+    };
+    let stats = &context.stats;
+    stats.by_class[usize::from(fetched.status / 100).min(5)].fetch_add(1, Ordering::Relaxed);
+    stats
+        .bytes
+        .fetch_add(fetched.body.len() as u64, Ordering::Relaxed);
+    log["content_type"] = fetched.media_type().into();
+    log["bytes"] = fetched.body.len().into();
+    log["truncated"] = fetched.truncated.into();
+    if let Some(output) = &context.output {
+        let output = Arc::clone(output);
+        let head = request_head(url, &context.config.fetch.user_agent);
+        let target = url.to_string();
+        let copy = fetched.clone();
+        match tokio::task::spawn_blocking(move || output.write_exchange(&target, &head, &copy))
+            .await
+        {
+            Ok(Ok(digest)) => log["digest"] = digest.into(),
+            Ok(Err(error)) => tracing::error!(%error, "WARC write failed"),
+            Err(error) => tracing::error!(%error, "WARC writer panicked"),
+        }
+    }
+    let status = Some(fetched.status);
+    let outcome = match fetched.status {
+        200..=299 => {
+            let outlinks = if fetched.is_html() {
+                html_outlinks(context, url, &fetched, log)
+            } else {
+                Vec::new()
+            };
+            log["outlinks"] = outlinks.len().into();
+            send_outlinks(context, info, url, depth, outlinks).await;
+            Outcome::Done("fetched")
+        }
+        300..=399 => {
+            let target = fetched
+                .header("location")
+                .and_then(|location| resolve(url, location));
+            log["redirect"] = target.clone().into();
+            if let Some(target) = target {
+                send_outlinks(context, info, url, depth, vec![target]).await;
+            }
+            Outcome::Done("redirect")
+        }
+        429 | 503 => {
+            let until = retry_after(&fetched);
+            if let Some(until) = until {
+                context
+                    .link
+                    .block_queue(&info.crawl_id, &info.key, until)
+                    .await;
+            }
+            Outcome::Retry("server_busy", until)
+        }
+        408 | 500..=599 => Outcome::Retry("server_error", None),
+        _ => Outcome::Done("client_error"),
+    };
+    (outcome, status)
+}
+
+/// A Retry-After header as a UTC epoch second (seconds or an HTTP date).
+fn retry_after(fetched: &Fetched) -> Option<u64> {
+    let value = fetched.header("retry-after")?.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(now_secs() + secs.min(24 * 3600));
+    }
+    httpdate::parse_http_date(value)
+        .ok()
+        .and_then(|time| time.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_secs().min(now_secs() + 24 * 3600))
+}
+
+fn html_outlinks(
+    context: &Context,
+    url: &Url,
+    fetched: &Fetched,
+    log: &mut serde_json::Value,
+) -> Vec<String> {
+    match extract_links(&fetched.body, url, context.config.links) {
+        Ok(found) => {
+            if found.noindex {
+                log["noindex"] = true.into();
+            }
+            found.links
+        }
+        Err(error) => {
+            tracing::info!(url = %url, %error, "unparseable HTML");
+            Vec::new()
+        }
+    }
+}
+
+async fn send_outlinks(
+    context: &Context,
+    info: &UrlInfo,
+    url: &Url,
+    depth: u32,
+    outlinks: Vec<String>,
+) {
+    if outlinks.is_empty() {
+        return;
+    }
+    let items: Vec<UrlInfo> = outlinks
+        .into_iter()
+        .map(|link| UrlInfo {
+            url: link,
+            key: String::new(),
+            metadata: HashMap::from([
+                ("depth".to_owned(), meta_value((depth + 1).to_string())),
+                ("parent".to_owned(), meta_value(url.as_str())),
+            ]),
+            crawl_id: info.crawl_id.clone(),
+        })
+        .collect();
+    let new = context.link.put_outlinks(url.to_string(), items).await;
+    context
+        .stats
+        .new_outlinks
+        .fetch_add(new as u64, Ordering::Relaxed);
+}
+
+/// First contact with an origin's robots.txt: its Crawl-delay becomes the
+/// queue's delay at the frontier, and its sitemaps are read.
+async fn on_new_robots(
+    context: &Context,
+    info: &UrlInfo,
+    url: &Url,
+    robots: &crate::robots::OriginRobots,
+) {
+    if let Some(delay) = robots.crawl_delay
+        && delay > 0.0
+    {
+        let secs = (delay.ceil() as u32).min(context.config.max_crawl_delay_secs);
+        context
+            .link
+            .set_delay(&info.crawl_id, &info.key, secs)
+            .await;
+    }
+    if !context.config.sitemaps {
+        return;
+    }
+    let mut pending: Vec<(String, u32)> = if robots.sitemaps.is_empty() {
+        vec![(
+            format!("{}/sitemap.xml", url.origin().ascii_serialization()),
+            0,
+        )]
+    } else {
+        robots.sitemaps.iter().map(|s| (s.clone(), 0)).collect()
+    };
+    let mut read = 0;
+    while let Some((sitemap_url, level)) = pending.pop() {
+        // A bound on sitemaps read per origin, whatever the index says.
+        read += 1;
+        if read > 100 {
+            break;
+        }
+        let Ok(parsed_url) = Url::parse(&sitemap_url) else {
+            continue;
+        };
+        let Ok(fetched) = context.fetcher.get(&parsed_url).await else {
+            continue;
+        };
+        if !(200..300).contains(&fetched.status) {
+            continue;
+        }
+        let Ok(sitemap) = parse_sitemap(&fetched.body) else {
+            tracing::info!(sitemap = %sitemap_url, "unreadable sitemap");
+            continue;
+        };
+        if level < context.config.max_sitemap_depth {
+            pending.extend(sitemap.sitemaps.into_iter().map(|s| (s, level + 1)));
+        }
+        let pages: Vec<String> = sitemap
+            .pages
+            .iter()
+            .filter_map(|page| resolve(&parsed_url, page))
+            .collect();
+        // Sitemap pages are one hop from the crawl's start (depth 1).
+        for chunk in pages.chunks(1000) {
+            send_outlinks(context, info, &parsed_url, 0, chunk.to_vec()).await;
+        }
+    }
+}
+
+/// A metadata map from pairs, for tests and callers building items.
+#[must_use]
+pub fn metadata(pairs: &[(&str, &str)]) -> HashMap<String, StringList> {
+    pairs
+        .iter()
+        .map(|(key, value)| ((*key).to_owned(), meta_value(*value)))
+        .collect()
+}

@@ -1,0 +1,187 @@
+//! The worker's side of the URL Frontier API: leasing, and reports that are
+//! sent again until the frontier acknowledges them (a result is never
+//! dropped because the frontier was briefly away).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use proto::urlfrontier::{
+    self as uf, DiscoveredBatch, GetParams, UrlInfo, UrlItem, ack_message::Status as Ack,
+    url_frontier_client::UrlFrontierClient,
+};
+use tonic::transport::Channel;
+
+/// Why the link cannot be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid frontier address {address:?}: {reason}")]
+pub struct LinkError {
+    address: String,
+    reason: String,
+}
+
+/// A connection to a frontier; reconnects by itself.
+#[derive(Debug, Clone)]
+pub struct FrontierLink {
+    client: UrlFrontierClient<Channel>,
+}
+
+/// Delay before the `attempt`-th retry: doubling from 100 ms, at most 10 s.
+#[must_use]
+pub fn retry_delay(attempt: u32) -> Duration {
+    Duration::from_millis(100_u64.saturating_mul(1 << attempt.min(7)).min(10_000))
+}
+
+impl FrontierLink {
+    /// A link to `address` (e.g. `http://127.0.0.1:7071`); connects on
+    /// first use and again after any failure.
+    pub fn new(address: &str) -> Result<Self, LinkError> {
+        let endpoint = Channel::from_shared(address.to_owned()).map_err(|e| LinkError {
+            address: address.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let channel = endpoint
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .connect_lazy();
+        Ok(Self {
+            client: UrlFrontierClient::new(channel).max_decoding_message_size(64 * 1024 * 1024),
+        })
+    }
+
+    /// Leases URLs (one GetURLs call).
+    pub async fn lease(&self, params: GetParams) -> Result<Vec<UrlInfo>, tonic::Status> {
+        let mut client = self.client.clone();
+        let mut stream = client.get_ur_ls(params).await?.into_inner();
+        let mut infos = Vec::new();
+        while let Some(info) = stream.message().await? {
+            infos.push(info);
+        }
+        Ok(infos)
+    }
+
+    /// Sends a page's outlinks as one batch until it is acknowledged;
+    /// answers how many were new (OK).
+    pub async fn put_outlinks(&self, id: String, items: Vec<UrlInfo>) -> usize {
+        let batch = DiscoveredBatch { id, items };
+        let mut attempt = 0;
+        loop {
+            let mut client = self.client.clone();
+            let sent = async {
+                let mut acks = client
+                    .put_discovered(futures::stream::iter([batch.clone()]))
+                    .await?
+                    .into_inner();
+                acks.message()
+                    .await?
+                    .ok_or_else(|| tonic::Status::unavailable("no ack"))
+            }
+            .await;
+            match sent {
+                Ok(ack) if !ack.statuses.contains(&(Ack::Fail as i32)) => {
+                    return ack
+                        .statuses
+                        .iter()
+                        .filter(|s| **s == Ack::Ok as i32)
+                        .count();
+                }
+                Ok(_) => tracing::warn!(batch = %batch.id, "frontier failed outlinks; resending"),
+                Err(status) => {
+                    tracing::warn!(%status, batch = %batch.id, "outlinks not acknowledged; resending");
+                }
+            }
+            tokio::time::sleep(retry_delay(attempt)).await;
+            attempt += 1;
+        }
+    }
+
+    /// Reports a URL's state (a known item) until it is acknowledged.
+    /// SKIPPED is final too (the frontier refuses that item for good).
+    pub async fn put_known(&self, info: UrlInfo, refetchable_from_date: u64) {
+        let item = UrlItem {
+            item: Some(uf::url_item::Item::Known(uf::KnownUrlItem {
+                info: Some(info),
+                refetchable_from_date,
+            })),
+            ..UrlItem::default()
+        };
+        let mut attempt = 0;
+        loop {
+            let mut client = self.client.clone();
+            let sent = async {
+                let mut acks = client
+                    .put_ur_ls(futures::stream::iter([item.clone()]))
+                    .await?
+                    .into_inner();
+                acks.message()
+                    .await?
+                    .ok_or_else(|| tonic::Status::unavailable("no ack"))
+            }
+            .await;
+            match sent {
+                Ok(ack) if ack.status() != Ack::Fail => return,
+                Ok(ack) => tracing::warn!(id = %ack.id, "frontier failed a report; resending"),
+                Err(status) => tracing::warn!(%status, "report not acknowledged; resending"),
+            }
+            tokio::time::sleep(retry_delay(attempt)).await;
+            attempt += 1;
+        }
+    }
+
+    /// Sets a queue's delay (robots Crawl-delay); a few attempts, since
+    /// losing it only costs politeness the next robots fetch restores.
+    pub async fn set_delay(&self, crawl: &str, queue: &str, secs: u32) {
+        for attempt in 0..5 {
+            let mut client = self.client.clone();
+            let sent = client
+                .set_delay(uf::QueueDelayParams {
+                    key: queue.to_owned(),
+                    delay_requestable: secs,
+                    crawl_id: crawl.to_owned(),
+                    local: false,
+                })
+                .await;
+            match sent {
+                Ok(_) => return,
+                Err(status) => tracing::warn!(%status, queue, "SetDelay failed"),
+            }
+            tokio::time::sleep(retry_delay(attempt)).await;
+        }
+    }
+
+    /// Blocks a queue until a UTC epoch second (Retry-After).
+    pub async fn block_queue(&self, crawl: &str, queue: &str, until: u64) {
+        for attempt in 0..5 {
+            let mut client = self.client.clone();
+            let sent = client
+                .block_queue_until(uf::BlockQueueParams {
+                    key: queue.to_owned(),
+                    time: until,
+                    crawl_id: crawl.to_owned(),
+                    local: false,
+                })
+                .await;
+            match sent {
+                Ok(_) => return,
+                Err(status) => tracing::warn!(%status, queue, "BlockQueueUntil failed"),
+            }
+            tokio::time::sleep(retry_delay(attempt)).await;
+        }
+    }
+}
+
+/// One metadata value as the API carries it.
+#[must_use]
+pub fn meta_value(value: impl Into<String>) -> uf::StringList {
+    uf::StringList {
+        values: vec![value.into()],
+    }
+}
+
+/// The first value of a metadata key.
+#[must_use]
+pub fn meta_first<'a>(metadata: &'a HashMap<String, uf::StringList>, key: &str) -> Option<&'a str> {
+    metadata
+        .get(key)
+        .and_then(|list| list.values.first())
+        .map(String::as_str)
+}

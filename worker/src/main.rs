@@ -1,0 +1,154 @@
+//! `worker`: leases URLs from a URL Frontier server and crawls them.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use worker::crawler::{WorkerConfig, WorkerStats, default_user_agent, run};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "worker",
+    version,
+    about = "Crawl worker for a URL Frontier v2.6 server"
+)]
+struct Args {
+    /// The frontier's gRPC address.
+    #[arg(long, env = "WORKER_FRONTIER", default_value = "http://127.0.0.1:7071")]
+    frontier: String,
+    /// Lease from this crawl only (default: any crawl).
+    #[arg(long, env = "WORKER_CRAWL")]
+    crawl: Option<String>,
+    /// Most fetches in flight.
+    #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 64)]
+    concurrency: usize,
+    /// Most URLs of one host in flight.
+    #[arg(long, env = "WORKER_PER_HOST", default_value_t = 1)]
+    per_host: u32,
+    /// Lease length asked of the frontier, seconds.
+    #[arg(long, env = "WORKER_LEASE_SECS", default_value_t = 120)]
+    lease_secs: u32,
+    /// Directory for WARC files and the crawl log.
+    #[arg(long, env = "WORKER_OUTPUT")]
+    output: Option<PathBuf>,
+    /// Names this worker's output files (default: worker-PID).
+    #[arg(long, env = "WORKER_ID")]
+    worker_id: Option<String>,
+    /// User-Agent header; its first word is the robots.txt token.
+    #[arg(long, env = "WORKER_USER_AGENT")]
+    user_agent: Option<String>,
+    /// Connect and total timeout per fetch, seconds.
+    #[arg(long, env = "WORKER_TIMEOUT_SECS", default_value_t = 30)]
+    timeout_secs: u64,
+    /// Most body bytes read per page (the rest is dropped, the page marked
+    /// truncated).
+    #[arg(long, env = "WORKER_MAX_BODY_BYTES", default_value_t = 10 * 1024 * 1024)]
+    max_body_bytes: usize,
+    /// Transient failures retried this many times.
+    #[arg(long, env = "WORKER_MAX_RETRIES", default_value_t = 3)]
+    max_retries: u32,
+    /// First retry after this many seconds, doubling after.
+    #[arg(long, env = "WORKER_RETRY_BASE_SECS", default_value_t = 30)]
+    retry_base_secs: u64,
+    /// Cap on a robots.txt Crawl-delay, seconds.
+    #[arg(long, env = "WORKER_MAX_CRAWL_DELAY", default_value_t = 30)]
+    max_crawl_delay: u32,
+    /// Fetch private, loopback and link-local addresses (tests, demos,
+    /// intranets).
+    #[arg(long, env = "WORKER_ALLOW_PRIVATE")]
+    allow_private: bool,
+    /// Follow nofollow links and pages.
+    #[arg(long, env = "WORKER_IGNORE_NOFOLLOW")]
+    ignore_nofollow: bool,
+    /// Most links taken per page.
+    #[arg(long, env = "WORKER_MAX_OUTLINKS", default_value_t = 5000)]
+    max_outlinks: usize,
+    /// WARC files rotate past this many bytes.
+    #[arg(long, env = "WORKER_WARC_MAX_BYTES", default_value_t = 1 << 30)]
+    warc_max_bytes: u64,
+    /// Seconds in-flight fetches get to finish on SIGINT/SIGTERM.
+    #[arg(long, env = "WORKER_SHUTDOWN_SECS", default_value_t = 10)]
+    shutdown_secs: u64,
+    /// Do not read sitemaps.
+    #[arg(long, env = "WORKER_NO_SITEMAPS")]
+    no_sitemaps: bool,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match main_result() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main_result() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut config = WorkerConfig::new(&args.frontier);
+    config.crawl = args.crawl;
+    config.concurrency = args.concurrency;
+    config.per_host = args.per_host;
+    config.lease_secs = args.lease_secs;
+    config.output = args.output;
+    if let Some(id) = args.worker_id {
+        config.worker_id = id;
+    }
+    config.fetch.user_agent = args.user_agent.unwrap_or_else(default_user_agent);
+    config.fetch.timeout = Duration::from_secs(args.timeout_secs.max(1));
+    config.fetch.max_body_bytes = args.max_body_bytes;
+    config.fetch.allow_private = args.allow_private;
+    config.max_retries = args.max_retries;
+    config.retry_base = Duration::from_secs(args.retry_base_secs);
+    config.max_crawl_delay_secs = args.max_crawl_delay;
+    config.links.ignore_nofollow = args.ignore_nofollow;
+    config.links.max_outlinks = args.max_outlinks;
+    config.warc_max_bytes = args.warc_max_bytes;
+    config.shutdown_grace = Duration::from_secs(args.shutdown_secs);
+    config.sitemaps = !args.no_sitemaps;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        tracing::info!(frontier = %config.frontier, worker = %config.worker_id, "worker starting");
+        run(config, Arc::new(WorkerStats::default()), shutdown_signal()).await?;
+        tracing::info!("worker stopped");
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("shutdown signal received");
+}
