@@ -96,6 +96,16 @@ impl FrontierProcess {
 
     /// Like [`Self::start`]; on failure answers the process's log.
     pub fn try_start(data_dir: &Path, args: &[&str]) -> Result<Self, String> {
+        Self::try_start_on(data_dir, "127.0.0.1:0", args)
+    }
+
+    /// Starts on a given address (a restart where clients expect it).
+    pub fn start_on(data_dir: &Path, listen: &str, args: &[&str]) -> Self {
+        Self::try_start_on(data_dir, listen, args)
+            .unwrap_or_else(|log| panic!("frontier did not start:\n{log}"))
+    }
+
+    fn try_start_on(data_dir: &Path, listen: &str, args: &[&str]) -> Result<Self, String> {
         static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = data_dir
@@ -106,7 +116,7 @@ impl FrontierProcess {
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

@@ -76,11 +76,24 @@ pub struct Hit {
     pub status: u16,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     hits: Mutex<Vec<Hit>>,
     in_flight: AtomicU64,
     flaky_calls: AtomicU64,
+    // Requests answered so far, for tests that act after the n-th.
+    answered: tokio::sync::watch::Sender<usize>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            hits: Mutex::default(),
+            in_flight: AtomicU64::default(),
+            flaky_calls: AtomicU64::default(),
+            answered: tokio::sync::watch::channel(0).0,
+        }
+    }
 }
 
 /// A running site.
@@ -103,22 +116,36 @@ fn calendar_path(k: u32) -> String {
     format!("/calendar/{}/{:02}", 2024 + k / 12, k % 12 + 1)
 }
 
-/// Paths a correct crawl of a site fetches, and how often.
+/// Paths a correct crawl of a site fetches with a depth limit of at least
+/// 2, and how often. Regular pages are assumed within the limit: true when
+/// there are at most 10 (`/` links them all) or the limit exceeds their
+/// count (no chain of first discoveries is longer).
 #[must_use]
 pub fn expected_fetches(config: &SiteConfig, max_depth: u32) -> BTreeMap<String, u32> {
+    assert!(
+        max_depth >= 2,
+        "the ground truth assumes a depth limit of at least 2"
+    );
     let mut expected: BTreeMap<String, u32> = BTreeMap::new();
     let mut once = |path: &str| {
         expected.insert(path.to_owned(), 1);
     };
     once("/");
-    for i in 0..config.pages {
-        once(&format!("/page/{i}.html"));
+    // `/` links pages 0 to 9 whether they exist or not (a 404 is a fetch),
+    // page 7 only with a query; page 7 itself is linked from page 6.
+    for i in 0..config.pages.max(10) {
+        if i != 7 || config.pages > 7 {
+            once(&format!("/page/{i}.html"));
+        }
+    }
+    // `/` → /redirect/a → /redirect/b → the target: depth 3.
+    if max_depth >= 3 {
+        once("/redirect-target.html");
     }
     for path in [
         "/page/7.html?x=1&y=2",
         "/redirect/a",
         "/redirect/b",
-        "/redirect-target.html",
         "/redirect/loop1",
         "/redirect/loop2",
         "/redirect/offsite",
@@ -217,6 +244,12 @@ impl MockSite {
             .clone()
     }
 
+    /// Waits until the site has answered at least `n` requests.
+    pub async fn answered_at_least(&self, n: usize) {
+        let mut answered = self.state.answered.subscribe();
+        let _ = answered.wait_for(|&count| count >= n).await;
+    }
+
     /// How often each path was requested.
     #[must_use]
     pub fn fetch_counts(&self) -> BTreeMap<String, u32> {
@@ -236,16 +269,21 @@ impl MockSite {
         let started = Instant::now();
         let response = self.route(&target).await;
         self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.state
-            .hits
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Hit {
+        let answered = {
+            let mut hits = self
+                .state
+                .hits
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            hits.push(Hit {
                 target,
                 started,
                 in_flight,
                 status: response.status().as_u16(),
             });
+            hits.len()
+        };
+        self.state.answered.send_replace(answered);
         response
     }
 

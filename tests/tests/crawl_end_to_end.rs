@@ -21,11 +21,15 @@ async fn three_workers_crawl_the_site_exactly_once() {
     let site = MockSite::start(SiteConfig::default()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let depth = MAX_DEPTH.to_string();
+    // Filters sized for 16 URLs in all: they are rebuilt during the crawl,
+    // which must change nothing in its outcome.
     let frontier = FrontierProcess::start(
         &dir.path().join("data"),
         &[
             "--partitions",
             "4",
+            "--expected-urls",
+            "16",
             "--default-delay-ms",
             "0",
             "--max-depth",
@@ -154,4 +158,175 @@ async fn three_workers_crawl_the_site_exactly_once() {
     );
     assert!(total.estimated_items > 0.9 * total.items_inserted as f64);
     assert!(total.fill_ratio < health.rebuild_fill_threshold);
+    assert!(
+        total.rebuild_count >= 2,
+        "rebuilds: {}\n{}",
+        total.rebuild_count,
+        frontier
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("rebuil"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+const WORKER_ARGS: &[&str] = &[
+    "--concurrency",
+    "4",
+    "--max-body-bytes",
+    "1048576",
+    "--retry-base-secs",
+    "1",
+    "--max-retries",
+    "2",
+    "--lease-secs",
+    "3",
+];
+
+/// Checks a crawl that went through a fault: every page fetched at least
+/// as often as the ground truth says, at most `extra` fetches more in all
+/// (pages in flight at the fault), nothing forbidden.
+fn check_with_fault(site: &MockSite, extra: u32) {
+    let expected = expected_fetches(&SiteConfig::default(), MAX_DEPTH);
+    let fetched = page_fetches(site);
+    let mut surplus = 0;
+    for (path, times) in &expected {
+        let got = fetched.get(path).copied().unwrap_or(0);
+        assert!(
+            got >= *times,
+            "{path} fetched {got} times, expected {times}"
+        );
+        surplus += got - times;
+    }
+    let unexpected: Vec<_> = fetched
+        .keys()
+        .filter(|p| !expected.contains_key(*p))
+        .collect();
+    assert!(unexpected.is_empty(), "unexpected fetches {unexpected:?}");
+    assert!(
+        surplus <= extra,
+        "{surplus} fetches beyond the ground truth: {fetched:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_crawl_loses_nothing() {
+    let site = MockSite::start(SiteConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let depth = MAX_DEPTH.to_string();
+    let frontier = FrontierProcess::start(
+        &dir.path().join("data"),
+        &[
+            "--partitions",
+            "4",
+            "--default-delay-ms",
+            "0",
+            "--max-depth",
+            &depth,
+        ],
+    );
+    let endpoint = frontier.endpoint();
+    let out = dir.path().join("out");
+    let mut workers: Vec<WorkerProcess> = (1..=3)
+        .map(|i| WorkerProcess::start(&endpoint, &out, &format!("w{i}"), WORKER_ARGS))
+        .collect();
+    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
+    assert!(status.success(), "{text}");
+    site.answered_at_least(30).await;
+    workers.remove(0).kill();
+    let (status, text) = frontier_cli(&endpoint, &["status", "--wait", "--timeout-secs", "180"]);
+    assert!(status.success(), "crawl did not finish: {text}");
+    // One host, one URL leased at a time: at most one page was in flight.
+    check_with_fault(&site, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frontier_killed_mid_crawl_and_restarted_loses_nothing() {
+    let site = MockSite::start(SiteConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let depth = MAX_DEPTH.to_string();
+    let args = [
+        "--partitions",
+        "4",
+        "--default-delay-ms",
+        "0",
+        "--max-depth",
+        &depth,
+    ];
+    let frontier = FrontierProcess::start(&data, &args);
+    let endpoint = frontier.endpoint();
+    let listen = frontier.addr.to_string();
+    let out = dir.path().join("out");
+    let _workers: Vec<WorkerProcess> = (1..=3)
+        .map(|i| WorkerProcess::start(&endpoint, &out, &format!("w{i}"), WORKER_ARGS))
+        .collect();
+    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
+    assert!(status.success(), "{text}");
+    site.answered_at_least(40).await;
+    frontier.kill();
+    // Workers keep their unacknowledged reports and resend them.
+    let frontier = FrontierProcess::start_on(&data, &listen, &args);
+    assert!(
+        frontier
+            .log_text()
+            .contains("filters rebuilt from the store")
+    );
+    let (status, text) = frontier_cli(&endpoint, &["status", "--wait", "--timeout-secs", "180"]);
+    assert!(status.success(), "crawl did not finish: {text}");
+    // Leases die with the frontier: the URL in flight at the kill may be
+    // fetched again.
+    check_with_fault(&site, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crawl_delay_spaces_requests_to_its_host() {
+    let config = SiteConfig {
+        pages: 3,
+        crawl_delay: Some(1),
+        ..SiteConfig::default()
+    };
+    let site = MockSite::start(config).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(
+        &dir.path().join("data"),
+        &[
+            "--partitions",
+            "2",
+            "--default-delay-ms",
+            "0",
+            "--max-depth",
+            "2",
+        ],
+    );
+    let endpoint = frontier.endpoint();
+    let out = dir.path().join("out");
+    let _workers: Vec<WorkerProcess> = (1..=2)
+        .map(|i| WorkerProcess::start(&endpoint, &out, &format!("w{i}"), WORKER_ARGS))
+        .collect();
+    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
+    assert!(status.success(), "{text}");
+    let (status, text) = frontier_cli(&endpoint, &["status", "--wait", "--timeout-secs", "180"]);
+    assert!(status.success(), "crawl did not finish: {text}");
+    assert_eq!(page_fetches(&site), expected_fetches(&config, 2));
+    // Page requests after the first (which is served before robots.txt is
+    // read) start at least the Crawl-delay apart. The frontier spaces its
+    // serves; a request starts a little after its serve, so the first gap
+    // may lose the time the first robots.txt and sitemap reads took.
+    let starts: Vec<std::time::Instant> = site
+        .hits()
+        .iter()
+        .filter(|h| h.target != "/robots.txt" && h.target != "/sitemap.xml")
+        .map(|h| h.started)
+        .collect();
+    for (i, pair) in starts.windows(2).enumerate() {
+        let gap = pair[1] - pair[0];
+        let floor = if i == 0 { 900 } else { 990 };
+        assert!(
+            gap.as_millis() >= floor,
+            "requests {i} and {} only {gap:?} apart",
+            i + 1
+        );
+    }
 }
