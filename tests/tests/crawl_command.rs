@@ -1,0 +1,82 @@
+//! The single-machine `crawl` binary as a user runs it.
+
+use std::process::{Command, Stdio};
+
+use crawl_tests::binary;
+use crawl_tests::mock_site::{MockSite, SiteConfig, expected_fetches};
+
+#[test]
+fn the_demo_crawls_the_mock_site_and_checks_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(binary("crawl"))
+        .args(["--demo", "--out"])
+        .arg(dir.path().join("demo"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("crawl finished"), "{text}");
+    assert!(text.contains("demo: every page"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_cleanly_and_the_next_run_resumes() {
+    let site = MockSite::start(SiteConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let seed = format!("{}/", site.base());
+    let run = move |with_seed: bool| {
+        let mut command = Command::new(binary("crawl"));
+        if with_seed {
+            command.arg(&seed);
+        }
+        command
+            .args([
+                "--allow-private",
+                "--delay-ms",
+                "0",
+                "--max-depth",
+                "40",
+                "--workers",
+                "2",
+            ])
+            .args(["--max-body-bytes", "1048576", "--out"])
+            .arg(&out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let first = run(true);
+    site.answered_at_least(30).await;
+    crawl_tests::signal(&first, rustix::process::Signal::INT);
+    let first = tokio::task::spawn_blocking(move || first.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&first.stderr);
+    assert_eq!(first.status.code(), Some(130), "{text}");
+    assert!(
+        text.contains("run again with the same --out to resume"),
+        "{text}"
+    );
+    let stopped_at = site.hits().len();
+
+    // No seed the second time: the crawl comes from the directory.
+    let second = tokio::task::spawn_blocking(move || run(false).wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{text}");
+    assert!(text.contains("resuming the crawl"), "{text}");
+    assert!(text.contains("after a clean stop"), "{text}");
+    assert!(site.hits().len() > stopped_at);
+    // A clean stop lets fetches in flight finish and report: nothing is
+    // fetched twice.
+    let fetched: std::collections::BTreeMap<String, u32> = site
+        .fetch_counts()
+        .into_iter()
+        .filter(|(path, _)| path != "/robots.txt" && path != "/sitemap.xml")
+        .collect();
+    assert_eq!(fetched, expected_fetches(&SiteConfig::default(), 40));
+}
