@@ -95,6 +95,12 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Ask the standard gRPC health service whether the frontier serves
+    /// (exit 0) or not (exit 1): a container health check.
+    Probe {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -260,6 +266,7 @@ fn run() -> anyhow::Result<ExitCode> {
             Command::Check { client, url } => check(client, url).await,
             Command::Pause { client } => set_active(client, false).await,
             Command::Resume { client } => set_active(client, true).await,
+            Command::Probe { client } => probe(client).await,
         }
     })
 }
@@ -667,4 +674,23 @@ async fn set_active(client: ClientArgs, active: bool) -> anyhow::Result<ExitCode
         .await?;
     println!("{}", if active { "serving" } else { "paused" });
     Ok(ExitCode::SUCCESS)
+}
+
+async fn probe(client: ClientArgs) -> anyhow::Result<ExitCode> {
+    let (channel, _) = client.channel().await?;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let answer = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "urlfrontier.URLFrontier".into(),
+        })
+        .await?
+        .into_inner();
+    let serving =
+        answer.status() == tonic_health::pb::health_check_response::ServingStatus::Serving;
+    println!("{}", if serving { "serving" } else { "not serving" });
+    Ok(if serving {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

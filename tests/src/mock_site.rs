@@ -101,8 +101,11 @@ impl Default for State {
 pub struct MockSite {
     /// Where it listens.
     pub addr: SocketAddr,
+    // What its absolute links start with.
+    base: String,
     config: SiteConfig,
     state: Arc<State>,
+    log_hits: bool,
 }
 
 /// The months of the calendar trap a crawl with `max_depth` fetches, in
@@ -195,10 +198,25 @@ impl MockSite {
     /// Serves the site on a listener the caller bound.
     pub fn serve(listener: TcpListener, config: SiteConfig) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
+        Self::serve_as(listener, config, &format!("http://{addr}"), false)
+    }
+
+    /// Serves the site under a public base URL (in a container, the
+    /// address it is reached by is not the one it binds), printing a line
+    /// per request when `log_hits`: `HIT <status> <path and query>`.
+    pub fn serve_as(
+        listener: TcpListener,
+        config: SiteConfig,
+        base: &str,
+        log_hits: bool,
+    ) -> std::io::Result<Self> {
+        let addr = listener.local_addr()?;
         let site = Self {
             addr,
+            base: base.trim_end_matches('/').to_owned(),
             config,
             state: Arc::default(),
+            log_hits,
         };
         let server = site.clone();
         tokio::spawn(async move {
@@ -228,10 +246,11 @@ impl MockSite {
         Self::serve(TcpListener::bind("127.0.0.1:0").await?, config)
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// What its links start with: `http://127.0.0.1:PORT` unless served
+    /// under another base.
     #[must_use]
     pub fn base(&self) -> String {
-        format!("http://{}", self.addr)
+        self.base.clone()
     }
 
     /// Every request so far.
@@ -269,6 +288,9 @@ impl MockSite {
         let started = Instant::now();
         let response = self.route(&target).await;
         self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.log_hits {
+            println!("HIT {} {target}", response.status().as_u16());
+        }
         let answered = {
             let mut hits = self
                 .state

@@ -22,6 +22,13 @@ struct Args {
     /// robots.txt Crawl-delay, seconds.
     #[arg(long, env = "MOCK_SITE_CRAWL_DELAY")]
     crawl_delay: Option<u32>,
+    /// The base URL clients reach the site by (default: http://LISTEN);
+    /// absolute links use it.
+    #[arg(long, env = "MOCK_SITE_BASE_URL")]
+    base_url: Option<String>,
+    /// Print `HIT <status> <path>` for every request.
+    #[arg(long, env = "MOCK_SITE_LOG_HITS")]
+    log_hits: bool,
     /// Print the paths a crawl with this depth limit fetches, and exit.
     #[arg(long)]
     print_expected: Option<u32>,
@@ -42,8 +49,16 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    let site = MockSite::serve(listener, config)?;
-    println!("listening on {}", site.addr);
-    tokio::signal::ctrl_c().await?;
+    let base = args
+        .base_url
+        .unwrap_or_else(|| format!("http://{}", args.listen));
+    let site = MockSite::serve_as(listener, config, &base, args.log_hits)?;
+    println!("listening on {} as {}", site.addr, site.base());
+    // Containers stop with SIGTERM, terminals with Ctrl-C.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
     Ok(())
 }

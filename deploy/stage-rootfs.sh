@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Stages the image's root file system from binaries cargo builds on this
+# machine, so that `docker build` needs no base image (no registry is
+# needed): the frontier, worker and mock-site binaries, exactly the shared
+# libraries they load (read off ldd), a non-root user, and the data and
+# output directories.
+#
+#   deploy/stage-rootfs.sh [debug|release] [STAGING_DIR]
+#
+# Prints the staging directory; build with
+#   docker build -f deploy/Dockerfile -t crawl-frontier:local STAGING_DIR
+set -euo pipefail
+
+profile=${1:-release}
+root_dir=$(cd "$(dirname "$0")/.." && pwd)
+staging=${2:-"$root_dir/target/image-rootfs"}
+
+case "$profile" in
+  release) cargo_flags=(--release); target_sub=release ;;
+  debug) cargo_flags=(); target_sub=debug ;;
+  *) echo "profile must be debug or release, not $profile" >&2; exit 2 ;;
+esac
+
+binaries=(frontier worker mock-site)
+(cd "$root_dir" && cargo build --locked "${cargo_flags[@]}" -p frontier -p worker -p crawl-tests --bins >&2)
+
+rm -rf "$staging"
+mkdir -p "$staging/rootfs/usr/local/bin" "$staging/rootfs/etc" "$staging/rootfs/data" \
+  "$staging/rootfs/warc" "$staging/rootfs/tmp"
+cp "$root_dir/deploy/Dockerfile" "$staging/Dockerfile"
+for binary in "${binaries[@]}"; do
+  cp "$root_dir/target/$target_sub/$binary" "$staging/rootfs/usr/local/bin/$binary"
+  # Every library the binary loads, at the path it is loaded from, and the
+  # file a symlink points to.
+  for lib in $(ldd "$root_dir/target/$target_sub/$binary" | grep -oE '/[^ ]+'); do
+    mkdir -p "$staging/rootfs$(dirname "$lib")"
+    cp -L "$lib" "$staging/rootfs$lib"
+  done
+done
+cat > "$staging/rootfs/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/sbin/nologin
+crawler:x:10001:10001:crawler:/data:/sbin/nologin
+PASSWD
+cat > "$staging/rootfs/etc/group" <<'GROUP'
+root:x:0:
+crawler:x:10001:
+GROUP
+# glibc's resolver: files first, then DNS (container names resolve by DNS).
+echo 'hosts: files dns' > "$staging/rootfs/etc/nsswitch.conf"
+chmod 1777 "$staging/rootfs/tmp"
+echo "$staging"
