@@ -4,7 +4,7 @@
 //!
 //! `cargo bench -p frontier --bench ingest [-- --urls N --writers W]`
 //! (defaults 1 000 000 URLs, 4 writers). This measures ingest without the
-//! gRPC layer; the end-to-end figure over gRPC comes with the server.
+//! gRPC layer; `--bench grpc` measures it through the server.
 
 use std::time::Instant;
 
@@ -12,13 +12,8 @@ use frontier::ingest::{DedupMode, Discovered, FilterConfig, Ingest, Outcome};
 use frontier::scope::Rules;
 use frontier::store::Store;
 
-fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod common;
+use common::arg;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -49,25 +44,10 @@ fn main() {
                     let (mut stored, mut skipped) = (0, 0);
                     for batch in (writer..batches).step_by(writers) {
                         let items: Vec<Discovered> = (0..256)
-                            .map(|i| {
-                                let n = batch * 256 + i;
-                                // Ids n with n % 100 >= 45 are URLs of their own;
-                                // the other 45% repeat one of those from up to
-                                // seven batches back.
-                                let id = if n % 100 < 45 && batch > 0 {
-                                    let back = n - 256 * (1 + n % 7).min(batch);
-                                    back - back % 100 + 45 + n % 55
-                                } else {
-                                    n
-                                };
-                                Discovered {
-                                    url: format!(
-                                        "https://host{}.example.com/path/{id}/page.html",
-                                        id % 10_000
-                                    ),
-                                    depth: 1,
-                                    ..Discovered::default()
-                                }
+                            .map(|i| Discovered {
+                                url: common::url(batch, batch * 256 + i),
+                                depth: 1,
+                                ..Discovered::default()
                             })
                             .collect();
                         for outcome in ingest.put_discovered("bench", &items, rules, 1).unwrap() {

@@ -145,9 +145,13 @@ fn run(
             .iter_mut()
             .flat_map(|r| std::mem::take(&mut r.ops))
             .collect();
-        match store.apply(&all) {
+        let started = std::time::Instant::now();
+        let result = store.apply(&all);
+        metrics::histogram!("frontier_commit_seconds").record(started.elapsed().as_secs_f64());
+        match result {
             Ok(applied) => {
                 commits.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("frontier_commits_total").increment(1);
                 if let Some(hook) = hook {
                     hook(&all, &applied);
                 }

@@ -284,11 +284,29 @@ fn put_chunk(frontier: &Frontier, items: Vec<(String, PutItem)>) -> Vec<uf::AckM
     items
         .into_iter()
         .zip(statuses)
-        .map(|((id, _), status)| uf::AckMessage {
-            id,
-            status: status as i32,
+        .map(|((id, item), status)| {
+            count_ack(
+                match item {
+                    PutItem::Known(..) => "known",
+                    PutItem::Discovered(..) | PutItem::Invalid => "discovered",
+                },
+                status,
+            );
+            uf::AckMessage {
+                id,
+                status: status as i32,
+            }
         })
         .collect()
+}
+
+fn count_ack(kind: &'static str, status: uf::ack_message::Status) {
+    let status = match status {
+        uf::ack_message::Status::Ok => "ok",
+        uf::ack_message::Status::Skipped => "skipped",
+        uf::ack_message::Status::Fail => "fail",
+    };
+    metrics::counter!("frontier_put_urls_total", "kind" => kind, "status" => status).increment(1);
 }
 
 fn same_run(a: &PutItem, b: &PutItem) -> bool {
@@ -600,9 +618,16 @@ fn batch_statuses(frontier: &Frontier, batch: &uf::DiscoveredBatch) -> Vec<i32> 
         }
         let items: Vec<Discovered> = batch.items[start..end].iter().map(discovered_of).collect();
         match frontier.put_discovered(crawl, &items) {
-            Ok(outcomes) => statuses.extend(outcomes.iter().map(|o| status_code(o) as i32)),
+            Ok(outcomes) => statuses.extend(outcomes.iter().map(|o| {
+                let status = status_code(o);
+                count_ack("discovered", status);
+                status as i32
+            })),
             Err(error) => {
                 tracing::warn!(%error, batch = %batch.id, "PutDiscovered batch failed");
+                for _ in 0..batch.items.len() {
+                    count_ack("discovered", uf::ack_message::Status::Fail);
+                }
                 return vec![uf::ack_message::Status::Fail as i32; batch.items.len()];
             }
         }

@@ -22,6 +22,7 @@ pub mod canonical;
 pub mod commit;
 pub mod grpc;
 pub mod ingest;
+pub mod metrics;
 pub mod record;
 pub mod scheduler;
 pub mod scope;

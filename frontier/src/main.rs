@@ -210,6 +210,9 @@ struct ServeArgs {
     /// Lease length when a GetURLs call gives none, in seconds.
     #[arg(long, env = "FRONTIER_LEASE_SECS", default_value_t = 30)]
     lease_secs: u32,
+    /// Serve Prometheus metrics on this address (`GET /metrics`).
+    #[arg(long, env = "FRONTIER_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
     /// When set, mutating admin calls and URL Frontier control calls need
     /// `authorization: Bearer TOKEN`.
     #[arg(long, env = "FRONTIER_ADMIN_TOKEN", hide_env_values = true)]
@@ -340,16 +343,47 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         data_dir = %args.data_dir.display(),
         "frontier listening"
     );
-    // Scripts and tests read the chosen address from this line.
-    println!("listening on {address}");
     let frontier = Arc::new(frontier);
+    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut metrics_task = None;
+    let mut metrics_note = String::new();
+    if let Some(metrics_address) = args.metrics_listen {
+        let handle = frontier::metrics::install()
+            .ok_or_else(|| anyhow::anyhow!("cannot install the metrics recorder"))?;
+        let metrics_listener = tokio::net::TcpListener::bind(metrics_address)
+            .await
+            .with_context(|| format!("cannot listen on {metrics_address} for metrics"))?;
+        let bound = metrics_listener.local_addr()?;
+        metrics_note = format!(" metrics http://{bound}/metrics");
+        metrics_task = Some(tokio::spawn(frontier::metrics::serve(
+            metrics_listener,
+            handle,
+            Arc::clone(&frontier),
+            async {
+                let _ = metrics_stopped.await;
+            },
+        )));
+    }
+    // Scripts and tests read the chosen addresses from this line.
+    println!("listening on {address}{metrics_note}");
     let access = match &args.admin_token {
         Some(token) if token.is_empty() => bail!("--admin-token must not be empty"),
         Some(token) => frontier::grpc::Access::token(token),
         None => frontier::grpc::Access::open(),
     };
     frontier::server::run(listener, Arc::clone(&frontier), access, shutdown_signal()).await?;
+    let _ = stop_metrics.send(());
+    if let Some(task) = metrics_task {
+        let _ = task.await;
+    }
     tracing::info!("stopped serving; writing filter snapshots");
+    // A scrape in progress holds the frontier for a moment.
+    for _ in 0..100 {
+        if Arc::strong_count(&frontier) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let frontier = Arc::try_unwrap(frontier)
         .map_err(|_| anyhow::anyhow!("calls still hold the frontier after shutdown"))?;
     tokio::task::spawn_blocking(move || frontier.shutdown())

@@ -205,6 +205,7 @@ impl QueueState {
             .filter(|(_, lease)| lease.until_ms <= now_ms)
             .map(|(url, lease)| (url.clone(), *lease))
             .collect();
+        metrics::counter!("frontier_lease_expiries_total").increment(expired.len() as u64);
         for (url, lease) in expired {
             self.leased.remove(&url);
             // Beyond the cursor the store still has it, and a refill will

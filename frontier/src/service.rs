@@ -258,6 +258,8 @@ impl Frontier {
                         let _one_at_a_time = lock.lock().unwrap_or_else(PoisonError::into_inner);
                         match ingest.rebuild_full_partitions(threshold) {
                             Ok(reports) => {
+                                metrics::counter!("frontier_filter_rebuilds_total")
+                                    .increment(reports.len() as u64);
                                 for report in reports {
                                     tracing::info!(
                                         partition = report.partition,
@@ -338,6 +340,8 @@ impl Frontier {
                     Outcome::Stored => stored += 1,
                     Outcome::Skipped(reason) => {
                         *activity.skipped.entry(*reason).or_default() += 1;
+                        metrics::counter!("frontier_skipped_urls_total", "reason" => reason.as_str())
+                            .increment(1);
                     }
                 }
             }
@@ -410,6 +414,7 @@ impl Frontier {
             *per_crawl.entry(served.crawl.clone()).or_default() += 1;
             leases.push(Lease { served, record });
         }
+        metrics::counter!("frontier_leases_total").increment(leases.len() as u64);
         let now = now_ms() / 1000;
         for (crawl, count) in per_crawl {
             self.with_activity(&crawl, |activity| activity.leased.add(now, count));
@@ -526,6 +531,7 @@ impl Frontier {
             .rebuild_lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        metrics::counter!("frontier_filter_rebuilds_total").increment(partitions.len() as u64);
         partitions
             .into_iter()
             .map(|p| {

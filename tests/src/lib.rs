@@ -82,6 +82,8 @@ pub struct FrontierProcess {
     child: Child,
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Its metrics URL, when it serves metrics.
+    pub metrics: Option<String>,
     /// Its log (stderr).
     pub log: PathBuf,
 }
@@ -125,12 +127,25 @@ impl FrontierProcess {
             .spawn()
             .expect("frontier starts");
         let stdout = child.stdout.take().expect("piped stdout");
+        let mut reader = BufReader::new(stdout);
         let mut line = String::new();
         // The first line names the address; EOF means it exited.
-        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = reader.read_line(&mut line);
+        // Whatever follows is drained, so the process never writes into a
+        // closed pipe.
+        std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
         match line.trim().strip_prefix("listening on ") {
-            Some(addr) => Ok(Self {
-                addr: addr.parse().expect("an address"),
+            Some(rest) => Ok(Self {
+                addr: rest
+                    .split_whitespace()
+                    .next()
+                    .and_then(|a| a.parse().ok())
+                    .expect("an address"),
+                metrics: rest
+                    .split_whitespace()
+                    .skip_while(|w| *w != "metrics")
+                    .nth(1)
+                    .map(str::to_owned),
                 child,
                 log,
             }),

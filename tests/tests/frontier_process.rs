@@ -678,3 +678,64 @@ async fn bad_input_gets_clear_answers_and_the_server_stays_up() {
         .unwrap_err();
     assert_eq!(no_key.code(), tonic::Code::InvalidArgument);
 }
+
+/// GETs a URL over a plain TCP connection (HTTP/1.1, one request).
+async fn http_get(url: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.unwrap();
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_metrics_count_puts_leases_commits_and_fill() {
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(
+        &dir.path().join("data"),
+        &["--partitions", "4", "--metrics-listen", "127.0.0.1:0"],
+    );
+    let metrics = frontier
+        .metrics
+        .clone()
+        .expect("the metrics URL is printed");
+    let urls: Vec<String> = (0..100).map(url).collect();
+    let mut items: Vec<UrlItem> = urls.iter().map(|u| discovered(u)).collect();
+    items.push(discovered("not a url"));
+    put_urls(&frontier, items, 101).await;
+    let mut client = frontier.client().await;
+    let leased = client
+        .get_ur_ls(GetParams {
+            item: Some(uf::get_params::Item::CrawlId("kill".into())),
+            ..GetParams::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .count()
+        .await;
+    assert_eq!(leased, 100);
+    let text = http_get(&metrics).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    for expected in [
+        "frontier_put_urls_total{kind=\"discovered\",status=\"ok\"} 100",
+        "frontier_put_urls_total{kind=\"discovered\",status=\"skipped\"} 1",
+        "frontier_skipped_urls_total{reason=\"invalid\"} 1",
+        "frontier_leases_total 100",
+        "frontier_partition_fill_ratio{partition=\"3\"}",
+        "frontier_commit_seconds_bucket",
+        "frontier_urls{state=\"pending\"} 100",
+    ] {
+        assert!(text.contains(expected), "{expected} missing from\n{text}");
+    }
+    // Metrics do not keep a clean shutdown from writing its snapshots.
+    assert!(frontier.terminate().success());
+}

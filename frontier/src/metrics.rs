@@ -1,0 +1,134 @@
+//! Prometheus metrics: recorded through the `metrics` facade where things
+//! happen (puts and acks by status, skips by reason, leases, lease
+//! expiries, commits and their latency, rebuilds), plus figures read at
+//! scrape time (per-partition fill ratio, URL counts), served as text on
+//! `GET /metrics` from a listener the caller bound.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+
+use crate::service::Frontier;
+
+/// Installs the process-wide Prometheus recorder; answers its handle, or
+/// `None` when a recorder is installed already (the first one stays).
+#[must_use]
+pub fn install() -> Option<PrometheusHandle> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
+            &[
+                0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
+            ],
+        )
+        .ok()?
+        .install_recorder()
+        .ok()?;
+    describe();
+    Some(handle)
+}
+
+fn describe() {
+    metrics::describe_counter!(
+        "frontier_put_urls_total",
+        "URLs put, by kind (discovered, known) and ack status (ok, skipped, fail)"
+    );
+    metrics::describe_counter!("frontier_skipped_urls_total", "URLs not stored, by reason");
+    metrics::describe_counter!("frontier_leases_total", "URLs handed out by GetURLs");
+    metrics::describe_counter!(
+        "frontier_lease_expiries_total",
+        "Leases that ran out before their URL was reported"
+    );
+    metrics::describe_counter!("frontier_commits_total", "Group-commit transactions");
+    metrics::describe_histogram!(
+        "frontier_commit_seconds",
+        "Time of one group-commit transaction, durable"
+    );
+    metrics::describe_counter!(
+        "frontier_filter_rebuilds_total",
+        "Partition filter rebuilds"
+    );
+    metrics::describe_gauge!(
+        "frontier_partition_fill_ratio",
+        "Fill ratio of each partition's filter"
+    );
+    metrics::describe_gauge!("frontier_filter_memory_bytes", "Memory of all filters");
+    metrics::describe_gauge!("frontier_urls", "Stored URLs by state (completed, pending)");
+}
+
+/// Sets the gauges read at scrape time.
+fn refresh(frontier: &Frontier) {
+    let report = frontier.filter_report();
+    for partition in &report.set.partitions {
+        metrics::gauge!("frontier_partition_fill_ratio", "partition" => partition.partition.to_string())
+            .set(partition.filter.fill_ratio);
+    }
+    metrics::gauge!("frontier_filter_memory_bytes").set(report.set.total.memory_bytes as f64);
+    let (mut completed, mut pending) = (0, 0);
+    for crawl in frontier.scheduler().crawls() {
+        let counts = frontier.counts(&crawl, "");
+        completed += counts.completed;
+        pending += counts.not_completed();
+    }
+    metrics::gauge!("frontier_urls", "state" => "completed").set(completed as f64);
+    metrics::gauge!("frontier_urls", "state" => "pending").set(pending as f64);
+}
+
+/// Serves `GET /metrics` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    handle: PrometheusHandle,
+    frontier: Arc<Frontier>,
+    shutdown: impl Future<Output = ()>,
+) {
+    // Connections hold the frontier weakly, so that a clean shutdown can
+    // take it back once this loop has ended.
+    let frontier = Arc::downgrade(&frontier);
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            () = &mut shutdown => return,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((stream, _)) = accepted else { continue };
+        let handle = handle.clone();
+        let frontier = frontier.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(
+                move |request: hyper::Request<hyper::body::Incoming>| {
+                    let handle = handle.clone();
+                    let frontier = frontier.clone();
+                    async move {
+                        let response = if request.uri().path() == "/metrics" {
+                            let text = tokio::task::spawn_blocking(move || {
+                                if let Some(frontier) = frontier.upgrade() {
+                                    refresh(&frontier);
+                                }
+                                handle.render()
+                            })
+                            .await
+                            .unwrap_or_default();
+                            hyper::Response::builder()
+                                .header("content-type", "text/plain; version=0.0.4")
+                                .body(Full::new(Bytes::from(text)))
+                        } else {
+                            hyper::Response::builder()
+                                .status(404)
+                                .body(Full::new(Bytes::from_static(b"metrics are at /metrics\n")))
+                        };
+                        Ok::<_, Infallible>(response.unwrap_or_default())
+                    }
+                },
+            );
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+        });
+    }
+}
