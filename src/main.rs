@@ -172,7 +172,7 @@ async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let server = tokio::spawn(frontier::server::run(
         listener,
         Arc::clone(&frontier),
-        frontier::grpc::Access::open(),
+        frontier::grpc::ServerOptions::open(),
         async {
             let _ = server_stopped.await;
         },

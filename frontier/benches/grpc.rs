@@ -45,7 +45,7 @@ async fn run(total: usize, streams: usize, round_trips: usize) {
     let server = tokio::spawn(frontier::server::run(
         listener,
         Arc::clone(&frontier),
-        frontier::grpc::Access::open(),
+        frontier::grpc::ServerOptions::open(),
         async {
             let _ = stopped.await;
         },

@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::ingest::{DedupMode, Discovered, Known, Outcome, UrlCheck};
 use crate::record::UrlRecord;
 use crate::scheduler::ServeRequest;
-use crate::service::{Frontier, FrontierError, crawl_or_default};
+use crate::service::{Frontier, FrontierError, UrlFilter, crawl_or_default};
 
 /// Items of a PutURLs stream taken into one store transaction at most.
 const PUT_BATCH: usize = 1024;
@@ -118,6 +118,40 @@ fn url_item_of(url: String, record: &UrlRecord, crawl: &str) -> uf::UrlItem {
     }
 }
 
+/// Changes a module's log level at run time (SetLogLevel): given the
+/// module (empty: every module) and the level name, answers an error text
+/// when it cannot.
+pub type LogControl = Arc<dyn Fn(&str, &str) -> Result<(), String> + Send + Sync>;
+
+/// What the services need besides the frontier.
+#[derive(Clone, Default)]
+pub struct ServerOptions {
+    /// Who may call mutating methods.
+    pub access: Access,
+    /// This node's address, for ListNodes (empty: the listener's).
+    pub node: String,
+    /// Run-time log levels; `None`: SetLogLevel answers UNIMPLEMENTED.
+    pub log_control: Option<LogControl>,
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("access", &self.access)
+            .field("node", &self.node)
+            .field("log_control", &self.log_control.is_some())
+            .finish()
+    }
+}
+
+impl ServerOptions {
+    /// No token, the listener's address, no log control.
+    #[must_use]
+    pub fn open() -> Self {
+        Self::default()
+    }
+}
+
 /// Who may call mutating methods: with a token set, only requests with
 /// `authorization: Bearer TOKEN`.
 #[derive(Debug, Clone, Default)]
@@ -173,14 +207,27 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 pub struct UrlFrontierService {
     frontier: Arc<Frontier>,
     access: Access,
+    options: ServerOptions,
 }
 
 impl UrlFrontierService {
-    /// The service over a frontier; control calls need `access`.
+    /// The service over a frontier; control calls need `options.access`.
     #[must_use]
-    pub fn new(frontier: Arc<Frontier>, access: Access) -> Self {
-        Self { frontier, access }
+    pub fn new(frontier: Arc<Frontier>, options: ServerOptions) -> Self {
+        Self {
+            frontier,
+            access: options.access.clone(),
+            options,
+        }
     }
+}
+
+/// Items a page of ListURLs or ListQueues holds when the client asks for 0.
+const DEFAULT_PAGE: usize = 100;
+
+/// A stored URL as the API lists it.
+fn listed(url: &str, record: &UrlRecord, crawl: &str) -> uf::UrlItem {
+    url_item_of(url.to_owned(), record, crawl)
 }
 
 /// One item of a PutURLs stream, sorted into its kind.
@@ -321,7 +368,10 @@ fn same_run(a: &PutItem, b: &PutItem) -> bool {
 #[tonic::async_trait]
 impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
     async fn list_nodes(&self, _: Request<uf::Empty>) -> Result<Response<uf::StringList>, Status> {
-        Err(Status::unimplemented("ListNodes arrives with issue 7"))
+        // Not clustered: the node is its own cluster.
+        Ok(Response::new(uf::StringList {
+            values: vec![self.options.node.clone()],
+        }))
     }
 
     async fn list_crawls(&self, _: Request<uf::Local>) -> Result<Response<uf::StringList>, Status> {
@@ -334,14 +384,36 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         request: Request<uf::DeleteCrawlMessage>,
     ) -> Result<Response<uf::Long>, Status> {
         self.access.check(&request)?;
-        Err(Status::unimplemented("DeleteCrawl arrives with issue 7"))
+        let crawl = request.into_inner().value;
+        let value = blocking(&self.frontier, move |f| f.delete(&crawl, None, None)).await?;
+        Ok(Response::new(uf::Long { value }))
     }
 
     async fn list_queues(
         &self,
-        _: Request<uf::Pagination>,
+        request: Request<uf::Pagination>,
     ) -> Result<Response<uf::QueueList>, Status> {
-        Err(Status::unimplemented("ListQueues arrives with issue 7"))
+        let page = request.into_inner();
+        let crawl = crawl_or_default(&page.crawl_id).to_owned();
+        let size = if page.size == 0 {
+            DEFAULT_PAGE
+        } else {
+            page.size as usize
+        };
+        let (values, total) = {
+            let crawl = crawl.clone();
+            blocking(&self.frontier, move |f| {
+                Ok(f.list_queues(&crawl, page.start as usize, size, page.include_inactive))
+            })
+            .await?
+        };
+        Ok(Response::new(uf::QueueList {
+            size: values.len() as u32,
+            values,
+            total: total as u64,
+            start: page.start,
+            crawl_id: crawl,
+        }))
     }
 
     type GetURLsStream = BoxStream<uf::UrlInfo>;
@@ -467,7 +539,17 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         request: Request<uf::QueueWithinCrawlParams>,
     ) -> Result<Response<uf::Long>, Status> {
         self.access.check(&request)?;
-        Err(Status::unimplemented("DeleteQueue arrives with issue 7"))
+        let params = request.into_inner();
+        if params.key.is_empty() {
+            return Err(Status::invalid_argument(
+                "DeleteQueue needs a queue key (DeleteCrawl drops a whole crawl)",
+            ));
+        }
+        let value = blocking(&self.frontier, move |f| {
+            f.delete(&params.crawl_id, Some(&params.key), None)
+        })
+        .await?;
+        Ok(Response::new(uf::Long { value }))
     }
 
     async fn block_queue_until(
@@ -533,7 +615,22 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         request: Request<uf::LogLevelParams>,
     ) -> Result<Response<uf::Empty>, Status> {
         self.access.check(&request)?;
-        Err(Status::unimplemented("SetLogLevel arrives with issue 7"))
+        let Some(control) = &self.options.log_control else {
+            return Err(Status::unimplemented(
+                "this frontier's log levels cannot change at run time",
+            ));
+        };
+        let params = request.into_inner();
+        let level = match params.level() {
+            uf::log_level_params::Level::Trace => "trace",
+            uf::log_level_params::Level::Debug => "debug",
+            uf::log_level_params::Level::Info => "info",
+            uf::log_level_params::Level::Warn => "warn",
+            uf::log_level_params::Level::Error => "error",
+        };
+        control(&params.package, level).map_err(Status::invalid_argument)?;
+        tracing::info!(module = %params.package, level, "log level changed");
+        Ok(Response::new(uf::Empty {}))
     }
 
     async fn set_crawl_limit(
@@ -583,16 +680,71 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
 
     async fn list_ur_ls(
         &self,
-        _: Request<uf::ListUrlParams>,
+        request: Request<uf::ListUrlParams>,
     ) -> Result<Response<Self::ListURLsStream>, Status> {
-        Err(Status::unimplemented("ListURLs arrives with issue 7"))
+        let params = request.into_inner();
+        let crawl = crawl_or_default(&params.crawl_id).to_owned();
+        let filter = UrlFilter::new(
+            (!params.key.is_empty()).then(|| params.key.clone()),
+            params.filter.clone().filter(|f| !f.is_empty()),
+            params.ignore_case.unwrap_or(false),
+        );
+        let skip = params.start as usize;
+        let size = if params.size == 0 {
+            DEFAULT_PAGE
+        } else {
+            params.size as usize
+        };
+        // Streamed from one store snapshot through a small channel: a page
+        // of any size costs the channel's few items of memory.
+        let (sender, receiver) = tokio::sync::mpsc::channel(64);
+        let frontier = Arc::clone(&self.frontier);
+        tokio::task::spawn_blocking(move || {
+            let mut seen = 0_usize;
+            let mut sent = 0_usize;
+            let scanned = frontier.scan_urls(&crawl, &filter, |url, record| {
+                seen += 1;
+                if seen <= skip {
+                    return true;
+                }
+                if sender
+                    .blocking_send(Ok(listed(url, record, &crawl)))
+                    .is_err()
+                {
+                    return false; // the client went away
+                }
+                sent += 1;
+                sent < size
+            });
+            if let Err(error) = scanned {
+                let _ = sender.blocking_send(Err(status_of(error)));
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(receiver),
+        )))
     }
 
     async fn count_ur_ls(
         &self,
-        _: Request<uf::CountUrlParams>,
+        request: Request<uf::CountUrlParams>,
     ) -> Result<Response<uf::Long>, Status> {
-        Err(Status::unimplemented("CountURLs arrives with issue 7"))
+        let params = request.into_inner();
+        let filter = UrlFilter::new(
+            (!params.key.is_empty()).then(|| params.key.clone()),
+            params.filter.clone().filter(|f| !f.is_empty()),
+            params.ignore_case.unwrap_or(false),
+        );
+        let value = blocking(&self.frontier, move |f| {
+            let mut count = 0;
+            f.scan_urls(&params.crawl_id, &filter, |_, _| {
+                count += 1;
+                true
+            })?;
+            Ok(count)
+        })
+        .await?;
+        Ok(Response::new(uf::Long { value }))
     }
 
     async fn purge_ur_ls(
@@ -600,7 +752,15 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         request: Request<uf::PurgeUrlParams>,
     ) -> Result<Response<uf::Long>, Status> {
         self.access.check(&request)?;
-        Err(Status::unimplemented("PurgeURLs arrives with issue 7"))
+        let params = request.into_inner();
+        let before =
+            (crate::service::now_ms() / 1000).saturating_sub(u64::from(params.days) * 86_400);
+        let value = blocking(&self.frontier, move |f| {
+            let queue = (!params.key.is_empty()).then_some(params.key.as_str());
+            f.delete(&params.crawl_id, queue, Some(before))
+        })
+        .await?;
+        Ok(Response::new(uf::Long { value }))
     }
 }
 

@@ -35,7 +35,7 @@ use crate::commit::{CommitFailed, CommitHook, Committer};
 use crate::record::UrlRecord;
 use crate::scope::{Rules, SeedHosts, SkipReason};
 use crate::snapshots;
-use crate::store::{Applied, KnownUrl, NewUrl, Store, StoreError, WriteOp};
+use crate::store::{Applied, Deletion, KnownUrl, NewUrl, Removed, Store, StoreError, WriteOp};
 
 /// How a "maybe" from the filter is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -547,9 +547,62 @@ impl Ingest {
         self.counters.get(partition).map(|c| {
             (
                 c.refuted_maybes.load(Ordering::Relaxed),
-                c.stored.load(Ordering::Relaxed) - c.stored_at_open,
+                c.stored
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(c.stored_at_open),
             )
         })
+    }
+
+    /// Removes a crawl's URLs (all, one queue's, or those created before a
+    /// date), durably; whole queues and, for a whole crawl, its scope go
+    /// too. Deleted URLs can be discovered again: in exact mode the store
+    /// refutes the filter's "maybe"; in Bloom mode, where a "maybe" is
+    /// final, the partitions that lost keys are rebuilt from the store
+    /// before this returns.
+    pub fn delete(
+        &self,
+        crawl: &str,
+        queue: Option<&str>,
+        created_before: Option<u64>,
+    ) -> Result<Removed, IngestError> {
+        let deletion = Deletion {
+            crawl: crawl.to_owned(),
+            queue: queue.map(str::to_owned),
+            created_before,
+            partitions: self.filters.partition_count() as u32,
+        };
+        let whole_crawl = queue.is_none() && deletion.removes_queues();
+        let committer = self.committer.as_ref().ok_or(StoreError::Stopped)?;
+        let applied = committer.apply(vec![WriteOp::Delete(deletion)])?;
+        let Some(Applied::Deleted(removed)) = applied.into_iter().next() else {
+            return Ok(Removed::default());
+        };
+        for (&partition, &count) in &removed.per_partition {
+            if let Some(counters) = self.counters.get(partition as usize) {
+                let _ = counters
+                    .stored
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                        Some(n.saturating_sub(count))
+                    });
+            }
+        }
+        if whole_crawl {
+            self.seeds
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(crawl);
+        }
+        if self.mode == DedupMode::Bloom {
+            for &partition in removed.per_partition.keys() {
+                let keys = self.counters[partition as usize]
+                    .stored
+                    .load(Ordering::Relaxed);
+                let capacity = (2 * keys).max(self.config.expected_urls_per_partition);
+                self.rebuild_partition(partition as usize, capacity)?;
+            }
+        }
+        Ok(removed)
     }
 
     /// Records the state clients report for URLs: each record is

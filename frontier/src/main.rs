@@ -95,6 +95,28 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Write a crawl's URLs as JSON lines, one URL item per line in the
+    /// proto3 JSON form of the API's URLItem (completed ones first).
+    Export {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Write here instead of stdout.
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Read URL items written by `export` and put them (as known items, so
+    /// their state comes along) into a frontier's crawl. Every line is
+    /// checked before anything is sent.
+    Import {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Put every URL into the crawl named by --crawl instead of the
+        /// crawl each line names.
+        #[arg(long)]
+        into_crawl: bool,
+        /// The file (`-`: stdin).
+        file: PathBuf,
+    },
     /// Ask the standard gRPC health service whether the frontier serves
     /// (exit 0) or not (exit 1): a container health check.
     Probe {
@@ -210,6 +232,10 @@ struct ServeArgs {
     /// Lease length when a GetURLs call gives none, in seconds.
     #[arg(long, env = "FRONTIER_LEASE_SECS", default_value_t = 30)]
     lease_secs: u32,
+    /// The address other nodes and clients reach this one by (ListNodes;
+    /// default: the listening address).
+    #[arg(long, env = "FRONTIER_ADVERTISE")]
+    advertise: Option<String>,
     /// Serve Prometheus metrics on this address (`GET /metrics`).
     #[arg(long, env = "FRONTIER_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
@@ -224,14 +250,8 @@ struct ServeArgs {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match run() {
+    let log_control = init_logging();
+    match run(log_control) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -240,7 +260,36 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> anyhow::Result<ExitCode> {
+/// Logging to stderr, `RUST_LOG` levels (default info), changeable at run
+/// time through SetLogLevel.
+fn init_logging() -> frontier::grpc::LogControl {
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .init();
+    Arc::new(move |module: &str, level: &str| {
+        let directive = if module.is_empty() {
+            level.to_owned()
+        } else {
+            format!("{module}={level}")
+        };
+        let directive = directive
+            .parse::<tracing_subscriber::filter::Directive>()
+            .map_err(|e| format!("{module:?} is not a module path: {e}"))?;
+        handle
+            .modify(|filter| {
+                let current = std::mem::replace(filter, tracing_subscriber::EnvFilter::new(""));
+                *filter = current.add_directive(directive);
+            })
+            .map_err(|e| e.to_string())
+    })
+}
+
+fn run(log_control: frontier::grpc::LogControl) -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -248,7 +297,7 @@ fn run() -> anyhow::Result<ExitCode> {
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Serve(args) => serve(*args).await,
+            Command::Serve(args) => serve(*args, log_control).await,
             Command::Seed { client, urls, file } => seed(client, urls, file).await,
             Command::Status {
                 client,
@@ -270,6 +319,12 @@ fn run() -> anyhow::Result<ExitCode> {
             Command::Pause { client } => set_active(client, false).await,
             Command::Resume { client } => set_active(client, true).await,
             Command::Probe { client } => probe(client).await,
+            Command::Export { client, output } => export(client, output).await,
+            Command::Import {
+                client,
+                into_crawl,
+                file,
+            } => import(client, into_crawl, file).await,
         }
     })
 }
@@ -321,7 +376,10 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
     })
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+async fn serve(
+    args: ServeArgs,
+    log_control: frontier::grpc::LogControl,
+) -> anyhow::Result<ExitCode> {
     let config = config_of(&args)?;
     let started = Instant::now();
     let frontier = tokio::task::spawn_blocking(move || Frontier::open(config))
@@ -371,7 +429,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(token) => frontier::grpc::Access::token(token),
         None => frontier::grpc::Access::open(),
     };
-    frontier::server::run(listener, Arc::clone(&frontier), access, shutdown_signal()).await?;
+    let options = frontier::grpc::ServerOptions {
+        access,
+        node: args.advertise.clone().unwrap_or_default(),
+        log_control: Some(log_control),
+    };
+    frontier::server::run(listener, Arc::clone(&frontier), options, shutdown_signal()).await?;
     let _ = stop_metrics.send(());
     if let Some(task) = metrics_task {
         let _ = task.await;
@@ -726,5 +789,188 @@ async fn probe(client: ClientArgs) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    })
+}
+
+/// The proto3 JSON form of a URL item (uint64 as strings, lowerCamel names
+/// as the API's JSON mapping gives them).
+fn item_json(item: &proto::urlfrontier::UrlItem) -> serde_json::Value {
+    use proto::urlfrontier::url_item::Item;
+    let info_json = |info: &proto::urlfrontier::UrlInfo| {
+        let metadata: serde_json::Map<String, serde_json::Value> = info
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::json!({ "values": v.values })))
+            .collect();
+        serde_json::json!({
+            "url": info.url,
+            "key": info.key,
+            "metadata": metadata,
+            "crawlID": info.crawl_id,
+        })
+    };
+    let mut value = serde_json::json!({
+        "ID": item.id,
+        "creationDate": item.creation_date.to_string(),
+    });
+    match &item.item {
+        Some(Item::Known(known)) => {
+            value["known"] = serde_json::json!({
+                "info": known.info.as_ref().map(info_json),
+                "refetchableFromDate": known.refetchable_from_date.to_string(),
+            });
+        }
+        Some(Item::Discovered(discovered)) => {
+            value["discovered"] =
+                serde_json::json!({ "info": discovered.info.as_ref().map(info_json) });
+        }
+        None => {}
+    }
+    value
+}
+
+/// Reads one exported line back into a URL item; a clear message when the
+/// line is not one.
+fn item_of_json(line: &str) -> Result<proto::urlfrontier::UrlItem, String> {
+    use proto::urlfrontier as uf;
+    let value: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let number = |v: &serde_json::Value| -> Result<u64, String> {
+        match v {
+            serde_json::Value::Null => Ok(0),
+            serde_json::Value::Number(n) => {
+                n.as_u64().ok_or_else(|| format!("{n} is not a uint64"))
+            }
+            serde_json::Value::String(s) => s.parse().map_err(|_| format!("{s:?} is not a uint64")),
+            other => Err(format!("{other} is not a uint64")),
+        }
+    };
+    let text = |v: &serde_json::Value, name: &str| -> Result<String, String> {
+        match v {
+            serde_json::Value::Null => Ok(String::new()),
+            serde_json::Value::String(s) => Ok(s.clone()),
+            other => Err(format!("{name} must be a string, not {other}")),
+        }
+    };
+    let info_of = |v: &serde_json::Value| -> Result<uf::UrlInfo, String> {
+        let url = text(&v["url"], "url")?;
+        if url.is_empty() {
+            return Err("an item without a url".into());
+        }
+        let mut metadata = std::collections::HashMap::new();
+        if let Some(map) = v["metadata"].as_object() {
+            for (key, list) in map {
+                let values = list["values"]
+                    .as_array()
+                    .ok_or_else(|| format!("metadata {key:?} has no values list"))?
+                    .iter()
+                    .map(|value| text(value, "a metadata value"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                metadata.insert(key.clone(), uf::StringList { values });
+            }
+        }
+        Ok(uf::UrlInfo {
+            url,
+            key: text(&v["key"], "key")?,
+            metadata,
+            crawl_id: text(&v["crawlID"], "crawlID")?,
+        })
+    };
+    let item = if value["known"].is_object() {
+        uf::url_item::Item::Known(uf::KnownUrlItem {
+            info: Some(info_of(&value["known"]["info"])?),
+            refetchable_from_date: number(&value["known"]["refetchableFromDate"])?,
+        })
+    } else if value["discovered"].is_object() {
+        uf::url_item::Item::Discovered(uf::DiscoveredUrlItem {
+            info: Some(info_of(&value["discovered"]["info"])?),
+        })
+    } else {
+        return Err("neither a known nor a discovered item".into());
+    };
+    Ok(uf::UrlItem {
+        item: Some(item),
+        id: text(&value["ID"], "ID")?,
+        creation_date: number(&value["creationDate"])?,
+    })
+}
+
+async fn export(client: ClientArgs, output: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let mut frontier = client.frontier().await?;
+    let mut stream = frontier
+        .list_ur_ls(proto::urlfrontier::ListUrlParams {
+            start: 0,
+            size: u32::MAX,
+            crawl_id: client.crawl.clone(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let mut out: Box<dyn Write> = match &output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let mut count = 0_u64;
+    while let Some(item) = stream.message().await? {
+        serde_json::to_writer(&mut out, &item_json(&item))?;
+        out.write_all(b"\n")?;
+        count += 1;
+    }
+    out.flush()?;
+    drop(out);
+    eprintln!("exported {count} URLs");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn import(client: ClientArgs, into_crawl: bool, file: PathBuf) -> anyhow::Result<ExitCode> {
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?
+    };
+    // Everything is checked first: a bad line stops the import before
+    // anything is sent.
+    let mut items = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut item = item_of_json(line)
+            .map_err(|reason| anyhow::anyhow!("line {}: {reason}", number + 1))?;
+        if into_crawl {
+            use proto::urlfrontier::url_item::Item;
+            let info = match &mut item.item {
+                Some(Item::Known(known)) => known.info.as_mut(),
+                Some(Item::Discovered(discovered)) => discovered.info.as_mut(),
+                None => None,
+            };
+            if let Some(info) = info {
+                info.crawl_id = client.crawl.clone();
+            }
+        }
+        items.push(item);
+    }
+    let mut frontier = client.frontier().await?;
+    let total = items.len();
+    let mut acks = frontier
+        .put_ur_ls(futures::stream::iter(items))
+        .await?
+        .into_inner();
+    let (mut ok, mut skipped, mut failed) = (0, 0, 0);
+    while let Some(ack) = acks.message().await? {
+        match ack.status() {
+            proto::urlfrontier::ack_message::Status::Ok => ok += 1,
+            proto::urlfrontier::ack_message::Status::Skipped => skipped += 1,
+            proto::urlfrontier::ack_message::Status::Fail => failed += 1,
+        }
+    }
+    println!("imported {ok} of {total} URLs, skipped {skipped}, failed {failed}");
+    Ok(if failed == 0 && ok + skipped == total {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(4)
     })
 }

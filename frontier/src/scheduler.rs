@@ -54,7 +54,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
-use crate::store::{Applied, QueueRecord, Store, StoreError, WriteOp};
+use crate::store::{Applied, Deletion, QueueRecord, Removed, Store, StoreError, WriteOp};
 
 /// Due URLs a refill reads from the store at once, and half the most a
 /// buffer holds before its tail goes back to being read from the store.
@@ -523,7 +523,75 @@ impl Scheduler {
                         self.wake(&queue, &mut state, known.due_at.saturating_mul(1000));
                     }
                 }
+                (WriteOp::Delete(deletion), Applied::Deleted(removed)) => {
+                    self.apply_deletion(deletion, removed);
+                }
                 _ => {}
+            }
+        }
+    }
+
+    fn apply_deletion(&self, deletion: &Deletion, removed: &Removed) {
+        let crawl = deletion.crawl.as_str();
+        // A queue that goes: emptied, so a serve holding it hands out
+        // nothing and never puts it back on a wake-up list.
+        let forget = |queue: &Arc<Queue>| {
+            let mut state = queue.lock();
+            state.record = QueueRecord::default();
+            state.buffer.clear();
+            state.leased.clear();
+            state.cursor = Cursor::All;
+            state.wake = None;
+        };
+        match (&deletion.queue, deletion.removes_queues()) {
+            (None, true) => {
+                let gone = self
+                    .crawls
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(crawl);
+                if let Some(gone) = gone {
+                    let queues: Vec<Arc<Queue>> = gone
+                        .queues
+                        .read()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .values()
+                        .cloned()
+                        .collect();
+                    queues.iter().for_each(forget);
+                }
+                self.default_delays_ms
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(crawl);
+            }
+            (Some(key), true) => {
+                let gone = self.crawl(crawl).and_then(|c| {
+                    c.queues
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(key)
+                });
+                if let Some(gone) = gone {
+                    forget(&gone);
+                }
+            }
+            (_, false) => {
+                // Some URLs of these queues went: their memory is read
+                // again from the store (leases stay; a lease of a removed
+                // URL ends without it coming back, as nothing is buffered
+                // before a refill reads the store).
+                for (key, (urls, completed)) in &removed.per_queue {
+                    let Some(queue) = self.queue(crawl, key) else {
+                        continue;
+                    };
+                    let mut state = queue.lock();
+                    state.record.urls = state.record.urls.saturating_sub(*urls);
+                    state.record.completed = state.record.completed.saturating_sub(*completed);
+                    state.buffer.clear();
+                    state.cursor = Cursor::NotLoaded;
+                    self.wake(&queue, &mut state, 0);
+                }
             }
         }
     }

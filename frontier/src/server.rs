@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
-use crate::grpc::{Access, AdminService, UrlFrontierService};
+use crate::grpc::{AdminService, ServerOptions, UrlFrontierService};
 use crate::service::Frontier;
 
 /// Why serving stopped with an error.
@@ -25,13 +25,19 @@ pub enum ServeError {
 
 /// Serves until `shutdown` completes, then stops taking calls and waits for
 /// the ones in flight (so their acks go out after their commits). The
-/// caller then shuts the frontier down. Mutating calls need `access`.
+/// caller then shuts the frontier down. Mutating calls need
+/// `options.access`.
 pub async fn run(
     listener: TcpListener,
     frontier: Arc<Frontier>,
-    access: Access,
+    mut options: ServerOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    if options.node.is_empty()
+        && let Ok(address) = listener.local_addr()
+    {
+        options.node = address.to_string();
+    }
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<proto::urlfrontier::url_frontier_server::UrlFrontierServer<UrlFrontierService>>()
@@ -53,11 +59,11 @@ pub async fn run(
         .add_service(reflection_alpha)
         .add_service(
             proto::urlfrontier::url_frontier_server::UrlFrontierServer::new(
-                UrlFrontierService::new(Arc::clone(&frontier), access.clone()),
+                UrlFrontierService::new(Arc::clone(&frontier), options.clone()),
             ),
         )
         .add_service(proto::admin::admin_server::AdminServer::new(
-            AdminService::new(frontier, access),
+            AdminService::new(frontier, options.access),
         ))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await?;

@@ -184,6 +184,40 @@ pub struct FilterReport {
     pub dedup: DedupMode,
 }
 
+/// Which stored URLs a listing or count takes.
+#[derive(Debug, Clone, Default)]
+pub struct UrlFilter {
+    /// Only this queue's.
+    pub queue: Option<String>,
+    /// Only URLs containing this text.
+    pub substring: Option<String>,
+    /// Compare without regard to case.
+    pub ignore_case: bool,
+}
+
+impl UrlFilter {
+    /// A filter; the substring is lower-cased once when case is ignored.
+    #[must_use]
+    pub fn new(queue: Option<String>, substring: Option<String>, ignore_case: bool) -> Self {
+        Self {
+            queue,
+            substring: substring.map(|s| if ignore_case { s.to_lowercase() } else { s }),
+            ignore_case,
+        }
+    }
+
+    fn matches(&self, url: &str, record: &UrlRecord) -> bool {
+        if self.queue.as_ref().is_some_and(|q| *q != record.queue_key) {
+            return false;
+        }
+        match &self.substring {
+            None => true,
+            Some(needle) if self.ignore_case => url.to_lowercase().contains(needle.as_str()),
+            Some(needle) => url.contains(needle.as_str()),
+        }
+    }
+}
+
 /// One URL handed out by [`Frontier::get_urls`], with its record.
 #[derive(Debug, Clone)]
 pub struct Lease {
@@ -487,6 +521,66 @@ impl Frontier {
             );
         });
         Ok(progress)
+    }
+
+    /// Removes a crawl's URLs: all of them (and its queues and scope), one
+    /// queue's, or those created before a UTC epoch second; answers how
+    /// many went (see [`Ingest::delete`]).
+    pub fn delete(
+        &self,
+        crawl: &str,
+        queue: Option<&str>,
+        created_before: Option<u64>,
+    ) -> Result<u64, FrontierError> {
+        let removed = self
+            .ingest
+            .delete(crawl_or_default(crawl), queue, created_before)?;
+        Ok(removed.urls)
+    }
+
+    /// A crawl's queue keys from `start`, at most `size`, and how many
+    /// there are in all.
+    #[must_use]
+    pub fn list_queues(
+        &self,
+        crawl: &str,
+        start: usize,
+        size: usize,
+        include_inactive: bool,
+    ) -> (Vec<String>, usize) {
+        let keys = self
+            .scheduler
+            .queue_keys(crawl_or_default(crawl), include_inactive);
+        let total = keys.len();
+        (keys.into_iter().skip(start).take(size).collect(), total)
+    }
+
+    /// Visits a crawl's stored URLs that match, completed ones first, until
+    /// `visit` answers `false`; memory stays bounded (one store snapshot,
+    /// one record at a time).
+    pub fn scan_urls(
+        &self,
+        crawl: &str,
+        filter: &UrlFilter,
+        mut visit: impl FnMut(&str, &UrlRecord) -> bool,
+    ) -> Result<(), FrontierError> {
+        let crawl = crawl_or_default(crawl);
+        let partitions = self.ingest.filters().partition_count() as u32;
+        for completed_pass in [true, false] {
+            let mut going = true;
+            self.ingest
+                .store()
+                .scan_crawl(crawl, partitions, |_, url, record| {
+                    if record.is_completed() == completed_pass && filter.matches(url, &record) {
+                        going = visit(url, &record);
+                    }
+                    going
+                })?;
+            if !going {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Filter health.

@@ -131,6 +131,42 @@ pub enum WriteOp {
     Discover(NewUrl),
     /// Overwrite (or create) a URL's state.
     Known(KnownUrl),
+    /// Remove URLs.
+    Delete(Deletion),
+}
+
+/// Which URLs a [`WriteOp::Delete`] removes: those of a crawl, optionally
+/// only of one queue, optionally only those created before a date.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    /// The crawl.
+    pub crawl: String,
+    /// Only this queue's URLs.
+    pub queue: Option<String>,
+    /// Only URLs created before this UTC epoch second.
+    pub created_before: Option<u64>,
+    /// The store's partition count (URL keys start with the partition).
+    pub partitions: u32,
+}
+
+impl Deletion {
+    /// Whether whole queues (and, without a queue, the crawl) go: settings
+    /// included, not only URLs.
+    #[must_use]
+    pub fn removes_queues(&self) -> bool {
+        self.created_before.is_none()
+    }
+}
+
+/// What a deletion removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Removed {
+    /// URLs removed.
+    pub urls: u64,
+    /// Per partition, URLs removed.
+    pub per_partition: std::collections::BTreeMap<u32, u64>,
+    /// Per queue, (URLs, completed URLs) removed.
+    pub per_queue: std::collections::BTreeMap<String, (u64, u64)>,
 }
 
 /// What one [`WriteOp`] did, for the scheduler's memory and the caller's
@@ -150,6 +186,8 @@ pub enum Applied {
         /// The queue it is in now.
         queue_key: String,
     },
+    /// What a deletion removed.
+    Deleted(Removed),
 }
 
 /// A URL to store if its crawl does not know it yet.
@@ -486,9 +524,67 @@ impl Store {
                             queue_key,
                         });
                     }
+                    WriteOp::Delete(deletion) => {
+                        let removed = Self::delete(&mut urls, &mut due, deletion)?;
+                        for (queue, (urls_removed, completed_removed)) in &removed.per_queue {
+                            let delta = deltas
+                                .entry((deletion.crawl.as_str(), queue.clone()))
+                                .or_default();
+                            delta.0 -= *urls_removed as i64;
+                            delta.1 -= *completed_removed as i64;
+                        }
+                        results.push(Applied::Deleted(removed));
+                    }
                 }
             }
             let mut queues = write.open_table(QUEUES)?;
+            let mut seed_hosts = write.open_table(SEED_HOSTS)?;
+            let mut crawl_settings = write.open_table(CRAWL_SETTINGS)?;
+            for op in ops {
+                let WriteOp::Delete(deletion) = op else {
+                    continue;
+                };
+                if !deletion.removes_queues() {
+                    continue;
+                }
+                // Whole queues go, settings and all (and with no queue
+                // named, the crawl's scope and default delay).
+                let crawl = deletion.crawl.as_str();
+                let doomed: Vec<String> = match &deletion.queue {
+                    Some(queue) => vec![queue.clone()],
+                    None => {
+                        let mut keys = Vec::new();
+                        for entry in queues.range((crawl, "")..)? {
+                            let (key, _) = entry?;
+                            let (entry_crawl, queue) = key.value();
+                            if entry_crawl != crawl {
+                                break;
+                            }
+                            keys.push(queue.to_owned());
+                        }
+                        keys
+                    }
+                };
+                for queue in &doomed {
+                    queues.remove((crawl, queue.as_str()))?;
+                    deltas.remove(&(crawl, queue.clone()));
+                }
+                if deletion.queue.is_none() {
+                    let mut hosts = Vec::new();
+                    for entry in seed_hosts.range((crawl, "")..)? {
+                        let (key, _) = entry?;
+                        let (entry_crawl, host) = key.value();
+                        if entry_crawl != crawl {
+                            break;
+                        }
+                        hosts.push(host.to_owned());
+                    }
+                    for host in hosts {
+                        seed_hosts.remove((crawl, host.as_str()))?;
+                    }
+                    crawl_settings.remove(crawl)?;
+                }
+            }
             for ((crawl, queue), (urls_delta, completed_delta)) in deltas {
                 if urls_delta == 0 && completed_delta == 0 {
                     continue;
@@ -534,6 +630,95 @@ impl Store {
             }
             None => Ok(true),
         }
+    }
+
+    fn delete(
+        urls: &mut redb::Table<'_, (u32, &str, &str), &[u8]>,
+        due: &mut redb::Table<'_, (&str, &str, u64, &str), u32>,
+        deletion: &Deletion,
+    ) -> Result<Removed, StoreError> {
+        let crawl = deletion.crawl.as_str();
+        let mut removed = Removed::default();
+        for partition in 0..deletion.partitions {
+            // (URL, queue, due date) of each URL to remove; collected first,
+            // since a table cannot change under its own iterator.
+            let mut doomed: Vec<(String, String, u64)> = Vec::new();
+            for entry in urls.range((partition, crawl, "")..(partition + 1, "", ""))? {
+                let (key, value) = entry?;
+                let (_, entry_crawl, url) = key.value();
+                if entry_crawl != crawl {
+                    break;
+                }
+                let record = UrlRecord::decode(value.value()).map_err(|source| {
+                    StoreError::CorruptRecord {
+                        crawl: crawl.to_owned(),
+                        url: url.to_owned(),
+                        source,
+                    }
+                })?;
+                if deletion
+                    .queue
+                    .as_ref()
+                    .is_some_and(|q| *q != record.queue_key)
+                {
+                    continue;
+                }
+                if deletion
+                    .created_before
+                    .is_some_and(|before| record.created_at >= before)
+                {
+                    continue;
+                }
+                doomed.push((url.to_owned(), record.queue_key, record.due_at));
+            }
+            for (url, queue, due_at) in doomed {
+                urls.remove((partition, crawl, url.as_str()))?;
+                if due_at != 0 {
+                    due.remove((crawl, queue.as_str(), due_at, url.as_str()))?;
+                }
+                removed.urls += 1;
+                *removed.per_partition.entry(partition).or_default() += 1;
+                let per_queue = removed.per_queue.entry(queue).or_default();
+                per_queue.0 += 1;
+                per_queue.1 += u64::from(due_at == 0);
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Calls `visit(partition, url, record)` for a crawl's URLs, partition
+    /// by partition, from one consistent snapshot, until it answers
+    /// `false`. Memory stays bounded however many URLs the crawl has.
+    pub fn scan_crawl(
+        &self,
+        crawl: &str,
+        partitions: u32,
+        mut visit: impl FnMut(u32, &str, UrlRecord) -> bool,
+    ) -> Result<(), StoreError> {
+        let read = self.db.begin_read()?;
+        let Some(table) = open_if_exists(&read, URLS)? else {
+            return Ok(());
+        };
+        for partition in 0..partitions {
+            for entry in table.range((partition, crawl, "")..(partition + 1, "", ""))? {
+                let (key, value) = entry?;
+                let (_, entry_crawl, url) = key.value();
+                if entry_crawl != crawl {
+                    break;
+                }
+                let record = UrlRecord::decode(value.value()).map_err(|source| {
+                    StoreError::CorruptRecord {
+                        crawl: crawl.to_owned(),
+                        url: url.to_owned(),
+                        source,
+                    }
+                })?;
+                if !visit(partition, url, record) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every queue and its record, in key order.
