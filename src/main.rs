@@ -56,6 +56,10 @@ struct Args {
     /// Most body bytes read per page.
     #[arg(long, default_value_t = 10 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// A page that failed transiently (5xx, timeout) is retried after
+    /// this many seconds, doubling for each further try.
+    #[arg(long, default_value_t = 30)]
+    retry_base_secs: u64,
     /// Stop after this many seconds (the crawl resumes on the next run).
     #[arg(long)]
     time_limit_secs: Option<u64>,
@@ -190,6 +194,7 @@ async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         config.fetch.allow_private = args.allow_private;
         config.fetch.max_body_bytes = args.max_body_bytes;
         config.lease_secs = 60;
+        config.retry_base = Duration::from_secs(args.retry_base_secs);
         if args.demo {
             config.retry_base = Duration::from_secs(1);
             config.fetch.max_body_bytes = 1024 * 1024;

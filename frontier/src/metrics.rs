@@ -96,6 +96,7 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
         };
         let Ok((stream, _)) = accepted else { continue };
+        let _ = stream.set_nodelay(true);
         let handle = handle.clone();
         let frontier = frontier.clone();
         tokio::spawn(async move {

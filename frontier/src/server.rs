@@ -23,6 +23,21 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
 }
 
+/// Accepted connections with Nagle's algorithm off: calls are small
+/// request/answer exchanges, and Nagle's wait for an ACK (which the peer
+/// delays) would add tens of milliseconds to each one.
+fn incoming(
+    listener: TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use futures::StreamExt;
+    TcpListenerStream::new(listener).map(|accepted| {
+        if let Ok(stream) = &accepted {
+            let _ = stream.set_nodelay(true);
+        }
+        accepted
+    })
+}
+
 /// Serves until `shutdown` completes, then stops taking calls and waits for
 /// the ones in flight (so their acks go out after their commits). The
 /// caller then shuts the frontier down. Mutating calls need
@@ -65,7 +80,7 @@ pub async fn run(
         .add_service(proto::admin::admin_server::AdminServer::new(
             AdminService::new(frontier, options.access),
         ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await?;
     Ok(())
 }

@@ -51,6 +51,8 @@ pub struct SiteConfig {
     pub crawl_delay: Option<u32>,
     /// How long `/slow.html` takes.
     pub slow: Duration,
+    /// Added to every answer (a server's think time, for benchmarks).
+    pub latency: Duration,
 }
 
 impl Default for SiteConfig {
@@ -59,6 +61,7 @@ impl Default for SiteConfig {
             pages: 30,
             crawl_delay: None,
             slow: Duration::from_millis(800),
+            latency: Duration::ZERO,
         }
     }
 }
@@ -224,6 +227,7 @@ impl MockSite {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                let _ = stream.set_nodelay(true);
                 let site = server.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {
@@ -286,6 +290,9 @@ impl MockSite {
             .map_or_else(|| "/".to_owned(), |pq| pq.as_str().to_owned());
         let in_flight = self.state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         let started = Instant::now();
+        if !self.config.latency.is_zero() {
+            tokio::time::sleep(self.config.latency).await;
+        }
         let response = self.route(&target).await;
         self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
         if self.log_hits {

@@ -19,6 +19,9 @@ struct Args {
     /// Regular pages.
     #[arg(long, env = "MOCK_SITE_PAGES", default_value_t = 30)]
     pages: usize,
+    /// Milliseconds added to every answer.
+    #[arg(long, env = "MOCK_SITE_LATENCY_MS", default_value_t = 0)]
+    latency_ms: u64,
     /// robots.txt Crawl-delay, seconds.
     #[arg(long, env = "MOCK_SITE_CRAWL_DELAY")]
     crawl_delay: Option<u32>,
@@ -41,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
         pages: args.pages,
         crawl_delay: args.crawl_delay,
         slow: Duration::from_millis(800),
+        latency: Duration::from_millis(args.latency_ms),
     };
     if let Some(depth) = args.print_expected {
         for (path, times) in expected_fetches(&config, depth) {
@@ -49,9 +53,10 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    // Port 0 binds a free port: links must name the bound one.
     let base = args
         .base_url
-        .unwrap_or_else(|| format!("http://{}", args.listen));
+        .unwrap_or_else(|| format!("http://{}", listener.local_addr().map_or(args.listen, |a| a)));
     let site = MockSite::serve_as(listener, config, &base, args.log_hits)?;
     println!("listening on {} as {}", site.addr, site.base());
     // Containers stop with SIGTERM, terminals with Ctrl-C.
