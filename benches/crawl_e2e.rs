@@ -51,7 +51,14 @@ fn main() {
         let dir = tempfile::tempdir().expect("temp dir");
         let started = Instant::now();
         let status = Command::new(wget)
-            .args(["--recursive", "--level", &depth, "--no-parent", "--quiet", "--tries=1"])
+            .args([
+                "--recursive",
+                "--level",
+                &depth,
+                "--no-parent",
+                "--quiet",
+                "--tries=1",
+            ])
             .arg("--directory-prefix")
             .arg(dir.path())
             .arg(format!("{}/", site.base()))
@@ -61,7 +68,10 @@ fn main() {
         // wget exits 8 when some pages answered an error (the site has a
         // 404 and a 500) and 4 when a URL's host does not resolve (the
         // site's off-site redirect): still a finished crawl.
-        assert!(matches!(status.code(), Some(0 | 4 | 8)), "wget failed: {status}");
+        assert!(
+            matches!(status.code(), Some(0 | 4 | 8)),
+            "wget failed: {status}"
+        );
         let fetched = pages(&site);
         (fetched, seconds, fetched as f64 / seconds)
     });

@@ -30,7 +30,7 @@ use bloom_core::{FilterError, KeyHash, Layout, PartitionedBloom};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::canonical::{CanonError, canonicalise};
+use crate::canonical::{CanonError, CanonicalUrl, canonicalise};
 use crate::commit::{CommitFailed, CommitHook, Committer};
 use crate::record::UrlRecord;
 use crate::scope::{Rules, SeedHosts, SkipReason};
@@ -554,6 +554,20 @@ impl Ingest {
         })
     }
 
+    /// The canonical form of a URL a client sent, or why it is refused
+    /// before any rule is asked (unparseable, too long, a queue key over
+    /// the API's limit).
+    fn accept(&self, url: &str, queue_key: &str) -> Result<CanonicalUrl, SkipReason> {
+        let canonical = canonicalise(url, self.max_url_length).map_err(|error| match error {
+            CanonError::TooLong { .. } => SkipReason::TooLong,
+            _ => SkipReason::Invalid,
+        })?;
+        if queue_key.len() > MAX_QUEUE_KEY {
+            return Err(SkipReason::Invalid);
+        }
+        Ok(canonical)
+    }
+
     /// Removes a crawl's URLs (all, one queue's, or those created before a
     /// date), durably; whole queues and, for a whole crawl, its scope go
     /// too. Deleted URLs can be discovered again: in exact mode the store
@@ -621,21 +635,13 @@ impl Ingest {
         let mut keys = Vec::new();
         let mut ops = Vec::new();
         for item in items {
-            let canonical = match canonicalise(&item.url, self.max_url_length) {
+            let canonical = match self.accept(&item.url, &item.queue_key) {
                 Ok(canonical) => canonical,
-                Err(CanonError::TooLong { .. }) => {
-                    outcomes.push(Outcome::Skipped(SkipReason::TooLong));
-                    continue;
-                }
-                Err(_) => {
-                    outcomes.push(Outcome::Skipped(SkipReason::Invalid));
+                Err(reason) => {
+                    outcomes.push(Outcome::Skipped(reason));
                     continue;
                 }
             };
-            if item.queue_key.len() > MAX_QUEUE_KEY {
-                outcomes.push(Outcome::Skipped(SkipReason::Invalid));
-                continue;
-            }
             outcomes.push(Outcome::Stored);
             let partition = partition_of(crawl, canonical.host(), partitions);
             keys.push((partition, filter_key(crawl, canonical.as_str())));
@@ -686,21 +692,13 @@ impl Ingest {
         let mut candidates = Vec::new();
         let mut new_urls = Vec::new();
         for item in items {
-            let canonical = match canonicalise(&item.url, self.max_url_length) {
+            let canonical = match self.accept(&item.url, &item.queue_key) {
                 Ok(canonical) => canonical,
-                Err(CanonError::TooLong { .. }) => {
-                    outcomes.push(Outcome::Skipped(SkipReason::TooLong));
-                    continue;
-                }
-                Err(_) => {
-                    outcomes.push(Outcome::Skipped(SkipReason::Invalid));
+                Err(reason) => {
+                    outcomes.push(Outcome::Skipped(reason));
                     continue;
                 }
             };
-            if item.queue_key.len() > MAX_QUEUE_KEY {
-                outcomes.push(Outcome::Skipped(SkipReason::Invalid));
-                continue;
-            }
             if let Err(reason) = rules.admit(&canonical, item.depth, &seeds) {
                 outcomes.push(Outcome::Skipped(reason));
                 continue;

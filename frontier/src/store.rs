@@ -289,6 +289,15 @@ storage_error_from!(
     redb::CommitError
 );
 
+/// Reads a stored record; damage is an error naming the URL.
+fn decode_record(crawl: &str, url: &str, bytes: &[u8]) -> Result<UrlRecord, StoreError> {
+    UrlRecord::decode(bytes).map_err(|source| StoreError::CorruptRecord {
+        crawl: crawl.to_owned(),
+        url: url.to_owned(),
+        source,
+    })
+}
+
 /// Opens a table for reading; a table never written yet reads as absent.
 fn open_if_exists<K: redb::Key + 'static, V: redb::Value + 'static>(
     read: &redb::ReadTransaction,
@@ -465,13 +474,7 @@ impl Store {
                         let key = (known.partition, known.crawl.as_str(), known.url.as_str());
                         let previous = match urls.get(key)? {
                             Some(bytes) => {
-                                Some(UrlRecord::decode(bytes.value()).map_err(|source| {
-                                    StoreError::CorruptRecord {
-                                        crawl: known.crawl.clone(),
-                                        url: known.url.clone(),
-                                        source,
-                                    }
-                                })?)
+                                Some(decode_record(&known.crawl, &known.url, bytes.value())?)
                             }
                             None => None,
                         };
@@ -649,13 +652,7 @@ impl Store {
                 if entry_crawl != crawl {
                     break;
                 }
-                let record = UrlRecord::decode(value.value()).map_err(|source| {
-                    StoreError::CorruptRecord {
-                        crawl: crawl.to_owned(),
-                        url: url.to_owned(),
-                        source,
-                    }
-                })?;
+                let record = decode_record(crawl, url, value.value())?;
                 if deletion
                     .queue
                     .as_ref()
@@ -706,13 +703,7 @@ impl Store {
                 if entry_crawl != crawl {
                     break;
                 }
-                let record = UrlRecord::decode(value.value()).map_err(|source| {
-                    StoreError::CorruptRecord {
-                        crawl: crawl.to_owned(),
-                        url: url.to_owned(),
-                        source,
-                    }
-                })?;
+                let record = decode_record(crawl, url, value.value())?;
                 if !visit(partition, url, record) {
                     return Ok(());
                 }
@@ -910,13 +901,7 @@ impl Store {
         let Some(bytes) = table.get((partition, crawl, url))? else {
             return Ok(None);
         };
-        UrlRecord::decode(bytes.value())
-            .map(Some)
-            .map_err(|source| StoreError::CorruptRecord {
-                crawl: crawl.to_owned(),
-                url: url.to_owned(),
-                source,
-            })
+        decode_record(crawl, url, bytes.value()).map(Some)
     }
 
     /// The partition count URL keys were made with; recorded on first use.
@@ -953,12 +938,7 @@ impl Store {
         for entry in table.iter()? {
             let (key, value) = entry?;
             let (partition, crawl, url) = key.value();
-            let record =
-                UrlRecord::decode(value.value()).map_err(|source| StoreError::CorruptRecord {
-                    crawl: crawl.to_owned(),
-                    url: url.to_owned(),
-                    source,
-                })?;
+            let record = decode_record(crawl, url, value.value())?;
             visit(partition, crawl, url, &record);
             count += 1;
         }

@@ -127,42 +127,48 @@ impl FrontierLink {
         }
     }
 
-    /// Sets a queue's delay (robots Crawl-delay); a few attempts, since
-    /// losing it only costs politeness the next robots fetch restores.
+    /// Sets a queue's delay (robots Crawl-delay).
     pub async fn set_delay(&self, crawl: &str, queue: &str, secs: u32) {
-        for attempt in 0..5 {
-            let mut client = self.client.clone();
-            let sent = client
-                .set_delay(uf::QueueDelayParams {
-                    key: queue.to_owned(),
-                    delay_requestable: secs,
-                    crawl_id: crawl.to_owned(),
-                    local: false,
-                })
-                .await;
-            match sent {
-                Ok(_) => return,
-                Err(status) => tracing::warn!(%status, queue, "SetDelay failed"),
-            }
-            tokio::time::sleep(retry_delay(attempt)).await;
-        }
+        let params = uf::QueueDelayParams {
+            key: queue.to_owned(),
+            delay_requestable: secs,
+            crawl_id: crawl.to_owned(),
+            local: false,
+        };
+        self.control("SetDelay", queue, |mut client| {
+            let params = params.clone();
+            async move { client.set_delay(params).await.map(|_| ()) }
+        })
+        .await;
     }
 
     /// Blocks a queue until a UTC epoch second (Retry-After).
     pub async fn block_queue(&self, crawl: &str, queue: &str, until: u64) {
+        let params = uf::BlockQueueParams {
+            key: queue.to_owned(),
+            time: until,
+            crawl_id: crawl.to_owned(),
+            local: false,
+        };
+        self.control("BlockQueueUntil", queue, |mut client| {
+            let params = params.clone();
+            async move { client.block_queue_until(params).await.map(|_| ()) }
+        })
+        .await;
+    }
+
+    /// A control call, tried a few times: losing one costs politeness for
+    /// a while (the next robots.txt read or answer sends it again), never
+    /// a result.
+    async fn control<F, Fut>(&self, name: &str, queue: &str, call: F)
+    where
+        F: Fn(UrlFrontierClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<(), tonic::Status>>,
+    {
         for attempt in 0..5 {
-            let mut client = self.client.clone();
-            let sent = client
-                .block_queue_until(uf::BlockQueueParams {
-                    key: queue.to_owned(),
-                    time: until,
-                    crawl_id: crawl.to_owned(),
-                    local: false,
-                })
-                .await;
-            match sent {
-                Ok(_) => return,
-                Err(status) => tracing::warn!(%status, queue, "BlockQueueUntil failed"),
+            match call(self.client.clone()).await {
+                Ok(()) => return,
+                Err(status) => tracing::warn!(%status, queue, "{name} failed"),
             }
             tokio::time::sleep(retry_delay(attempt)).await;
         }

@@ -54,9 +54,12 @@ async fn main() -> anyhow::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     // Port 0 binds a free port: links must name the bound one.
-    let base = args
-        .base_url
-        .unwrap_or_else(|| format!("http://{}", listener.local_addr().map_or(args.listen, |a| a)));
+    let base = args.base_url.unwrap_or_else(|| {
+        format!(
+            "http://{}",
+            listener.local_addr().map_or(args.listen, |a| a)
+        )
+    });
     let site = MockSite::serve_as(listener, config, &base, args.log_hits)?;
     println!("listening on {} as {}", site.addr, site.base());
     // Containers stop with SIGTERM, terminals with Ctrl-C.
