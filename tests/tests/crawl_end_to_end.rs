@@ -59,6 +59,24 @@ async fn three_workers_crawl_the_site_exactly_once() {
         .collect();
     let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
     assert!(status.success(), "{text}");
+    // Filter health during the crawl: every page fetched so far was stored,
+    // and the estimate from the fill ratio follows the exact count.
+    site.answered_at_least(40).await;
+    let mut admin = frontier.admin().await;
+    let during = admin
+        .get_filter_health(proto::admin::GetFilterHealthRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .total
+        .unwrap();
+    assert!(during.items_inserted >= 38, "{}", during.items_inserted);
+    let items = during.items_inserted as f64;
+    assert!(
+        (during.estimated_items - items).abs() <= 0.2 * items + 5.0,
+        "estimated {} for {items}",
+        during.estimated_items
+    );
     let (status, text) = frontier_cli(
         &endpoint,
         &["status", "--wait", "--timeout-secs", "180", "--json"],
@@ -134,7 +152,6 @@ async fn three_workers_crawl_the_site_exactly_once() {
     assert_eq!(log_lines, expected.values().sum::<u32>() as usize + 1);
 
     // Filter health: one key per distinct URL the crawl stored.
-    let mut admin = frontier.admin().await;
     let progress = admin
         .get_progress(proto::admin::GetProgressRequest::default())
         .await
