@@ -347,3 +347,51 @@ async fn a_crawl_delay_spaces_requests_to_its_host() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_serves_prometheus_metrics() {
+    let config = SiteConfig {
+        pages: 3,
+        ..SiteConfig::default()
+    };
+    let site = MockSite::start(config).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(
+        &dir.path().join("data"),
+        &[
+            "--partitions",
+            "2",
+            "--default-delay-ms",
+            "0",
+            "--max-depth",
+            "2",
+        ],
+    );
+    let endpoint = frontier.endpoint();
+    // The exporter binds its own listener: take a free port and hand it on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = WORKER_ARGS.to_vec();
+    args.extend(["--metrics-listen", &listen]);
+    let _worker = WorkerProcess::start(&endpoint, &dir.path().join("out"), "m1", &args);
+    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
+    assert!(status.success(), "{text}");
+    let (status, text) = frontier_cli(&endpoint, &["status", "--wait", "--timeout-secs", "120"]);
+    assert!(status.success(), "{text}");
+    let text = crawl_tests::http_get(&format!("http://{listen}/metrics")).await;
+    for expected in [
+        "worker_fetches_total{class=\"2xx\"}".to_owned(),
+        "worker_fetches_total{class=\"5xx\"} 1".to_owned(),
+        "worker_robots_lookups_total{result=\"fetched\"} 1".to_owned(),
+        "worker_robots_lookups_total{result=\"cached\"}".to_owned(),
+        "worker_fetch_seconds".to_owned(),
+        "worker_bytes_total".to_owned(),
+        "worker_in_flight 0".to_owned(),
+    ] {
+        assert!(text.contains(&expected), "{expected} missing:\n{text}");
+    }
+}

@@ -679,23 +679,6 @@ async fn bad_input_gets_clear_answers_and_the_server_stays_up() {
     assert_eq!(no_key.code(), tonic::Code::InvalidArgument);
 }
 
-/// GETs a URL over a plain TCP connection (HTTP/1.1, one request).
-async fn http_get(url: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://").unwrap();
-    let (host, path) = rest.split_at(rest.find('/').unwrap());
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).await.unwrap();
-    text
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_metrics_count_puts_leases_commits_and_fill() {
     let dir = tempfile::tempdir().unwrap();
@@ -723,7 +706,7 @@ async fn prometheus_metrics_count_puts_leases_commits_and_fill() {
         .count()
         .await;
     assert_eq!(leased, 100);
-    let text = http_get(&metrics).await;
+    let text = crawl_tests::http_get(&metrics).await;
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     for expected in [
         "frontier_put_urls_total{kind=\"discovered\",status=\"ok\"} 100",

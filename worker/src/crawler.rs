@@ -285,7 +285,9 @@ pub async fn run(
             let context = Arc::clone(&context);
             tasks.spawn(async move {
                 context.stats.in_flight.fetch_add(1, Ordering::Relaxed);
+                metrics::gauge!("worker_in_flight").increment(1.0);
                 process(&context, info).await;
+                metrics::gauge!("worker_in_flight").decrement(1.0);
                 context.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
                 drop(permit);
             });
@@ -400,6 +402,11 @@ async fn fetch_and_parse(
     log: &mut serde_json::Value,
 ) -> (Outcome, Option<u16>) {
     let lookup = context.robots.get(&context.fetcher, url).await;
+    metrics::counter!(
+        "worker_robots_lookups_total",
+        "result" => if lookup.fresh { "fetched" } else { "cached" }
+    )
+    .increment(1);
     if lookup.fresh {
         on_new_robots(context, info, url, &lookup.robots).await;
     }
@@ -414,10 +421,14 @@ async fn fetch_and_parse(
             return (Outcome::Retry("robots_unavailable", None), None);
         }
     }
-    let fetched = match context.fetcher.get(url).await {
+    let fetch_started = std::time::Instant::now();
+    let fetched = context.fetcher.get(url).await;
+    metrics::histogram!("worker_fetch_seconds").record(fetch_started.elapsed().as_secs_f64());
+    let fetched = match fetched {
         Ok(fetched) => fetched,
         Err(error) => {
             tracing::info!(url = %url, %error, "fetch failed");
+            metrics::counter!("worker_fetches_total", "class" => "failed").increment(1);
             context.stats.failures.fetch_add(1, Ordering::Relaxed);
             log["error"] = error.to_string().into();
             return if error.is_transient() {
@@ -432,6 +443,15 @@ async fn fetch_and_parse(
     stats
         .bytes
         .fetch_add(fetched.body.len() as u64, Ordering::Relaxed);
+    let class = match fetched.status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    metrics::counter!("worker_fetches_total", "class" => class).increment(1);
+    metrics::counter!("worker_bytes_total").increment(fetched.body.len() as u64);
     log["content_type"] = fetched.media_type().into();
     log["bytes"] = fetched.body.len().into();
     log["truncated"] = fetched.truncated.into();

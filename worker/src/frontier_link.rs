@@ -89,6 +89,8 @@ impl FrontierLink {
                     tracing::warn!(%status, batch = %batch.id, "outlinks not acknowledged; resending");
                 }
             }
+            metrics::counter!("worker_report_retries_total", "call" => "PutDiscovered")
+                .increment(1);
             tokio::time::sleep(retry_delay(attempt)).await;
             attempt += 1;
         }
@@ -122,6 +124,7 @@ impl FrontierLink {
                 Ok(ack) => tracing::warn!(id = %ack.id, "frontier failed a report; resending"),
                 Err(status) => tracing::warn!(%status, "report not acknowledged; resending"),
             }
+            metrics::counter!("worker_report_retries_total", "call" => "PutURLs").increment(1);
             tokio::time::sleep(retry_delay(attempt)).await;
             attempt += 1;
         }

@@ -72,6 +72,11 @@ struct Args {
     /// Seconds in-flight fetches get to finish on SIGINT/SIGTERM.
     #[arg(long, env = "WORKER_SHUTDOWN_SECS", default_value_t = 10)]
     shutdown_secs: u64,
+    /// Serve Prometheus metrics on this address (`GET /metrics`): fetches
+    /// by status class, bytes, fetch latency, fetches in flight, robots.txt
+    /// cache hits, report retries.
+    #[arg(long, env = "WORKER_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Do not read sitemaps.
     #[arg(long, env = "WORKER_NO_SITEMAPS")]
     no_sitemaps: bool,
@@ -121,7 +126,32 @@ fn main_result() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let metrics_listen = args.metrics_listen;
     runtime.block_on(async move {
+        if let Some(address) = metrics_listen {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .with_http_listener(address)
+                .install()
+                .with_context(|| format!("cannot serve metrics on {address}"))?;
+            metrics::describe_counter!(
+                "worker_fetches_total",
+                "Fetches by status class (failed: no answer)"
+            );
+            metrics::describe_counter!("worker_bytes_total", "Body bytes read");
+            metrics::describe_histogram!(
+                "worker_fetch_seconds",
+                "Time of one fetch, to the end of its body"
+            );
+            metrics::describe_gauge!("worker_in_flight", "URLs being processed now");
+            metrics::describe_counter!(
+                "worker_robots_lookups_total",
+                "robots.txt lookups: cached or fetched"
+            );
+            metrics::describe_counter!(
+                "worker_report_retries_total",
+                "Reports to the frontier sent again"
+            );
+        }
         tracing::info!(frontier = %config.frontier, worker = %config.worker_id, "worker starting");
         run(config, Arc::new(WorkerStats::default()), shutdown_signal()).await?;
         tracing::info!("worker stopped");
