@@ -347,7 +347,7 @@ async fn process(context: &Context, info: UrlInfo) {
         }
         Outcome::Retry(reason, at) if retries < context.config.max_retries => {
             stats.retries.fetch_add(1, Ordering::Relaxed);
-            let backoff = context.config.retry_base.as_secs().max(1) << retries.min(16);
+            let backoff = retry_backoff_secs(context.config.retry_base, retries);
             let due = at.unwrap_or_else(|| now_secs() + backoff).max(1);
             let mut metadata = info.metadata.clone();
             metadata.insert("retries".into(), meta_value((retries + 1).to_string()));
@@ -377,6 +377,17 @@ async fn process(context: &Context, info: UrlInfo) {
     }
     let report = UrlInfo { metadata, ..info };
     context.link.put_known(report, due).await;
+}
+
+/// Seconds before the next try of a URL that failed `retries` times
+/// already: the base (at least a second), doubling per try, capped at a
+/// day so a large retry count never overflows or parks a URL for years.
+#[must_use]
+pub fn retry_backoff_secs(base: Duration, retries: u32) -> u64 {
+    base.as_secs()
+        .max(1)
+        .saturating_mul(1 << retries.min(16))
+        .min(24 * 3600)
 }
 
 fn request_head(url: &Url, user_agent: &str) -> Vec<u8> {
@@ -637,4 +648,38 @@ pub fn metadata(pairs: &[(&str, &str)]) -> HashMap<String, StringList> {
         .iter()
         .map(|(key, value)| ((*key).to_owned(), meta_value(*value)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_doubling_from_the_base_up_to_a_day() {
+        let base = Duration::from_secs(30);
+        let schedule: Vec<u64> = (0..4).map(|r| retry_backoff_secs(base, r)).collect();
+        assert_eq!(schedule, vec![30, 60, 120, 240]);
+        assert_eq!(retry_backoff_secs(Duration::ZERO, 0), 1, "never zero");
+        assert_eq!(retry_backoff_secs(base, 40), 24 * 3600, "capped");
+        assert_eq!(
+            retry_backoff_secs(Duration::from_secs(u64::MAX), 3),
+            24 * 3600
+        );
+    }
+
+    #[test]
+    fn frontier_retries_double_from_100_ms_to_10_s() {
+        use crate::frontier_link::retry_delay;
+        assert_eq!(retry_delay(0), Duration::from_millis(100));
+        assert_eq!(retry_delay(1), Duration::from_millis(200));
+        assert_eq!(retry_delay(6), Duration::from_millis(6400));
+        assert_eq!(retry_delay(7), Duration::from_secs(10));
+        assert_eq!(retry_delay(u32::MAX), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn the_robots_token_is_the_user_agents_first_word() {
+        assert_eq!(product_token("frontierbot/0.1 (+https://x)"), "frontierbot");
+        assert_eq!(product_token("MyBot"), "MyBot");
+    }
 }
