@@ -11,12 +11,20 @@
 //! - [`snapshots`]: filter snapshots written at a clean shutdown and
 //!   trusted only while the store is unchanged since.
 //! - [`store`]: the redb store: single-opener lock, schema version checks,
-//!   the `urls` table.
+//!   tables for URLs, the due index, queues and crawl settings.
 //! - [`commit`]: group commit, so concurrent writers share transactions.
-//! - [`ingest`]: discovered URLs in: canonicalise, admit, exact (or Bloom)
-//!   dedup against partitioned filters that always hold every stored key.
+//! - [`ingest`]: discovered and known URLs in: canonicalise, admit, exact
+//!   (or Bloom) dedup against partitioned filters that always hold every
+//!   stored key; deletions; online filter rebuilds.
+//! - [`scheduler`]: queues, leases, the serving gate, wake-up lists.
+//! - [`service`]: the frontier as one object (ingest, scheduler, rebuild
+//!   thread, progress), what the gRPC layer and `crawl` call.
+//! - [`grpc`]: the URL Frontier v2.6 and admin services, errors to statuses
+//!   in one place, the admin token.
+//! - [`server`]: both services with health and reflection on a listener.
+//! - [`metrics`]: Prometheus metrics and their endpoint.
 //!
-//! The service itself (storage, scheduler, gRPC) is being built on these.
+//! `src/main.rs` is the `frontier` binary: `serve` and the admin client.
 
 pub mod canonical;
 pub mod commit;

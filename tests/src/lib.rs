@@ -6,9 +6,17 @@
 //! - this file: helpers the tests share: building and locating the
 //!   workspace's binaries, running a `frontier serve` process on a free
 //!   port, killing it (SIGKILL) or stopping it (SIGTERM), and gRPC clients.
+//! - [`mock_site`]: the deterministic web site with its ground truth (also
+//!   the `mock-site` binary and `crawl --demo`).
 //! - `tests/frontier_process.rs`: the frontier as a real process: acks
 //!   survive kill -9, completed URLs stay completed, a second server on one
-//!   data directory is refused, a clean stop reuses its snapshots.
+//!   data directory is refused, a clean stop reuses its snapshots, rebuilds
+//!   under load, the token, bad input, metrics.
+//! - `tests/conformance.rs`: the URL Frontier API, method by method.
+//! - `tests/crawl_end_to_end.rs`: frontier + worker processes crawling the
+//!   mock site, exactly; worker and frontier kills; Crawl-delay.
+//! - `tests/crawl_command.rs`: `crawl --demo`, stop and resume.
+//! - `tests/deploy_manifests.rs`: deploy/ checked without a cluster.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
