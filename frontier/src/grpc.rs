@@ -27,6 +27,7 @@ pub fn status_of(error: FrontierError) -> Status {
         FrontierError::InvalidArgument(message) => Status::invalid_argument(message),
         FrontierError::NotFound(message) => Status::not_found(message),
         FrontierError::ShuttingDown => Status::unavailable(error.to_string()),
+        FrontierError::Thread(_) => Status::internal(error.to_string()),
         FrontierError::Ingest(error) => {
             tracing::error!(%error, "storage failure");
             Status::unavailable(format!("storage failure, nothing was stored: {error}"))

@@ -96,6 +96,9 @@ pub enum FrontierError {
     /// The frontier is shutting down.
     #[error("the frontier is shutting down")]
     ShuttingDown,
+    /// A thread of the frontier could not start.
+    #[error("cannot start the filter rebuild thread: {0}")]
+    Thread(std::io::Error),
 }
 
 impl From<StoreError> for FrontierError {
@@ -309,7 +312,7 @@ impl Frontier {
                         }
                     }
                 })
-                .map_err(|e| FrontierError::Ingest(IngestError::Snapshot(e)))?
+                .map_err(FrontierError::Thread)?
         };
         let frontier = Self {
             ingest,
