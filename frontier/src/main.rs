@@ -547,22 +547,40 @@ async fn status(
             print_progress(progress);
         }
     };
-    let mut admin = client.admin().await?;
+    let admin = client.admin().await?;
+    let progress = |mut admin: AdminClient<Intercepted>, crawl: String| async move {
+        anyhow::Ok(
+            admin
+                .get_progress(proto::admin::GetProgressRequest { crawl_id: crawl })
+                .await?
+                .into_inner(),
+        )
+    };
+    if !wait {
+        show(&progress(admin, client.crawl.clone()).await?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Waiting polls GetStats, which the frontier answers from memory;
+    // GetProgress reads the crawl's due index, so it is asked once, at the
+    // end.
+    let mut frontier = client.frontier().await?;
     let started = Instant::now();
     loop {
-        let progress = admin
-            .get_progress(proto::admin::GetProgressRequest {
+        let stats = frontier
+            .get_stats(proto::urlfrontier::QueueWithinCrawlParams {
+                key: String::new(),
                 crawl_id: client.crawl.clone(),
+                local: false,
             })
             .await?
             .into_inner();
-        let finished = progress.discovered > 0 && progress.completed == progress.discovered;
-        if !wait || finished {
-            show(&progress);
+        let completed = stats.counts.get("completed").copied().unwrap_or(0);
+        if completed > 0 && stats.size == 0 {
+            show(&progress(admin, client.crawl.clone()).await?);
             return Ok(ExitCode::SUCCESS);
         }
         if timeout_secs.is_some_and(|limit| started.elapsed() >= Duration::from_secs(limit)) {
-            show(&progress);
+            show(&progress(admin.clone(), client.crawl.clone()).await?);
             eprintln!("crawl not finished after {} s", started.elapsed().as_secs());
             return Ok(ExitCode::from(2));
         }
