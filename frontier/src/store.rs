@@ -289,6 +289,24 @@ storage_error_from!(
     redb::CommitError
 );
 
+/// The second parts of a (crawl, name) table's keys for one crawl: its
+/// queue keys, or its seed hosts.
+fn names_under<V: redb::Value + 'static>(
+    table: &redb::Table<'_, (&str, &str), V>,
+    crawl: &str,
+) -> Result<Vec<String>, StoreError> {
+    let mut names = Vec::new();
+    for entry in table.range((crawl, "")..)? {
+        let (key, _) = entry?;
+        let (entry_crawl, name) = key.value();
+        if entry_crawl != crawl {
+            break;
+        }
+        names.push(name.to_owned());
+    }
+    Ok(names)
+}
+
 /// Reads a stored record; damage is an error naming the URL.
 fn decode_record(crawl: &str, url: &str, bytes: &[u8]) -> Result<UrlRecord, StoreError> {
     UrlRecord::decode(bytes).map_err(|source| StoreError::CorruptRecord {
@@ -555,34 +573,14 @@ impl Store {
                 let crawl = deletion.crawl.as_str();
                 let doomed: Vec<String> = match &deletion.queue {
                     Some(queue) => vec![queue.clone()],
-                    None => {
-                        let mut keys = Vec::new();
-                        for entry in queues.range((crawl, "")..)? {
-                            let (key, _) = entry?;
-                            let (entry_crawl, queue) = key.value();
-                            if entry_crawl != crawl {
-                                break;
-                            }
-                            keys.push(queue.to_owned());
-                        }
-                        keys
-                    }
+                    None => names_under(&queues, crawl)?,
                 };
                 for queue in &doomed {
                     queues.remove((crawl, queue.as_str()))?;
                     deltas.remove(&(crawl, queue.clone()));
                 }
                 if deletion.queue.is_none() {
-                    let mut hosts = Vec::new();
-                    for entry in seed_hosts.range((crawl, "")..)? {
-                        let (key, _) = entry?;
-                        let (entry_crawl, host) = key.value();
-                        if entry_crawl != crawl {
-                            break;
-                        }
-                        hosts.push(host.to_owned());
-                    }
-                    for host in hosts {
+                    for host in names_under(&seed_hosts, crawl)? {
                         seed_hosts.remove((crawl, host.as_str()))?;
                     }
                     crawl_settings.remove(crawl)?;
