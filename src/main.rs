@@ -121,7 +121,7 @@ async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
                 .context("cannot create a demo directory")?;
             args.out = Some(dir.keep());
         }
-        site = Some(mock);
+        site = Some((mock, config));
     }
     let out = args
         .out
@@ -223,10 +223,16 @@ async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     tokio::task::spawn_blocking(move || frontier.shutdown())
         .await?
         .context("clean stop failed (the store is intact; the next run rebuilds its filters)")?;
-    if let Some(site) = site
+    if let Some((site, config)) = site
         && ending == Ending::Finished
     {
-        return Ok(check_demo(&site, args.max_depth.unwrap_or(40), &warc_dir));
+        // Checked against the configuration the site was started with.
+        return Ok(check_demo(
+            &site,
+            &config,
+            args.max_depth.unwrap_or(40),
+            &warc_dir,
+        ));
     }
     Ok(match ending {
         Ending::Finished => ExitCode::SUCCESS,
@@ -349,10 +355,11 @@ fn summarize(
 /// The demo checks itself against the mock site's ground truth.
 fn check_demo(
     site: &crawl_tests::mock_site::MockSite,
+    config: &crawl_tests::mock_site::SiteConfig,
     max_depth: u32,
     warc_dir: &std::path::Path,
 ) -> ExitCode {
-    let expected = crawl_tests::mock_site::expected_fetches(&site_config(), max_depth);
+    let expected = crawl_tests::mock_site::expected_fetches(config, max_depth);
     let fetched: std::collections::BTreeMap<String, u32> = site
         .fetch_counts()
         .into_iter()
@@ -383,8 +390,4 @@ fn check_demo(
         );
         ExitCode::FAILURE
     }
-}
-
-fn site_config() -> crawl_tests::mock_site::SiteConfig {
-    crawl_tests::mock_site::SiteConfig::default()
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bloom_core::{PartitionHealth, RebuildReport, SetHealth};
+use bloom_core::{RebuildReport, SetHealth};
 
 use crate::ingest::{
     DedupMode, Discovered, FilterConfig, Ingest, IngestError, Known, Outcome, UrlCheck,
@@ -604,11 +604,6 @@ impl Frontier {
             target_fp_rate: self.config.filters.fp_rate,
             dedup: self.config.dedup,
         }
-    }
-
-    /// Health of one partition's filter.
-    pub fn partition_health(&self, partition: usize) -> Result<PartitionHealth, FrontierError> {
-        Ok(self.ingest.filters().partition_health(partition)?)
     }
 
     /// Rebuilds one partition's filter or all of them, each sized for twice

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use proto::urlfrontier::{GetParams, StringList, UrlInfo, get_params};
+use proto::urlfrontier::{GetParams, UrlInfo, get_params};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use url::Url;
@@ -639,15 +639,6 @@ async fn on_new_robots(
             send_outlinks(context, info, &parsed_url, 0, chunk.to_vec()).await;
         }
     }
-}
-
-/// A metadata map from pairs, for tests and callers building items.
-#[must_use]
-pub fn metadata(pairs: &[(&str, &str)]) -> HashMap<String, StringList> {
-    pairs
-        .iter()
-        .map(|(key, value)| ((*key).to_owned(), meta_value(*value)))
-        .collect()
 }
 
 #[cfg(test)]

@@ -221,12 +221,6 @@ impl Fetcher {
         })
     }
 
-    /// The configuration.
-    #[must_use]
-    pub fn config(&self) -> &FetchConfig {
-        &self.config
-    }
-
     /// GETs a URL; a non-2xx status is a response, not an error.
     pub async fn get(&self, url: &Url) -> Result<Fetched, FetchError> {
         // Literal addresses never reach the resolver.
