@@ -63,37 +63,28 @@ impl FrontierLink {
     /// answers how many were new (OK).
     pub async fn put_outlinks(&self, id: String, items: Vec<UrlInfo>) -> usize {
         let batch = DiscoveredBatch { id, items };
-        let mut attempt = 0;
-        loop {
-            let mut client = self.client.clone();
-            let sent = async {
-                let mut acks = client
-                    .put_discovered(futures::stream::iter([batch.clone()]))
-                    .await?
-                    .into_inner();
-                acks.message()
-                    .await?
-                    .ok_or_else(|| tonic::Status::unavailable("no ack"))
-            }
+        let ack = self
+            .resend_until_acked(
+                "PutDiscovered",
+                |mut client| {
+                    let batch = batch.clone();
+                    async move {
+                        first_ack(
+                            client
+                                .put_discovered(futures::stream::iter([batch]))
+                                .await?
+                                .into_inner(),
+                        )
+                        .await
+                    }
+                },
+                |ack: &uf::BatchAck| !ack.statuses.contains(&(Ack::Fail as i32)),
+            )
             .await;
-            match sent {
-                Ok(ack) if !ack.statuses.contains(&(Ack::Fail as i32)) => {
-                    return ack
-                        .statuses
-                        .iter()
-                        .filter(|s| **s == Ack::Ok as i32)
-                        .count();
-                }
-                Ok(_) => tracing::warn!(batch = %batch.id, "frontier failed outlinks; resending"),
-                Err(status) => {
-                    tracing::warn!(%status, batch = %batch.id, "outlinks not acknowledged; resending");
-                }
-            }
-            metrics::counter!("worker_report_retries_total", "call" => "PutDiscovered")
-                .increment(1);
-            tokio::time::sleep(retry_delay(attempt)).await;
-            attempt += 1;
-        }
+        ack.statuses
+            .iter()
+            .filter(|s| **s == Ack::Ok as i32)
+            .count()
     }
 
     /// Reports a URL's state (a known item) until it is acknowledged.
@@ -106,25 +97,46 @@ impl FrontierLink {
             })),
             ..UrlItem::default()
         };
+        self.resend_until_acked(
+            "PutURLs",
+            |mut client| {
+                let item = item.clone();
+                async move {
+                    first_ack(
+                        client
+                            .put_ur_ls(futures::stream::iter([item]))
+                            .await?
+                            .into_inner(),
+                    )
+                    .await
+                }
+            },
+            |ack: &uf::AckMessage| ack.status() != Ack::Fail,
+        )
+        .await;
+    }
+
+    /// Sends one report (`send` opens the call and answers its first ack)
+    /// again and again, with a growing pause, until an ack is `final_ack`:
+    /// an unacknowledged result is never dropped.
+    async fn resend_until_acked<A, F, Fut>(
+        &self,
+        call: &'static str,
+        send: F,
+        final_ack: impl Fn(&A) -> bool,
+    ) -> A
+    where
+        F: Fn(UrlFrontierClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<A, tonic::Status>>,
+    {
         let mut attempt = 0;
         loop {
-            let mut client = self.client.clone();
-            let sent = async {
-                let mut acks = client
-                    .put_ur_ls(futures::stream::iter([item.clone()]))
-                    .await?
-                    .into_inner();
-                acks.message()
-                    .await?
-                    .ok_or_else(|| tonic::Status::unavailable("no ack"))
+            match send(self.client.clone()).await {
+                Ok(ack) if final_ack(&ack) => return ack,
+                Ok(_) => tracing::warn!(call, "the frontier answered FAIL; resending"),
+                Err(status) => tracing::warn!(%status, call, "not acknowledged; resending"),
             }
-            .await;
-            match sent {
-                Ok(ack) if ack.status() != Ack::Fail => return,
-                Ok(ack) => tracing::warn!(id = %ack.id, "frontier failed a report; resending"),
-                Err(status) => tracing::warn!(%status, "report not acknowledged; resending"),
-            }
-            metrics::counter!("worker_report_retries_total", "call" => "PutURLs").increment(1);
+            metrics::counter!("worker_report_retries_total", "call" => call).increment(1);
             tokio::time::sleep(retry_delay(attempt)).await;
             attempt += 1;
         }
@@ -176,6 +188,13 @@ impl FrontierLink {
             tokio::time::sleep(retry_delay(attempt)).await;
         }
     }
+}
+
+/// The first ack of a streamed call.
+async fn first_ack<T>(mut acks: tonic::Streaming<T>) -> Result<T, tonic::Status> {
+    acks.message()
+        .await?
+        .ok_or_else(|| tonic::Status::unavailable("the call ended without an ack"))
 }
 
 /// One metadata value as the API carries it.
