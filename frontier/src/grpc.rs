@@ -489,7 +489,12 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         request: Request<Streaming<uf::DiscoveredBatch>>,
     ) -> Result<Response<Self::PutDiscoveredStream>, Status> {
         let frontier = Arc::clone(&self.frontier);
-        let acks = request.into_inner().then(move |batch| {
+        // Several batches of one stream are in flight at once, so that one
+        // client's batches share group commits instead of each waiting for
+        // the last one's: discovered batches are independent of each other
+        // (the same URL in two of them is stored once either way). Acks
+        // keep the batches' order.
+        let acks = request.into_inner().map(move |batch| {
             let frontier = Arc::clone(&frontier);
             async move {
                 let batch = batch.map_err(incoming_error)?;
@@ -507,7 +512,9 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
                 Ok(uf::BatchAck { id, statuses })
             }
         });
-        Ok(Response::new(Box::pin(acks)))
+        Ok(Response::new(Box::pin(
+            acks.buffered(DISCOVERED_BATCHES_IN_FLIGHT),
+        )))
     }
 
     async fn get_stats(
@@ -764,6 +771,9 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         Ok(Response::new(uf::Long { value }))
     }
 }
+
+/// Batches of one PutDiscovered stream processed at once.
+const DISCOVERED_BATCHES_IN_FLIGHT: usize = 8;
 
 /// Statuses of one discovered batch, in order; a storage failure fails the
 /// whole batch (nothing of it was stored).

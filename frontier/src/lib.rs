@@ -38,3 +38,4 @@ pub mod server;
 pub mod service;
 pub mod snapshots;
 pub mod store;
+pub mod wal;

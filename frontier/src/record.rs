@@ -125,22 +125,27 @@ pub enum RecordError {
     /// Metadata keys repeated or out of order.
     #[error("URL record metadata keys are repeated or out of order")]
     UnorderedMetadata,
+    /// A field holds a value no version of the form has.
+    #[error("unknown tag {0}")]
+    UnknownTag(u8),
     /// Bytes after the last field.
     #[error("{0} unexpected bytes after a URL record")]
     TrailingBytes(usize),
 }
 
-fn put_str(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn put_str(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(&(text.len() as u32).to_le_bytes());
     out.extend_from_slice(text.as_bytes());
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
+/// Reads the little-endian fields of the store's binary forms, checking
+/// each length against the bytes left.
+pub(crate) struct Reader<'a> {
+    pub(crate) bytes: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, count: usize) -> Result<&'a [u8], RecordError> {
+    pub(crate) fn take(&mut self, count: usize) -> Result<&'a [u8], RecordError> {
         if self.bytes.len() < count {
             return Err(RecordError::Truncated);
         }
@@ -149,22 +154,22 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn u8(&mut self) -> Result<u8, RecordError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, RecordError> {
         Ok(self.take(1)?[0])
     }
 
-    fn u32(&mut self) -> Result<u32, RecordError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, RecordError> {
         let bytes = self.take(4)?;
         Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
     }
 
-    fn u64(&mut self) -> Result<u64, RecordError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, RecordError> {
         let mut word = [0_u8; 8];
         word.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(word))
     }
 
-    fn string(&mut self) -> Result<String, RecordError> {
+    pub(crate) fn string(&mut self) -> Result<String, RecordError> {
         let length = self.u32()? as usize;
         let bytes = self.take(length)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| RecordError::InvalidUtf8)

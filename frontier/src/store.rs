@@ -23,12 +23,15 @@
 
 use std::path::{Path, PathBuf};
 
+use std::sync::Mutex;
+
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::record::{RecordError, UrlRecord};
+use crate::wal::{LogRecord, Recovered, Wal, WalError};
 
 /// The schema this build reads and writes.
-pub const SCHEMA_VERSION: u64 = 1;
+pub const SCHEMA_VERSION: u64 = 2;
 
 /// The store's file name inside the data directory.
 pub const FILE_NAME: &str = "frontier.redb";
@@ -43,6 +46,8 @@ const DUE: TableDefinition<'_, (&str, &str, u64, &str), u32> = TableDefinition::
 const QUEUES: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("queues");
 const CRAWL_SETTINGS: TableDefinition<'_, &str, u32> = TableDefinition::new("crawl_settings");
 const SERVING_PAUSED_KEY: &str = "serving_paused";
+/// The LSN of the last write-ahead log record applied (see [`crate::wal`]).
+const APPLIED_LSN_KEY: &str = "applied_lsn";
 
 /// A queue's persistent state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -258,6 +263,12 @@ pub enum StoreError {
     /// The committer has stopped (the server is shutting down).
     #[error("the store's committer has stopped")]
     Stopped,
+    /// The write-ahead log failed, or holds what cannot be replayed.
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    /// A redb transaction could not be made non-durable.
+    #[error("store operation failed: {0}")]
+    Durability(#[from] redb::SetDurabilityError),
     /// A stored record cannot be read.
     #[error("stored record of {url} in crawl {crawl:?} is damaged: {source}")]
     CorruptRecord {
@@ -332,11 +343,27 @@ fn open_if_exists<K: redb::Key + 'static, V: redb::Value + 'static>(
 pub struct Store {
     db: Database,
     path: PathBuf,
+    /// Every write transaction runs under this lock, so the log's records
+    /// and redb's transactions happen in one order.
+    wal: Mutex<Wal>,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // A clean close leaves redb durable and the log empty, so the next
+        // start replays nothing. After a log failure nothing more is
+        // committed: the next start replays what the log holds.
+        if self.lock_wal().check_writable().is_ok() {
+            if let Err(error) = self.checkpoint() {
+                tracing::warn!(%error, "final checkpoint failed; the next start replays the write-ahead log");
+            }
+        }
     }
 }
 
@@ -358,9 +385,105 @@ impl Store {
                 source,
             },
         })?;
-        let store = Self { db, path };
-        store.check_schema()?;
+        Self::check_schema(&db, &path)?;
+        let (wal, recovered) = Wal::open(data_dir)?;
+        let store = Self {
+            db,
+            path,
+            wal: Mutex::new(wal),
+        };
+        store.replay(recovered)?;
         Ok(store)
+    }
+
+    /// Applies the log's records the durable store does not hold yet, then
+    /// checkpoints, so the store starts from a durable state and an empty
+    /// log.
+    fn replay(&self, recovered: Recovered) -> Result<(), StoreError> {
+        let durable = self.applied_lsn()?;
+        let mut wal = self.lock_wal();
+        let pending: Vec<&LogRecord> = recovered
+            .records
+            .iter()
+            .filter(|record| record.lsn > durable)
+            .collect();
+        if let Some(first) = pending.first() {
+            if first.lsn != durable + 1 {
+                return Err(WalError::Gap {
+                    path: wal.path().to_owned(),
+                    durable,
+                    first: first.lsn,
+                }
+                .into());
+            }
+        }
+        if recovered.dropped_bytes > 0 {
+            tracing::warn!(
+                bytes = recovered.dropped_bytes,
+                path = %wal.path().display(),
+                "dropping the torn end of the write-ahead log (a group that was never acknowledged)"
+            );
+        }
+        for record in &pending {
+            let mut write = self.db.begin_write()?;
+            write.set_durability(redb::Durability::None)?;
+            Self::apply_in(&write, &record.ops, record.lsn)?;
+            write.commit()?;
+        }
+        let mut write = self.db.begin_write()?;
+        write.set_quick_repair(true);
+        write.commit()?;
+        if let Some(last) = pending.last() {
+            wal.set_last_lsn(last.lsn);
+        } else {
+            wal.set_last_lsn(durable);
+        }
+        wal.checkpointed();
+        if !pending.is_empty() {
+            tracing::info!(
+                records = pending.len(),
+                ops = pending.iter().map(|r| r.ops.len()).sum::<usize>(),
+                "replayed the write-ahead log"
+            );
+        }
+        Ok(())
+    }
+
+    /// The LSN of the last log record redb holds.
+    fn applied_lsn(&self) -> Result<u64, StoreError> {
+        let read = self.db.begin_read()?;
+        let meta = read.open_table(META)?;
+        Ok(meta.get(APPLIED_LSN_KEY)?.map_or(0, |v| v.value()))
+    }
+
+    fn lock_wal(&self) -> std::sync::MutexGuard<'_, Wal> {
+        // A panic while holding the lock leaves the log as consistent as any
+        // failed write does: its `len` only moves past complete records.
+        self.wal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `change` in a write transaction committed durably; everything
+    /// applied before is durable with it, so the log is emptied.
+    fn write_durably<T>(
+        &self,
+        change: impl FnOnce(&redb::WriteTransaction) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut wal = self.lock_wal();
+        wal.check_writable()?;
+        let mut write = self.db.begin_write()?;
+        write.set_quick_repair(true);
+        let out = change(&write)?;
+        write.commit()?;
+        wal.checkpointed();
+        Ok(out)
+    }
+
+    /// Makes everything applied so far durable in redb and empties the log
+    /// (at shutdown; otherwise writes do it about once a second).
+    pub fn checkpoint(&self) -> Result<(), StoreError> {
+        self.write_durably(|_| Ok(()))
     }
 
     /// The store file.
@@ -397,8 +520,7 @@ impl Store {
     /// It is cleared before the first write after start-up, so snapshots are
     /// never trusted for a store that changed after they were taken.
     pub fn set_clean_shutdown_token(&self, token: Option<u64>) -> Result<(), StoreError> {
-        let write = self.db.begin_write()?;
-        {
+        self.write_durably(|write| {
             let mut meta = write.open_table(META)?;
             match token {
                 Some(token) => {
@@ -408,31 +530,34 @@ impl Store {
                     meta.remove(CLEAN_TOKEN_KEY)?;
                 }
             }
-        }
-        write.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 
-    fn check_schema(&self) -> Result<(), StoreError> {
-        let read = self.db.begin_read()?;
+    fn check_schema(db: &Database, path: &Path) -> Result<(), StoreError> {
+        let read = db.begin_read()?;
         let found = match open_if_exists(&read, META)? {
             Some(meta) => meta.get(SCHEMA_VERSION_KEY)?.map(|v| v.value()),
             None => None,
         };
         match found {
             Some(version) if version > SCHEMA_VERSION => Err(StoreError::NewerSchema {
-                path: self.path.clone(),
+                path: path.to_owned(),
                 found: version,
             }),
-            Some(_) => Ok(()),
-            None => {
-                if read.list_tables()?.next().is_some() {
+            Some(SCHEMA_VERSION) => Ok(()),
+            found => {
+                if found.is_none() && read.list_tables()?.next().is_some() {
                     return Err(StoreError::NotAFrontierStore {
-                        path: self.path.clone(),
+                        path: path.to_owned(),
                     });
                 }
                 drop(read);
-                let write = self.db.begin_write()?;
+                // Fresh, or version 1: version 2 only adds the write-ahead
+                // log, so the tables are read as they are; the version is
+                // raised so that a version 1 build, which would ignore the
+                // log, refuses the store.
+                let write = db.begin_write()?;
                 write
                     .open_table(META)?
                     .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
@@ -458,8 +583,57 @@ impl Store {
     /// Applies writes in order, all in one transaction that is durable when
     /// this returns: URL records, their `due` entries and their queues'
     /// counts together.
+    ///
+    /// Durable through the write-ahead log: the group is appended to the
+    /// log, applied with a non-durable redb commit (readers see it at once)
+    /// and the log synced; about once a second the group is committed
+    /// durably to redb instead and the log emptied.
     pub fn apply(&self, ops: &[WriteOp]) -> Result<Vec<Applied>, StoreError> {
-        let write = self.db.begin_write()?;
+        let mut wal = self.lock_wal();
+        wal.check_writable()?;
+        let lsn = wal.last_lsn() + 1;
+        let checkpoint = wal.checkpoint_due();
+        let record_start = wal.end();
+        if !checkpoint {
+            wal.append(lsn, ops)?;
+        }
+        let applied = (|| {
+            let mut write = self.db.begin_write()?;
+            if checkpoint {
+                write.set_quick_repair(true);
+            } else {
+                write.set_durability(redb::Durability::None)?;
+            }
+            let results = Self::apply_in(&write, ops, lsn)?;
+            write.commit()?;
+            Ok(results)
+        })();
+        match applied {
+            Err(error) => {
+                if !checkpoint {
+                    wal.unappend(record_start);
+                }
+                Err(error)
+            }
+            Ok(results) => {
+                wal.set_last_lsn(lsn);
+                if checkpoint {
+                    wal.checkpointed();
+                } else {
+                    wal.sync()?;
+                }
+                Ok(results)
+            }
+        }
+    }
+
+    /// Applies a group's writes in `write` and records its log number.
+    fn apply_in(
+        write: &redb::WriteTransaction,
+        ops: &[WriteOp],
+        lsn: u64,
+    ) -> Result<Vec<Applied>, StoreError> {
+        write.open_table(META)?.insert(APPLIED_LSN_KEY, lsn)?;
         let mut results = Vec::with_capacity(ops.len());
         // Queue count changes, summed per queue and written once.
         let mut deltas: std::collections::HashMap<(&str, String), (i64, i64)> =
@@ -606,7 +780,6 @@ impl Store {
                 queues.insert(key, record.encode().as_slice())?;
             }
         }
-        write.commit()?;
         Ok(results)
     }
 
@@ -740,8 +913,7 @@ impl Store {
         queue: &str,
         change: impl FnOnce(&mut QueueRecord),
     ) -> Result<QueueRecord, StoreError> {
-        let write = self.db.begin_write()?;
-        let record = {
+        self.write_durably(|write| {
             let mut queues = write.open_table(QUEUES)?;
             let mut record = match queues.get((crawl, queue))? {
                 Some(bytes) => QueueRecord::decode(bytes.value()).map_err(|source| {
@@ -755,18 +927,16 @@ impl Store {
             };
             change(&mut record);
             queues.insert((crawl, queue), record.encode().as_slice())?;
-            record
-        };
-        write.commit()?;
-        Ok(record)
+            Ok(record)
+        })
     }
 
     /// Sets the default delay of a crawl's queues, durably.
     pub fn set_default_delay(&self, crawl: &str, secs: u32) -> Result<(), StoreError> {
-        let write = self.db.begin_write()?;
-        write.open_table(CRAWL_SETTINGS)?.insert(crawl, secs)?;
-        write.commit()?;
-        Ok(())
+        self.write_durably(|write| {
+            write.open_table(CRAWL_SETTINGS)?.insert(crawl, secs)?;
+            Ok(())
+        })
     }
 
     /// Every crawl's default delay.
@@ -796,12 +966,12 @@ impl Store {
 
     /// Records whether serving is paused, durably.
     pub fn set_serving_paused(&self, paused: bool) -> Result<(), StoreError> {
-        let write = self.db.begin_write()?;
-        write
-            .open_table(META)?
-            .insert(SERVING_PAUSED_KEY, u64::from(paused))?;
-        write.commit()?;
-        Ok(())
+        self.write_durably(|write| {
+            write
+                .open_table(META)?
+                .insert(SERVING_PAUSED_KEY, u64::from(paused))?;
+            Ok(())
+        })
     }
 
     /// Up to `limit` due entries of one queue after `after` (exclusive;
@@ -860,15 +1030,13 @@ impl Store {
 
     /// Registers hosts as seeds of a crawl, durably.
     pub fn add_seed_hosts(&self, crawl: &str, hosts: &[String]) -> Result<(), StoreError> {
-        let write = self.db.begin_write()?;
-        {
+        self.write_durably(|write| {
             let mut table = write.open_table(SEED_HOSTS)?;
             for host in hosts {
                 table.insert((crawl, host.as_str()), ())?;
             }
-        }
-        write.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Calls `visit(crawl, host)` for every registered seed host.
@@ -904,19 +1072,17 @@ impl Store {
 
     /// The partition count URL keys were made with; recorded on first use.
     pub fn partitions(&self, configured: u32) -> Result<u32, StoreError> {
-        let write = self.db.begin_write()?;
-        let recorded = {
+        let recorded = self.write_durably(|write| {
             let mut meta = write.open_table(META)?;
             let recorded = meta.get(PARTITIONS_KEY)?.map(|v| v.value());
-            match recorded {
+            Ok(match recorded {
                 Some(recorded) => recorded,
                 None => {
                     meta.insert(PARTITIONS_KEY, u64::from(configured))?;
                     u64::from(configured)
                 }
-            }
-        };
-        write.commit()?;
+            })
+        })?;
         u32::try_from(recorded).map_err(|_| StoreError::NotAFrontierStore {
             path: self.path.clone(),
         })
@@ -966,12 +1132,12 @@ impl Store {
 
     #[cfg(test)]
     fn set_schema_version(&self, version: u64) -> Result<(), StoreError> {
-        let write = self.db.begin_write()?;
-        write
-            .open_table(META)?
-            .insert(SCHEMA_VERSION_KEY, version)?;
-        write.commit()?;
-        Ok(())
+        self.write_durably(|write| {
+            write
+                .open_table(META)?
+                .insert(SCHEMA_VERSION_KEY, version)?;
+            Ok(())
+        })
     }
 }
 
@@ -992,6 +1158,103 @@ mod tests {
             Store::open(&nested).unwrap().schema_version().unwrap(),
             SCHEMA_VERSION
         );
+    }
+
+    fn discovered(url: &str) -> WriteOp {
+        WriteOp::Discover(NewUrl {
+            crawl: "c".into(),
+            url: url.into(),
+            partition: 1,
+            maybe_known: false,
+            record: UrlRecord {
+                created_at: 5,
+                due_at: 10,
+                queue_key: "q".into(),
+                ..UrlRecord::default()
+            },
+        })
+    }
+
+    /// Writes log records straight to the log, as a server killed after
+    /// syncing them but before its checkpoint would have left them.
+    fn leave_in_log(dir: &Path, records: &[(u64, Vec<WriteOp>)]) {
+        let (mut wal, _) = Wal::open(dir).unwrap();
+        for (lsn, ops) in records {
+            wal.append(*lsn, ops).unwrap();
+        }
+        wal.sync().unwrap();
+    }
+
+    #[test]
+    fn groups_in_the_log_are_replayed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.apply(&[discovered("http://a/")]).unwrap();
+        let durable = store.applied_lsn().unwrap();
+        drop(store);
+        leave_in_log(
+            dir.path(),
+            &[
+                // Already in the store: skipped, not applied twice (a
+                // second Known would change the queue's counts).
+                (durable, vec![discovered("http://stale/")]),
+                (durable + 1, vec![discovered("http://b/")]),
+                (
+                    durable + 2,
+                    vec![discovered("http://c/"), discovered("http://b/")],
+                ),
+            ],
+        );
+        let store = Store::open(dir.path()).unwrap();
+        for url in ["http://a/", "http://b/", "http://c/"] {
+            assert!(store.get(1, "c", url).unwrap().is_some(), "{url}");
+        }
+        assert!(store.get(1, "c", "http://stale/").unwrap().is_none());
+        let mut counts = Vec::new();
+        store
+            .for_each_queue(|crawl, queue, record| {
+                counts.push((crawl.to_owned(), queue.to_owned(), record.urls))
+            })
+            .unwrap();
+        assert_eq!(counts, vec![("c".to_owned(), "q".to_owned(), 3)]);
+        assert_eq!(store.applied_lsn().unwrap(), durable + 2);
+        // The replay was checkpointed: the log is empty, and new groups
+        // continue the sequence.
+        assert_eq!(
+            std::fs::metadata(dir.path().join(crate::wal::FILE_NAME))
+                .unwrap()
+                .len(),
+            8
+        );
+        store.apply(&[discovered("http://d/")]).unwrap();
+        assert_eq!(store.applied_lsn().unwrap(), durable + 3);
+    }
+
+    #[test]
+    fn a_log_that_skips_records_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.apply(&[discovered("http://a/")]).unwrap();
+        let durable = store.applied_lsn().unwrap();
+        drop(store);
+        leave_in_log(dir.path(), &[(durable + 2, vec![discovered("http://b/")])]);
+        let error = Store::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(error, StoreError::Wal(WalError::Gap { .. })),
+            "{error}"
+        );
+        assert!(error.to_string().contains("missing"), "{error}");
+    }
+
+    /// Groups between checkpoints are durable through the log only; a
+    /// reader sees them at once all the same.
+    #[test]
+    fn applied_groups_are_visible_before_a_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.apply(&[discovered("http://a/")]).unwrap();
+        store.apply(&[discovered("http://b/")]).unwrap();
+        assert!(store.get(1, "c", "http://b/").unwrap().is_some());
     }
 
     /// A URL the filter wrongly calls new (or that a concurrent batch just
