@@ -1,0 +1,284 @@
+//! The frontier at scale, as a process: ingest of N URLs over gRPC with
+//! durable acks, resident memory per stored URL, and restart time after a
+//! clean stop (SIGTERM) and after `kill -9` in the middle of ingest.
+//!
+//! `cargo bench -p frontier --bench scale [-- --urls N --streams S]`
+//! (defaults 10,000,000 URLs, 4 streams). Runs the `frontier` binary of the
+//! bench build with its default flags (64 partitions, filters rebuilt at
+//! double size as they fill) on a temporary data directory.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proto::urlfrontier::v1 as uf;
+use uf::url_frontier_client::UrlFrontierClient;
+
+mod common;
+use common::arg;
+
+/// A running `frontier serve` and the time it took to listen.
+struct Server {
+    child: Child,
+    endpoint: String,
+    started_in: Duration,
+}
+
+impl Server {
+    fn start(data_dir: &Path, log: &Path) -> Self {
+        let started = Instant::now();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_frontier"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).expect("log file"))
+            .spawn()
+            .expect("frontier starts");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("reads stdout");
+        let started_in = started.elapsed();
+        let address = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| {
+                panic!(
+                    "frontier did not start:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                )
+            })
+            .split_whitespace()
+            .next()
+            .expect("an address")
+            .to_owned();
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        Self {
+            child,
+            endpoint: format!("http://{address}"),
+            started_in,
+        }
+    }
+
+    /// (resident, peak resident) bytes, from /proc.
+    fn memory(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    fn terminate(mut self) -> Duration {
+        let started = Instant::now();
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        assert!(self.child.wait().expect("exits").success());
+        started.elapsed()
+    }
+
+    fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("exits");
+    }
+}
+
+/// Sends batches `from..to` (of 256 URLs) over `streams` PutDiscovered
+/// streams; answers (stored, skipped) and records the rate per tenth.
+async fn ingest(
+    endpoint: &str,
+    from: usize,
+    to: usize,
+    streams: usize,
+    tenths: Option<&std::sync::Mutex<Vec<(usize, f64)>>>,
+) -> (usize, usize) {
+    let client = UrlFrontierClient::connect(endpoint.to_owned())
+        .await
+        .expect("connects")
+        .max_decoding_message_size(64 << 20);
+    let started = Instant::now();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let total = (to - from) * 256;
+    let tasks = (0..streams).map(|stream| {
+        let mut client = client.clone();
+        let done = &done;
+        async move {
+            let requests =
+                futures::stream::iter((from + stream..to).step_by(streams).map(|batch| {
+                    uf::DiscoveredBatch {
+                        id: batch.to_string(),
+                        items: (0..256)
+                            .map(|i| uf::UrlInfo {
+                                url: common::url(batch, batch * 256 + i),
+                                ..uf::UrlInfo::default()
+                            })
+                            .collect(),
+                    }
+                }));
+            let mut acks = client
+                .put_discovered(requests)
+                .await
+                .expect("stream opens")
+                .into_inner();
+            let (mut stored, mut skipped) = (0, 0);
+            while let Ok(Some(ack)) = acks.message().await {
+                for status in ack.statuses {
+                    if status == uf::ack_message::Status::Ok as i32 {
+                        stored += 1;
+                    } else {
+                        skipped += 1;
+                    }
+                }
+                let so_far = done.fetch_add(256, std::sync::atomic::Ordering::Relaxed) + 256;
+                if let Some(tenths) = tenths {
+                    if so_far % (total / 10).max(256) < 256 {
+                        tenths
+                            .lock()
+                            .unwrap()
+                            .push((so_far, started.elapsed().as_secs_f64()));
+                    }
+                }
+            }
+            (stored, skipped)
+        }
+    });
+    futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+}
+
+async fn count_urls(endpoint: &str) -> u64 {
+    let mut client = UrlFrontierClient::connect(endpoint.to_owned())
+        .await
+        .expect("connects");
+    client
+        .count_ur_ls(uf::CountUrlParams {
+            crawl_id: "DEFAULT".into(),
+            ..uf::CountUrlParams::default()
+        })
+        .await
+        .expect("CountURLs answers")
+        .into_inner()
+        .value
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let total = arg(&args, "--urls", 10_000_000);
+    let streams = arg(&args, "--streams", 4).max(1);
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let data = dir.path().join("data");
+    let log = |name: &str| dir.path().join(format!("{name}.log"));
+    let batches = total / 256;
+
+    let server = Server::start(&data, &log("first"));
+    let tenths = std::sync::Mutex::new(Vec::new());
+    let started = Instant::now();
+    let (stored, skipped) =
+        runtime.block_on(ingest(&server.endpoint, 0, batches, streams, Some(&tenths)));
+    let seconds = started.elapsed().as_secs_f64();
+    let (resident, peak) = server.memory();
+    println!(
+        "## Scale: {} URLs offered over gRPC, {streams} streams of PutDiscovered batches of 256, 10,000 hosts, 45% known\n",
+        batches * 256
+    );
+    println!("| URLs offered | stored | skipped | seconds | URLs/s |");
+    println!("|---:|---:|---:|---:|---:|");
+    println!(
+        "| {} | {stored} | {skipped} | {seconds:.1} | {:.0} |\n",
+        batches * 256,
+        (batches * 256) as f64 / seconds
+    );
+    let mut last = (0, 0.0);
+    let rates: Vec<String> = tenths
+        .into_inner()
+        .unwrap()
+        .into_iter()
+        .map(|(urls, at)| {
+            let rate = (urls - last.0) as f64 / (at - last.1);
+            last = (urls, at);
+            format!("{rate:.0}")
+        })
+        .collect();
+    println!(
+        "Rate per tenth of the run (URLs/s): {}\n",
+        rates.join(" · ")
+    );
+    println!(
+        "Memory after ingest: resident {:.0} MiB, peak {:.0} MiB: {:.0} bytes resident per stored URL; data directory {:.0} MiB ({:.0} bytes per stored URL)\n",
+        resident as f64 / 1048576.0,
+        peak as f64 / 1048576.0,
+        resident as f64 / stored.max(1) as f64,
+        dir_bytes(&data) as f64 / 1048576.0,
+        dir_bytes(&data) as f64 / stored.max(1) as f64,
+    );
+
+    let stop = server.terminate();
+    let server = Server::start(&data, &log("after-clean-stop"));
+    let clean_restart = server.started_in;
+    let counted = runtime.block_on(count_urls(&server.endpoint));
+    assert_eq!(
+        counted, stored as u64,
+        "every stored URL is there after a clean stop"
+    );
+
+    // kill -9 in the middle of a second ingest, then restart: the log and
+    // the filters are recovered from the store.
+    let extra = (batches / 10).max(1);
+    let endpoint = server.endpoint.clone();
+    let (more_stored, killed_at) = runtime.block_on(async {
+        let feed = tokio::spawn(async move {
+            ingest(&endpoint, batches, batches + extra, streams, None).await
+        });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let killed_at = Instant::now();
+        server.kill();
+        let (stored, _) = feed.await.expect("feed ends");
+        (stored, killed_at)
+    });
+    let _ = killed_at;
+    let server = Server::start(&data, &log("after-kill"));
+    let kill_restart = server.started_in;
+    let counted = runtime.block_on(count_urls(&server.endpoint));
+    assert!(
+        counted >= (stored + more_stored) as u64,
+        "every acknowledged URL survives kill -9: {counted} < {} + {more_stored}",
+        stored
+    );
+    println!("| restart | seconds to listening |");
+    println!("|---|---:|");
+    println!("| clean shutdown took | {:.2} |", stop.as_secs_f64());
+    println!(
+        "| after a clean shutdown (snapshots) | {:.2} |",
+        clean_restart.as_secs_f64()
+    );
+    println!(
+        "| after kill -9 mid-ingest (log replay, filters rebuilt from {counted} stored URLs) | {:.2} |",
+        kill_restart.as_secs_f64()
+    );
+    server.terminate();
+}
