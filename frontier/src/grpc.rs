@@ -36,7 +36,8 @@ pub fn status_of(error: FrontierError) -> Status {
 }
 
 /// A streamed request's error as the client should see it: a message over
-/// the size limit is RESOURCE_EXHAUSTED (tonic reports OUT_OF_RANGE).
+/// the size limit is RESOURCE_EXHAUSTED (tonic reports OUT_OF_RANGE); an
+/// undecodable one is INVALID_ARGUMENT already (`proto::codec`).
 fn incoming_error(status: Status) -> Status {
     if status.code() == tonic::Code::OutOfRange {
         Status::resource_exhausted(status.message().to_owned())
@@ -465,17 +466,30 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
             .then(move |chunk| {
                 let frontier = Arc::clone(&frontier);
                 async move {
+                    // Items before a message that fails (undecodable, too
+                    // large) are stored and acked; the failure ends the
+                    // stream after them.
                     let mut items = Vec::with_capacity(chunk.len());
+                    let mut failure = None;
                     for item in chunk {
                         match item {
                             Ok(item) => items.push(put_item_of(&item)),
-                            Err(status) => return vec![Err(incoming_error(status))],
+                            Err(status) => {
+                                failure = Some(incoming_error(status));
+                                break;
+                            }
                         }
                     }
-                    match tokio::task::spawn_blocking(move || put_chunk(&frontier, items)).await {
-                        Ok(acks) => acks.into_iter().map(Ok).collect(),
-                        Err(error) => vec![Err(Status::internal(error.to_string()))],
+                    let mut acks = Vec::with_capacity(items.len() + 1);
+                    if !items.is_empty() {
+                        match tokio::task::spawn_blocking(move || put_chunk(&frontier, items)).await
+                        {
+                            Ok(stored) => acks.extend(stored.into_iter().map(Ok)),
+                            Err(error) => acks.push(Err(Status::internal(error.to_string()))),
+                        }
                     }
+                    acks.extend(failure.map(Err));
+                    acks
                 }
             })
             .flat_map(futures::stream::iter);

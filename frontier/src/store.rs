@@ -359,10 +359,9 @@ impl Drop for Store {
         // A clean close leaves redb durable and the log empty, so the next
         // start replays nothing. After a log failure nothing more is
         // committed: the next start replays what the log holds.
-        if self.lock_wal().check_writable().is_ok() {
-            if let Err(error) = self.checkpoint() {
-                tracing::warn!(%error, "final checkpoint failed; the next start replays the write-ahead log");
-            }
+        let writable = self.lock_wal().check_writable().is_ok();
+        if writable && let Err(error) = self.checkpoint() {
+            tracing::warn!(%error, "final checkpoint failed; the next start replays the write-ahead log");
         }
     }
 }
@@ -407,15 +406,15 @@ impl Store {
             .iter()
             .filter(|record| record.lsn > durable)
             .collect();
-        if let Some(first) = pending.first() {
-            if first.lsn != durable + 1 {
-                return Err(WalError::Gap {
-                    path: wal.path().to_owned(),
-                    durable,
-                    first: first.lsn,
-                }
-                .into());
+        if let Some(first) = pending.first()
+            && first.lsn != durable + 1
+        {
+            return Err(WalError::Gap {
+                path: wal.path().to_owned(),
+                durable,
+                first: first.lsn,
             }
+            .into());
         }
         if recovered.dropped_bytes > 0 {
             tracing::warn!(

@@ -9,8 +9,12 @@
 //!   ([`urlfrontier::url_frontier_server`]).
 //! - [`admin`]: the frontier's own admin API (package `frontier.admin.v1`,
 //!   service `Admin`): filter health, rebuilds, seeds, progress, URL checks.
+//! - [`codec`]: prost's codec, with undecodable messages answered as
+//!   INVALID_ARGUMENT.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server
 //!   reflection.
+
+pub mod codec;
 
 /// The URL Frontier API v2.6.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -730,3 +730,151 @@ async fn prometheus_metrics_count_puts_leases_commits_and_fill() {
     // Metrics do not keep a clean shutdown from writing its snapshots.
     assert!(frontier.terminate().success());
 }
+
+/// Sends and receives raw message bytes, so a test can put on the wire what
+/// no well-behaved client would encode.
+#[derive(Debug, Clone, Copy, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let mut bytes = vec![0; bytes::Buf::remaining(src)];
+        bytes::Buf::copy_to_slice(src, &mut bytes);
+        Ok(Some(bytes))
+    }
+}
+
+/// `message` encoded, with every `marker` in it replaced by bytes that are
+/// not UTF-8 (of the same length, so every length prefix stays right).
+fn with_invalid_utf8(message: &impl prost::Message, marker: &str) -> Vec<u8> {
+    let mut bytes = message.encode_to_vec();
+    let mut at = 0;
+    while let Some(found) = bytes[at..]
+        .windows(marker.len())
+        .position(|w| w == marker.as_bytes())
+    {
+        let start = at + found;
+        bytes[start..start + marker.len()].fill(0xFF);
+        at = start + marker.len();
+    }
+    assert_ne!(bytes, message.encode_to_vec(), "marker not found");
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_utf8_from_a_raw_client_is_invalid_argument_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(&dir.path().join("data"), &[]);
+    let channel = tonic::transport::Channel::from_shared(frontier.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+
+    // A PutURLs stream: a good URL, then one whose metadata value is not
+    // UTF-8, then another good one the server never reads.
+    let mut bad = discovered("http://a.example/bad");
+    if let Some(url_item::Item::Discovered(item)) = &mut bad.item {
+        item.info.as_mut().unwrap().metadata.insert(
+            "note".into(),
+            uf::StringList {
+                values: vec!["MARKER".into()],
+            },
+        );
+    }
+    let messages = vec![
+        prost::Message::encode_to_vec(&discovered("http://a.example/good")),
+        with_invalid_utf8(&bad, "MARKER"),
+        prost::Message::encode_to_vec(&discovered("http://a.example/after")),
+    ];
+    grpc.ready().await.unwrap();
+    let mut acks = grpc
+        .streaming(
+            tonic::Request::new(futures::stream::iter(messages)),
+            tonic::codegen::http::uri::PathAndQuery::from_static(
+                "/urlfrontier.URLFrontier/PutURLs",
+            ),
+            RawCodec,
+        )
+        .await
+        .unwrap()
+        .into_inner();
+    let first = acks.message().await.unwrap().expect("the good URL's ack");
+    let first: uf::AckMessage = prost::Message::decode(first.as_slice()).unwrap();
+    assert_eq!(first.status(), Ack::Ok);
+    let refused = acks.message().await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+    assert!(refused.message().contains("UTF-8"), "{refused}");
+
+    // A unary call with a URL that is not UTF-8.
+    let request = UrlStatusRequest {
+        url: "http://a.example/MARKER".into(),
+        crawl_id: "kill".into(),
+        ..UrlStatusRequest::default()
+    };
+    grpc.ready().await.unwrap();
+    let refused = grpc
+        .unary(
+            tonic::Request::new(with_invalid_utf8(&request, "MARKER")),
+            tonic::codegen::http::uri::PathAndQuery::from_static(
+                "/urlfrontier.URLFrontier/GetURLStatus",
+            ),
+            RawCodec,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+
+    // The server is up, the acknowledged URL is stored, and nothing of the
+    // refused message was.
+    let mut client = frontier.client().await;
+    for (url, stored) in [
+        ("http://a.example/good", true),
+        ("http://a.example/bad", false),
+    ] {
+        let answer = client
+            .get_url_status(UrlStatusRequest {
+                url: url.into(),
+                crawl_id: "kill".into(),
+                ..UrlStatusRequest::default()
+            })
+            .await;
+        assert_eq!(answer.is_ok(), stored, "{url}: {answer:?}");
+    }
+}
