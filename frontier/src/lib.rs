@@ -12,6 +12,8 @@
 //!   trusted only while the store is unchanged since.
 //! - [`store`]: the redb store: single-opener lock, schema version checks,
 //!   tables for URLs, the due index, queues and crawl settings.
+//! - [`wal`]: the write-ahead log that makes a group durable between redb
+//!   checkpoints, and its replay after a crash.
 //! - [`commit`]: group commit, so concurrent writers share transactions.
 //! - [`ingest`]: discovered and known URLs in: canonicalise, admit, exact
 //!   (or Bloom) dedup against partitioned filters that always hold every
