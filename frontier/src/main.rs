@@ -247,6 +247,11 @@ struct ServeArgs {
     /// the queue's or the crawl's own.
     #[arg(long, env = "FRONTIER_DEFAULT_DELAY_MS", default_value_t = 1000)]
     default_delay_ms: u64,
+    /// MiB of memory for the store's page cache (redb). Pages beyond it are
+    /// read through the OS page cache: less memory, slower ingest once the
+    /// store outgrows it.
+    #[arg(long, env = "FRONTIER_CACHE_MB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    cache_mb: u64,
 }
 
 fn main() -> ExitCode {
@@ -373,6 +378,7 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
         rebuild_fill_threshold: args.rebuild_fill,
         default_lease_secs: args.lease_secs.max(1),
         default_delay_ms: args.default_delay_ms,
+        cache_bytes: usize::try_from(args.cache_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
     })
 }
 

@@ -61,6 +61,8 @@ pub struct FrontierConfig {
     /// Delay between two serves of a queue without a delay of its own or
     /// of its crawl.
     pub default_delay_ms: u64,
+    /// Bytes of the store's page cache.
+    pub cache_bytes: usize,
 }
 
 impl FrontierConfig {
@@ -76,6 +78,7 @@ impl FrontierConfig {
             rebuild_fill_threshold: 0.5,
             default_lease_secs: 30,
             default_delay_ms: 1000,
+            cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
         }
     }
 }
@@ -262,7 +265,7 @@ impl std::fmt::Debug for Frontier {
 impl Frontier {
     /// Opens the store, loads or rebuilds the filters, loads the queues.
     pub fn open(config: FrontierConfig) -> Result<Self, FrontierError> {
-        let store = Store::open(&config.data_dir)?;
+        let store = Store::open_with_cache(&config.data_dir, config.cache_bytes)?;
         let mut scheduler = None;
         let default_delay_ms = config.default_delay_ms;
         let ingest = Ingest::open_with_hook(

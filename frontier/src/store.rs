@@ -33,6 +33,9 @@ use crate::wal::{LogRecord, Recovered, Wal, WalError};
 /// The schema this build reads and writes.
 pub const SCHEMA_VERSION: u64 = 2;
 
+/// redb's page cache unless configured otherwise: redb's own default.
+pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
+
 /// The store's file name inside the data directory.
 pub const FILE_NAME: &str = "frontier.redb";
 
@@ -370,20 +373,28 @@ impl Store {
     /// Opens the store in `data_dir`, creating the directory and a fresh
     /// store when there is none.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with_cache(data_dir, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Like [`Self::open`], with a page cache of `cache_bytes`.
+    pub fn open_with_cache(data_dir: &Path, cache_bytes: usize) -> Result<Self, StoreError> {
         std::fs::create_dir_all(data_dir).map_err(|source| StoreError::CreateDir {
             path: data_dir.to_owned(),
             source,
         })?;
         let path = data_dir.join(FILE_NAME);
-        let db = Database::create(&path).map_err(|source| match source {
-            redb::DatabaseError::DatabaseAlreadyOpen => {
-                StoreError::AlreadyOpen { path: path.clone() }
-            }
-            source => StoreError::Open {
-                path: path.clone(),
-                source,
-            },
-        })?;
+        let db = Database::builder()
+            .set_cache_size(cache_bytes)
+            .create(&path)
+            .map_err(|source| match source {
+                redb::DatabaseError::DatabaseAlreadyOpen => {
+                    StoreError::AlreadyOpen { path: path.clone() }
+                }
+                source => StoreError::Open {
+                    path: path.clone(),
+                    source,
+                },
+            })?;
         Self::check_schema(&db, &path)?;
         let (wal, recovered) = Wal::open(data_dir)?;
         let store = Self {

@@ -468,6 +468,9 @@ async fn rebuilds_under_concurrent_puts_and_serves_lose_nothing_and_serve_nothin
     let frontier = FrontierProcess::start(
         &dir.path().join("data"),
         &[
+            // A page cache far smaller than the store, so reads go past it.
+            "--cache-mb",
+            "1",
             "--partitions",
             "4",
             "--expected-urls",
