@@ -651,6 +651,9 @@ impl Store {
         {
             let mut urls = write.open_table(URLS)?;
             let mut due = write.open_table(DUE)?;
+            let mut queues = write.open_table(QUEUES)?;
+            let mut seed_hosts = write.open_table(SEED_HOSTS)?;
+            let mut crawl_settings = write.open_table(CRAWL_SETTINGS)?;
             for op in ops {
                 match op {
                     WriteOp::Discover(new) => {
@@ -738,36 +741,33 @@ impl Store {
                             delta.0 -= *urls_removed as i64;
                             delta.1 -= *completed_removed as i64;
                         }
+                        if deletion.removes_queues() {
+                            // Whole queues go, settings and all (and with no
+                            // queue named, the crawl's scope and default
+                            // delay), here, in the order of the writes: a URL
+                            // stored after the deletion in the same group
+                            // counts in a queue of its own.
+                            let crawl = deletion.crawl.as_str();
+                            let doomed: Vec<String> = match &deletion.queue {
+                                Some(queue) => vec![queue.clone()],
+                                None => names_under(&queues, crawl)?,
+                            };
+                            for queue in &doomed {
+                                queues.remove((crawl, queue.as_str()))?;
+                            }
+                            deltas.retain(|(delta_crawl, queue), _| {
+                                *delta_crawl != crawl
+                                    || deletion.queue.as_ref().is_some_and(|named| named != queue)
+                            });
+                            if deletion.queue.is_none() {
+                                for host in names_under(&seed_hosts, crawl)? {
+                                    seed_hosts.remove((crawl, host.as_str()))?;
+                                }
+                                crawl_settings.remove(crawl)?;
+                            }
+                        }
                         results.push(Applied::Deleted(removed));
                     }
-                }
-            }
-            let mut queues = write.open_table(QUEUES)?;
-            let mut seed_hosts = write.open_table(SEED_HOSTS)?;
-            let mut crawl_settings = write.open_table(CRAWL_SETTINGS)?;
-            for op in ops {
-                let WriteOp::Delete(deletion) = op else {
-                    continue;
-                };
-                if !deletion.removes_queues() {
-                    continue;
-                }
-                // Whole queues go, settings and all (and with no queue
-                // named, the crawl's scope and default delay).
-                let crawl = deletion.crawl.as_str();
-                let doomed: Vec<String> = match &deletion.queue {
-                    Some(queue) => vec![queue.clone()],
-                    None => names_under(&queues, crawl)?,
-                };
-                for queue in &doomed {
-                    queues.remove((crawl, queue.as_str()))?;
-                    deltas.remove(&(crawl, queue.clone()));
-                }
-                if deletion.queue.is_none() {
-                    for host in names_under(&seed_hosts, crawl)? {
-                        seed_hosts.remove((crawl, host.as_str()))?;
-                    }
-                    crawl_settings.remove(crawl)?;
                 }
             }
             for ((crawl, queue), (urls_delta, completed_delta)) in deltas {
@@ -1254,6 +1254,34 @@ mod tests {
             "{error}"
         );
         assert!(error.to_string().contains("missing"), "{error}");
+    }
+
+    /// A queue deleted in the middle of a group, and written again after:
+    /// the later URL counts, in a queue record of its own.
+    #[test]
+    fn a_queue_deleted_and_refilled_in_one_group_counts_what_came_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let delete_queue = WriteOp::Delete(Deletion {
+            crawl: "c".into(),
+            queue: Some("q".into()),
+            created_before: None,
+            partitions: 4,
+        });
+        store
+            .apply(&[
+                discovered("http://a/"),
+                delete_queue,
+                discovered("http://b/"),
+            ])
+            .unwrap();
+        assert!(store.get(1, "c", "http://a/").unwrap().is_none());
+        assert!(store.get(1, "c", "http://b/").unwrap().is_some());
+        let mut counts = Vec::new();
+        store
+            .for_each_queue(|_, queue, record| counts.push((queue.to_owned(), record.urls)))
+            .unwrap();
+        assert_eq!(counts, vec![("q".to_owned(), 1)]);
     }
 
     /// Groups between checkpoints are durable through the log only; a
