@@ -732,6 +732,35 @@ impl Ingest {
                 },
             });
         }
+        // Filter "maybe" answers are settled against the store here, on the
+        // caller's thread: most are URLs already known, and a read here
+        // keeps them off the committer thread, the frontier's bottleneck. A
+        // URL found is durably stored, so "duplicate" is final; one not
+        // found may have been stored since, which the committer's insert
+        // settles.
+        if new_urls.iter().any(|url| url.maybe_known) {
+            let known = self.store.known_urls(
+                new_urls
+                    .iter()
+                    .filter(|url| url.maybe_known)
+                    .map(|url| (url.partition, url.crawl.as_str(), url.url.as_str())),
+            )?;
+            let mut known = known.into_iter();
+            let mut keep = Vec::with_capacity(new_urls.len());
+            for url in &new_urls {
+                keep.push(!(url.maybe_known && known.next() == Some(true)));
+            }
+            let mut kept = keep.iter();
+            candidates.retain(|&(index, ..)| {
+                let keep = kept.next().copied().unwrap_or(true);
+                if !keep {
+                    outcomes[index] = Outcome::Skipped(SkipReason::Duplicate);
+                }
+                keep
+            });
+            let mut kept = keep.iter();
+            new_urls.retain(|_| kept.next().copied().unwrap_or(true));
+        }
         if new_urls.is_empty() {
             return Ok(outcomes);
         }
@@ -794,6 +823,42 @@ mod tests {
 
     fn open(dir: &std::path::Path, config: FilterConfig, mode: DedupMode) -> Ingest {
         Ingest::open(Store::open(dir).unwrap(), config, mode, 2048).unwrap()
+    }
+
+    /// A URL the store already holds is answered from a read on the
+    /// caller's thread: no write reaches the committer.
+    #[test]
+    fn known_urls_are_settled_without_a_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
+        let rules = Rules::default();
+        let urls = [item("http://a.example/1"), item("http://a.example/2")];
+        assert_eq!(
+            ingest.put_discovered("c", &urls, &rules, 1).unwrap(),
+            vec![Outcome::Stored, Outcome::Stored]
+        );
+        let commits = ingest.committer.as_ref().unwrap().commits();
+        assert_eq!(
+            ingest.put_discovered("c", &urls, &rules, 2).unwrap(),
+            vec![
+                Outcome::Skipped(SkipReason::Duplicate),
+                Outcome::Skipped(SkipReason::Duplicate)
+            ]
+        );
+        assert_eq!(ingest.committer.as_ref().unwrap().commits(), commits);
+        // Mixed: the known one is settled by the read, the new one stored.
+        assert_eq!(
+            ingest
+                .put_discovered(
+                    "c",
+                    &[urls[0].clone(), item("http://a.example/3")],
+                    &rules,
+                    3
+                )
+                .unwrap(),
+            vec![Outcome::Skipped(SkipReason::Duplicate), Outcome::Stored]
+        );
+        assert_eq!(stored_keys_in_filters(&ingest), 3);
     }
 
     #[test]

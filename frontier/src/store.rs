@@ -595,9 +595,10 @@ impl Store {
     /// counts together.
     ///
     /// Durable through the write-ahead log: the group is appended to the
-    /// log, applied with a non-durable redb commit (readers see it at once)
-    /// and the log synced; about once a second the group is committed
-    /// durably to redb instead and the log emptied.
+    /// log and synced, then applied with a non-durable redb commit; about
+    /// once a second the group is committed durably to redb instead and the
+    /// log emptied. The sync comes first so that whatever a reader can see
+    /// (a lookup answering "already known", a URL served) is durable.
     pub fn apply(&self, ops: &[WriteOp]) -> Result<Vec<Applied>, StoreError> {
         let mut wal = self.lock_wal();
         wal.check_writable()?;
@@ -606,6 +607,10 @@ impl Store {
         let record_start = wal.end();
         if !checkpoint {
             wal.append(lsn, ops)?;
+            if let Err(error) = wal.sync() {
+                wal.unappend(record_start);
+                return Err(error.into());
+            }
         }
         let applied = (|| {
             let mut write = self.db.begin_write()?;
@@ -621,7 +626,13 @@ impl Store {
         match applied {
             Err(error) => {
                 if !checkpoint {
+                    // The group is not in redb: its record goes, so that a
+                    // replay does not apply it ahead of later groups. If
+                    // that fails, writes halt and a restart replays it (the
+                    // caller was told it failed; storing it then is what a
+                    // retry would have done).
                     wal.unappend(record_start);
+                    let _ = wal.sync();
                 }
                 Err(error)
             }
@@ -629,8 +640,6 @@ impl Store {
                 wal.set_last_lsn(lsn);
                 if checkpoint {
                     wal.checkpointed();
-                } else {
-                    wal.sync()?;
                 }
                 Ok(results)
             }
@@ -1078,6 +1087,23 @@ impl Store {
             return Ok(None);
         };
         decode_record(crawl, url, bytes.value()).map(Some)
+    }
+
+    /// Whether each (partition, crawl, URL) is stored, from one snapshot.
+    /// What this finds is durable: a group's log record is synced before
+    /// redb shows it.
+    pub fn known_urls<'a>(
+        &self,
+        keys: impl IntoIterator<Item = (u32, &'a str, &'a str)>,
+    ) -> Result<Vec<bool>, StoreError> {
+        let read = self.db.begin_read()?;
+        let table = open_if_exists(&read, URLS)?;
+        keys.into_iter()
+            .map(|key| match &table {
+                Some(table) => Ok(table.get(key)?.is_some()),
+                None => Ok(false),
+            })
+            .collect()
     }
 
     /// The partition count URL keys were made with; recorded on first use.

@@ -7,7 +7,8 @@
 //! each group's writes are appended here (one sequential write and one
 //! `fdatasync`), applied to redb with a non-durable commit (visible to every
 //! reader at once), and redb is made durable by a checkpoint about once a
-//! second, after which the log is emptied.
+//! second, after which the log is emptied. The record is synced before the
+//! group reaches redb, so nothing a reader sees can be lost by a crash.
 //!
 //! # File format (`frontier.wal`)
 //!
