@@ -1221,13 +1221,17 @@ mod tests {
         wal.sync().unwrap();
     }
 
+    /// A closed store holding one URL; answers its durable LSN.
+    fn closed_store_with_one_url(dir: &Path) -> u64 {
+        let store = Store::open(dir).unwrap();
+        store.apply(&[discovered("http://a/")]).unwrap();
+        store.applied_lsn().unwrap()
+    }
+
     #[test]
     fn groups_in_the_log_are_replayed_at_open() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        store.apply(&[discovered("http://a/")]).unwrap();
-        let durable = store.applied_lsn().unwrap();
-        drop(store);
+        let durable = closed_store_with_one_url(dir.path());
         leave_in_log(
             dir.path(),
             &[
@@ -1269,10 +1273,7 @@ mod tests {
     #[test]
     fn a_log_that_skips_records_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        store.apply(&[discovered("http://a/")]).unwrap();
-        let durable = store.applied_lsn().unwrap();
-        drop(store);
+        let durable = closed_store_with_one_url(dir.path());
         leave_in_log(dir.path(), &[(durable + 2, vec![discovered("http://b/")])]);
         let error = Store::open(dir.path()).unwrap_err();
         assert!(
