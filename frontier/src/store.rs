@@ -1,7 +1,7 @@
 //! The redb store: one file in the data directory, opened by one server at a
 //! time, with a schema version checked before anything else is read.
 //!
-//! # Schema, version 1
+//! # Schema, version 2
 //!
 //! | table | key | value | holds |
 //! |---|---|---|---|
@@ -12,17 +12,22 @@
 //! | `queues` | `(crawl ID, queue key)` | [`QueueRecord`] bytes | per queue: URL and completed counts, delay, block, crawl limit |
 //! | `crawl_settings` | crawl ID | default delay (seconds) | the delay of queues without their own |
 //!
-//! `meta` also holds `serving_paused` (1 while SetActive(false) holds).
+//! `meta` also holds `serving_paused` (1 while SetActive(false) holds) and
+//! `applied_lsn`, the last write-ahead log record redb holds.
+//!
+//! Version 2 adds the write-ahead log beside the file ([`crate::wal`]);
+//! the tables are those of version 1, so a version-1 store is opened as it
+//! is and marked version 2, and a version-1 build, which would ignore the
+//! log, refuses it.
 //!
 //! A URL's record, its `due` entry and its queue's counts change in one
 //! transaction ([`Store::apply`]), so they always agree, also after a kill.
 //!
 //! A file written by a newer version of the schema, a file that is not a
 //! frontier store, and a corrupt file are refused with an error naming the
-//! path: never reset, never silently upgraded.
+//! path: never reset, and never changed beyond the version-1 mark above.
 
 use std::path::{Path, PathBuf};
-
 use std::sync::Mutex;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
