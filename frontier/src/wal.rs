@@ -148,6 +148,11 @@ impl Wal {
         let recovered = if bytes.is_empty() {
             file.write_all_at(MAGIC, 0).map_err(io)?;
             file.sync_all().map_err(io)?;
+            // A new file's name is durable only once its directory is
+            // synced; without it, a power cut could take the whole log.
+            File::open(data_dir)
+                .and_then(|dir| dir.sync_all())
+                .map_err(io)?;
             Recovered::default()
         } else if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
             return Err(WalError::NotALog { path });
