@@ -496,7 +496,8 @@ impl Store {
     }
 
     /// Makes everything applied so far durable in redb and empties the log
-    /// (at shutdown; otherwise writes do it about once a second).
+    /// (at shutdown; otherwise writes do it every few seconds, see
+    /// [`crate::wal::CHECKPOINT_INTERVAL`]).
     pub fn checkpoint(&self) -> Result<(), StoreError> {
         self.write_durably(|_| Ok(()))
     }
@@ -601,7 +602,7 @@ impl Store {
     ///
     /// Durable through the write-ahead log: the group is appended to the
     /// log and synced, then applied with a non-durable redb commit; about
-    /// once a second the group is committed durably to redb instead and the
+    /// every few seconds the group is committed durably to redb instead and the
     /// log emptied. The sync comes first so that whatever a reader can see
     /// (a lookup answering "already known", a URL served) is durable.
     pub fn apply(&self, ops: &[WriteOp]) -> Result<Vec<Applied>, StoreError> {

@@ -105,8 +105,8 @@ async fn acknowledged_urls_survive_kill_9_and_are_stored_once() {
     let log = frontier.log_text();
     assert!(log.contains("filters rebuilt from the store"), "{log}");
     replays += usize::from(log.contains("replayed the write-ahead log"));
-    // Acks come from the write-ahead log between redb checkpoints (one a
-    // second), so a kill while acks flow leaves groups only the log holds:
+    // Acks come from the write-ahead log between redb checkpoints (every
+    // few seconds), so a kill while acks flow leaves groups only the log holds:
     // the restarts must have replayed some, or this test proves nothing
     // about the log.
     assert!(replays > 0, "no restart replayed the write-ahead log");
