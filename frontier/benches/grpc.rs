@@ -14,11 +14,11 @@ use std::time::Instant;
 
 use frontier::service::{Frontier, FrontierConfig};
 use proto::urlfrontier::url_frontier_client::UrlFrontierClient;
-use proto::urlfrontier::{
-    self as uf, DiscoveredBatch, GetParams, KnownUrlItem, UrlInfo, UrlItem, url_item,
-};
+use proto::urlfrontier::{GetParams, KnownUrlItem, UrlInfo, UrlItem, url_item};
 
 mod common;
+#[path = "common/feed.rs"]
+mod feed;
 use common::arg;
 
 fn main() {
@@ -57,54 +57,10 @@ async fn run(total: usize, streams: usize, round_trips: usize) {
     // 1. Ingest.
     let batches = total / 256;
     let started = Instant::now();
-    let progress = Arc::new(std::sync::Mutex::new(Vec::<(usize, f64)>::new()));
-    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let tasks: Vec<_> = (0..streams)
-        .map(|stream| {
-            let mut client = client.clone();
-            let (progress, done) = (Arc::clone(&progress), Arc::clone(&done));
-            tokio::spawn(async move {
-                let requests =
-                    futures::stream::iter((stream..batches).step_by(streams).map(|batch| {
-                        DiscoveredBatch {
-                            id: batch.to_string(),
-                            items: (0..256)
-                                .map(|i| UrlInfo {
-                                    url: common::url(batch, batch * 256 + i),
-                                    ..UrlInfo::default()
-                                })
-                                .collect(),
-                        }
-                    }));
-                let mut acks = client.put_discovered(requests).await.unwrap().into_inner();
-                let (mut ok, mut skipped) = (0_usize, 0_usize);
-                while let Some(ack) = acks.message().await.unwrap() {
-                    for status in ack.statuses {
-                        if status == uf::ack_message::Status::Ok as i32 {
-                            ok += 1;
-                        } else {
-                            skipped += 1;
-                        }
-                    }
-                    let so_far = done.fetch_add(256, std::sync::atomic::Ordering::Relaxed) + 256;
-                    if so_far % (total / 10).max(256) < 256 {
-                        progress
-                            .lock()
-                            .unwrap()
-                            .push((so_far, started.elapsed().as_secs_f64()));
-                    }
-                }
-                (ok, skipped)
-            })
-        })
-        .collect();
-    let (mut stored, mut skipped) = (0, 0);
-    for task in tasks {
-        let (ok, skip) = task.await.unwrap();
-        stored += ok;
-        skipped += skip;
-    }
+    let fed = feed::put_discovered(&client, 0..batches, streams).await;
     let seconds = started.elapsed().as_secs_f64();
+    let (stored, skipped) = (fed.stored, fed.skipped);
+    assert_eq!(stored + skipped, batches * 256, "every URL is acked");
     println!(
         "## gRPC ingest: PutDiscovered, {streams} streams, batches of 256, 10,000 hosts, 45% known"
     );
@@ -119,18 +75,7 @@ async fn run(total: usize, streams: usize, round_trips: usize) {
     println!();
     println!("Rate per tenth of the run (URLs/s over that tenth):");
     println!();
-    let mut marks = progress.lock().unwrap().clone();
-    marks.sort_by_key(|m| m.0);
-    let mut previous = (0, 0.0);
-    let rates: Vec<String> = marks
-        .iter()
-        .map(|&(count, at)| {
-            let rate = (count - previous.0) as f64 / (at - previous.1).max(1e-9);
-            previous = (count, at);
-            format!("{rate:.0}")
-        })
-        .collect();
-    println!("{}", rates.join(" · "));
+    println!("{}", feed::rates_per_tenth(&fed.tenths));
     println!();
 
     // 2. Round trips.

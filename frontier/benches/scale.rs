@@ -17,6 +17,8 @@ use uf::url_frontier_client::UrlFrontierClient;
 
 mod common;
 use common::arg;
+#[path = "common/feed.rs"]
+mod feed;
 
 /// A running `frontier serve` and the time it took to listen.
 struct Server {
@@ -93,69 +95,12 @@ impl Server {
     }
 }
 
-/// Sends batches `from..to` (of 256 URLs) over `streams` PutDiscovered
-/// streams; answers (stored, skipped) and records the rate per tenth.
-async fn ingest(
-    endpoint: &str,
-    from: usize,
-    to: usize,
-    streams: usize,
-    tenths: Option<&std::sync::Mutex<Vec<(usize, f64)>>>,
-) -> (usize, usize) {
+/// Feeds batches over a fresh connection.
+async fn ingest(endpoint: &str, batches: std::ops::Range<usize>, streams: usize) -> feed::Fed {
     let client = UrlFrontierClient::connect(endpoint.to_owned())
         .await
-        .expect("connects")
-        .max_decoding_message_size(64 << 20);
-    let started = Instant::now();
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    let total = (to - from) * 256;
-    let tasks = (0..streams).map(|stream| {
-        let mut client = client.clone();
-        let done = &done;
-        async move {
-            let requests =
-                futures::stream::iter((from + stream..to).step_by(streams).map(|batch| {
-                    uf::DiscoveredBatch {
-                        id: batch.to_string(),
-                        items: (0..256)
-                            .map(|i| uf::UrlInfo {
-                                url: common::url(batch, batch * 256 + i),
-                                ..uf::UrlInfo::default()
-                            })
-                            .collect(),
-                    }
-                }));
-            let mut acks = client
-                .put_discovered(requests)
-                .await
-                .expect("stream opens")
-                .into_inner();
-            let (mut stored, mut skipped) = (0, 0);
-            while let Ok(Some(ack)) = acks.message().await {
-                for status in ack.statuses {
-                    if status == uf::ack_message::Status::Ok as i32 {
-                        stored += 1;
-                    } else {
-                        skipped += 1;
-                    }
-                }
-                let so_far = done.fetch_add(256, std::sync::atomic::Ordering::Relaxed) + 256;
-                if let Some(tenths) = tenths
-                    && so_far % (total / 10).max(256) < 256
-                {
-                    tenths
-                        .lock()
-                        .unwrap()
-                        .push((so_far, started.elapsed().as_secs_f64()));
-                }
-            }
-            (stored, skipped)
-        }
-    });
-    futures::future::join_all(tasks)
-        .await
-        .into_iter()
-        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+        .expect("connects");
+    feed::put_discovered(&client, batches, streams).await
 }
 
 async fn count_urls(endpoint: &str) -> u64 {
@@ -196,10 +141,9 @@ fn main() {
     let batches = total / 256;
 
     let server = Server::start(&data, &log("first"));
-    let tenths = std::sync::Mutex::new(Vec::new());
     let started = Instant::now();
-    let (stored, skipped) =
-        runtime.block_on(ingest(&server.endpoint, 0, batches, streams, Some(&tenths)));
+    let fed = runtime.block_on(ingest(&server.endpoint, 0..batches, streams));
+    let (stored, skipped) = (fed.stored, fed.skipped);
     let seconds = started.elapsed().as_secs_f64();
     let (resident, peak) = server.memory();
     println!(
@@ -213,20 +157,9 @@ fn main() {
         batches * 256,
         (batches * 256) as f64 / seconds
     );
-    let mut last = (0, 0.0);
-    let rates: Vec<String> = tenths
-        .into_inner()
-        .unwrap()
-        .into_iter()
-        .map(|(urls, at)| {
-            let rate = (urls - last.0) as f64 / (at - last.1);
-            last = (urls, at);
-            format!("{rate:.0}")
-        })
-        .collect();
     println!(
         "Rate per tenth of the run (URLs/s): {}\n",
-        rates.join(" · ")
+        feed::rates_per_tenth(&fed.tenths)
     );
     println!(
         "Memory after ingest: resident {:.0} MiB, peak {:.0} MiB: {:.0} bytes resident per stored URL; data directory {:.0} MiB ({:.0} bytes per stored URL)\n",
@@ -251,12 +184,11 @@ fn main() {
     let extra = (batches / 10).max(1);
     let endpoint = server.endpoint.clone();
     let more_stored = runtime.block_on(async {
-        let feed = tokio::spawn(async move {
-            ingest(&endpoint, batches, batches + extra, streams, None).await
-        });
+        let feeding =
+            tokio::spawn(async move { ingest(&endpoint, batches..batches + extra, streams).await });
         tokio::time::sleep(Duration::from_secs(3)).await;
         server.kill();
-        feed.await.expect("feed ends").0
+        feeding.await.expect("feed ends").stored
     });
     let server = Server::start(&data, &log("after-kill"));
     let kill_restart = server.started_in;

@@ -736,30 +736,29 @@ impl Ingest {
         // caller's thread: most are URLs already known, and a read here
         // keeps them off the committer thread, the frontier's bottleneck. A
         // URL found is durably stored, so "duplicate" is final; one not
-        // found may have been stored since, which the committer's insert
-        // settles.
+        // found (a filter false positive, or stored since) is settled again
+        // by the committer's insert.
         if new_urls.iter().any(|url| url.maybe_known) {
-            let known = self.store.known_urls(
-                new_urls
-                    .iter()
-                    .filter(|url| url.maybe_known)
-                    .map(|url| (url.partition, url.crawl.as_str(), url.url.as_str())),
-            )?;
-            let mut known = known.into_iter();
-            let mut keep = Vec::with_capacity(new_urls.len());
-            for url in &new_urls {
-                keep.push(!(url.maybe_known && known.next() == Some(true)));
+            let mut known = self
+                .store
+                .known_urls(
+                    new_urls
+                        .iter()
+                        .filter(|url| url.maybe_known)
+                        .map(|url| (url.partition, url.crawl.as_str(), url.url.as_str())),
+                )?
+                .into_iter();
+            let duplicate: Vec<bool> = new_urls
+                .iter()
+                .map(|url| url.maybe_known && known.next() == Some(true))
+                .collect();
+            for (&(index, ..), _) in candidates.iter().zip(&duplicate).filter(|(_, d)| **d) {
+                outcomes[index] = Outcome::Skipped(SkipReason::Duplicate);
             }
-            let mut kept = keep.iter();
-            candidates.retain(|&(index, ..)| {
-                let keep = kept.next().copied().unwrap_or(true);
-                if !keep {
-                    outcomes[index] = Outcome::Skipped(SkipReason::Duplicate);
-                }
-                keep
-            });
-            let mut kept = keep.iter();
-            new_urls.retain(|_| kept.next().copied().unwrap_or(true));
+            let mut flags = duplicate.iter();
+            candidates.retain(|_| flags.next() == Some(&false));
+            let mut flags = duplicate.iter();
+            new_urls.retain(|_| flags.next() == Some(&false));
         }
         if new_urls.is_empty() {
             return Ok(outcomes);

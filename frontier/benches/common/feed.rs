@@ -1,0 +1,100 @@
+//! The PutDiscovered feed of the gRPC benchmarks: the URL stream of
+//! [`crate::common::url`] in batches of 256, over several concurrent
+//! streams, with the rate recorded at each tenth of the run.
+
+use std::ops::Range;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use proto::urlfrontier::{self as uf, url_frontier_client::UrlFrontierClient};
+use tonic::transport::Channel;
+
+/// What a feed got back.
+pub struct Fed {
+    /// URLs acked OK.
+    pub stored: usize,
+    /// URLs acked otherwise.
+    pub skipped: usize,
+    /// (URLs acked so far, seconds since the start) at each tenth.
+    pub tenths: Vec<(usize, f64)>,
+}
+
+/// Sends `batches` over `streams` PutDiscovered streams and counts the
+/// acks. A stream that fails (a server killed mid-feed) ends there: the
+/// counts are of what was acknowledged.
+pub async fn put_discovered(
+    client: &UrlFrontierClient<Channel>,
+    batches: Range<usize>,
+    streams: usize,
+) -> Fed {
+    let started = Instant::now();
+    let done = AtomicUsize::new(0);
+    let tenths = Mutex::new(Vec::new());
+    let tenth = (batches.len() * 256 / 10).max(256);
+    let tasks = (0..streams).map(|stream| {
+        let mut client = client.clone();
+        let (done, tenths) = (&done, &tenths);
+        let ids = (batches.start + stream..batches.end).step_by(streams);
+        async move {
+            let requests = futures::stream::iter(ids.map(|batch| {
+                uf::DiscoveredBatch {
+                    id: batch.to_string(),
+                    items: (0..256)
+                        .map(|i| uf::UrlInfo {
+                            url: crate::common::url(batch, batch * 256 + i),
+                            ..uf::UrlInfo::default()
+                        })
+                        .collect(),
+                }
+            }));
+            let (mut stored, mut skipped) = (0, 0);
+            let Ok(acks) = client.put_discovered(requests).await else {
+                return (stored, skipped);
+            };
+            let mut acks = acks.into_inner();
+            while let Ok(Some(ack)) = acks.message().await {
+                for status in ack.statuses {
+                    if status == uf::ack_message::Status::Ok as i32 {
+                        stored += 1;
+                    } else {
+                        skipped += 1;
+                    }
+                }
+                let so_far = done.fetch_add(256, Ordering::Relaxed) + 256;
+                if so_far % tenth < 256 {
+                    tenths
+                        .lock()
+                        .unwrap()
+                        .push((so_far, started.elapsed().as_secs_f64()));
+                }
+            }
+            (stored, skipped)
+        }
+    });
+    let (stored, skipped) = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+    let mut tenths = tenths.into_inner().unwrap();
+    tenths.sort_by_key(|mark| mark.0);
+    Fed {
+        stored,
+        skipped,
+        tenths,
+    }
+}
+
+/// The rate over each tenth, as "r1 · r2 · ...".
+pub fn rates_per_tenth(tenths: &[(usize, f64)]) -> String {
+    let mut previous = (0, 0.0);
+    tenths
+        .iter()
+        .map(|&(count, at)| {
+            let rate = (count - previous.0) as f64 / (at - previous.1).max(1e-9);
+            previous = (count, at);
+            format!("{rate:.0}")
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
