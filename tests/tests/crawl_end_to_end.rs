@@ -297,17 +297,12 @@ async fn a_frontier_killed_mid_crawl_and_restarted_loses_nothing() {
     check_with_fault(&site, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crawl_delay_spaces_requests_to_its_host() {
-    let config = SiteConfig {
-        pages: 3,
-        crawl_delay: Some(1),
-        ..SiteConfig::default()
-    };
+/// The mock site and a frontier for a small crawl of it: depth 2, no
+/// default delay between serves of a queue.
+async fn small_crawl(config: SiteConfig, dir: &std::path::Path) -> (MockSite, FrontierProcess) {
     let site = MockSite::start(config).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let frontier = FrontierProcess::start(
-        &dir.path().join("data"),
+        &dir.join("data"),
         &[
             "--partitions",
             "2",
@@ -317,6 +312,18 @@ async fn a_crawl_delay_spaces_requests_to_its_host() {
             "2",
         ],
     );
+    (site, frontier)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crawl_delay_spaces_requests_to_its_host() {
+    let config = SiteConfig {
+        pages: 3,
+        crawl_delay: Some(1),
+        ..SiteConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (site, frontier) = small_crawl(config, dir.path()).await;
     let endpoint = frontier.endpoint();
     let out = dir.path().join("out");
     let _workers: Vec<WorkerProcess> = (1..=2)
@@ -363,19 +370,8 @@ async fn a_worker_serves_prometheus_metrics() {
         pages: 3,
         ..SiteConfig::default()
     };
-    let site = MockSite::start(config).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let frontier = FrontierProcess::start(
-        &dir.path().join("data"),
-        &[
-            "--partitions",
-            "2",
-            "--default-delay-ms",
-            "0",
-            "--max-depth",
-            "2",
-        ],
-    );
+    let (site, frontier) = small_crawl(config, dir.path()).await;
     let endpoint = frontier.endpoint();
     // The exporter binds its own listener: take a free port and hand it on.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
