@@ -4,12 +4,9 @@
 //! scrape time (per-partition fill ratio, URL counts), served as text on
 //! `GET /metrics` from a listener the caller bound.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http_body_util::Full;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 
@@ -86,50 +83,14 @@ pub async fn serve(
     frontier: Arc<Frontier>,
     shutdown: impl Future<Output = ()>,
 ) {
-    // Connections hold the frontier weakly, so that a clean shutdown can
-    // take it back once this loop has ended.
+    // Scrapes hold the frontier weakly, so that a clean shutdown can take
+    // it back once the endpoint has stopped.
     let frontier = Arc::downgrade(&frontier);
-    tokio::pin!(shutdown);
-    loop {
-        let accepted = tokio::select! {
-            () = &mut shutdown => return,
-            accepted = listener.accept() => accepted,
-        };
-        let Ok((stream, _)) = accepted else { continue };
-        let _ = stream.set_nodelay(true);
-        let handle = handle.clone();
-        let frontier = frontier.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(
-                move |request: hyper::Request<hyper::body::Incoming>| {
-                    let handle = handle.clone();
-                    let frontier = frontier.clone();
-                    async move {
-                        let response = if request.uri().path() == "/metrics" {
-                            let text = tokio::task::spawn_blocking(move || {
-                                if let Some(frontier) = frontier.upgrade() {
-                                    refresh(&frontier);
-                                }
-                                handle.render()
-                            })
-                            .await
-                            .unwrap_or_default();
-                            hyper::Response::builder()
-                                .header("content-type", "text/plain; version=0.0.4")
-                                .body(Full::new(Bytes::from(text)))
-                        } else {
-                            hyper::Response::builder()
-                                .status(404)
-                                .body(Full::new(Bytes::from_static(b"metrics are at /metrics\n")))
-                        };
-                        Ok::<_, Infallible>(response.unwrap_or_default())
-                    }
-                },
-            );
-            let _ =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-        });
-    }
+    let render = move || {
+        if let Some(frontier) = frontier.upgrade() {
+            refresh(&frontier);
+        }
+        handle.render()
+    };
+    proto::metrics_endpoint::serve(listener, render, shutdown).await;
 }

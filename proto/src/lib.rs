@@ -11,10 +11,13 @@
 //!   service `Admin`): filter health, rebuilds, seeds, progress, URL checks.
 //! - [`codec`]: prost's codec, with undecodable messages answered as
 //!   INVALID_ARGUMENT.
+//! - [`metrics_endpoint`]: the Prometheus `GET /metrics` endpoint both
+//!   binaries serve.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server
 //!   reflection.
 
 pub mod codec;
+pub mod metrics_endpoint;
 
 /// The URL Frontier API v2.6.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

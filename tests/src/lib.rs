@@ -237,11 +237,41 @@ impl WorkerProcess {
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("worker starts");
         Self { child, log }
+    }
+
+    /// Starts a worker as [`WorkerProcess::start`] does, serving metrics on
+    /// a port of its choosing; answers it with the metrics URL it printed.
+    pub fn start_with_metrics(
+        frontier: &str,
+        output: &Path,
+        id: &str,
+        args: &[&str],
+    ) -> (Self, String) {
+        let mut args = args.to_vec();
+        args.extend(["--metrics-listen", "127.0.0.1:0"]);
+        let mut worker = Self::start(frontier, output, id, &args);
+        let stdout = worker.child.stdout.take().expect("piped stdout");
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        // The first line names the address; EOF means it exited.
+        let _ = reader.read_line(&mut line);
+        std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+        let url = line
+            .trim()
+            .strip_prefix("metrics ")
+            .unwrap_or_else(|| {
+                panic!(
+                    "the worker printed no metrics address: {line:?}\n{}",
+                    std::fs::read_to_string(&worker.log).unwrap_or_default()
+                )
+            })
+            .to_owned();
+        (worker, url)
     }
 
     /// SIGKILL.

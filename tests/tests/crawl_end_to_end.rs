@@ -373,21 +373,13 @@ async fn a_worker_serves_prometheus_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let (site, frontier) = small_crawl(config, dir.path()).await;
     let endpoint = frontier.endpoint();
-    // The exporter binds its own listener: take a free port and hand it on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut args = WORKER_ARGS.to_vec();
-    args.extend(["--metrics-listen", &listen]);
-    let _worker = WorkerProcess::start(&endpoint, &dir.path().join("out"), "m1", &args);
+    let (_worker, metrics_url) =
+        WorkerProcess::start_with_metrics(&endpoint, &dir.path().join("out"), "m1", WORKER_ARGS);
     let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
     assert!(status.success(), "{text}");
     let (status, text) = frontier_cli(&endpoint, &["status", "--wait", "--timeout-secs", "120"]);
     assert!(status.success(), "{text}");
-    let text = crawl_tests::http_get(&format!("http://{listen}/metrics")).await;
+    let text = crawl_tests::http_get(&metrics_url).await;
     for expected in [
         "worker_fetches_total{class=\"2xx\"}".to_owned(),
         "worker_fetches_total{class=\"5xx\"} 1".to_owned(),

@@ -129,34 +129,48 @@ fn main_result() -> anyhow::Result<()> {
     let metrics_listen = args.metrics_listen;
     runtime.block_on(async move {
         if let Some(address) = metrics_listen {
-            metrics_exporter_prometheus::PrometheusBuilder::new()
-                .with_http_listener(address)
-                .install()
+            let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .context("cannot install the metrics recorder")?;
+            describe_metrics();
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
                 .with_context(|| format!("cannot serve metrics on {address}"))?;
-            metrics::describe_counter!(
-                "worker_fetches_total",
-                "Fetches by status class (failed: no answer)"
-            );
-            metrics::describe_counter!("worker_bytes_total", "Body bytes read");
-            metrics::describe_histogram!(
-                "worker_fetch_seconds",
-                "Time of one fetch, to the end of its body"
-            );
-            metrics::describe_gauge!("worker_in_flight", "URLs being processed now");
-            metrics::describe_counter!(
-                "worker_robots_lookups_total",
-                "robots.txt lookups: cached or fetched"
-            );
-            metrics::describe_counter!(
-                "worker_report_retries_total",
-                "Reports to the frontier sent again"
-            );
+            let bound = listener.local_addr()?;
+            tokio::spawn(proto::metrics_endpoint::serve(
+                listener,
+                move || handle.render(),
+                std::future::pending(),
+            ));
+            // Scripts and tests read the chosen address (port 0 works) here.
+            println!("metrics http://{bound}/metrics");
         }
         tracing::info!(frontier = %config.frontier, worker = %config.worker_id, "worker starting");
         run(config, Arc::new(WorkerStats::default()), shutdown_signal()).await?;
         tracing::info!("worker stopped");
         Ok(())
     })
+}
+
+fn describe_metrics() {
+    metrics::describe_counter!(
+        "worker_fetches_total",
+        "Fetches by status class (failed: no answer)"
+    );
+    metrics::describe_counter!("worker_bytes_total", "Body bytes read");
+    metrics::describe_histogram!(
+        "worker_fetch_seconds",
+        "Time of one fetch, to the end of its body"
+    );
+    metrics::describe_gauge!("worker_in_flight", "URLs being processed now");
+    metrics::describe_counter!(
+        "worker_robots_lookups_total",
+        "robots.txt lookups: cached or fetched"
+    );
+    metrics::describe_counter!(
+        "worker_report_retries_total",
+        "Reports to the frontier sent again"
+    );
 }
 
 async fn shutdown_signal() {
