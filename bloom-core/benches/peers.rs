@@ -4,8 +4,8 @@
 //! `cargo bench -p bloom-core --bench peers` (10 million URL-like keys at
 //! p = 0.01 and p = 0.0001); `-- --keys N` for another size, `-- --quick`
 //! for a 200 000-key smoke run, `-- --p 0.0001` for one rate, `--
-//! --batch-only` for the batch-query table alone, `-- --k-sweep` for single
-//! query cost against k. Prints markdown tables for
+//! --batch-only` for the batch-query table alone, `-- --layout split-block`
+//! for one layout's group, `-- --k-sweep` for single query cost against k. Prints markdown tables for
 //! BENCHMARKS.md.
 //!
 //! Peers: fastbloom (standard layout, xxh3 hashing; both its plain and its
@@ -18,7 +18,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use bloom_core::{BloomFilter, KeyHash, Layout};
+use bloom_core::{BloomFilter, FrozenBloomFilter, KeyHash, Layout};
 use xxhash_rust::xxh3::{Xxh3Builder, xxh3_64};
 
 const REPETITIONS: usize = 5;
@@ -66,6 +66,13 @@ enum Candidate {
     /// locked instructions: the like-for-like match for fastbloom's `&mut`
     /// BloomFilter.
     OursExclusive(BloomFilter),
+    /// Built through `insert_mut`, then frozen for the queries: the
+    /// like-for-like match for filters inserted through `&mut` and queried
+    /// over plain memory (sbbf-rs-safe).
+    OursFrozen {
+        building: Option<BloomFilter>,
+        frozen: Option<FrozenBloomFilter>,
+    },
     Fastbloom(fastbloom::BloomFilter<Xxh3Builder>),
     FastbloomAtomic(fastbloom::AtomicBloomFilter<Xxh3Builder>),
     Bloomfilter(bloomfilter::Bloom<[u8]>),
@@ -80,6 +87,12 @@ impl Candidate {
             }
             Candidate::OursExclusive(f) => {
                 f.insert_mut(key);
+            }
+            Candidate::OursFrozen { building, .. } => {
+                building
+                    .as_mut()
+                    .expect("inserts come first")
+                    .insert_mut(key);
             }
             Candidate::Fastbloom(f) => {
                 f.insert(key);
@@ -97,10 +110,22 @@ impl Candidate {
     fn contains(&self, key: &[u8]) -> bool {
         match self {
             Candidate::Ours(f) | Candidate::OursExclusive(f) => f.contains(key),
+            Candidate::OursFrozen { frozen, .. } => {
+                frozen.as_ref().expect("frozen after inserts").contains(key)
+            }
             Candidate::Fastbloom(f) => f.contains(key),
             Candidate::FastbloomAtomic(f) => f.contains(key),
             Candidate::Bloomfilter(f) => f.check(key),
             Candidate::Sbbf(f) => f.contains_hash(xxh3_64(key)),
+        }
+    }
+
+    /// Called between the inserts and the queries (not timed).
+    fn inserts_done(&mut self) {
+        if let Candidate::OursFrozen { building, frozen } = self
+            && let Some(filter) = building.take()
+        {
+            *frozen = Some(filter.freeze());
         }
     }
 
@@ -115,6 +140,12 @@ impl Candidate {
             }
             Candidate::OursExclusive(f) => {
                 f.insert_hashed_mut(hashes.wide[index]);
+            }
+            Candidate::OursFrozen { building, .. } => {
+                building
+                    .as_mut()
+                    .expect("inserts come first")
+                    .insert_hashed_mut(hashes.wide[index]);
             }
             Candidate::Fastbloom(f) => {
                 f.insert_hash(hashes.narrow[index]);
@@ -134,6 +165,10 @@ impl Candidate {
             Candidate::Ours(f) | Candidate::OursExclusive(f) => {
                 f.contains_hashed(hashes.wide[index])
             }
+            Candidate::OursFrozen { frozen, .. } => frozen
+                .as_ref()
+                .expect("frozen after inserts")
+                .contains_hashed(hashes.wide[index]),
             Candidate::Fastbloom(f) => f.contains_hash(hashes.narrow[index]),
             Candidate::FastbloomAtomic(f) => f.contains_hash(hashes.narrow[index]),
             Candidate::Bloomfilter(_) => false,
@@ -144,6 +179,9 @@ impl Candidate {
     fn bytes(&self) -> usize {
         match self {
             Candidate::Ours(f) | Candidate::OursExclusive(f) => f.memory_bytes() as usize,
+            Candidate::OursFrozen { frozen, .. } => frozen
+                .as_ref()
+                .map_or(0, |frozen| frozen.memory_bytes() as usize),
             Candidate::Fastbloom(f) => f.num_bits() / 8,
             Candidate::FastbloomAtomic(f) => f.num_bits() / 8,
             Candidate::Bloomfilter(f) => f.as_slice().len(),
@@ -218,6 +256,7 @@ fn run_group(
                 filter.insert(present.get(i));
             }
             figures.insert.push(ns_per_op(start, n));
+            filter.inserts_done();
 
             let start = Instant::now();
             let found = (0..n).filter(|&i| filter.contains(present.get(i))).count();
@@ -237,6 +276,7 @@ fn run_group(
                     filter.insert_prehashed(present_hashes, i);
                 }
                 figures.insert_pre.push(ns_per_op(start, n));
+                filter.inserts_done();
                 let start = Instant::now();
                 let found = (0..n)
                     .filter(|&i| filter.contains_prehashed(present_hashes, i))
@@ -427,6 +467,13 @@ fn main() {
         None => vec![0.01, 0.0001],
     };
     let batch_only = args.iter().any(|a| a == "--batch-only");
+    // `--layout NAME`: only that layout's group (and batch row).
+    let only: Option<Layout> = args.iter().position(|a| a == "--layout").map(|position| {
+        args.get(position + 1)
+            .and_then(|v| v.parse().ok())
+            .expect("--layout needs standard, blocked or split-block")
+    });
+    let wanted = |layout: Layout| !batch_only && only.is_none_or(|o| o == layout);
 
     println!("# bloom-core peers benchmark");
     println!(
@@ -488,7 +535,7 @@ fn main() {
                 }),
             },
         ];
-        if !batch_only {
+        if wanted(Layout::Standard) {
             run_group(
                 &format!("Standard layout, p = {p} (k = {k_s})"),
                 bits_s as f64 / keys as f64,
@@ -498,7 +545,8 @@ fn main() {
                 &present_hashes,
                 &absent_hashes,
             );
-
+        }
+        if wanted(Layout::Blocked) {
             let blocked_specs = vec![
                 Spec {
                     name: "bloom-core blocked",
@@ -530,12 +578,58 @@ fn main() {
             );
         }
 
+        if wanted(Layout::SplitBlock) {
+            let split =
+                BloomFilter::with_layout(Layout::SplitBlock, n, p).expect("valid parameters");
+            let (bits_x, k_x) = (split.bits() as usize, split.hashes());
+            drop(split);
+            let split_specs = vec![
+                Spec {
+                    name: "bloom-core split-block, insert_mut, frozen for queries",
+                    make: Box::new(move || Candidate::OursFrozen {
+                        building: Some(BloomFilter::with_layout(Layout::SplitBlock, n, p).unwrap()),
+                        frozen: None,
+                    }),
+                },
+                Spec {
+                    name: "bloom-core split-block",
+                    make: Box::new(move || {
+                        Candidate::Ours(BloomFilter::with_layout(Layout::SplitBlock, n, p).unwrap())
+                    }),
+                },
+                Spec {
+                    name: "bloom-core split-block, insert_mut",
+                    make: Box::new(move || {
+                        Candidate::OursExclusive(
+                            BloomFilter::with_layout(Layout::SplitBlock, n, p).unwrap(),
+                        )
+                    }),
+                },
+                Spec {
+                    name: "sbbf-rs-safe 0.3",
+                    make: Box::new(move || Candidate::Sbbf(sbbf_rs_safe::Filter::new(bits_x, 1))),
+                },
+            ];
+            run_group(
+                &format!("Split-block layout, p = {p} (k = {k_x})"),
+                bits_x as f64 / keys as f64,
+                &split_specs,
+                &present,
+                &absent,
+                &present_hashes,
+                &absent_hashes,
+            );
+        }
+
         println!("\n### Batch queries, p = {p} (prehashed, ns per key)\n");
         println!(
             "| layout | batch present | batch absent | one by one absent | random load, filter-sized array (batch present per line / load) | random load, 256 MB array | batch present per line / 256 MB load |"
         );
         println!("|---|---:|---:|---:|---:|---:|---:|");
-        for layout in [Layout::Standard, Layout::Blocked] {
+        for layout in Layout::ALL {
+            if only.is_some_and(|o| o != layout) {
+                continue;
+            }
             let filter = BloomFilter::with_layout(layout, n, p).unwrap();
             for &hash in &present_hashes.wide {
                 filter.insert_hashed(hash);

@@ -1,23 +1,24 @@
-//! The bit array both layouts store their bits in: atomic 64-bit words whose
-//! first word starts a cache line, so that every 512-bit block of the blocked
-//! layout is exactly one line.
+//! The bit array every layout stores its bits in: 64-bit words whose first
+//! word starts a cache line, so that every 512-bit block of the block
+//! layouts is exactly one line. Atomic words for [`crate::BloomFilter`],
+//! plain ones for [`crate::FrozenBloomFilter`].
 
 use crate::sync::AtomicU64;
 
-/// Words in one 64-byte cache line (one block of the blocked layout).
+/// Words in one 64-byte cache line (one block of the block layouts).
 pub(crate) const WORDS_PER_BLOCK: usize = 8;
 
-pub(crate) struct BitArray {
+pub(crate) struct BitArray<W = AtomicU64> {
     // Seven spare words, so that a line-aligned run of `words` words fits
     // wherever the allocator put the storage. A flat slice (rather than a
     // slice of 64-byte-aligned block structs) keeps the standard layout's
     // probe to one shift and one bounds check.
-    storage: Box<[AtomicU64]>,
+    storage: Box<[W]>,
     offset: usize,
     words: usize,
 }
 
-impl BitArray {
+impl BitArray<AtomicU64> {
     /// `words` zeroed words; `words` is a multiple of [`WORDS_PER_BLOCK`].
     pub(crate) fn zeroed(words: usize) -> Self {
         let storage: Box<[AtomicU64]> = (0..words + WORDS_PER_BLOCK - 1)
@@ -30,14 +31,38 @@ impl BitArray {
             words,
         }
     }
+}
+
+impl<W> BitArray<W> {
+    /// The same array over other words, each converted by `convert`. Words
+    /// of the same size and alignment reuse the allocation (the standard
+    /// library collects a mapped `Vec` in place), so the blocks stay on
+    /// their cache lines; were it ever copied, the copy is realigned.
+    #[cfg(not(bloom_loom))]
+    pub(crate) fn convert<V>(self, convert: impl FnMut(W) -> V) -> BitArray<V> {
+        let storage: Box<[V]> = self.storage.into_vec().into_iter().map(convert).collect();
+        let misalignment = (storage.as_ptr() as usize % 64) / 8;
+        let offset = (WORDS_PER_BLOCK - misalignment) % WORDS_PER_BLOCK;
+        let mut array = BitArray {
+            storage,
+            offset: self.offset,
+            words: self.words,
+        };
+        if offset != self.offset {
+            array.storage.rotate_left(self.offset);
+            array.storage.rotate_right(offset);
+            array.offset = offset;
+        }
+        array
+    }
 
     #[inline]
-    pub(crate) fn words(&self) -> &[AtomicU64] {
+    pub(crate) fn words(&self) -> &[W] {
         &self.storage[self.offset..self.offset + self.words]
     }
 
     #[inline]
-    pub(crate) fn words_mut(&mut self) -> &mut [AtomicU64] {
+    pub(crate) fn words_mut(&mut self) -> &mut [W] {
         &mut self.storage[self.offset..self.offset + self.words]
     }
 
@@ -47,7 +72,7 @@ impl BitArray {
     }
 
     #[inline]
-    pub(crate) fn block(&self, index: usize) -> &[AtomicU64; WORDS_PER_BLOCK] {
+    pub(crate) fn block(&self, index: usize) -> &[W; WORDS_PER_BLOCK] {
         let start = self.offset + index * WORDS_PER_BLOCK;
         self.storage[start..start + WORDS_PER_BLOCK]
             .try_into()
@@ -55,7 +80,7 @@ impl BitArray {
     }
 
     #[inline]
-    pub(crate) fn block_mut(&mut self, index: usize) -> &mut [AtomicU64; WORDS_PER_BLOCK] {
+    pub(crate) fn block_mut(&mut self, index: usize) -> &mut [W; WORDS_PER_BLOCK] {
         let start = self.offset + index * WORDS_PER_BLOCK;
         (&mut self.storage[start..start + WORDS_PER_BLOCK])
             .try_into()
@@ -63,7 +88,7 @@ impl BitArray {
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
-        std::mem::size_of_val::<[AtomicU64]>(&self.storage)
+        std::mem::size_of_val::<[W]>(&self.storage)
     }
 }
 
@@ -79,6 +104,27 @@ mod tests {
             assert_eq!(array.words().as_ptr() as usize % 64, 0);
             assert_eq!(array.block(0).as_ptr() as usize % 64, 0);
             assert_eq!(array.blocks(), words / 8);
+        }
+    }
+
+    #[cfg(not(bloom_loom))]
+    #[test]
+    fn converted_arrays_keep_their_words_on_cache_lines() {
+        for words in [8, 64, 8 * 1000] {
+            let array = BitArray::zeroed(words);
+            for (index, word) in array.words().iter().enumerate() {
+                word.store(index as u64 * 3 + 1, crate::sync::Ordering::Relaxed);
+            }
+            let plain = array.convert(AtomicU64::into_inner);
+            assert_eq!(plain.words().as_ptr() as usize % 64, 0);
+            let expected: Vec<u64> = (0..words as u64).map(|index| index * 3 + 1).collect();
+            assert_eq!(plain.words(), &expected[..]);
+            let back = plain.convert(AtomicU64::new);
+            assert_eq!(back.words().as_ptr() as usize % 64, 0);
+            assert_eq!(
+                back.words()[words - 1].load(crate::sync::Ordering::Relaxed),
+                expected[words - 1]
+            );
         }
     }
 }

@@ -25,6 +25,13 @@ pub enum FilterError {
     /// The hash count must be in `1..=MAX_HASHES`.
     #[error("hash count must be between 1 and {max}, got {0}", max = crate::MAX_HASHES)]
     InvalidHashes(u32),
+    /// The split-block layout sets the same number of bits in each of a
+    /// block's eight words, so its hash count is a multiple of 8.
+    #[error("a split-block filter's hash count must be a multiple of 8, got {0}")]
+    SplitBlockHashes(u32),
+    /// A layout name other than `standard`, `blocked` or `split-block`.
+    #[error("unknown filter layout {0:?}: expected standard, blocked or split-block")]
+    UnknownLayout(String),
     /// Two filters must share layout, size and hash count to be combined.
     #[error("filters differ in layout, size or hash count")]
     ShapeMismatch,

@@ -1,12 +1,16 @@
-//! [`BloomFilter`]: one bit array of atomic words in either layout.
+//! [`BloomFilter`]: one bit array of atomic words in any layout.
 
-use crate::bits::{BitArray, WORDS_PER_BLOCK};
+use crate::accel;
+use crate::bits::BitArray;
 use crate::error::{FilterError, SnapshotError};
-use crate::hash::{BlockPositions, KeyHash, Probes, reduce};
+#[cfg(not(bloom_loom))]
+use crate::frozen::FrozenBloomFilter;
+use crate::hash::{KeyHash, Probes, reduce};
 use crate::health::FilterHealth;
-use crate::model::{self, BLOCK_BITS, MAX_HASHES};
+use crate::model::{self, BLOCK_BITS, MAX_HASHES, SPLIT_WORDS};
+use crate::probe::{self, Shape};
 use crate::snapshot::{self, Header, Kind};
-use crate::sync::{AtomicU64, Ordering, prefetch, set_bits_exclusive};
+use crate::sync::{AtomicU64, Ordering};
 
 /// Larger filters are refused: 2^46 bits is 8 TiB, beyond any machine this
 /// runs on, and the bound keeps a corrupt snapshot header from asking for an
@@ -25,13 +29,35 @@ pub enum Layout {
     /// cache miss per operation, at the price of a somewhat higher
     /// false-positive rate for the same bits (see [`crate::model`]).
     Blocked,
+    /// The key's block (one cache line, as [`Layout::Blocked`]) is split into
+    /// its eight 64-bit words and the key sets `k / 8` bits in each word; k
+    /// is a multiple of 8. The Parquet / Impala split-block filter's shape
+    /// over 64-bit words: the probe is eight independent word tests with no
+    /// data-dependent word choice, the fastest layout to query, at a few
+    /// percent more bits than [`Layout::Blocked`] for the same rate (see
+    /// [`crate::model::split_block_fp_rate`]).
+    SplitBlock,
 }
 
 impl Layout {
+    /// Every layout, for callers that try each.
+    pub const ALL: [Layout; 3] = [Layout::Standard, Layout::Blocked, Layout::SplitBlock];
+
+    /// The nearest hash count this layout accepts: `hashes` itself, except
+    /// that the split-block layout rounds up to a multiple of 8.
+    #[must_use]
+    pub fn valid_hashes(self, hashes: u32) -> u32 {
+        match self {
+            Layout::SplitBlock => hashes.div_ceil(SPLIT_WORDS).max(1) * SPLIT_WORDS,
+            _ => hashes,
+        }
+    }
+
     pub(crate) fn code(self) -> u8 {
         match self {
             Layout::Standard => 1,
             Layout::Blocked => 2,
+            Layout::SplitBlock => 3,
         }
     }
 
@@ -39,6 +65,7 @@ impl Layout {
         match code {
             1 => Some(Layout::Standard),
             2 => Some(Layout::Blocked),
+            3 => Some(Layout::SplitBlock),
             _ => None,
         }
     }
@@ -49,7 +76,22 @@ impl std::fmt::Display for Layout {
         f.write_str(match self {
             Layout::Standard => "standard",
             Layout::Blocked => "blocked",
+            Layout::SplitBlock => "split-block",
         })
+    }
+}
+
+impl std::str::FromStr for Layout {
+    type Err = FilterError;
+
+    /// The names [`Display`](std::fmt::Display) writes.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name {
+            "standard" => Ok(Layout::Standard),
+            "blocked" => Ok(Layout::Blocked),
+            "split-block" => Ok(Layout::SplitBlock),
+            other => Err(FilterError::UnknownLayout(other.to_owned())),
+        }
     }
 }
 
@@ -90,6 +132,8 @@ pub struct BloomFilter {
     bits: u64,
     hashes: u32,
     array: BitArray,
+    /// Whether `insert_mut` may run the AVX2/BMI2 code (`accel`).
+    accelerated: bool,
 }
 
 impl std::fmt::Debug for BloomFilter {
@@ -140,6 +184,8 @@ impl BloomFilter {
                 }
                 model::blocked_size(expected_items, fp_rate)
             }
+            Layout::SplitBlock => model::split_block_size(expected_items, fp_rate, MAX_BITS)
+                .ok_or(FilterError::TooLarge { bits: MAX_BITS })?,
         };
         Self::with_params(layout, bits, hashes)
     }
@@ -156,12 +202,16 @@ impl BloomFilter {
         if hashes == 0 || hashes > MAX_HASHES {
             return Err(FilterError::InvalidHashes(hashes));
         }
+        if layout == Layout::SplitBlock && !hashes.is_multiple_of(SPLIT_WORDS) {
+            return Err(FilterError::SplitBlockHashes(hashes));
+        }
         let bits = round_up_to_block(bits);
         Ok(Self {
             layout,
             bits,
             hashes,
             array: BitArray::zeroed((bits / 64) as usize),
+            accelerated: accel::available(),
         })
     }
 
@@ -203,7 +253,7 @@ impl BloomFilter {
     pub fn insert_hashed(&self, hash: KeyHash) -> bool {
         match self.layout {
             Layout::Standard => self.insert_standard(hash),
-            Layout::Blocked => self.insert_blocked(hash),
+            Layout::Blocked | Layout::SplitBlock => self.insert_block(hash),
         }
     }
 
@@ -211,7 +261,8 @@ impl BloomFilter {
     /// building a filter before sharing it. The same bits and answer, without
     /// the locked read-modify-write instructions shared access needs
     /// (BENCHMARKS.md: 1.2-2.1x faster prehashed inserts at 10 million
-    /// keys).
+    /// keys; split-block with k = 8 on an AVX2 CPU: two vector
+    /// read-modify-writes, about 5x).
     #[inline]
     pub fn insert_mut(&mut self, key: &[u8]) -> bool {
         self.insert_hashed_mut(KeyHash::of(key))
@@ -220,37 +271,14 @@ impl BloomFilter {
     /// [`insert_mut`](Self::insert_mut) with a precomputed hash.
     #[inline]
     pub fn insert_hashed_mut(&mut self, hash: KeyHash) -> bool {
-        let mut newly = false;
-        match self.layout {
-            Layout::Standard => {
-                let bits = self.bits;
-                let mut probes = Probes::new(hash);
-                for _ in 0..self.hashes {
-                    let bit = reduce(probes.next_raw(), bits);
-                    let word = &mut self.array.words_mut()[(bit / 64) as usize];
-                    newly |= set_bits_exclusive(word, 1 << (bit % 64));
-                }
-            }
-            Layout::Blocked => {
-                let block = reduce(hash.h1(), self.array.blocks() as u64) as usize;
-                let block = self.array.block_mut(block);
-                BlockPositions::new(hash).for_each(self.hashes, |position| {
-                    let word = &mut block[(position / 64) as usize];
-                    newly |= set_bits_exclusive(word, 1 << (position % 64));
-                });
-            }
-        }
-        newly
+        accel::insert_exclusive(self.shape(), &mut self.array, hash, self.accelerated)
     }
 
     /// [`contains`](Self::contains) with a hash computed once by the caller.
     #[inline]
     #[must_use]
     pub fn contains_hashed(&self, hash: KeyHash) -> bool {
-        match self.layout {
-            Layout::Standard => self.contains_standard(hash),
-            Layout::Blocked => self.contains_blocked(hash),
-        }
+        probe::contains(self.shape(), &self.array, hash)
     }
 
     /// Queries many hashes at once, writing one answer per hash into `out`
@@ -263,38 +291,9 @@ impl BloomFilter {
     /// Standard layout: the lines of the first two probes (an absent key is
     /// usually refuted by them); blocked layout: the key's one line.
     pub fn contains_batch_into(&self, hashes: &[KeyHash], out: &mut Vec<bool>) {
-        // Far enough ahead to cover a memory latency at a few nanoseconds of
-        // arithmetic per key, near enough for the lines to still be in L1.
-        const AHEAD: usize = 16;
-        out.clear();
-        out.reserve(hashes.len());
-        for &hash in hashes.iter().take(AHEAD) {
-            self.prefetch_key(hash);
-        }
-        for (index, &hash) in hashes.iter().enumerate() {
-            if let Some(&upcoming) = hashes.get(index + AHEAD) {
-                self.prefetch_key(upcoming);
-            }
-            out.push(self.contains_hashed(hash));
-        }
-    }
-
-    #[inline]
-    fn prefetch_key(&self, hash: KeyHash) {
-        match self.layout {
-            Layout::Standard => {
-                let words = self.array.words();
-                let mut probes = Probes::new(hash);
-                for _ in 0..self.hashes.min(2) {
-                    prefetch(&words[(reduce(probes.next_raw(), self.bits) / 64) as usize]);
-                }
-            }
-            Layout::Blocked => prefetch(
-                &self
-                    .array
-                    .block(reduce(hash.h1(), self.array.blocks() as u64) as usize)[0],
-            ),
-        }
+        probe::contains_batch(self.shape(), &self.array, hashes, out, |hash| {
+            self.contains_hashed(hash)
+        });
     }
 
     /// Adds every key of `other` to `self`. Both must have the same layout,
@@ -339,9 +338,7 @@ impl BloomFilter {
     /// before and after the pass.
     #[must_use]
     pub fn ones(&self) -> u64 {
-        self.words()
-            .map(|word| u64::from(word.load(Ordering::Relaxed).count_ones()))
-            .sum()
+        probe::ones(&self.array)
     }
 
     /// Fraction of bits set.
@@ -352,39 +349,17 @@ impl BloomFilter {
 
     /// The probability that a key never inserted is reported present, given
     /// the bits as they are now. Standard layout: `fill^k`. Blocked layout:
-    /// the mean over blocks of `(ones in block / 512)^k`, which costs one pass
-    /// over the array and is exact for the current state.
+    /// the mean over blocks of `(ones in block / 512)^k`; split-block layout:
+    /// the mean over blocks of the product over its words of
+    /// `(ones in word / 64)^(k/8)`. Both cost one pass over the array and are
+    /// exact for the current state.
     #[must_use]
     pub fn estimated_fp_rate(&self) -> f64 {
         self.ones_and_fp_rate().1
     }
 
-    /// Set bits and the false-positive rate they give, in one pass over the
-    /// array (the blocked layout's rate needs each block's count anyway).
     fn ones_and_fp_rate(&self) -> (u64, f64) {
-        let k = self.hashes as i32;
-        match self.layout {
-            Layout::Standard => {
-                let ones = self.ones();
-                (ones, (ones as f64 / self.bits as f64).powi(k))
-            }
-            Layout::Blocked => {
-                let (ones, sum) = self.array.words().chunks_exact(WORDS_PER_BLOCK).fold(
-                    (0_u64, 0.0_f64),
-                    |(ones, sum), block| {
-                        let in_block: u32 = block
-                            .iter()
-                            .map(|word| word.load(Ordering::Relaxed).count_ones())
-                            .sum();
-                        (
-                            ones + u64::from(in_block),
-                            sum + (f64::from(in_block) / BLOCK_BITS as f64).powi(k),
-                        )
-                    },
-                );
-                (ones, sum / self.array.blocks() as f64)
-            }
-        }
+        probe::ones_and_fp_rate(self.shape(), &self.array)
     }
 
     /// Distinct keys inserted, estimated from the fill ratio.
@@ -393,24 +368,15 @@ impl BloomFilter {
     /// i.e. about `-(m/k) ln(1 - ones/m)`. Blocked layout: keys per block are
     /// Poisson(λ) and a key sets a given bit of its block with probability
     /// `q = 1 - (1 - 1/512)^k`, so `E[fill] = 1 - e^(-λq)` and
-    /// `n = -B ln(1 - fill) / q`.
+    /// `n = -B ln(1 - fill) / q`. Split-block layout: the same with
+    /// `q = 1 - (1 - 1/64)^(k/8)` (a key sets k/8 bits of each 64-bit word).
     #[must_use]
     pub fn estimated_items(&self) -> f64 {
         self.items_from_ones(self.ones())
     }
 
     fn items_from_ones(&self, ones: u64) -> f64 {
-        match self.layout {
-            Layout::Standard => model::items_from_ones(self.bits, self.hashes, ones),
-            Layout::Blocked => {
-                let blocks = self.array.blocks() as f64;
-                let ones = ones.min(self.bits - 1) as f64;
-                let fill = ones / self.bits as f64;
-                let per_key =
-                    -(f64::from(self.hashes) * (-1.0 / BLOCK_BITS as f64).ln_1p()).exp_m1();
-                -blocks * (-fill).ln_1p() / per_key
-            }
-        }
+        probe::items_from_ones(self.shape(), ones)
     }
 
     /// Heap and inline bytes this filter occupies.
@@ -422,16 +388,26 @@ impl BloomFilter {
     /// Every health figure at once.
     #[must_use]
     pub fn health(&self) -> FilterHealth {
-        let (ones, estimated_fp_rate) = self.ones_and_fp_rate();
-        FilterHealth {
-            layout: self.layout,
-            bits: self.bits,
-            hashes: self.hashes,
-            ones,
-            fill_ratio: ones as f64 / self.bits as f64,
-            estimated_fp_rate,
-            estimated_items: self.items_from_ones(ones),
-            memory_bytes: self.memory_bytes(),
+        probe::health(self.shape(), &self.array, self.memory_bytes())
+    }
+
+    /// This filter as a [`FrozenBloomFilter`]: no more inserts, faster
+    /// queries. Takes the words over without copying them.
+    #[cfg(not(bloom_loom))]
+    #[must_use]
+    pub fn freeze(self) -> FrozenBloomFilter {
+        FrozenBloomFilter::from_parts(self.shape(), self.array.convert(AtomicU64::into_inner))
+    }
+
+    /// A filter over the words of a frozen one.
+    #[cfg(not(bloom_loom))]
+    pub(crate) fn from_parts(shape: Shape, array: BitArray) -> Self {
+        Self {
+            layout: shape.layout,
+            bits: shape.bits,
+            hashes: shape.hashes,
+            array,
+            accelerated: accel::available(),
         }
     }
 
@@ -439,10 +415,7 @@ impl BloomFilter {
     /// distinct keys (see [`crate::model`]).
     #[must_use]
     pub fn model_fp_rate(&self, items: u64) -> f64 {
-        match self.layout {
-            Layout::Standard => model::standard_fp_rate(self.bits, self.hashes, items),
-            Layout::Blocked => model::blocked_fp_rate(self.bits, self.hashes, items),
-        }
+        probe::model_fp_rate(self.shape(), items)
     }
 
     /// Whether `other` has the same layout, size and hash count.
@@ -485,32 +458,17 @@ impl BloomFilter {
         newly
     }
 
-    #[inline]
-    fn contains_standard(&self, hash: KeyHash) -> bool {
-        let words = self.array.words();
-        let mut probes = Probes::new(hash);
-        for _ in 0..self.hashes {
-            let bit = reduce(probes.next_raw(), self.bits);
-            if words[(bit / 64) as usize].load(Ordering::Relaxed) & (1 << (bit % 64)) == 0 {
-                return false;
-            }
+    pub(crate) fn shape(&self) -> Shape {
+        Shape {
+            layout: self.layout,
+            bits: self.bits,
+            hashes: self.hashes,
         }
-        true
     }
 
     #[inline]
-    fn block_masks(&self, hash: KeyHash) -> (usize, [u64; WORDS_PER_BLOCK]) {
-        let block = reduce(hash.h1(), self.array.blocks() as u64) as usize;
-        let mut masks = [0_u64; WORDS_PER_BLOCK];
-        BlockPositions::new(hash).for_each(self.hashes, |position| {
-            masks[(position / 64) as usize] |= 1 << (position % 64);
-        });
-        (block, masks)
-    }
-
-    #[inline]
-    fn insert_blocked(&self, hash: KeyHash) -> bool {
-        let (block, masks) = self.block_masks(hash);
+    fn insert_block(&self, hash: KeyHash) -> bool {
+        let (block, masks) = probe::block_masks(self.shape(), &self.array, hash);
         let mut newly = false;
         for (word, mask) in self.array.block(block).iter().zip(masks) {
             if mask != 0 && word.load(Ordering::Relaxed) & mask != mask {
@@ -519,48 +477,6 @@ impl BloomFilter {
         }
         newly
     }
-
-    #[inline]
-    fn contains_blocked(&self, hash: KeyHash) -> bool {
-        let block = self
-            .array
-            .block(reduce(hash.h1(), self.array.blocks() as u64) as usize);
-        let positions = BlockPositions::new(hash);
-        // Specialised for the hash counts sizing produces (k = 21 is p near
-        // 1e-6); the general loop serves the rest.
-        macro_rules! unrolled {
-            ($($k:literal)*) => {
-                match self.hashes {
-                    $($k => return all_set::<$k>(block, &positions),)*
-                    _ => {}
-                }
-            };
-        }
-        unrolled!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21);
-        let mut all = true;
-        positions.for_each(self.hashes, |position| {
-            all &= block[(position / 64) as usize].load(Ordering::Relaxed) & (1 << (position % 64))
-                != 0;
-        });
-        all
-    }
-}
-
-/// Whether every position is set in the block. Every position is tested,
-/// without an early exit: after the first load the line is in L1, so the k
-/// loads cost a few cycles, while an exit at a random probe mispredicts a
-/// branch for most absent keys (measured in cache: 10.2 ns with per-word
-/// masks, 6.9 / 13.6 ns present / absent with an early exit). Each position
-/// is used as soon as it is computed, which keeps them in registers.
-#[inline(always)]
-fn all_set<const K: u32>(block: &[AtomicU64; WORDS_PER_BLOCK], positions: &BlockPositions) -> bool {
-    let streams = positions.streams::<K>();
-    let mut all = u64::MAX;
-    for index in 0..K {
-        let position = BlockPositions::position_in(&streams, index);
-        all &= block[(position / 64) as usize].load(Ordering::Relaxed) >> (position % 64);
-    }
-    all & 1 == 1
 }
 
 pub(crate) fn round_up_to_block(bits: u64) -> u64 {
@@ -608,13 +524,17 @@ impl BloomFilter {
     }
 
     fn snapshot_header(&self) -> Header {
-        Header {
-            kind: Kind::Bloom,
-            layout: self.layout,
-            bits: self.bits,
-            hashes: self.hashes,
-            words: self.bits / 64,
-        }
+        snapshot_header(self.shape())
+    }
+}
+
+pub(crate) fn snapshot_header(shape: Shape) -> Header {
+    Header {
+        kind: Kind::Bloom,
+        layout: shape.layout,
+        bits: shape.bits,
+        hashes: shape.hashes,
+        words: shape.bits / 64,
     }
 }
 
@@ -628,6 +548,12 @@ fn check_bloom_shape(header: &Header) -> Result<(), String> {
     if header.hashes == 0 || header.hashes > MAX_HASHES {
         return Err(format!(
             "hash count {} is outside 1..={MAX_HASHES}",
+            header.hashes
+        ));
+    }
+    if header.layout == Layout::SplitBlock && !header.hashes.is_multiple_of(SPLIT_WORDS) {
+        return Err(format!(
+            "hash count {} of a split-block filter is not a multiple of {SPLIT_WORDS}",
             header.hashes
         ));
     }

@@ -194,6 +194,42 @@ impl BlockPositions {
     }
 }
 
+/// Bit positions for the split-block layout: the block's eight 64-bit words
+/// each get one bit from every 48-bit stream, six bits per word. Stream 0 is
+/// `h2`; further streams (k above 8) are fresh mixes of the hash, as for
+/// [`BlockPositions`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SplitPositions {
+    positions: BlockPositions,
+}
+
+impl SplitPositions {
+    #[inline]
+    pub(crate) fn new(hash: KeyHash) -> Self {
+        Self {
+            positions: BlockPositions::new(hash),
+        }
+    }
+
+    /// The `STREAMS` streams, `k / 8` of them.
+    #[inline(always)]
+    pub(crate) fn streams<const STREAMS: usize>(&self) -> [u64; STREAMS] {
+        std::array::from_fn(|index| {
+            if index == 0 {
+                self.positions.h2
+            } else {
+                self.positions.stream(index as u64)
+            }
+        })
+    }
+
+    /// The bit stream `stream` sets in word `word` of the block.
+    #[inline(always)]
+    pub(crate) fn bit_in(stream: u64, word: usize) -> u32 {
+        ((stream >> (6 * word)) & 63) as u32
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

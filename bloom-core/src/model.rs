@@ -164,6 +164,106 @@ pub fn blocked_size(expected_items: u64, fp_rate: f64) -> (u64, u32) {
     (bits, hashes)
 }
 
+/// Bits in one word of a split block: the split-block layout sets `k / 8`
+/// bits in each of the block's eight words.
+pub const SPLIT_WORD_BITS: u64 = 64;
+
+/// Words per split block.
+pub const SPLIT_WORDS: u32 = 8;
+
+/// False-positive rate of the split-block layout after `items` keys.
+///
+/// Keys per block are Poisson(λ = items / blocks). Given j keys in a block,
+/// each word has received `j k/8` independent uniform bits, so the number of
+/// ones in one word follows the occupancy distribution of that many throws
+/// into 64 bins (computed exactly), the words are independent, and a query
+/// (k/8 uniform bits in each word) is a false positive with probability
+/// `E[(ones/64)^(k/8)]^8`. No approximation beyond the hash's uniformity.
+#[must_use]
+pub fn split_block_fp_rate(bits: u64, hashes: u32, items: u64) -> f64 {
+    let blocks = (bits / BLOCK_BITS).max(1);
+    let lambda = items as f64 / blocks as f64;
+    let per_word = (hashes / SPLIT_WORDS).max(1);
+    let bins = SPLIT_WORD_BITS as usize;
+    let mut occupancy = vec![0.0_f64; bins + 1];
+    occupancy[0] = 1.0;
+    let mut next = vec![0.0_f64; bins + 1];
+    let mut poisson = (-lambda).exp();
+    let mut total = 0.0;
+    for keys in 0..=poisson_upper(lambda) {
+        if keys > 0 {
+            poisson *= lambda / keys as f64;
+            for _ in 0..per_word {
+                next.iter_mut().for_each(|p| *p = 0.0);
+                for (ones, &p) in occupancy.iter().enumerate() {
+                    let hit = ones as f64 / bins as f64;
+                    next[ones] += p * hit;
+                    if ones < bins {
+                        next[ones + 1] += p * (1.0 - hit);
+                    }
+                }
+                std::mem::swap(&mut occupancy, &mut next);
+            }
+        }
+        let word_fp: f64 = occupancy
+            .iter()
+            .enumerate()
+            .map(|(ones, &p)| p * (ones as f64 / bins as f64).powi(per_word as i32))
+            .sum();
+        total += poisson * word_fp.powi(SPLIT_WORDS as i32);
+    }
+    total
+}
+
+/// The smallest split-block filter (bits, k) whose model meets `fp_rate` for
+/// `expected_items` keys: for each k in 8, 16, ..., 64 the fewest blocks
+/// that meet the rate (the rate falls as blocks grow), then the k needing
+/// the fewest bits (the smaller k on a tie, for cheaper probes). `None`
+/// when no filter up to `max_bits` meets the rate.
+#[must_use]
+pub fn split_block_size(expected_items: u64, fp_rate: f64, max_bits: u64) -> Option<(u64, u32)> {
+    let n = expected_items.max(1);
+    let max_blocks = max_bits / BLOCK_BITS;
+    let meets =
+        |blocks: u64, hashes: u32| split_block_fp_rate(blocks * BLOCK_BITS, hashes, n) <= fp_rate;
+    let mut best: Option<(u64, u32)> = None;
+    for hashes in (SPLIT_WORDS..=MAX_HASHES).step_by(SPLIT_WORDS as usize) {
+        // The textbook size is a lower bound no blocked filter beats.
+        let mut low = ((optimal_bits(n, fp_rate) / BLOCK_BITS as f64).floor() as u64)
+            .clamp(1, max_blocks.max(1));
+        if meets(low, hashes) {
+            best = best
+                .filter(|&(bits, _)| bits <= low * BLOCK_BITS)
+                .or(Some((low * BLOCK_BITS, hashes)));
+            continue;
+        }
+        let mut high = low;
+        while !meets(high, hashes) {
+            if high >= max_blocks {
+                high = u64::MAX;
+                break;
+            }
+            low = high;
+            high = (high.saturating_mul(2)).min(max_blocks);
+        }
+        if high == u64::MAX {
+            continue;
+        }
+        while high - low > 1 {
+            let mid = low + (high - low) / 2;
+            if meets(mid, hashes) {
+                high = mid;
+            } else {
+                low = mid;
+            }
+        }
+        if best.is_none_or(|(bits, _)| high * BLOCK_BITS < bits) {
+            best = Some((high * BLOCK_BITS, hashes));
+        }
+    }
+    best
+}
+
 /// Number of distinct keys that explains `ones` set bits out of `bits` with
 /// k bits per key: the inverse of `E[ones] = m (1 - (1 - 1/m)^(kn))`.
 #[must_use]
@@ -232,5 +332,52 @@ mod tests {
         assert!((estimate - n as f64).abs() < 5.0, "{estimate}");
         assert_eq!(items_from_ones(m, k, 0), 0.0);
         assert!(items_from_ones(m, k, m).is_finite());
+    }
+
+    #[test]
+    fn split_block_sizing_is_the_smallest_that_meets_the_rate() {
+        for (n, p) in [(10_000, 0.1), (1_000_000, 0.01), (100_000, 0.0001)] {
+            let (bits, hashes) = split_block_size(n, p, 1 << 46).unwrap();
+            assert_eq!(hashes % SPLIT_WORDS, 0);
+            assert!(split_block_fp_rate(bits, hashes, n) <= p, "n={n} p={p}");
+            assert!(
+                split_block_fp_rate(bits - BLOCK_BITS, hashes, n) > p,
+                "n={n} p={p}: one block fewer still meets the rate"
+            );
+            for other in (SPLIT_WORDS..=MAX_HASHES).step_by(SPLIT_WORDS as usize) {
+                assert!(
+                    split_block_fp_rate(bits - BLOCK_BITS, other, n) > p,
+                    "n={n} p={p}: k={other} meets it with fewer bits"
+                );
+            }
+            // Never below the textbook size, and within a quarter above it.
+            let textbook = optimal_bits(n, p);
+            assert!(
+                bits as f64 >= textbook && (bits as f64) < 1.25 * textbook,
+                "{bits} vs {textbook}"
+            );
+        }
+        assert_eq!(split_block_size(1_000_000, 1e-30, 1 << 20), None);
+    }
+
+    /// With one key per block and k = 8 the model is closed-form: the key's
+    /// own bit in each word is the only one set, so a query hits all eight
+    /// with probability (1/64)^8, weighted by Poisson(1) keys per block.
+    #[test]
+    fn split_block_model_agrees_with_a_hand_computation() {
+        let blocks = 1_000;
+        let rate = split_block_fp_rate(blocks * BLOCK_BITS, 8, blocks);
+        let hand: f64 = (0..60_u32)
+            .map(|j| {
+                let poisson = (-1.0_f64).exp() / (1..=j).map(f64::from).product::<f64>();
+                // E[ones/64] after j throws into 64 bins, to the 8th power.
+                let filled = 1.0 - (63.0_f64 / 64.0).powi(j as i32);
+                poisson * filled.powi(8)
+            })
+            .sum();
+        assert!(
+            (rate - hand).abs() <= 1e-12 + 1e-9 * hand,
+            "{rate} vs {hand}"
+        );
     }
 }

@@ -105,10 +105,10 @@ pub(crate) fn set_bits_exclusive(word: &mut AtomicU64, mask: u64) -> bool {
 /// prefetch retires at once, so the misses of the next keys overlap the
 /// arithmetic of the current ones (figures in BENCHMARKS.md).
 #[inline(always)]
-pub(crate) fn prefetch(word: &AtomicU64) {
+pub(crate) fn prefetch<T>(word: &T) {
     #[cfg(all(not(bloom_loom), target_arch = "x86_64"))]
     {
-        let address = word.as_ptr().cast::<i8>().cast_const();
+        let address = std::ptr::from_ref(word).cast::<i8>();
         #[allow(unsafe_code)]
         // SAFETY: `_mm_prefetch` only hints the cache; it cannot fault, reads
         // nothing architecturally and writes nothing. SSE, which it needs, is

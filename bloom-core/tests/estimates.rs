@@ -6,8 +6,8 @@ use bloom_core::{BloomFilter, CountingBloomFilter, Layout};
 
 #[test]
 fn estimated_items_within_two_percent_up_to_fill_07() {
-    for layout in [Layout::Standard, Layout::Blocked] {
-        let filter = BloomFilter::with_params(layout, 1 << 22, 7).unwrap();
+    for layout in Layout::ALL {
+        let filter = BloomFilter::with_params(layout, 1 << 22, layout.valid_hashes(7)).unwrap();
         let mut inserted = 0_u64;
         let mut checked = 0;
         for hash in common::hashes(5, 1_000_000) {
@@ -34,8 +34,8 @@ fn estimated_items_within_two_percent_up_to_fill_07() {
 
 #[test]
 fn ones_is_exact() {
-    for layout in [Layout::Standard, Layout::Blocked] {
-        let filter = BloomFilter::with_params(layout, 1 << 16, 5).unwrap();
+    for layout in Layout::ALL {
+        let filter = BloomFilter::with_params(layout, 1 << 16, layout.valid_hashes(5)).unwrap();
         for hash in common::hashes(6, 5_000) {
             filter.insert_hashed(hash);
         }
@@ -110,6 +110,17 @@ fn bad_parameters_are_typed_errors() {
         BloomFilter::with_params(Layout::Blocked, 1024, 65).unwrap_err(),
         FilterError::InvalidHashes(65)
     );
+    assert_eq!(
+        BloomFilter::with_params(Layout::SplitBlock, 1024, 12).unwrap_err(),
+        FilterError::SplitBlockHashes(12)
+    );
+    for layout in Layout::ALL {
+        assert_eq!(layout.to_string().parse::<Layout>(), Ok(layout));
+    }
+    assert_eq!(
+        "split".parse::<Layout>(),
+        Err(FilterError::UnknownLayout("split".into()))
+    );
     assert!(matches!(
         BloomFilter::with_params(Layout::Standard, u64::MAX, 3),
         Err(FilterError::TooLarge { .. })
@@ -153,7 +164,7 @@ fn union_adds_every_key_and_refuses_other_shapes() {
 
 #[test]
 fn batch_queries_answer_like_single_ones() {
-    for layout in [Layout::Standard, Layout::Blocked] {
+    for layout in Layout::ALL {
         let filter = BloomFilter::with_layout(layout, 10_000, 0.01).unwrap();
         let present = common::hashes(10, 10_000);
         present.iter().for_each(|&h| {
@@ -178,9 +189,9 @@ fn batch_queries_answer_like_single_ones() {
 /// the low 2^32 bits only and the false-positive rate would double.
 #[test]
 fn filters_beyond_two_to_the_32_bits_keep_their_rate() {
-    for layout in [Layout::Standard, Layout::Blocked] {
+    for layout in Layout::ALL {
         let bits = 1_u64 << 33;
-        let filter = BloomFilter::with_params(layout, bits, 1).unwrap();
+        let filter = BloomFilter::with_params(layout, bits, layout.valid_hashes(1)).unwrap();
         let n = 1_u64 << 22;
         for i in 0..n {
             filter.insert(common::url(12, i).as_bytes());

@@ -8,7 +8,11 @@ use bloom_core::{BloomFilter, CountingBloomFilter, KeyHash, Layout, PartitionedB
 use proptest::prelude::*;
 
 fn layouts() -> impl Strategy<Value = Layout> {
-    prop_oneof![Just(Layout::Standard), Just(Layout::Blocked)]
+    prop_oneof![
+        Just(Layout::Standard),
+        Just(Layout::Blocked),
+        Just(Layout::SplitBlock)
+    ]
 }
 
 proptest! {
@@ -22,7 +26,7 @@ proptest! {
         hashes in 1_u32..=64,
         keys in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..300),
     ) {
-        let filter = BloomFilter::with_params(layout, bits, hashes).unwrap();
+        let filter = BloomFilter::with_params(layout, bits, layout.valid_hashes(hashes)).unwrap();
         for key in &keys {
             filter.insert(key);
             prop_assert!(filter.contains(key));
@@ -43,8 +47,8 @@ proptest! {
         hashes in 1_u32..=64,
         keys in prop::collection::vec(0_u16..500, 0..300),
     ) {
-        let shared = BloomFilter::with_params(layout, bits, hashes).unwrap();
-        let mut exclusive = BloomFilter::with_params(layout, bits, hashes).unwrap();
+        let shared = BloomFilter::with_params(layout, bits, layout.valid_hashes(hashes)).unwrap();
+        let mut exclusive = BloomFilter::with_params(layout, bits, layout.valid_hashes(hashes)).unwrap();
         for key in &keys {
             let key = key.to_le_bytes();
             prop_assert_eq!(shared.insert(&key), exclusive.insert_mut(&key));
@@ -71,7 +75,7 @@ proptest! {
     /// Hashes with a zero half (the degenerate double-hashing case) too.
     #[test]
     fn any_hash_value_is_found(layout in layouts(), raw in prop::collection::vec(any::<u128>(), 1..100)) {
-        let filter = BloomFilter::with_params(layout, 4096, 9).unwrap();
+        let filter = BloomFilter::with_params(layout, 4096, layout.valid_hashes(9)).unwrap();
         let mut hashes: Vec<KeyHash> = raw.into_iter().map(KeyHash::from_u128).collect();
         hashes.push(KeyHash::from_u128(0));
         hashes.push(KeyHash::from_u128(u128::from(u64::MAX)));
@@ -110,7 +114,7 @@ proptest! {
 fn concurrent_inserts_lose_nothing() {
     const THREADS: u64 = 8;
     const PER_THREAD: u64 = 50_000;
-    for layout in [Layout::Standard, Layout::Blocked] {
+    for layout in Layout::ALL {
         let filter = BloomFilter::with_layout(layout, THREADS * PER_THREAD, 0.01).unwrap();
         let start = Barrier::new(THREADS as usize);
         std::thread::scope(|scope| {
@@ -149,8 +153,8 @@ fn concurrent_inserts_lose_nothing() {
 fn racing_inserts_of_one_key_report_it_new_at_least_once() {
     const THREADS: usize = 4;
     const KEYS: u64 = 2_000;
-    for layout in [Layout::Standard, Layout::Blocked] {
-        let filter = BloomFilter::with_params(layout, 1 << 22, 7).unwrap();
+    for layout in Layout::ALL {
+        let filter = BloomFilter::with_params(layout, 1 << 22, layout.valid_hashes(7)).unwrap();
         let keys = common::hashes(40, KEYS);
         let absent_before: Vec<bool> = keys.iter().map(|&h| !filter.contains_hashed(h)).collect();
         let barrier = Barrier::new(THREADS);

@@ -6,7 +6,7 @@ use bloom_core::{BloomFilter, CountingBloomFilter, Layout, SnapshotError};
 use proptest::prelude::*;
 
 fn filled(layout: Layout, bits: u64, keys: u64) -> BloomFilter {
-    let filter = BloomFilter::with_params(layout, bits, 4).unwrap();
+    let filter = BloomFilter::with_params(layout, bits, layout.valid_hashes(4)).unwrap();
     for hash in common::hashes(70, keys) {
         filter.insert_hashed(hash);
     }
@@ -28,7 +28,7 @@ fn decode_is_exact_or_error(bytes: &[u8]) {
 
 #[test]
 fn round_trip_preserves_everything() {
-    for layout in [Layout::Standard, Layout::Blocked] {
+    for layout in Layout::ALL {
         let filter = filled(layout, 100_000, 10_000);
         let bytes = filter.to_snapshot_bytes();
         let mut written = Vec::new();
@@ -111,6 +111,7 @@ fn every_bit_flip_is_refused() {
     for bytes in [
         filled(Layout::Standard, 512, 30).to_snapshot_bytes(),
         filled(Layout::Blocked, 1024, 30).to_snapshot_bytes(),
+        filled(Layout::SplitBlock, 512, 30).to_snapshot_bytes(),
         CountingBloomFilter::with_params(32, 2)
             .unwrap()
             .to_snapshot_bytes(),
@@ -167,6 +168,11 @@ fn header_fields_get_their_own_errors() {
         }),
         (with_field(&bytes, 11, &[7]), |e| {
             matches!(e, SnapshotError::UnknownLayout(7))
+        }),
+        // Split-block (layout 3) with this snapshot's k = 4: not a multiple
+        // of 8.
+        (with_field(&bytes, 11, &[3]), |e| {
+            matches!(e, SnapshotError::InvalidHeader(_))
         }),
         (with_field(&bytes, 12, &[2]), |e| {
             matches!(e, SnapshotError::HashMismatch { id: 2, .. })
@@ -305,7 +311,7 @@ proptest! {
     /// every kind: never a panic, never a filter that is not the input.
     #[test]
     fn damaged_snapshots_never_decode_wrong(
-        which in 0_usize..3,
+        which in 0_usize..4,
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
         cut in prop::option::of(any::<prop::sample::Index>()),
         extra in prop::collection::vec(any::<u8>(), 0..3),
@@ -313,6 +319,7 @@ proptest! {
         let mut bytes = match which {
             0 => filled(Layout::Standard, 512, 20).to_snapshot_bytes(),
             1 => filled(Layout::Blocked, 1024, 20).to_snapshot_bytes(),
+            2 => filled(Layout::SplitBlock, 1024, 20).to_snapshot_bytes(),
             _ => CountingBloomFilter::with_params(48, 2).unwrap().to_snapshot_bytes(),
         };
         for (at, value) in edits {

@@ -852,14 +852,6 @@ fn rebuild_report(report: &bloom_core::RebuildReport) -> adm::RebuildReport {
     }
 }
 
-fn layout_name(layout: bloom_core::Layout) -> String {
-    match layout {
-        bloom_core::Layout::Standard => "standard".into(),
-        bloom_core::Layout::Blocked => "blocked".into(),
-        other => format!("{other:?}").to_lowercase(),
-    }
-}
-
 #[tonic::async_trait]
 impl adm::admin_server::Admin for AdminService {
     async fn get_filter_health(
@@ -880,7 +872,7 @@ impl adm::admin_server::Admin for AdminService {
                 total.absent_lookups += lookups;
                 adm::PartitionHealth {
                     partition: Some(health.partition as u32),
-                    layout: layout_name(filter.layout),
+                    layout: filter.layout.to_string(),
                     bits: filter.bits,
                     hashes: filter.hashes,
                     items_inserted: stored,

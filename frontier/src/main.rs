@@ -201,7 +201,7 @@ struct ServeArgs {
     /// Target false-positive rate of the filters.
     #[arg(long, env = "FRONTIER_FP_RATE", default_value_t = 0.001)]
     fp_rate: f64,
-    /// Filter layout: standard or blocked.
+    /// Filter layout: standard, blocked or split-block.
     #[arg(long, env = "FRONTIER_LAYOUT", default_value = "standard")]
     layout: String,
     /// exact: the store confirms a filter "maybe"; bloom: a "maybe" is a
@@ -335,11 +335,10 @@ fn run(log_control: frontier::grpc::LogControl) -> anyhow::Result<ExitCode> {
 }
 
 fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
-    let layout = match args.layout.as_str() {
-        "standard" => bloom_core::Layout::Standard,
-        "blocked" => bloom_core::Layout::Blocked,
-        other => bail!("--layout must be standard or blocked, not {other:?}"),
-    };
+    let layout: bloom_core::Layout = args
+        .layout
+        .parse()
+        .with_context(|| format!("--layout {:?}", args.layout))?;
     let dedup = match args.dedup.as_str() {
         "exact" => DedupMode::Exact,
         "bloom" => DedupMode::Bloom,

@@ -4,11 +4,14 @@
 
 #![no_main]
 
-use bloom_core::{BloomFilter, CountingBloomFilter};
+use bloom_core::{BloomFilter, CountingBloomFilter, FrozenBloomFilter};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|bytes: &[u8]| {
     if let Ok(filter) = BloomFilter::from_snapshot_bytes(bytes) {
+        assert_eq!(filter.to_snapshot_bytes(), bytes);
+    }
+    if let Ok(filter) = FrozenBloomFilter::from_snapshot_bytes(bytes) {
         assert_eq!(filter.to_snapshot_bytes(), bytes);
     }
     if let Ok(filter) = CountingBloomFilter::from_snapshot_bytes(bytes) {

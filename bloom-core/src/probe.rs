@@ -1,0 +1,350 @@
+//! Where a key's bits are and whether they are set: the probe code of every
+//! layout, written once over [`Word`] so that the concurrent filter (atomic
+//! words) and the frozen one (plain words) answer identically. The query
+//! path is `inline(always)` so that `accel` gets all of it compiled with
+//! AVX2 and BMI2 (a target-feature function only speeds up what is inlined
+//! into it).
+
+use crate::bits::{BitArray, WORDS_PER_BLOCK};
+use crate::filter::Layout;
+use crate::hash::{BlockPositions, KeyHash, Probes, SplitPositions, reduce};
+use crate::health::FilterHealth;
+use crate::model::{self, BLOCK_BITS, SPLIT_WORD_BITS, SPLIT_WORDS};
+use crate::sync::{AtomicU64, Ordering, prefetch};
+
+/// A 64-bit word a probe can read.
+pub(crate) trait Word {
+    fn get(&self) -> u64;
+}
+
+impl Word for AtomicU64 {
+    #[inline(always)]
+    fn get(&self) -> u64 {
+        self.load(Ordering::Relaxed)
+    }
+}
+
+impl Word for u64 {
+    #[inline(always)]
+    fn get(&self) -> u64 {
+        *self
+    }
+}
+
+/// A filter's layout, size and hash count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) layout: Layout,
+    pub(crate) bits: u64,
+    pub(crate) hashes: u32,
+}
+
+/// The block a key of a block layout lives in.
+#[inline(always)]
+pub(crate) fn block_of<W>(array: &BitArray<W>, hash: KeyHash) -> usize {
+    reduce(hash.h1(), array.blocks() as u64) as usize
+}
+
+/// Whether every bit of the key is set.
+#[inline(always)]
+pub(crate) fn contains<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
+    match shape.layout {
+        Layout::Standard => contains_standard(shape, array, hash),
+        Layout::Blocked => contains_blocked(shape, array, hash),
+        // k = 8, the common case, inline: one bit test per word.
+        Layout::SplitBlock if shape.hashes == SPLIT_WORDS => split_all_set::<1, W>(
+            array.block(block_of(array, hash)),
+            &SplitPositions::new(hash),
+        ),
+        Layout::SplitBlock => contains_split(shape, array, hash),
+    }
+}
+
+#[inline(always)]
+fn contains_standard<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
+    let words = array.words();
+    let mut probes = Probes::new(hash);
+    for _ in 0..shape.hashes {
+        let bit = reduce(probes.next_raw(), shape.bits);
+        if words[(bit / 64) as usize].get() & (1 << (bit % 64)) == 0 {
+            return false;
+        }
+    }
+    true
+}
+
+#[inline(always)]
+fn contains_blocked<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
+    let block = array.block(block_of(array, hash));
+    let positions = BlockPositions::new(hash);
+    // Specialised for the hash counts sizing produces (k = 21 is p near
+    // 1e-6); the general loop serves the rest.
+    macro_rules! unrolled {
+        ($($k:literal)*) => {
+            match shape.hashes {
+                $($k => return all_set::<$k, W>(block, &positions),)*
+                _ => {}
+            }
+        };
+    }
+    unrolled!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21);
+    let mut all = true;
+    positions.for_each(shape.hashes, |position| {
+        all &= block[(position / 64) as usize].get() & (1 << (position % 64)) != 0;
+    });
+    all
+}
+
+/// Whether every position is set in the block. Every position is tested,
+/// without an early exit: after the first load the line is in L1, so the k
+/// loads cost a few cycles, while an exit at a random probe mispredicts a
+/// branch for most absent keys (measured in cache: 10.2 ns with per-word
+/// masks, 6.9 / 13.6 ns present / absent with an early exit). Each position
+/// is used as soon as it is computed, which keeps them in registers.
+#[inline(always)]
+fn all_set<const K: u32, W: Word>(
+    block: &[W; WORDS_PER_BLOCK],
+    positions: &BlockPositions,
+) -> bool {
+    let streams = positions.streams::<K>();
+    let mut all = u64::MAX;
+    for index in 0..K {
+        let position = BlockPositions::position_in(&streams, index);
+        all &= block[(position / 64) as usize].get() >> (position % 64);
+    }
+    all & 1 == 1
+}
+
+#[inline(always)]
+fn contains_split<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
+    let block = array.block(block_of(array, hash));
+    let positions = SplitPositions::new(hash);
+    macro_rules! unrolled {
+        ($($streams:literal)*) => {
+            match shape.hashes / SPLIT_WORDS {
+                $($streams => split_all_set::<$streams, W>(block, &positions),)*
+                _ => unreachable!("k is a multiple of 8 up to 64"),
+            }
+        };
+    }
+    unrolled!(1 2 3 4 5 6 7 8)
+}
+
+/// Whether each word of the block has the bit every stream names set. No
+/// early exit, for the reason [`all_set`] gives; a right shift by the bit
+/// position brings the tested bit to bit 0. Over plain words with AVX2 this
+/// loop compiles to a few vector shifts (see `FrozenBloomFilter`).
+#[inline(always)]
+pub(crate) fn split_all_set<const STREAMS: usize, W: Word>(
+    block: &[W; WORDS_PER_BLOCK],
+    positions: &SplitPositions,
+) -> bool {
+    let streams = positions.streams::<STREAMS>();
+    let mut all = u64::MAX;
+    for (index, word) in block.iter().enumerate() {
+        let word = word.get();
+        for stream in streams {
+            all &= word >> SplitPositions::bit_in(stream, index);
+        }
+    }
+    all & 1 == 1
+}
+
+/// The key's block and the bits it sets in each word (block layouts).
+#[inline(always)]
+pub(crate) fn block_masks<W>(
+    shape: Shape,
+    array: &BitArray<W>,
+    hash: KeyHash,
+) -> (usize, [u64; WORDS_PER_BLOCK]) {
+    let block = block_of(array, hash);
+    let mut masks = [0_u64; WORDS_PER_BLOCK];
+    if shape.layout == Layout::SplitBlock {
+        let positions = SplitPositions::new(hash);
+        macro_rules! unrolled {
+            ($($streams:literal)*) => {
+                match shape.hashes / SPLIT_WORDS {
+                    $($streams => {
+                        for stream in positions.streams::<$streams>() {
+                            for (word, mask) in masks.iter_mut().enumerate() {
+                                *mask |= 1 << SplitPositions::bit_in(stream, word);
+                            }
+                        }
+                    })*
+                    _ => unreachable!("k is a multiple of 8 up to 64"),
+                }
+            };
+        }
+        unrolled!(1 2 3 4 5 6 7 8);
+    } else {
+        BlockPositions::new(hash).for_each(shape.hashes, |position| {
+            masks[(position / 64) as usize] |= 1 << (position % 64);
+        });
+    }
+    (block, masks)
+}
+
+/// The first word of the key's line (block layouts) or of its first probe
+/// (standard layout), for prefetching.
+#[inline(always)]
+pub(crate) fn first_word<W>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> &W {
+    match shape.layout {
+        Layout::Standard => {
+            &array.words()[(reduce(Probes::new(hash).next_raw(), shape.bits) / 64) as usize]
+        }
+        Layout::Blocked | Layout::SplitBlock => &array.block(block_of(array, hash))[0],
+    }
+}
+
+/// The second probe's word (standard layout only): an absent key is usually
+/// refuted by its first two probes, so a batch prefetches both.
+#[inline(always)]
+pub(crate) fn second_word<W>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> Option<&W> {
+    if shape.layout != Layout::Standard || shape.hashes < 2 {
+        return None;
+    }
+    let mut probes = Probes::new(hash);
+    probes.next_raw();
+    Some(&array.words()[(reduce(probes.next_raw(), shape.bits) / 64) as usize])
+}
+
+/// Answers many hashes, one answer per hash into `out` (cleared first),
+/// through `answer`.
+///
+/// Looking keys up one by one leaves the memory system idle while each
+/// probe's cache miss is served. Here the cache line of a key a fixed
+/// distance ahead is prefetched while the current key is answered, so the
+/// misses of upcoming keys overlap the current key's arithmetic. Standard
+/// layout: the lines of the first two probes (an absent key is usually
+/// refuted by them); block layouts: the key's one line.
+#[inline(always)]
+pub(crate) fn contains_batch<W>(
+    shape: Shape,
+    array: &BitArray<W>,
+    hashes: &[KeyHash],
+    out: &mut Vec<bool>,
+    mut answer: impl FnMut(KeyHash) -> bool,
+) {
+    // Far enough ahead to cover a memory latency at a few nanoseconds of
+    // arithmetic per key, near enough for the lines to still be in L1.
+    const AHEAD: usize = 16;
+    let prefetch_key = |hash: KeyHash| {
+        prefetch(first_word(shape, array, hash));
+        if let Some(word) = second_word(shape, array, hash) {
+            prefetch(word);
+        }
+    };
+    out.clear();
+    out.reserve(hashes.len());
+    for &hash in hashes.iter().take(AHEAD) {
+        prefetch_key(hash);
+    }
+    for (index, &hash) in hashes.iter().enumerate() {
+        if let Some(&upcoming) = hashes.get(index + AHEAD) {
+            prefetch_key(upcoming);
+        }
+        out.push(answer(hash));
+    }
+}
+
+/// Set bits and the false-positive rate they give, in one pass over the
+/// array (the block layouts' rates need each block's count anyway).
+pub(crate) fn ones_and_fp_rate<W: Word>(shape: Shape, array: &BitArray<W>) -> (u64, f64) {
+    let k = shape.hashes as i32;
+    let words = array.words();
+    match shape.layout {
+        Layout::Standard => {
+            let ones = ones(array);
+            (ones, (ones as f64 / shape.bits as f64).powi(k))
+        }
+        Layout::Blocked => {
+            let (ones, sum) =
+                words
+                    .chunks_exact(WORDS_PER_BLOCK)
+                    .fold((0_u64, 0.0_f64), |(ones, sum), block| {
+                        let in_block: u32 = block.iter().map(|word| word.get().count_ones()).sum();
+                        (
+                            ones + u64::from(in_block),
+                            sum + (f64::from(in_block) / BLOCK_BITS as f64).powi(k),
+                        )
+                    });
+            (ones, sum / array.blocks() as f64)
+        }
+        Layout::SplitBlock => {
+            let per_word = (shape.hashes / SPLIT_WORDS) as i32;
+            let (ones, sum) =
+                words
+                    .chunks_exact(WORDS_PER_BLOCK)
+                    .fold((0_u64, 0.0_f64), |(ones, sum), block| {
+                        let (in_block, fp) =
+                            block.iter().fold((0_u32, 1.0_f64), |(in_block, fp), word| {
+                                let in_word = word.get().count_ones();
+                                (
+                                    in_block + in_word,
+                                    fp * (f64::from(in_word) / SPLIT_WORD_BITS as f64)
+                                        .powi(per_word),
+                                )
+                            });
+                        (ones + u64::from(in_block), sum + fp)
+                    });
+            (ones, sum / array.blocks() as f64)
+        }
+    }
+}
+
+/// Every health figure at once.
+pub(crate) fn health<W: Word>(
+    shape: Shape,
+    array: &BitArray<W>,
+    memory_bytes: u64,
+) -> FilterHealth {
+    let (ones, estimated_fp_rate) = ones_and_fp_rate(shape, array);
+    FilterHealth {
+        layout: shape.layout,
+        bits: shape.bits,
+        hashes: shape.hashes,
+        ones,
+        fill_ratio: ones as f64 / shape.bits as f64,
+        estimated_fp_rate,
+        estimated_items: items_from_ones(shape, ones),
+        memory_bytes,
+    }
+}
+
+/// Bits set, counted exactly.
+pub(crate) fn ones<W: Word>(array: &BitArray<W>) -> u64 {
+    array
+        .words()
+        .iter()
+        .map(|word| u64::from(word.get().count_ones()))
+        .sum()
+}
+
+/// Distinct keys inserted, estimated from the set bits (see
+/// `BloomFilter::estimated_items` for the models).
+pub(crate) fn items_from_ones(shape: Shape, ones: u64) -> f64 {
+    match shape.layout {
+        Layout::Standard => model::items_from_ones(shape.bits, shape.hashes, ones),
+        Layout::Blocked | Layout::SplitBlock => {
+            let (draws, bins) = if shape.layout == Layout::Blocked {
+                (shape.hashes, BLOCK_BITS)
+            } else {
+                (shape.hashes / SPLIT_WORDS, SPLIT_WORD_BITS)
+            };
+            let blocks = (shape.bits / BLOCK_BITS) as f64;
+            let ones = ones.min(shape.bits - 1) as f64;
+            let fill = ones / shape.bits as f64;
+            let per_key = -(f64::from(draws) * (-1.0 / bins as f64).ln_1p()).exp_m1();
+            -blocks * (-fill).ln_1p() / per_key
+        }
+    }
+}
+
+/// The false-positive rate the layout's model predicts after `items` keys.
+pub(crate) fn model_fp_rate(shape: Shape, items: u64) -> f64 {
+    match shape.layout {
+        Layout::Standard => model::standard_fp_rate(shape.bits, shape.hashes, items),
+        Layout::Blocked => model::blocked_fp_rate(shape.bits, shape.hashes, items),
+        Layout::SplitBlock => model::split_block_fp_rate(shape.bits, shape.hashes, items),
+    }
+}
