@@ -355,7 +355,57 @@ fn run_group(
 /// Batch queries against the machine's own cost of independent random
 /// loads: loads of one word at the first probe position of each key, from an
 /// array of the filter's size, issued the same way the batch issues them.
-fn run_batch(filter: &BloomFilter, present: &Hashes, absent: &Hashes) {
+/// A filter the batch table measures: live (atomic words) or frozen.
+enum Batched<'a> {
+    Live(&'a BloomFilter),
+    Frozen(&'a FrozenBloomFilter),
+}
+
+impl Batched<'_> {
+    fn contains_batch_into(&self, hashes: &[KeyHash], out: &mut Vec<bool>) {
+        match self {
+            Batched::Live(filter) => filter.contains_batch_into(hashes, out),
+            Batched::Frozen(filter) => filter.contains_batch_into(hashes, out),
+        }
+    }
+
+    fn contains_hashed(&self, hash: KeyHash) -> bool {
+        match self {
+            Batched::Live(filter) => filter.contains_hashed(hash),
+            Batched::Frozen(filter) => filter.contains_hashed(hash),
+        }
+    }
+
+    fn layout(&self) -> Layout {
+        match self {
+            Batched::Live(filter) => filter.layout(),
+            Batched::Frozen(filter) => filter.layout(),
+        }
+    }
+
+    fn hashes(&self) -> u32 {
+        match self {
+            Batched::Live(filter) => filter.hashes(),
+            Batched::Frozen(filter) => filter.hashes(),
+        }
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        match self {
+            Batched::Live(filter) => filter.memory_bytes(),
+            Batched::Frozen(filter) => filter.memory_bytes(),
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Batched::Live(filter) => filter.layout().to_string(),
+            Batched::Frozen(filter) => format!("{}, frozen", filter.layout()),
+        }
+    }
+}
+
+fn run_batch(filter: Batched<'_>, present: &Hashes, absent: &Hashes) {
     let n = present.wide.len();
     let words = (filter.memory_bytes() / 8) as usize;
     let table: Vec<u64> = (0..words as u64).collect();
@@ -400,7 +450,7 @@ fn run_batch(filter: &BloomFilter, present: &Hashes, absent: &Hashes) {
     };
     println!(
         "| {} | {:.1} | {:.1} | {:.1} | {:.1} ({:.2} per line) | {:.1} | {:.1} |",
-        filter.layout(),
+        filter.name(),
         median(&present_ns),
         median(&absent_ns),
         median(&single_ns),
@@ -634,7 +684,11 @@ fn main() {
             for &hash in &present_hashes.wide {
                 filter.insert_hashed(hash);
             }
-            run_batch(&filter, &present_hashes, &absent_hashes);
+            run_batch(Batched::Live(&filter), &present_hashes, &absent_hashes);
+            if layout == Layout::SplitBlock {
+                let frozen = filter.freeze();
+                run_batch(Batched::Frozen(&frozen), &present_hashes, &absent_hashes);
+            }
         }
     }
 }
