@@ -56,42 +56,7 @@ pub fn standard_fp_rate(bits: u64, hashes: u32, items: u64) -> f64 {
 pub fn blocked_fp_rate(bits: u64, hashes: u32, items: u64) -> f64 {
     let blocks = (bits / BLOCK_BITS).max(1);
     let lambda = items as f64 / blocks as f64;
-    let max_keys = poisson_upper(lambda);
-    let k = hashes as usize;
-    let bins = BLOCK_BITS as usize;
-
-    // occupancy[s] = P(s of 512 bins occupied) after the balls thrown so far.
-    let mut occupancy = vec![0.0_f64; bins + 1];
-    occupancy[0] = 1.0;
-    let mut next = vec![0.0_f64; bins + 1];
-    let mut total = 0.0;
-    let mut poisson = (-lambda).exp();
-    for keys in 0..=max_keys {
-        if keys > 0 {
-            poisson *= lambda / keys as f64;
-            for _ in 0..k {
-                next.iter_mut().for_each(|p| *p = 0.0);
-                for (s, &p) in occupancy.iter().enumerate() {
-                    if p == 0.0 {
-                        continue;
-                    }
-                    let hit = s as f64 / bins as f64;
-                    next[s] += p * hit;
-                    if s < bins {
-                        next[s + 1] += p * (1.0 - hit);
-                    }
-                }
-                std::mem::swap(&mut occupancy, &mut next);
-            }
-        }
-        let expected_fp: f64 = occupancy
-            .iter()
-            .enumerate()
-            .map(|(s, &p)| p * (s as f64 / bins as f64).powi(hashes as i32))
-            .sum();
-        total += poisson * expected_fp;
-    }
-    total
+    poisson_occupancy_sum(lambda, BLOCK_BITS as usize, hashes, |fp| fp)
 }
 
 /// [`blocked_fp_rate`] with `E[(S/512)^k]` replaced by `(E[S]/512)^k`.
@@ -184,7 +149,22 @@ pub fn split_block_fp_rate(bits: u64, hashes: u32, items: u64) -> f64 {
     let blocks = (bits / BLOCK_BITS).max(1);
     let lambda = items as f64 / blocks as f64;
     let per_word = (hashes / SPLIT_WORDS).max(1);
-    let bins = SPLIT_WORD_BITS as usize;
+    poisson_occupancy_sum(lambda, SPLIT_WORD_BITS as usize, per_word, |word_fp| {
+        word_fp.powi(SPLIT_WORDS as i32)
+    })
+}
+
+/// The sum both block models are: over j ~ Poisson(λ) keys in a block,
+/// `per_block(E[(S/bins)^draws])`, where S is the number of occupied bins
+/// after `j * draws` uniform throws into `bins` bins (the occupancy
+/// distribution, computed exactly step by step) and a query tests `draws`
+/// uniform bins.
+fn poisson_occupancy_sum(
+    lambda: f64,
+    bins: usize,
+    draws: u32,
+    per_block: impl Fn(f64) -> f64,
+) -> f64 {
     let mut occupancy = vec![0.0_f64; bins + 1];
     occupancy[0] = 1.0;
     let mut next = vec![0.0_f64; bins + 1];
@@ -193,24 +173,27 @@ pub fn split_block_fp_rate(bits: u64, hashes: u32, items: u64) -> f64 {
     for keys in 0..=poisson_upper(lambda) {
         if keys > 0 {
             poisson *= lambda / keys as f64;
-            for _ in 0..per_word {
+            for _ in 0..draws {
                 next.iter_mut().for_each(|p| *p = 0.0);
-                for (ones, &p) in occupancy.iter().enumerate() {
-                    let hit = ones as f64 / bins as f64;
-                    next[ones] += p * hit;
-                    if ones < bins {
-                        next[ones + 1] += p * (1.0 - hit);
+                for (occupied, &p) in occupancy.iter().enumerate() {
+                    if p == 0.0 {
+                        continue;
+                    }
+                    let hit = occupied as f64 / bins as f64;
+                    next[occupied] += p * hit;
+                    if occupied < bins {
+                        next[occupied + 1] += p * (1.0 - hit);
                     }
                 }
                 std::mem::swap(&mut occupancy, &mut next);
             }
         }
-        let word_fp: f64 = occupancy
+        let query_fp: f64 = occupancy
             .iter()
             .enumerate()
-            .map(|(ones, &p)| p * (ones as f64 / bins as f64).powi(per_word as i32))
+            .map(|(occupied, &p)| p * (occupied as f64 / bins as f64).powi(draws as i32))
             .sum();
-        total += poisson * word_fp.powi(SPLIT_WORDS as i32);
+        total += poisson * per_block(query_fp);
     }
     total
 }

@@ -6,14 +6,6 @@ mod common;
 use bloom_core::{BloomFilter, FrozenBloomFilter, KeyHash, Layout};
 use proptest::prelude::*;
 
-fn layouts() -> impl Strategy<Value = Layout> {
-    prop_oneof![
-        Just(Layout::Standard),
-        Just(Layout::Blocked),
-        Just(Layout::SplitBlock)
-    ]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -22,7 +14,7 @@ proptest! {
     /// the same bytes, and thawing gives the same filter back.
     #[test]
     fn frozen_answers_are_the_filters_answers(
-        layout in layouts(),
+        layout in common::layouts(),
         bits in 1_u64..40_000,
         hashes in 1_u32..=64,
         inserted in prop::collection::vec(any::<u128>(), 0..400),

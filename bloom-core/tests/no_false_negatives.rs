@@ -7,21 +7,13 @@ use std::sync::Barrier;
 use bloom_core::{BloomFilter, CountingBloomFilter, KeyHash, Layout, PartitionedBloom};
 use proptest::prelude::*;
 
-fn layouts() -> impl Strategy<Value = Layout> {
-    prop_oneof![
-        Just(Layout::Standard),
-        Just(Layout::Blocked),
-        Just(Layout::SplitBlock)
-    ]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
     /// Any keys, any size (down to one block, so filters overfill), any k.
     #[test]
     fn inserted_keys_are_found(
-        layout in layouts(),
+        layout in common::layouts(),
         bits in 1_u64..20_000,
         hashes in 1_u32..=64,
         keys in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..300),
@@ -42,7 +34,7 @@ proptest! {
     /// the same answers.
     #[test]
     fn insert_mut_matches_insert(
-        layout in layouts(),
+        layout in common::layouts(),
         bits in 1_u64..20_000,
         hashes in 1_u32..=64,
         keys in prop::collection::vec(0_u16..500, 0..300),
@@ -59,7 +51,7 @@ proptest! {
     /// Sized filters of both layouts, filled to and past capacity.
     #[test]
     fn sized_filters_never_miss(
-        layout in layouts(),
+        layout in common::layouts(),
         expected in 1_u64..5_000,
         exponent in 1_i32..7,
         overfill in 1_u64..4,
@@ -74,7 +66,7 @@ proptest! {
 
     /// Hashes with a zero half (the degenerate double-hashing case) too.
     #[test]
-    fn any_hash_value_is_found(layout in layouts(), raw in prop::collection::vec(any::<u128>(), 1..100)) {
+    fn any_hash_value_is_found(layout in common::layouts(), raw in prop::collection::vec(any::<u128>(), 1..100)) {
         let filter = BloomFilter::with_params(layout, 4096, layout.valid_hashes(9)).unwrap();
         let mut hashes: Vec<KeyHash> = raw.into_iter().map(KeyHash::from_u128).collect();
         hashes.push(KeyHash::from_u128(0));
@@ -88,7 +80,7 @@ proptest! {
 
     #[test]
     fn partitioned_set_never_misses(
-        layout in layouts(),
+        layout in common::layouts(),
         partitions in 1_usize..9,
         keys in prop::collection::vec(any::<u64>(), 0..500),
     ) {

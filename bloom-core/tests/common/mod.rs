@@ -3,7 +3,8 @@
 
 #![allow(dead_code)]
 
-use bloom_core::KeyHash;
+use bloom_core::{KeyHash, Layout};
+use proptest::prelude::*;
 
 /// The `index`-th URL of a family; different families never share a key.
 pub fn url(family: u32, index: u64) -> String {
@@ -20,4 +21,9 @@ pub fn hashes(family: u32, count: u64) -> Vec<KeyHash> {
     (0..count)
         .map(|i| KeyHash::of(url(family, i).as_bytes()))
         .collect()
+}
+
+/// Every layout, for property tests.
+pub fn layouts() -> impl Strategy<Value = Layout> {
+    prop::sample::select(Layout::ALL.to_vec())
 }
