@@ -4,14 +4,16 @@
 //!
 //! Over plain words the split-block probe then becomes a handful of vector
 //! shifts, and every layout's variable shifts take one instruction instead
-//! of three; measured in BENCHMARKS.md ("Frozen filters"). Over atomic words
-//! it gains nothing: relaxed atomic loads are never merged into vector
-//! loads, which is why only the frozen filter's queries and the exclusive
-//! `insert_mut` (plain access through `&mut`) come here.
+//! of three; measured in BENCHMARKS.md ("Run of 2026-11-22: the split-block
+//! layout and frozen filters"). Over atomic words it gains nothing: relaxed
+//! atomic loads are never merged into vector loads, which is why only the
+//! frozen filter's queries and the exclusive `insert_mut` (plain access
+//! through `&mut`) come here.
 //!
-//! Calling a `#[target_feature]` function is `unsafe`: it is sound only on
-//! a CPU that has the features, which [`available`] checks first. These two
-//! calls, with the prefetch hint in `sync`, are the crate's only `unsafe`.
+//! `unsafe` here, and only here besides the prefetch hint in `sync`: each
+//! call of a `#[target_feature]` function (sound only on a CPU that has the
+//! features, which [`available`] checked), and the vector loads and stores
+//! of one block; each block says why it is sound.
 
 use crate::bits::BitArray;
 use crate::hash::KeyHash;
@@ -166,8 +168,10 @@ mod x86 {
 
     /// A split-block query. 128-bit vectors rather than 256-bit ones: the
     /// wider registers would make the function end in `vzeroupper`, which
-    /// costs more per call than the halved shift count saves (measured
-    /// 12-15 against 14-19 ns per query at 10 million keys).
+    /// costs more per call than the halved shift count saves (measured in a
+    /// prototype outside the crate: 12-15 against 14-19 ns per query at 10
+    /// million keys; a 256-bit version of this kernel was also slower in
+    /// the peers benchmark).
     #[target_feature(enable = "avx2,bmi2")]
     #[inline]
     pub(super) fn contains_split(shape: Shape, array: &BitArray<u64>, hash: KeyHash) -> bool {

@@ -128,9 +128,7 @@ impl std::str::FromStr for Layout {
 /// # Ok::<(), bloom_core::FilterError>(())
 /// ```
 pub struct BloomFilter {
-    layout: Layout,
-    bits: u64,
-    hashes: u32,
+    shape: Shape,
     array: BitArray,
     /// Whether `insert_mut` may run the AVX2/BMI2 code (`accel`).
     accelerated: bool,
@@ -139,9 +137,9 @@ pub struct BloomFilter {
 impl std::fmt::Debug for BloomFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BloomFilter")
-            .field("layout", &self.layout)
-            .field("bits", &self.bits)
-            .field("hashes", &self.hashes)
+            .field("layout", &self.shape.layout)
+            .field("bits", &self.shape.bits)
+            .field("hashes", &self.shape.hashes)
             .field("ones", &self.ones())
             .finish()
     }
@@ -207,9 +205,11 @@ impl BloomFilter {
         }
         let bits = round_up_to_block(bits);
         Ok(Self {
-            layout,
-            bits,
-            hashes,
+            shape: Shape {
+                layout,
+                bits,
+                hashes,
+            },
             array: BitArray::zeroed((bits / 64) as usize),
             accelerated: accel::available(),
         })
@@ -224,7 +224,7 @@ impl BloomFilter {
         words: &[u64],
     ) -> Result<Self, FilterError> {
         let filter = Self::with_params(layout, bits, hashes)?;
-        if filter.bits != bits || words.len() as u64 != bits / 64 {
+        if filter.shape.bits != bits || words.len() as u64 != bits / 64 {
             return Err(FilterError::ShapeMismatch);
         }
         for (slot, &word) in filter.words().zip(words) {
@@ -251,7 +251,7 @@ impl BloomFilter {
     /// [`insert`](Self::insert) with a hash computed once by the caller.
     #[inline]
     pub fn insert_hashed(&self, hash: KeyHash) -> bool {
-        match self.layout {
+        match self.shape.layout {
             Layout::Standard => self.insert_standard(hash),
             Layout::Blocked | Layout::SplitBlock => self.insert_block(hash),
         }
@@ -271,14 +271,14 @@ impl BloomFilter {
     /// [`insert_mut`](Self::insert_mut) with a precomputed hash.
     #[inline]
     pub fn insert_hashed_mut(&mut self, hash: KeyHash) -> bool {
-        accel::insert_exclusive(self.shape(), &mut self.array, hash, self.accelerated)
+        accel::insert_exclusive(self.shape, &mut self.array, hash, self.accelerated)
     }
 
     /// [`contains`](Self::contains) with a hash computed once by the caller.
     #[inline]
     #[must_use]
     pub fn contains_hashed(&self, hash: KeyHash) -> bool {
-        probe::contains(self.shape(), &self.array, hash)
+        probe::contains(self.shape, &self.array, hash)
     }
 
     /// Queries many hashes at once, writing one answer per hash into `out`
@@ -291,7 +291,7 @@ impl BloomFilter {
     /// Standard layout: the lines of the first two probes (an absent key is
     /// usually refuted by them); blocked layout: the key's one line.
     pub fn contains_batch_into(&self, hashes: &[KeyHash], out: &mut Vec<bool>) {
-        probe::contains_batch(self.shape(), &self.array, hashes, out, |hash| {
+        probe::contains_batch(self.shape, &self.array, hashes, out, |hash| {
             self.contains_hashed(hash)
         });
     }
@@ -299,7 +299,7 @@ impl BloomFilter {
     /// Adds every key of `other` to `self`. Both must have the same layout,
     /// size and hash count. Safe to run while other threads insert and query.
     pub fn union_with(&self, other: &BloomFilter) -> Result<(), FilterError> {
-        if self.layout != other.layout || self.bits != other.bits || self.hashes != other.hashes {
+        if self.shape != other.shape {
             return Err(FilterError::ShapeMismatch);
         }
         for (mine, theirs) in self.words().zip(other.words()) {
@@ -314,19 +314,19 @@ impl BloomFilter {
     /// The layout.
     #[must_use]
     pub fn layout(&self) -> Layout {
-        self.layout
+        self.shape.layout
     }
 
     /// Size of the bit array (m).
     #[must_use]
     pub fn bits(&self) -> u64 {
-        self.bits
+        self.shape.bits
     }
 
     /// Bits set per key (k).
     #[must_use]
     pub fn hashes(&self) -> u32 {
-        self.hashes
+        self.shape.hashes
     }
 
     /// Bits set to 1, counted exactly by one pass over the array (population
@@ -344,7 +344,7 @@ impl BloomFilter {
     /// Fraction of bits set.
     #[must_use]
     pub fn fill_ratio(&self) -> f64 {
-        self.ones() as f64 / self.bits as f64
+        self.ones() as f64 / self.shape.bits as f64
     }
 
     /// The probability that a key never inserted is reported present, given
@@ -359,7 +359,7 @@ impl BloomFilter {
     }
 
     fn ones_and_fp_rate(&self) -> (u64, f64) {
-        probe::ones_and_fp_rate(self.shape(), &self.array)
+        probe::ones_and_fp_rate(self.shape, &self.array)
     }
 
     /// Distinct keys inserted, estimated from the fill ratio.
@@ -376,7 +376,7 @@ impl BloomFilter {
     }
 
     fn items_from_ones(&self, ones: u64) -> f64 {
-        probe::items_from_ones(self.shape(), ones)
+        probe::items_from_ones(self.shape, ones)
     }
 
     /// Heap and inline bytes this filter occupies.
@@ -388,7 +388,7 @@ impl BloomFilter {
     /// Every health figure at once.
     #[must_use]
     pub fn health(&self) -> FilterHealth {
-        probe::health(self.shape(), &self.array, self.memory_bytes())
+        probe::health(self.shape, &self.array, self.memory_bytes())
     }
 
     /// This filter as a [`FrozenBloomFilter`]: no more inserts, faster
@@ -396,16 +396,14 @@ impl BloomFilter {
     #[cfg(not(bloom_loom))]
     #[must_use]
     pub fn freeze(self) -> FrozenBloomFilter {
-        FrozenBloomFilter::from_parts(self.shape(), self.array.convert(AtomicU64::into_inner))
+        FrozenBloomFilter::from_parts(self.shape, self.array.convert(AtomicU64::into_inner))
     }
 
     /// A filter over the words of a frozen one.
     #[cfg(not(bloom_loom))]
     pub(crate) fn from_parts(shape: Shape, array: BitArray) -> Self {
         Self {
-            layout: shape.layout,
-            bits: shape.bits,
-            hashes: shape.hashes,
+            shape,
             array,
             accelerated: accel::available(),
         }
@@ -415,13 +413,13 @@ impl BloomFilter {
     /// distinct keys (see [`crate::model`]).
     #[must_use]
     pub fn model_fp_rate(&self, items: u64) -> f64 {
-        probe::model_fp_rate(self.shape(), items)
+        probe::model_fp_rate(self.shape, items)
     }
 
     /// Whether `other` has the same layout, size and hash count.
     #[must_use]
     pub fn same_shape(&self, other: &BloomFilter) -> bool {
-        self.layout == other.layout && self.bits == other.bits && self.hashes == other.hashes
+        self.shape == other.shape
     }
 
     pub(crate) fn words(&self) -> impl Iterator<Item = &AtomicU64> {
@@ -440,16 +438,16 @@ impl BloomFilter {
         let words = self.array.words();
         let mut missing = 0_u64;
         let mut probes = Probes::new(hash);
-        for i in 0..self.hashes {
-            let bit = reduce(probes.next_raw(), self.bits);
+        for i in 0..self.shape.hashes {
+            let bit = reduce(probes.next_raw(), self.shape.bits);
             if words[(bit / 64) as usize].load(Ordering::Relaxed) & (1 << (bit % 64)) == 0 {
                 missing |= 1 << i;
             }
         }
         let mut newly = false;
         let mut probes = Probes::new(hash);
-        for i in 0..self.hashes {
-            let bit = reduce(probes.next_raw(), self.bits);
+        for i in 0..self.shape.hashes {
+            let bit = reduce(probes.next_raw(), self.shape.bits);
             if missing & (1 << i) != 0 {
                 let mask = 1 << (bit % 64);
                 newly |= words[(bit / 64) as usize].fetch_or(mask, Ordering::Relaxed) & mask == 0;
@@ -458,17 +456,9 @@ impl BloomFilter {
         newly
     }
 
-    pub(crate) fn shape(&self) -> Shape {
-        Shape {
-            layout: self.layout,
-            bits: self.bits,
-            hashes: self.hashes,
-        }
-    }
-
     #[inline]
     fn insert_block(&self, hash: KeyHash) -> bool {
-        let (block, masks) = probe::block_masks(self.shape(), &self.array, hash);
+        let (block, masks) = probe::block_masks(self.shape, &self.array, hash);
         let mut newly = false;
         for (word, mask) in self.array.block(block).iter().zip(masks) {
             if mask != 0 && word.load(Ordering::Relaxed) & mask != mask {
@@ -500,7 +490,7 @@ impl BloomFilter {
     /// The snapshot as bytes.
     #[must_use]
     pub fn to_snapshot_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(snapshot::snapshot_len(self.bits / 64) as usize);
+        let mut out = Vec::with_capacity(snapshot::snapshot_len(self.shape.bits / 64) as usize);
         // Writing to a Vec cannot fail.
         let _ = self.write_snapshot(&mut out);
         out
@@ -524,7 +514,7 @@ impl BloomFilter {
     }
 
     fn snapshot_header(&self) -> Header {
-        snapshot_header(self.shape())
+        snapshot_header(self.shape)
     }
 }
 

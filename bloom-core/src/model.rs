@@ -210,27 +210,19 @@ pub fn split_block_size(expected_items: u64, fp_rate: f64, max_bits: u64) -> Opt
     let meets =
         |blocks: u64, hashes: u32| split_block_fp_rate(blocks * BLOCK_BITS, hashes, n) <= fp_rate;
     let mut best: Option<(u64, u32)> = None;
-    for hashes in (SPLIT_WORDS..=MAX_HASHES).step_by(SPLIT_WORDS as usize) {
+    'hash_counts: for hashes in (SPLIT_WORDS..=MAX_HASHES).step_by(SPLIT_WORDS as usize) {
         // The textbook size is a lower bound no blocked filter beats.
         let mut low = ((optimal_bits(n, fp_rate) / BLOCK_BITS as f64).floor() as u64)
             .clamp(1, max_blocks.max(1));
-        if meets(low, hashes) {
-            best = best
-                .filter(|&(bits, _)| bits <= low * BLOCK_BITS)
-                .or(Some((low * BLOCK_BITS, hashes)));
-            continue;
-        }
+        // Double until the rate is met; then `high` meets it and `low`
+        // either does not or is `high`.
         let mut high = low;
         while !meets(high, hashes) {
             if high >= max_blocks {
-                high = u64::MAX;
-                break;
+                continue 'hash_counts;
             }
             low = high;
-            high = (high.saturating_mul(2)).min(max_blocks);
-        }
-        if high == u64::MAX {
-            continue;
+            high = high.saturating_mul(2).min(max_blocks);
         }
         while high - low > 1 {
             let mid = low + (high - low) / 2;
@@ -343,9 +335,10 @@ mod tests {
         assert_eq!(split_block_size(1_000_000, 1e-30, 1 << 20), None);
     }
 
-    /// With one key per block and k = 8 the model is closed-form: the key's
-    /// own bit in each word is the only one set, so a query hits all eight
-    /// with probability (1/64)^8, weighted by Poisson(1) keys per block.
+    /// With k = 8 each key sets one bit per word, so the model has a closed
+    /// form: after j keys a word's expected fill is 1 - (63/64)^j, a query
+    /// tests one bit per word, and the rate is the Poisson(1)-weighted sum
+    /// of that fill to the 8th power (one key per block on average).
     #[test]
     fn split_block_model_agrees_with_a_hand_computation() {
         let blocks = 1_000;
@@ -353,7 +346,6 @@ mod tests {
         let hand: f64 = (0..60_u32)
             .map(|j| {
                 let poisson = (-1.0_f64).exp() / (1..=j).map(f64::from).product::<f64>();
-                // E[ones/64] after j throws into 64 bins, to the 8th power.
                 let filled = 1.0 - (63.0_f64 / 64.0).powi(j as i32);
                 poisson * filled.powi(8)
             })

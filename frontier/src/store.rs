@@ -601,9 +601,9 @@ impl Store {
     /// counts together.
     ///
     /// Durable through the write-ahead log: the group is appended to the
-    /// log and synced, then applied with a non-durable redb commit; about
-    /// every few seconds the group is committed durably to redb instead and the
-    /// log emptied. The sync comes first so that whatever a reader can see
+    /// log and synced, then applied with a non-durable redb commit; every
+    /// [`crate::wal::CHECKPOINT_INTERVAL`] the group is committed durably to
+    /// redb instead and the log emptied. The sync comes first so that whatever a reader can see
     /// (a lookup answering "already known", a URL served) is durable.
     pub fn apply(&self, ops: &[WriteOp]) -> Result<Vec<Applied>, StoreError> {
         let mut wal = self.lock_wal();
