@@ -14,6 +14,8 @@
 //!   tables for URLs, the due index, queues and crawl settings.
 //! - [`wal`]: the write-ahead log that makes a group durable between redb
 //!   checkpoints, and its replay after a crash.
+//! - `queue_counts`: queue count changes summed in memory and written by
+//!   the next checkpoint.
 //! - [`commit`]: group commit, so concurrent writers share transactions.
 //! - [`ingest`]: discovered and known URLs in: canonicalise, admit, exact
 //!   (or Bloom) dedup against partitioned filters that always hold every
@@ -33,6 +35,7 @@ pub mod commit;
 pub mod grpc;
 pub mod ingest;
 pub mod metrics;
+mod queue_counts;
 pub mod record;
 pub mod scheduler;
 pub mod scope;

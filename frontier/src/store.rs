@@ -9,7 +9,7 @@
 //! | `seed_hosts` | `(crawl ID, host)` | `()` | the hosts of a crawl's seeds: its scope |
 //! | `urls` | `(partition, crawl ID, canonical URL)` | [`UrlRecord`] bytes | every URL a crawl knows, grouped by filter partition so that a rebuild reads only its own |
 //! | `due` | `(crawl ID, queue key, due_at, canonical URL)` | partition | every URL not completed, in serving order per queue (completed URLs have no entry) |
-//! | `queues` | `(crawl ID, queue key)` | [`QueueRecord`] bytes | per queue: URL and completed counts, delay, block, crawl limit |
+//! | `queues` | `(crawl ID, queue key)` | [`QueueRecord`] bytes | per queue: URL and completed counts (as of the last durable commit), delay, block, crawl limit |
 //! | `crawl_settings` | crawl ID | default delay (seconds) | the delay of queues without their own |
 //!
 //! `meta` also holds `serving_paused` (1 while SetActive(false) holds) and
@@ -20,8 +20,12 @@
 //! is and marked version 2, and a version-1 build, which would ignore the
 //! log, refuses it.
 //!
-//! A URL's record, its `due` entry and its queue's counts change in one
-//! transaction ([`Store::apply`]), so they always agree, also after a kill.
+//! A URL's record and its `due` entry change in one transaction
+//! ([`Store::apply`]). Its queue's counts change in memory and reach the
+//! `queues` table with the next durable commit, the only kind a crash keeps,
+//! so after a kill the table holds the counts of the URLs redb holds and the
+//! log replay adds the rest (module `queue_counts`). Readers get the table
+//! and the held changes together ([`Store::for_each_queue`]).
 //!
 //! A file written by a newer version of the schema, a file that is not a
 //! frontier store, and a corrupt file are refused with an error naming the
@@ -32,6 +36,7 @@ use std::sync::Mutex;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use crate::queue_counts::{self, GroupCounts, QueueCounts};
 use crate::record::{RecordError, UrlRecord};
 use crate::wal::{LogRecord, Recovered, Wal, WalError};
 
@@ -335,6 +340,15 @@ fn decode_record(crawl: &str, url: &str, bytes: &[u8]) -> Result<UrlRecord, Stor
     })
 }
 
+/// Reads a stored queue record; damage is an error naming the queue.
+fn decode_queue(crawl: &str, queue: &str, bytes: &[u8]) -> Result<QueueRecord, StoreError> {
+    QueueRecord::decode(bytes).map_err(|source| StoreError::CorruptRecord {
+        crawl: crawl.to_owned(),
+        url: format!("queue {queue}"),
+        source,
+    })
+}
+
 /// Opens a table for reading; a table never written yet reads as absent.
 fn open_if_exists<K: redb::Key + 'static, V: redb::Value + 'static>(
     read: &redb::ReadTransaction,
@@ -353,7 +367,15 @@ pub struct Store {
     path: PathBuf,
     /// Every write transaction runs under this lock, so the log's records
     /// and redb's transactions happen in one order.
-    wal: Mutex<Wal>,
+    writer: Mutex<Writer>,
+}
+
+/// What writes share under the store's lock.
+struct Writer {
+    wal: Wal,
+    /// Queue count changes of groups applied since the last durable commit,
+    /// not yet in the `queues` table (see [`crate::queue_counts`]).
+    queue_counts: QueueCounts,
 }
 
 impl std::fmt::Debug for Store {
@@ -367,7 +389,7 @@ impl Drop for Store {
         // A clean close leaves redb durable and the log empty, so the next
         // start replays nothing. After a log failure nothing more is
         // committed: the next start replays what the log holds.
-        let writable = self.lock_wal().check_writable().is_ok();
+        let writable = self.lock_writer().wal.check_writable().is_ok();
         if writable && let Err(error) = self.checkpoint() {
             tracing::warn!(%error, "final checkpoint failed; the next start replays the write-ahead log");
         }
@@ -405,7 +427,10 @@ impl Store {
         let store = Self {
             db,
             path,
-            wal: Mutex::new(wal),
+            writer: Mutex::new(Writer {
+                wal,
+                queue_counts: QueueCounts::default(),
+            }),
         };
         store.replay(recovered)?;
         Ok(store)
@@ -416,7 +441,8 @@ impl Store {
     /// log.
     fn replay(&self, recovered: Recovered) -> Result<(), StoreError> {
         let durable = self.applied_lsn()?;
-        let mut wal = self.lock_wal();
+        let mut writer = self.lock_writer();
+        let Writer { wal, queue_counts } = &mut *writer;
         let pending: Vec<&LogRecord> = recovered
             .records
             .iter()
@@ -442,12 +468,15 @@ impl Store {
         for record in &pending {
             let mut write = self.db.begin_write()?;
             write.set_durability(redb::Durability::None)?;
-            Self::apply_in(&write, &record.ops, record.lsn)?;
+            let (_, counts) = Self::apply_in(&write, &record.ops, record.lsn)?;
             write.commit()?;
+            queue_counts.absorb(counts);
         }
         let mut write = self.db.begin_write()?;
         write.set_quick_repair(true);
+        Self::write_queue_counts(&write, queue_counts)?;
         write.commit()?;
+        *queue_counts = QueueCounts::default();
         if let Some(last) = pending.last() {
             wal.set_last_lsn(last.lsn);
         } else {
@@ -471,10 +500,11 @@ impl Store {
         Ok(meta.get(APPLIED_LSN_KEY)?.map_or(0, |v| v.value()))
     }
 
-    fn lock_wal(&self) -> std::sync::MutexGuard<'_, Wal> {
+    fn lock_writer(&self) -> std::sync::MutexGuard<'_, Writer> {
         // A panic while holding the lock leaves the log as consistent as any
-        // failed write does: its `len` only moves past complete records.
-        self.wal
+        // failed write does: its `len` only moves past complete records; the
+        // held queue counts change only after a commit.
+        self.writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -485,14 +515,37 @@ impl Store {
         &self,
         change: impl FnOnce(&redb::WriteTransaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut wal = self.lock_wal();
-        wal.check_writable()?;
+        let mut writer = self.lock_writer();
+        writer.wal.check_writable()?;
         let mut write = self.db.begin_write()?;
         write.set_quick_repair(true);
+        Self::write_queue_counts(&write, &writer.queue_counts)?;
         let out = change(&write)?;
         write.commit()?;
-        wal.checkpointed();
+        writer.queue_counts = QueueCounts::default();
+        writer.wal.checkpointed();
         Ok(out)
+    }
+
+    /// Adds held queue count changes to the `queues` table.
+    fn write_queue_counts(
+        write: &redb::WriteTransaction,
+        counts: &QueueCounts,
+    ) -> Result<(), StoreError> {
+        if counts.is_empty() {
+            return Ok(());
+        }
+        let mut queues = write.open_table(QUEUES)?;
+        for (crawl, queue, urls, completed) in counts.iter() {
+            let key = (crawl, queue);
+            let mut record = match queues.get(key)? {
+                Some(bytes) => decode_queue(crawl, queue, bytes.value())?,
+                None => QueueRecord::default(),
+            };
+            queue_counts::apply(&mut record, urls, completed);
+            queues.insert(key, record.encode().as_slice())?;
+        }
+        Ok(())
     }
 
     /// Makes everything applied so far durable in redb and empties the log
@@ -606,7 +659,8 @@ impl Store {
     /// redb instead and the log emptied. The sync comes first so that whatever a reader can see
     /// (a lookup answering "already known", a URL served) is durable.
     pub fn apply(&self, ops: &[WriteOp]) -> Result<Vec<Applied>, StoreError> {
-        let mut wal = self.lock_wal();
+        let mut writer = self.lock_writer();
+        let Writer { wal, queue_counts } = &mut *writer;
         wal.check_writable()?;
         let lsn = wal.last_lsn() + 1;
         let checkpoint = wal.checkpoint_due();
@@ -625,9 +679,22 @@ impl Store {
             } else {
                 write.set_durability(redb::Durability::None)?;
             }
-            let results = Self::apply_in(&write, ops, lsn)?;
-            write.commit()?;
-            Ok(results)
+            let (results, counts) = Self::apply_in(&write, ops, lsn)?;
+            // A checkpoint writes the held counts and this group's; other
+            // commits leave them in memory (see `queue_counts`), held only
+            // once the commit succeeded.
+            if checkpoint {
+                let mut all = queue_counts.clone();
+                all.absorb(counts);
+                Self::write_queue_counts(&write, &all)?;
+                write.commit()?;
+                Ok((results, QueueCounts::default()))
+            } else {
+                write.commit()?;
+                let mut all = std::mem::take(queue_counts);
+                all.absorb(counts);
+                Ok((results, all))
+            }
         })();
         match applied {
             Err(error) => {
@@ -642,7 +709,8 @@ impl Store {
                 }
                 Err(error)
             }
-            Ok(results) => {
+            Ok((results, held)) => {
+                *queue_counts = held;
                 wal.set_last_lsn(lsn);
                 if checkpoint {
                     wal.checkpointed();
@@ -652,15 +720,18 @@ impl Store {
         }
     }
 
-    /// Applies a group's writes in `write` and records its log number.
+    /// Applies a group's writes in `write` and records its log number;
+    /// answers what each did and what the group did to queue counts (which
+    /// it does not write: see `queue_counts`).
     fn apply_in(
         write: &redb::WriteTransaction,
         ops: &[WriteOp],
         lsn: u64,
-    ) -> Result<Vec<Applied>, StoreError> {
+    ) -> Result<(Vec<Applied>, GroupCounts), StoreError> {
         write.open_table(META)?.insert(APPLIED_LSN_KEY, lsn)?;
         let mut results = Vec::with_capacity(ops.len());
-        // Queue count changes, summed per queue and written once.
+        // Queue count changes, summed per queue.
+        let mut removed_queues = Vec::new();
         let mut deltas: std::collections::HashMap<(&str, String), (i64, i64)> =
             std::collections::HashMap::new();
         {
@@ -774,6 +845,7 @@ impl Store {
                                 *delta_crawl != crawl
                                     || deletion.queue.as_ref().is_some_and(|named| named != queue)
                             });
+                            removed_queues.push((crawl.to_owned(), deletion.queue.clone()));
                             if deletion.queue.is_none() {
                                 for host in names_under(&seed_hosts, crawl)? {
                                     seed_hosts.remove((crawl, host.as_str()))?;
@@ -785,27 +857,18 @@ impl Store {
                     }
                 }
             }
-            for ((crawl, queue), (urls_delta, completed_delta)) in deltas {
-                if urls_delta == 0 && completed_delta == 0 {
-                    continue;
-                }
-                let key = (crawl, queue.as_str());
-                let mut record = match queues.get(key)? {
-                    Some(bytes) => QueueRecord::decode(bytes.value()).map_err(|source| {
-                        StoreError::CorruptRecord {
-                            crawl: crawl.to_owned(),
-                            url: format!("queue {queue}"),
-                            source,
-                        }
-                    })?,
-                    None => QueueRecord::default(),
-                };
-                record.urls = record.urls.saturating_add_signed(urls_delta);
-                record.completed = record.completed.saturating_add_signed(completed_delta);
-                queues.insert(key, record.encode().as_slice())?;
-            }
         }
-        Ok(results)
+        let mut changes = QueueCounts::default();
+        for ((crawl, queue), (urls, completed)) in deltas {
+            changes.add(crawl, &queue, urls, completed);
+        }
+        Ok((
+            results,
+            GroupCounts {
+                removed: removed_queues,
+                changes,
+            },
+        ))
     }
 
     fn discover(
@@ -908,25 +971,32 @@ impl Store {
         Ok(())
     }
 
-    /// Every queue and its record, in key order.
+    /// Every queue and its record, in key order, counts up to date (those
+    /// held in memory since the last checkpoint included).
     pub fn for_each_queue(
         &self,
         mut visit: impl FnMut(&str, &str, QueueRecord),
     ) -> Result<(), StoreError> {
-        let read = self.db.begin_read()?;
-        let Some(table) = open_if_exists(&read, QUEUES)? else {
-            return Ok(());
+        // The snapshot and the held counts are taken together, so no group
+        // is counted twice or missed.
+        let (read, held) = {
+            let writer = self.lock_writer();
+            (self.db.begin_read()?, writer.queue_counts.clone())
         };
-        for entry in table.iter()? {
-            let (key, value) = entry?;
-            let (crawl, queue) = key.value();
-            let record =
-                QueueRecord::decode(value.value()).map_err(|source| StoreError::CorruptRecord {
-                    crawl: crawl.to_owned(),
-                    url: format!("queue {queue}"),
-                    source,
-                })?;
-            visit(crawl, queue, record);
+        let mut records = std::collections::BTreeMap::new();
+        if let Some(table) = open_if_exists(&read, QUEUES)? {
+            for entry in table.iter()? {
+                let (key, value) = entry?;
+                let (crawl, queue) = key.value();
+                records.insert(
+                    (crawl.to_owned(), queue.to_owned()),
+                    decode_queue(crawl, queue, value.value())?,
+                );
+            }
+        }
+        held.apply_to(&mut records);
+        for ((crawl, queue), record) in records {
+            visit(&crawl, &queue, record);
         }
         Ok(())
     }
@@ -941,13 +1011,7 @@ impl Store {
         self.write_durably(|write| {
             let mut queues = write.open_table(QUEUES)?;
             let mut record = match queues.get((crawl, queue))? {
-                Some(bytes) => QueueRecord::decode(bytes.value()).map_err(|source| {
-                    StoreError::CorruptRecord {
-                        crawl: crawl.to_owned(),
-                        url: format!("queue {queue}"),
-                        source,
-                    }
-                })?,
+                Some(bytes) => decode_queue(crawl, queue, bytes.value())?,
                 None => QueueRecord::default(),
             };
             change(&mut record);
@@ -1287,6 +1351,86 @@ mod tests {
             "{error}"
         );
         assert!(error.to_string().contains("missing"), "{error}");
+    }
+
+    fn queue_counts(store: &Store) -> Vec<(String, u64, u64)> {
+        let mut counts = Vec::new();
+        store
+            .for_each_queue(|_, queue, record| {
+                counts.push((queue.to_owned(), record.urls, record.completed));
+            })
+            .unwrap();
+        counts
+    }
+
+    fn discovered_in(url: &str, queue: &str) -> WriteOp {
+        let mut op = discovered(url);
+        if let WriteOp::Discover(new) = &mut op {
+            new.record.queue_key = queue.into();
+        }
+        op
+    }
+
+    /// Counts are held in memory between checkpoints: readers see them, a
+    /// settings change (a durable commit) writes them without losing either,
+    /// and a clean close keeps them.
+    #[test]
+    fn held_queue_counts_are_seen_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.apply(&[discovered("http://a/")]).unwrap();
+            store
+                .apply(&[discovered("http://b/"), discovered_in("http://x/", "q2")])
+                .unwrap();
+            assert!(!store.lock_writer().queue_counts.is_empty());
+            assert_eq!(
+                queue_counts(&store),
+                [("q".to_owned(), 2, 0), ("q2".to_owned(), 1, 0)]
+            );
+            let record = store
+                .update_queue_settings("c", "q", |record| record.delay_secs = Some(7))
+                .unwrap();
+            assert_eq!((record.urls, record.delay_secs), (2, Some(7)));
+            assert!(store.lock_writer().queue_counts.is_empty());
+            store.apply(&[discovered("http://c/")]).unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            queue_counts(&store),
+            [("q".to_owned(), 3, 0), ("q2".to_owned(), 1, 0)]
+        );
+    }
+
+    /// After a kill, redb holds the counts of its last checkpoint and the
+    /// replay sums the later groups again, removals included.
+    #[test]
+    fn replayed_groups_recount_queues_across_a_removal() {
+        let dir = tempfile::tempdir().unwrap();
+        let durable = closed_store_with_one_url(dir.path());
+        let delete_queue = WriteOp::Delete(Deletion {
+            crawl: "c".into(),
+            queue: Some("q".into()),
+            created_before: None,
+            partitions: 4,
+        });
+        leave_in_log(
+            dir.path(),
+            &[
+                (
+                    durable + 1,
+                    vec![discovered("http://b/"), discovered_in("http://x/", "q2")],
+                ),
+                (durable + 2, vec![delete_queue]),
+                (durable + 3, vec![discovered("http://e/")]),
+            ],
+        );
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            queue_counts(&store),
+            [("q".to_owned(), 1, 0), ("q2".to_owned(), 1, 0)]
+        );
+        assert!(store.lock_writer().queue_counts.is_empty());
     }
 
     /// A queue deleted in the middle of a group, and written again after:

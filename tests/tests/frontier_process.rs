@@ -196,6 +196,20 @@ async fn completed_urls_stay_completed_after_kill_9_and_leases_come_back() {
 
     let frontier = FrontierProcess::start(&data, &["--partitions", "4"]);
     let mut client = frontier.client().await;
+    // Queue counts are written at checkpoints; the completions above are
+    // in the log only, and the replay counts them again.
+    let stats = client
+        .get_stats(uf::QueueWithinCrawlParams {
+            crawl_id: "kill".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (stats.size, stats.counts.get("completed").copied()),
+        (140, Some(60))
+    );
     let served: Vec<String> = client
         .get_ur_ls(GetParams {
             delay_requestable: 600,

@@ -1,0 +1,181 @@
+//! Queue count changes held in memory between checkpoints.
+//!
+//! Every stored URL changes its queue's counts. Written per group, that was
+//! a third B-tree update per URL on the committer thread (URLs of thousands
+//! of hosts touch thousands of queue records a group). The changes are
+//! summed here instead and written to the `queues` table by the next
+//! durable commit, which is also the only commit a crash keeps: after a
+//! kill, redb holds the counts of its last checkpoint and the log replay
+//! sums the later groups' changes again, so counts and URLs still agree.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::store::QueueRecord;
+
+/// Changes to (URLs, completed URLs) per (crawl, queue).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct QueueCounts {
+    changes: HashMap<(String, String), (i64, i64)>,
+}
+
+/// What one group did to queue counts, in the order it matters: queues it
+/// removed (a crawl's, when no queue is named), then its changes, which
+/// already leave out what came before each removal inside the group.
+#[derive(Debug, Default)]
+pub(crate) struct GroupCounts {
+    pub(crate) removed: Vec<(String, Option<String>)>,
+    pub(crate) changes: QueueCounts,
+}
+
+impl QueueCounts {
+    /// Adds a change to a queue's counts.
+    pub(crate) fn add(&mut self, crawl: &str, queue: &str, urls: i64, completed: i64) {
+        if urls == 0 && completed == 0 {
+            return;
+        }
+        let entry = self
+            .changes
+            .entry((crawl.to_owned(), queue.to_owned()))
+            .or_default();
+        entry.0 += urls;
+        entry.1 += completed;
+    }
+
+    /// Takes a later group's changes in: its removals drop what is held for
+    /// those queues (their records go with them), then its changes add up.
+    pub(crate) fn absorb(&mut self, group: GroupCounts) {
+        for (crawl, queue) in &group.removed {
+            self.changes.retain(|(held_crawl, held_queue), _| {
+                held_crawl != crawl || queue.as_ref().is_some_and(|named| named != held_queue)
+            });
+        }
+        for ((crawl, queue), (urls, completed)) in group.changes.changes {
+            self.add(&crawl, &queue, urls, completed);
+        }
+    }
+
+    /// Whether nothing is held.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    /// Every held change, as (crawl, queue, URLs, completed).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str, i64, i64)> {
+        self.changes
+            .iter()
+            .filter(|(_, (urls, completed))| *urls != 0 || *completed != 0)
+            .map(|((crawl, queue), (urls, completed))| {
+                (crawl.as_str(), queue.as_str(), *urls, *completed)
+            })
+    }
+
+    /// Applies the held changes to records read from the store (a queue
+    /// with no record yet starts from the default one).
+    pub(crate) fn apply_to(&self, records: &mut BTreeMap<(String, String), QueueRecord>) {
+        for (crawl, queue, urls, completed) in self.iter() {
+            let record = records
+                .entry((crawl.to_owned(), queue.to_owned()))
+                .or_default();
+            apply(record, urls, completed);
+        }
+    }
+}
+
+/// Adds count changes to a record; counts never go below zero.
+pub(crate) fn apply(record: &mut QueueRecord, urls: i64, completed: i64) {
+    record.urls = record.urls.saturating_add_signed(urls);
+    record.completed = record.completed.saturating_add_signed(completed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(removed: &[(&str, Option<&str>)], changes: &[(&str, &str, i64, i64)]) -> GroupCounts {
+        let mut counts = QueueCounts::default();
+        for (crawl, queue, urls, completed) in changes {
+            counts.add(crawl, queue, *urls, *completed);
+        }
+        GroupCounts {
+            removed: removed
+                .iter()
+                .map(|(crawl, queue)| ((*crawl).to_owned(), queue.map(str::to_owned)))
+                .collect(),
+            changes: counts,
+        }
+    }
+
+    fn held(counts: &QueueCounts) -> Vec<(String, String, i64, i64)> {
+        let mut out: Vec<_> = counts
+            .iter()
+            .map(|(c, q, u, d)| (c.to_owned(), q.to_owned(), u, d))
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn groups_add_up_per_queue() {
+        let mut counts = QueueCounts::default();
+        counts.absorb(group(&[], &[("c", "a", 2, 0), ("c", "b", 1, 0)]));
+        counts.absorb(group(&[], &[("c", "a", -1, 1), ("d", "a", 5, 0)]));
+        assert_eq!(
+            held(&counts),
+            [
+                ("c".into(), "a".into(), 1, 1),
+                ("c".into(), "b".into(), 1, 0),
+                ("d".into(), "a".into(), 5, 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_removed_queue_keeps_only_what_came_after() {
+        let mut counts = QueueCounts::default();
+        counts.absorb(group(
+            &[],
+            &[("c", "a", 3, 0), ("c", "b", 4, 0), ("d", "a", 1, 0)],
+        ));
+        // Queue a of crawl c removed, then one URL stored in it again.
+        counts.absorb(group(&[("c", Some("a"))], &[("c", "a", 1, 0)]));
+        assert_eq!(
+            held(&counts),
+            [
+                ("c".into(), "a".into(), 1, 0),
+                ("c".into(), "b".into(), 4, 0),
+                ("d".into(), "a".into(), 1, 0)
+            ]
+        );
+        // The whole crawl c removed: crawl d keeps its counts.
+        counts.absorb(group(&[("c", None)], &[]));
+        assert_eq!(held(&counts), [("d".into(), "a".into(), 1, 0)]);
+    }
+
+    #[test]
+    fn changes_that_cancel_out_are_not_written() {
+        let mut counts = QueueCounts::default();
+        counts.absorb(group(&[], &[("c", "a", 1, 0)]));
+        counts.absorb(group(&[], &[("c", "a", -1, 0)]));
+        assert_eq!(counts.iter().count(), 0);
+    }
+
+    #[test]
+    fn records_never_count_below_zero() {
+        let mut records = BTreeMap::new();
+        records.insert(
+            ("c".to_owned(), "a".to_owned()),
+            QueueRecord {
+                urls: 1,
+                ..QueueRecord::default()
+            },
+        );
+        let mut counts = QueueCounts::default();
+        counts.add("c", "a", -3, -1);
+        counts.add("c", "new", 2, 1);
+        counts.apply_to(&mut records);
+        assert_eq!(records[&("c".to_owned(), "a".to_owned())].urls, 0);
+        assert_eq!(records[&("c".to_owned(), "a".to_owned())].completed, 0);
+        let new = records[&("c".to_owned(), "new".to_owned())];
+        assert_eq!((new.urls, new.completed), (2, 1));
+    }
+}
