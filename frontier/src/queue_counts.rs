@@ -12,10 +12,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::store::QueueRecord;
 
-/// Changes to (URLs, completed URLs) per (crawl, queue).
+/// Changes to (URLs, completed URLs) per crawl, then queue: nested so that
+/// a change to a queue already held is found without allocating its key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct QueueCounts {
-    changes: HashMap<(String, String), (i64, i64)>,
+    changes: HashMap<String, HashMap<String, (i64, i64)>>,
 }
 
 /// What one group did to queue counts, in the order it matters: queues it
@@ -33,10 +34,14 @@ impl QueueCounts {
         if urls == 0 && completed == 0 {
             return;
         }
-        let entry = self
-            .changes
-            .entry((crawl.to_owned(), queue.to_owned()))
-            .or_default();
+        let queues = match self.changes.get_mut(crawl) {
+            Some(queues) => queues,
+            None => self.changes.entry(crawl.to_owned()).or_default(),
+        };
+        let entry = match queues.get_mut(queue) {
+            Some(entry) => entry,
+            None => queues.entry(queue.to_owned()).or_default(),
+        };
         entry.0 += urls;
         entry.1 += completed;
     }
@@ -45,12 +50,30 @@ impl QueueCounts {
     /// those queues (their records go with them), then its changes add up.
     pub(crate) fn absorb(&mut self, group: GroupCounts) {
         for (crawl, queue) in &group.removed {
-            self.changes.retain(|(held_crawl, held_queue), _| {
-                held_crawl != crawl || queue.as_ref().is_some_and(|named| named != held_queue)
-            });
+            match queue {
+                Some(queue) => {
+                    if let Some(queues) = self.changes.get_mut(crawl) {
+                        queues.remove(queue);
+                    }
+                }
+                None => {
+                    self.changes.remove(crawl);
+                }
+            }
         }
-        for ((crawl, queue), (urls, completed)) in group.changes.changes {
-            self.add(&crawl, &queue, urls, completed);
+        for (crawl, queues) in group.changes.changes {
+            match self.changes.get_mut(&crawl) {
+                Some(held) => {
+                    for (queue, (urls, completed)) in queues {
+                        let entry = held.entry(queue).or_default();
+                        entry.0 += urls;
+                        entry.1 += completed;
+                    }
+                }
+                None => {
+                    self.changes.insert(crawl, queues);
+                }
+            }
         }
     }
 
@@ -61,12 +84,14 @@ impl QueueCounts {
 
     /// Every held change, as (crawl, queue, URLs, completed).
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str, i64, i64)> {
-        self.changes
-            .iter()
-            .filter(|(_, (urls, completed))| *urls != 0 || *completed != 0)
-            .map(|((crawl, queue), (urls, completed))| {
-                (crawl.as_str(), queue.as_str(), *urls, *completed)
-            })
+        self.changes.iter().flat_map(|(crawl, queues)| {
+            queues
+                .iter()
+                .filter(|(_, (urls, completed))| *urls != 0 || *completed != 0)
+                .map(|(queue, (urls, completed))| {
+                    (crawl.as_str(), queue.as_str(), *urls, *completed)
+                })
+        })
     }
 
     /// Applies the held changes to records read from the store (a queue
