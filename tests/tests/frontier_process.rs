@@ -78,6 +78,20 @@ async fn put_urls(
     ok
 }
 
+/// GetStats of the crawl the kill tests use.
+async fn kill_crawl_stats(
+    client: &mut uf::url_frontier_client::UrlFrontierClient<tonic::transport::Channel>,
+) -> uf::Stats {
+    client
+        .get_stats(uf::QueueWithinCrawlParams {
+            crawl_id: "kill".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_urls_survive_kill_9_and_are_stored_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -149,14 +163,7 @@ async fn acknowledged_urls_survive_kill_9_and_are_stored_once() {
     .await;
     let newly: HashSet<String> = ok.into_iter().collect();
     assert!(newly.is_disjoint(&acked.iter().cloned().collect()));
-    let stats = client
-        .get_stats(uf::QueueWithinCrawlParams {
-            crawl_id: "kill".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let stats = kill_crawl_stats(&mut client).await;
     assert_eq!(stats.size, total as u64);
     assert_eq!(stats.number_of_queues, 37);
 }
@@ -198,14 +205,7 @@ async fn completed_urls_stay_completed_after_kill_9_and_leases_come_back() {
     let mut client = frontier.client().await;
     // Queue counts are written at checkpoints; the completions above are
     // in the log only, and the replay counts them again.
-    let stats = client
-        .get_stats(uf::QueueWithinCrawlParams {
-            crawl_id: "kill".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let stats = kill_crawl_stats(&mut client).await;
     assert_eq!(
         (stats.size, stats.counts.get("completed").copied()),
         (140, Some(60))
