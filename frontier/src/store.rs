@@ -650,8 +650,8 @@ impl Store {
     }
 
     /// Applies writes in order, all in one transaction that is durable when
-    /// this returns: URL records, their `due` entries and their queues'
-    /// counts together.
+    /// this returns: URL records and their `due` entries together; queue
+    /// counts in memory until the next durable commit writes them.
     ///
     /// Durable through the write-ahead log: the group is appended to the
     /// log and synced, then applied with a non-durable redb commit; every
