@@ -139,6 +139,86 @@ mod tests {
         out
     }
 
+    #[derive(Debug, Clone)]
+    enum Event {
+        Add(&'static str, &'static str, i64, i64),
+        Remove(&'static str, Option<&'static str>),
+    }
+
+    fn event() -> impl proptest::strategy::Strategy<Value = Event> {
+        use proptest::prelude::*;
+        let crawl = prop::sample::select(vec!["c", "d"]);
+        let queue = prop::sample::select(vec!["a", "b", "e"]);
+        prop_oneof![
+            4 => (crawl.clone(), queue.clone(), -2_i64..4, -1_i64..2)
+                .prop_map(|(c, q, u, d)| Event::Add(c, q, u, d)),
+            1 => (crawl, prop::option::of(queue)).prop_map(|(c, q)| Event::Remove(c, q)),
+        ]
+    }
+
+    /// What a group hands over, built as `Store::apply_in` builds it: its
+    /// own changes before a removal are dropped there, and the removal is
+    /// recorded for what earlier groups left held.
+    fn as_group(events: &[Event]) -> GroupCounts {
+        let mut local: BTreeMap<(&str, &str), (i64, i64)> = BTreeMap::new();
+        let mut removed = Vec::new();
+        for event in events {
+            match *event {
+                Event::Add(crawl, queue, urls, completed) => {
+                    let entry = local.entry((crawl, queue)).or_default();
+                    entry.0 += urls;
+                    entry.1 += completed;
+                }
+                Event::Remove(crawl, queue) => {
+                    local.retain(|(c, q), _| *c != crawl || queue.is_some_and(|n| n != *q));
+                    removed.push((crawl.to_owned(), queue.map(str::to_owned)));
+                }
+            }
+        }
+        let mut changes = QueueCounts::default();
+        for ((crawl, queue), (urls, completed)) in local {
+            changes.add(crawl, queue, urls, completed);
+        }
+        GroupCounts { removed, changes }
+    }
+
+    proptest::proptest! {
+        /// However events are cut into groups, what is held equals the
+        /// events applied one by one.
+        #[test]
+        fn grouped_counts_equal_the_events_in_order(
+            events in proptest::collection::vec(event(), 0..40),
+            cuts in proptest::collection::vec(0_usize..40, 0..6),
+        ) {
+            let mut model: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
+            for event in &events {
+                match *event {
+                    Event::Add(crawl, queue, urls, completed) => {
+                        let entry = model.entry((crawl.into(), queue.into())).or_default();
+                        entry.0 += urls;
+                        entry.1 += completed;
+                    }
+                    Event::Remove(crawl, queue) => model.retain(|(c, q), _| {
+                        c != crawl || queue.is_some_and(|n| n != q)
+                    }),
+                }
+            }
+            model.retain(|_, (urls, completed)| *urls != 0 || *completed != 0);
+            let mut bounds: Vec<usize> = cuts.into_iter().map(|c| c.min(events.len())).collect();
+            bounds.extend([0, events.len()]);
+            bounds.sort_unstable();
+            let mut held = QueueCounts::default();
+            for window in bounds.windows(2) {
+                held.absorb(as_group(&events[window[0]..window[1]]));
+            }
+            let held: BTreeMap<(String, String), (i64, i64)> = held
+                .iter()
+                .map(|(c, q, u, d)| ((c.to_owned(), q.to_owned()), (u, d)))
+                .collect();
+            proptest::prop_assert_eq!(held, model);
+        }
+    }
+
     #[test]
     fn groups_add_up_per_queue() {
         let mut counts = QueueCounts::default();
