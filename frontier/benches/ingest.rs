@@ -79,9 +79,10 @@ fn main() {
     let rebuilding = Instant::now();
     ingest.rebuild_partition(partition, keys * 2).unwrap();
     let rebuild_ms = rebuilding.elapsed().as_secs_f64() * 1000.0;
-    let size = std::fs::metadata(dir.path().join(frontier::store::FILE_NAME))
-        .map(|m| m.len())
-        .unwrap_or(0);
+    let size: u64 = [frontier::store::FILE_NAME, frontier::store::URLS_FILE_NAME]
+        .iter()
+        .map(|name| std::fs::metadata(dir.path().join(name)).map_or(0, |m| m.len()))
+        .sum();
     println!("| URLs offered | writers | stored | skipped | seconds | URLs/s offered | store MB |");
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     println!(

@@ -7,8 +7,15 @@
 //! its own answers back only after the transaction holding its batch has
 //! committed, so an acknowledgement always follows durability.
 //!
-//! An optional hook sees every committed transaction's writes and results,
-//! on the committer thread, in commit order, before any writer is answered:
+//! Two threads share the work of a group ([`Store::stage`] and
+//! [`Store::finish`]): `group-commit` logs it and applies it to the urls
+//! file, then hands it to `group-finish`, which applies its `due` entries to
+//! the main file and answers the writers, while `group-commit` goes on with
+//! the next group. Each file's B-tree work is about half of a group's, so
+//! both cores commit.
+//!
+//! An optional hook sees every committed group's writes and results, on
+//! `group-finish`, in commit order, before any writer is answered:
 //! the scheduler keeps its memory in step with the store through it, and
 //! commit order is what keeps two updates of one URL from being applied to
 //! memory the wrong way round.
@@ -18,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::JoinHandle;
 
-use crate::store::{Applied, NewUrl, Store, StoreError, WriteOp};
+use crate::store::{Applied, NewUrl, StagedGroup, Store, StoreError, WriteOp};
 
 /// URLs one transaction takes at most, so one commit's latency stays bounded
 /// however deep the queue gets.
@@ -45,8 +52,16 @@ pub type CommitHook = Box<dyn Fn(&[WriteOp], &[Applied]) + Send>;
 /// what was submitted, and joins the thread.
 pub struct Committer {
     sender: Option<Sender<Request>>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
     commits: Arc<AtomicU64>,
+}
+
+/// A group between its two stages.
+struct Staged {
+    group: Vec<Request>,
+    counts: Vec<usize>,
+    ops: Vec<WriteOp>,
+    staged: StagedGroup,
 }
 
 impl std::fmt::Debug for Committer {
@@ -68,15 +83,22 @@ impl Committer {
     #[must_use]
     pub fn start_with_hook(store: Arc<Store>, hook: Option<CommitHook>) -> Self {
         let (sender, receiver) = mpsc::channel::<Request>();
+        let (to_finish, staged) = mpsc::channel::<Staged>();
         let commits = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&commits);
-        let thread = std::thread::Builder::new()
+        let finisher_store = Arc::clone(&store);
+        let finisher = std::thread::Builder::new()
+            .name("group-finish".into())
+            .spawn(move || finish(&finisher_store, &staged, &counter, hook.as_ref()))
+            .expect("the OS can start a thread");
+        let stager = std::thread::Builder::new()
             .name("group-commit".into())
-            .spawn(move || run(&store, &receiver, &counter, hook.as_ref()))
+            .spawn(move || stage(&store, &receiver, &to_finish))
             .expect("the OS can start a thread");
         Self {
             sender: Some(sender),
-            thread: Some(thread),
+            // The stager first: its end closes the finisher's channel.
+            threads: vec![stager, finisher],
             commits,
         }
     }
@@ -116,18 +138,15 @@ impl Committer {
 impl Drop for Committer {
     fn drop(&mut self) {
         drop(self.sender.take());
-        if let Some(thread) = self.thread.take() {
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
 }
 
-fn run(
-    store: &Store,
-    receiver: &Receiver<Request>,
-    commits: &AtomicU64,
-    hook: Option<&CommitHook>,
-) {
+/// The first stage: takes the queued batches as one group, logs it and
+/// applies it to the urls file, and hands it on.
+fn stage(store: &Store, receiver: &Receiver<Request>, to_finish: &Sender<Staged>) {
     while let Ok(first) = receiver.recv() {
         let mut group = vec![first];
         let mut urls = group[0].ops.len();
@@ -141,19 +160,56 @@ fn run(
             }
         }
         let counts: Vec<usize> = group.iter().map(|r| r.ops.len()).collect();
-        let all: Vec<WriteOp> = group
+        let ops: Vec<WriteOp> = group
             .iter_mut()
             .flat_map(|r| std::mem::take(&mut r.ops))
             .collect();
         let started = std::time::Instant::now();
-        let result = store.apply(&all);
-        metrics::histogram!("frontier_commit_seconds").record(started.elapsed().as_secs_f64());
+        let result = store.stage(&ops);
+        metrics::histogram!("frontier_commit_seconds", "stage" => "urls")
+            .record(started.elapsed().as_secs_f64());
+        match result {
+            Ok(staged) => {
+                let staged = Staged {
+                    group,
+                    counts,
+                    ops,
+                    staged,
+                };
+                if let Err(mpsc::SendError(staged)) = to_finish.send(staged) {
+                    fail(staged.group, &CommitFailed(Arc::new(StoreError::Stopped)));
+                }
+            }
+            Err(error) => fail(group, &CommitFailed(Arc::new(error))),
+        }
+    }
+}
+
+/// The second stage: applies each staged group's `due` changes, in the
+/// order staged, runs the hook and answers the writers.
+fn finish(
+    store: &Store,
+    staged: &Receiver<Staged>,
+    commits: &AtomicU64,
+    hook: Option<&CommitHook>,
+) {
+    while let Ok(Staged {
+        group,
+        counts,
+        ops,
+        staged,
+    }) = staged.recv()
+    {
+        let started = std::time::Instant::now();
+        let result = store.finish(staged);
+        metrics::histogram!("frontier_commit_seconds", "stage" => "due")
+            .record(started.elapsed().as_secs_f64());
         match result {
             Ok(applied) => {
                 commits.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("frontier_commits_total").increment(1);
                 if let Some(hook) = hook {
-                    hook(&all, &applied);
+                    hook(&ops, &applied);
                 }
                 let mut answers = applied.into_iter();
                 for (request, count) in group.into_iter().zip(counts) {
@@ -161,13 +217,14 @@ fn run(
                     let _ = request.reply.send(Ok(mine));
                 }
             }
-            Err(error) => {
-                let error = CommitFailed(Arc::new(error));
-                for request in group {
-                    let _ = request.reply.send(Err(error.clone()));
-                }
-            }
+            Err(error) => fail(group, &CommitFailed(Arc::new(error))),
         }
+    }
+}
+
+fn fail(group: Vec<Request>, error: &CommitFailed) {
+    for request in group {
+        let _ = request.reply.send(Err(error.clone()));
     }
 }
 

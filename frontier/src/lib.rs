@@ -11,12 +11,14 @@
 //! - [`snapshots`]: filter snapshots written at a clean shutdown and
 //!   trusted only while the store is unchanged since.
 //! - [`store`]: the redb store: single-opener lock, schema version checks,
-//!   tables for URLs, the due index, queues and crawl settings.
+//!   URLs in `urls.redb`, the due index, queues and crawl settings in
+//!   `frontier.redb`, a group applied to one then the other.
 //! - [`wal`]: the write-ahead log that makes a group durable between redb
 //!   checkpoints, and its replay after a crash.
 //! - `queue_counts`: queue count changes summed in memory and written by
 //!   the next checkpoint.
-//! - [`commit`]: group commit, so concurrent writers share transactions.
+//! - [`commit`]: group commit, so concurrent writers share transactions;
+//!   two threads, one per store file, so that consecutive groups overlap.
 //! - [`ingest`]: discovered and known URLs in: canonicalise, admit, exact
 //!   (or Bloom) dedup against partitioned filters that always hold every
 //!   stored key; deletions; online filter rebuilds.

@@ -44,7 +44,7 @@ fn describe() {
     metrics::describe_counter!("frontier_commits_total", "Group-commit transactions");
     metrics::describe_histogram!(
         "frontier_commit_seconds",
-        "Time of one group-commit transaction, durable"
+        "Time of one group's stage: stage=\"urls\" logs it (synced) and applies it to urls.redb, stage=\"due\" applies its due entries to frontier.redb"
     );
     metrics::describe_counter!(
         "frontier_filter_rebuilds_total",

@@ -1,38 +1,64 @@
-//! The redb store: one file in the data directory, opened by one server at a
-//! time, with a schema version checked before anything else is read.
+//! The redb store: two files in the data directory, opened by one server
+//! at a time, with a schema version checked before anything else is read.
 //!
-//! # Schema, version 2
+//! # Schema, version 3
+//!
+//! `frontier.redb`:
 //!
 //! | table | key | value | holds |
 //! |---|---|---|---|
-//! | `meta` | `&str` | `u64` | `schema_version`; `partitions` (fixed at creation: URL keys embed it); `clean_shutdown_token` while filter snapshots match the store |
+//! | `meta` | `&str` | `u64` | `schema_version`; `partitions` (fixed at creation: URL keys embed it); `clean_shutdown_token` while filter snapshots match the store; `serving_paused` (1 while SetActive(false) holds); `applied_lsn`, the last write-ahead log record this file holds; `counts_lsn`, the last whose queue counts `queues` holds |
 //! | `seed_hosts` | `(crawl ID, host)` | `()` | the hosts of a crawl's seeds: its scope |
-//! | `urls` | `(partition, crawl ID, canonical URL)` | [`UrlRecord`] bytes | every URL a crawl knows, grouped by filter partition so that a rebuild reads only its own |
 //! | `due` | `(crawl ID, queue key, due_at, canonical URL)` | partition | every URL not completed, in serving order per queue (completed URLs have no entry) |
-//! | `queues` | `(crawl ID, queue key)` | [`QueueRecord`] bytes | per queue: URL and completed counts (as of the last durable commit), delay, block, crawl limit |
+//! | `queues` | `(crawl ID, queue key)` | [`QueueRecord`] bytes | per queue: URL and completed counts (as of the last checkpoint), delay, block, crawl limit |
 //! | `crawl_settings` | crawl ID | default delay (seconds) | the delay of queues without their own |
 //!
-//! `meta` also holds `serving_paused` (1 while SetActive(false) holds) and
-//! `applied_lsn`, the last write-ahead log record redb holds.
+//! `urls.redb`:
 //!
-//! Version 2 adds the write-ahead log beside the file ([`crate::wal`]);
-//! the tables are those of version 1, so a version-1 store is opened as it
-//! is and marked version 2, and a version-1 build, which would ignore the
-//! log, refuses it.
+//! | table | key | value | holds |
+//! |---|---|---|---|
+//! | `meta` | `&str` | `u64` | `applied_lsn`, the last log record this file holds |
+//! | `urls` | `(partition, crawl ID, canonical URL)` | [`UrlRecord`] bytes | every URL a crawl knows, grouped by filter partition so that a rebuild reads only its own |
 //!
-//! A URL's record and its `due` entry change in one transaction
-//! ([`Store::apply`]). Its queue's counts change in memory and reach the
-//! `queues` table with the next durable commit, the only kind a crash keeps,
-//! so after a kill the table holds the counts of the URLs redb holds and the
-//! log replay adds the rest (module `queue_counts`). Readers get the table
-//! and the held changes together ([`Store::for_each_queue`]).
+//! # Why two files, and how they agree
 //!
-//! A file written by a newer version of the schema, a file that is not a
-//! frontier store, and a corrupt file are refused with an error naming the
-//! path: never reset, and never changed beyond the version-1 mark above.
+//! redb runs one write transaction per file at a time, and a group's
+//! B-tree work (one insert into `urls` and one into `due` per new URL) is
+//! what limits ingest. With the two tables in two files, a group is applied
+//! in two stages on two threads ([`crate::commit`]): [`Store::stage`] logs
+//! it ([`crate::wal`]) and applies it to `urls.redb`, working out from the
+//! records it finds the changes `frontier.redb` follows with; [`Store::finish`]
+//! applies those while the next group is staged. Both commit non-durably:
+//! the log makes a group durable.
+//!
+//! Every few seconds a group is a checkpoint: it waits until the groups
+//! before it are finished, and both files are committed durably,
+//! `frontier.redb` first, then the log is emptied. Settings writes commit
+//! `frontier.redb` durably between checkpoints. So on disk `frontier.redb`
+//! is never behind `urls.redb`, and after a kill the replay applies each
+//! logged group to `urls.redb` if that file lacks it, and its changes to
+//! `frontier.redb` only if that file lacks them too: the changes are worked
+//! out from `urls.redb` as it was just before the group, which is how the
+//! replay finds it. Replaying the other way round could not be done, which
+//! is why the order matters.
+//!
+//! A queue's counts change in memory and reach the `queues` table at
+//! checkpoints (module `queue_counts`); after a kill the replay adds those
+//! of the groups after `counts_lsn`. Readers get the table and the held
+//! changes together ([`Store::for_each_queue`]).
+//!
+//! # Older versions
+//!
+//! Version 1 had no log, version 2 a log; both kept every table in
+//! `frontier.redb`. Opening one moves `urls` into `urls.redb` (made durable
+//! first), then drops it from `frontier.redb` and marks version 3 in one
+//! durable commit, so a crash in between leaves the old store, and the move
+//! runs again. A file written by a newer version of the schema, a file that
+//! is not a frontier store, a corrupt file and a store missing one of its
+//! files are refused with an error naming the path: never reset.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -41,18 +67,23 @@ use crate::record::{RecordError, UrlRecord};
 use crate::wal::{LogRecord, Recovered, Wal, WalError};
 
 /// The schema this build reads and writes.
-pub const SCHEMA_VERSION: u64 = 2;
+pub const SCHEMA_VERSION: u64 = 3;
 
 /// redb's page cache unless configured otherwise: redb's own default.
 pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
 
-/// The store's file name inside the data directory.
+/// The store's main file name inside the data directory.
 pub const FILE_NAME: &str = "frontier.redb";
+
+/// The file of the `urls` table, beside [`FILE_NAME`].
+pub const URLS_FILE_NAME: &str = "urls.redb";
 
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 const SCHEMA_VERSION_KEY: &str = "schema_version";
 const CLEAN_TOKEN_KEY: &str = "clean_shutdown_token";
 const PARTITIONS_KEY: &str = "partitions";
+/// `urls.redb`'s own `meta`: `applied_lsn` only.
+const URLS_META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 const URLS: TableDefinition<'_, (u32, &str, &str), &[u8]> = TableDefinition::new("urls");
 const SEED_HOSTS: TableDefinition<'_, (&str, &str), ()> = TableDefinition::new("seed_hosts");
 const DUE: TableDefinition<'_, (&str, &str, u64, &str), u32> = TableDefinition::new("due");
@@ -61,6 +92,8 @@ const CRAWL_SETTINGS: TableDefinition<'_, &str, u32> = TableDefinition::new("cra
 const SERVING_PAUSED_KEY: &str = "serving_paused";
 /// The LSN of the last write-ahead log record applied (see [`crate::wal`]).
 const APPLIED_LSN_KEY: &str = "applied_lsn";
+/// The LSN of the last group whose queue counts the `queues` table holds.
+const COUNTS_LSN_KEY: &str = "counts_lsn";
 
 /// A queue's persistent state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -270,6 +303,34 @@ pub enum StoreError {
         /// What redb said.
         source: redb::DatabaseError,
     },
+    /// `frontier.redb` is there but the file beside it that holds the URLs
+    /// is not.
+    #[error(
+        "{path} is missing: the store {store} keeps its URLs there; restore both files together"
+    )]
+    MissingFile {
+        /// The missing file.
+        path: PathBuf,
+        /// The store file.
+        store: PathBuf,
+    },
+    /// `frontier.redb` is older on disk than `urls.redb`, which this
+    /// frontier never leaves behind (files restored from different moments).
+    #[error(
+        "{path} holds writes up to log record {due_lsn} but urls.redb up to {urls_lsn}: the files are not from one store state"
+    )]
+    FilesDisagree {
+        /// The store file.
+        path: PathBuf,
+        /// What `frontier.redb` holds.
+        due_lsn: u64,
+        /// What `urls.redb` holds.
+        urls_lsn: u64,
+    },
+    /// A group could not be applied to `frontier.redb` after `urls.redb`
+    /// took it; writes stop until a restart replays the log.
+    #[error("writes halted until restart: {0}")]
+    Halted(String),
     /// A read or write failed.
     #[error("store operation failed: {0}")]
     Storage(#[from] redb::Error),
@@ -363,19 +424,72 @@ fn open_if_exists<K: redb::Key + 'static, V: redb::Value + 'static>(
 
 /// An open store.
 pub struct Store {
+    /// `frontier.redb`: everything but the `urls` table.
     db: Database,
+    /// `urls.redb`: the `urls` table.
+    urls_db: Database,
     path: PathBuf,
-    /// Every write transaction runs under this lock, so the log's records
-    /// and redb's transactions happen in one order.
+    /// Groups are logged and applied to `urls.redb` under this lock, so the
+    /// log's records and the urls file's transactions happen in one order.
     writer: Mutex<Writer>,
+    /// Transactions on `frontier.redb` run under this lock (after `writer`
+    /// when both are taken); `due_applied` wakes whoever waits for a group's
+    /// second stage.
+    due_side: Mutex<DueSide>,
+    due_applied: Condvar,
 }
 
 /// What writes share under the store's lock.
 struct Writer {
     wal: Wal,
-    /// Queue count changes of groups applied since the last durable commit,
+    /// Queue count changes of groups applied since the last checkpoint,
     /// not yet in the `queues` table (see [`crate::queue_counts`]).
     queue_counts: QueueCounts,
+}
+
+/// The second stage's progress.
+struct DueSide {
+    /// The last group whose changes `frontier.redb` holds.
+    lsn: u64,
+    /// Set when a second stage failed: `urls.redb` then holds a group
+    /// `frontier.redb` does not, and only a restart's replay mends that.
+    halted: Option<String>,
+}
+
+/// A group applied to `urls.redb` (the first stage of [`Store::apply`]);
+/// [`Store::finish`] applies the rest to `frontier.redb`.
+#[derive(Debug)]
+#[must_use = "a staged group is acknowledged only once finished"]
+pub struct StagedGroup {
+    lsn: u64,
+    /// `None`: the group was a checkpoint, applied in full already.
+    changes: Option<Vec<DueChange>>,
+    results: Vec<Applied>,
+}
+
+/// A change a group makes to `frontier.redb`, worked out in the first stage
+/// from what `urls.redb` held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DueChange {
+    Insert {
+        crawl: String,
+        queue: String,
+        due_at: u64,
+        url: String,
+        partition: u32,
+    },
+    Remove {
+        crawl: String,
+        queue: String,
+        due_at: u64,
+        url: String,
+    },
+    /// One queue's record goes, or (`None`) every queue of the crawl with
+    /// its seed hosts and default delay.
+    RemoveQueues {
+        crawl: String,
+        queue: Option<String>,
+    },
 }
 
 impl std::fmt::Debug for Store {
@@ -387,13 +501,24 @@ impl std::fmt::Debug for Store {
 impl Drop for Store {
     fn drop(&mut self) {
         // A clean close leaves redb durable and the log empty, so the next
-        // start replays nothing. After a log failure nothing more is
-        // committed: the next start replays what the log holds.
-        let writable = self.lock_writer().wal.check_writable().is_ok();
+        // start replays nothing. After a failure nothing more is committed:
+        // the next start replays what the log holds.
+        let writable = self.lock_writer().wal.check_writable().is_ok()
+            && self.lock_due_side().halted.is_none();
         if writable && let Err(error) = self.checkpoint() {
             tracing::warn!(%error, "final checkpoint failed; the next start replays the write-ahead log");
         }
     }
+}
+
+/// What `frontier.redb` says of itself before anything else is read.
+enum Found {
+    /// No tables: a new store.
+    Fresh,
+    /// Version 1 or 2: `urls` still in `frontier.redb`.
+    OneFile,
+    /// This version.
+    Current,
 }
 
 impl Store {
@@ -403,57 +528,169 @@ impl Store {
         Self::open_with_cache(data_dir, DEFAULT_CACHE_BYTES)
     }
 
-    /// Like [`Self::open`], with a page cache of `cache_bytes`.
+    /// Like [`Self::open`], with a page cache of `cache_bytes` (split
+    /// evenly between the two files).
     pub fn open_with_cache(data_dir: &Path, cache_bytes: usize) -> Result<Self, StoreError> {
         std::fs::create_dir_all(data_dir).map_err(|source| StoreError::CreateDir {
             path: data_dir.to_owned(),
             source,
         })?;
         let path = data_dir.join(FILE_NAME);
-        let db = Database::builder()
-            .set_cache_size(cache_bytes)
-            .create(&path)
-            .map_err(|source| match source {
-                redb::DatabaseError::DatabaseAlreadyOpen => {
-                    StoreError::AlreadyOpen { path: path.clone() }
+        let urls_path = data_dir.join(URLS_FILE_NAME);
+        // `frontier.redb` first: its lock is what refuses a second server.
+        let db = Self::open_file(&path, cache_bytes / 2)?;
+        let found = Self::check_schema(&db, &path)?;
+        if matches!(found, Found::Current) && !urls_path.exists() {
+            return Err(StoreError::MissingFile {
+                path: urls_path,
+                store: path,
+            });
+        }
+        if !matches!(found, Found::Current) {
+            // Left by a creation or migration that did not finish: the
+            // version mark below is written only once this file is whole.
+            match std::fs::remove_file(&urls_path) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(StoreError::CreateDir {
+                        path: urls_path,
+                        source,
+                    });
                 }
-                source => StoreError::Open {
-                    path: path.clone(),
-                    source,
-                },
-            })?;
-        Self::check_schema(&db, &path)?;
+            }
+        }
+        let urls_db = Self::open_file(&urls_path, cache_bytes / 2)?;
+        match found {
+            Found::Current => {}
+            Found::Fresh => Self::mark_current(&db)?,
+            Found::OneFile => Self::migrate(&db, &urls_db, &path)?,
+        }
         let (wal, recovered) = Wal::open(data_dir)?;
         let store = Self {
             db,
+            urls_db,
             path,
             writer: Mutex::new(Writer {
                 wal,
                 queue_counts: QueueCounts::default(),
             }),
+            due_side: Mutex::new(DueSide {
+                lsn: 0,
+                halted: None,
+            }),
+            due_applied: Condvar::new(),
         };
         store.replay(recovered)?;
         Ok(store)
     }
 
-    /// Applies the log's records the durable store does not hold yet, then
+    fn open_file(path: &Path, cache_bytes: usize) -> Result<Database, StoreError> {
+        Database::builder()
+            .set_cache_size(cache_bytes)
+            .create(path)
+            .map_err(|source| match source {
+                redb::DatabaseError::DatabaseAlreadyOpen => StoreError::AlreadyOpen {
+                    path: path.to_owned(),
+                },
+                source => StoreError::Open {
+                    path: path.to_owned(),
+                    source,
+                },
+            })
+    }
+
+    /// Moves `urls` out of a version 1 or 2 `frontier.redb` into the new
+    /// `urls.redb`, which is made durable before `frontier.redb` drops its
+    /// copy and takes the version mark in one durable commit: a crash
+    /// anywhere leaves either the old store whole (and the migration runs
+    /// again) or the new one.
+    fn migrate(db: &Database, urls_db: &Database, path: &Path) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
+        let read = db.begin_read()?;
+        let lsn = match open_if_exists(&read, META)? {
+            Some(meta) => meta.get(APPLIED_LSN_KEY)?.map_or(0, |v| v.value()),
+            None => 0,
+        };
+        let mut moved = 0_u64;
+        let write = urls_db.begin_write()?;
+        {
+            let mut meta = write.open_table(URLS_META)?;
+            meta.insert(APPLIED_LSN_KEY, lsn)?;
+            let mut urls = write.open_table(URLS)?;
+            if let Some(table) = open_if_exists(&read, URLS)? {
+                for entry in table.iter()? {
+                    let (key, value) = entry?;
+                    urls.insert(key.value(), value.value())?;
+                    moved += 1;
+                }
+            }
+        }
+        write.commit()?;
+        drop(read);
+        let write = db.begin_write()?;
+        {
+            let mut meta = write.open_table(META)?;
+            meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
+            // Queue counts were written with every durable commit.
+            meta.insert(COUNTS_LSN_KEY, lsn)?;
+            meta.insert(APPLIED_LSN_KEY, lsn)?;
+        }
+        write.delete_table(URLS)?;
+        write.commit()?;
+        tracing::info!(
+            urls = moved,
+            path = %path.display(),
+            seconds = started.elapsed().as_secs_f64(),
+            "moved the urls table to its own file (store schema {SCHEMA_VERSION})"
+        );
+        Ok(())
+    }
+
+    fn mark_current(db: &Database) -> Result<(), StoreError> {
+        let write = db.begin_write()?;
+        write
+            .open_table(META)?
+            .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
+        write.commit()?;
+        Ok(())
+    }
+
+    /// Applies the log's records the durable files do not hold yet, then
     /// checkpoints, so the store starts from a durable state and an empty
-    /// log.
+    /// log. `frontier.redb` may be ahead of `urls.redb` (it is made durable
+    /// first, and settings changes make it durable between checkpoints):
+    /// a record it holds is applied to `urls.redb` only, and queue counts
+    /// are added only for records after those the `queues` table holds.
     fn replay(&self, recovered: Recovered) -> Result<(), StoreError> {
-        let durable = self.applied_lsn()?;
+        let urls_lsn = self.applied_lsn()?;
+        let (due_lsn, counts_lsn) = {
+            let read = self.db.begin_read()?;
+            let meta = read.open_table(META)?;
+            let lsn_of =
+                |key| -> Result<u64, StoreError> { Ok(meta.get(key)?.map_or(0, |v| v.value())) };
+            (lsn_of(APPLIED_LSN_KEY)?, lsn_of(COUNTS_LSN_KEY)?)
+        };
         let mut writer = self.lock_writer();
         let Writer { wal, queue_counts } = &mut *writer;
+        if due_lsn < urls_lsn {
+            return Err(StoreError::FilesDisagree {
+                path: self.path.clone(),
+                due_lsn,
+                urls_lsn,
+            });
+        }
         let pending: Vec<&LogRecord> = recovered
             .records
             .iter()
-            .filter(|record| record.lsn > durable)
+            .filter(|record| record.lsn > urls_lsn)
             .collect();
         if let Some(first) = pending.first()
-            && first.lsn != durable + 1
+            && first.lsn != urls_lsn + 1
         {
             return Err(WalError::Gap {
                 path: wal.path().to_owned(),
-                durable,
+                durable: urls_lsn,
                 first: first.lsn,
             }
             .into());
@@ -465,24 +702,30 @@ impl Store {
                 "dropping the torn end of the write-ahead log (a group that was never acknowledged)"
             );
         }
+        let mut due_side = self.lock_due_side();
+        due_side.lsn = due_lsn;
         for record in &pending {
-            let mut write = self.db.begin_write()?;
+            let mut write = self.urls_db.begin_write()?;
             write.set_durability(redb::Durability::None)?;
-            let (_, counts) = Self::apply_in(&write, &record.ops, record.lsn)?;
+            let (_, changes, counts) = Self::apply_urls_in(&write, &record.ops, record.lsn)?;
             write.commit()?;
-            queue_counts.absorb(counts);
+            if record.lsn > due_lsn {
+                let mut write = self.db.begin_write()?;
+                write.set_durability(redb::Durability::None)?;
+                Self::apply_due_in(&write, &changes, record.lsn)?;
+                write.commit()?;
+                due_side.lsn = record.lsn;
+            }
+            if record.lsn > counts_lsn {
+                queue_counts.absorb(counts);
+            }
         }
-        let mut write = self.db.begin_write()?;
-        write.set_quick_repair(true);
-        Self::write_queue_counts(&write, queue_counts)?;
-        write.commit()?;
+        let last = pending.last().map_or(urls_lsn, |record| record.lsn);
+        wal.set_last_lsn(last);
+        Self::make_durable(&self.db, &self.urls_db, queue_counts, last)?;
         *queue_counts = QueueCounts::default();
-        if let Some(last) = pending.last() {
-            wal.set_last_lsn(last.lsn);
-        } else {
-            wal.set_last_lsn(durable);
-        }
         wal.checkpointed();
+        drop(due_side);
         if !pending.is_empty() {
             tracing::info!(
                 records = pending.len(),
@@ -493,11 +736,13 @@ impl Store {
         Ok(())
     }
 
-    /// The LSN of the last log record redb holds.
+    /// The LSN of the last log record `urls.redb` holds.
     fn applied_lsn(&self) -> Result<u64, StoreError> {
-        let read = self.db.begin_read()?;
-        let meta = read.open_table(META)?;
-        Ok(meta.get(APPLIED_LSN_KEY)?.map_or(0, |v| v.value()))
+        let read = self.urls_db.begin_read()?;
+        Ok(match open_if_exists(&read, URLS_META)? {
+            Some(meta) => meta.get(APPLIED_LSN_KEY)?.map_or(0, |v| v.value()),
+            None => 0,
+        })
     }
 
     fn lock_writer(&self) -> std::sync::MutexGuard<'_, Writer> {
@@ -509,22 +754,63 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Runs `change` in a write transaction committed durably; everything
-    /// applied before is durable with it, so the log is emptied.
+    fn lock_due_side(&self) -> std::sync::MutexGuard<'_, DueSide> {
+        self.due_side
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Fails once a second stage has failed.
+    fn check_due_side(due_side: &DueSide) -> Result<(), StoreError> {
+        match &due_side.halted {
+            Some(reason) => Err(StoreError::Halted(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `change` in a write transaction of `frontier.redb` committed
+    /// durably. It holds settings, not URLs: `urls.redb` is made durable by
+    /// checkpoints only, so `frontier.redb` is never behind it on disk.
     fn write_durably<T>(
         &self,
         change: impl FnOnce(&redb::WriteTransaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut writer = self.lock_writer();
+        let writer = self.lock_writer();
         writer.wal.check_writable()?;
+        let due_side = self.lock_due_side();
+        Self::check_due_side(&due_side)?;
         let mut write = self.db.begin_write()?;
         write.set_quick_repair(true);
-        Self::write_queue_counts(&write, &writer.queue_counts)?;
         let out = change(&write)?;
         write.commit()?;
-        writer.queue_counts = QueueCounts::default();
-        writer.wal.checkpointed();
+        drop(due_side);
+        drop(writer);
         Ok(out)
+    }
+
+    /// Commits both files durably, `frontier.redb` first (with the held
+    /// queue counts, as of `lsn`), so that on disk it is never behind
+    /// `urls.redb`. Both must hold every group up to `lsn`.
+    fn make_durable(
+        db: &Database,
+        urls_db: &Database,
+        counts: &QueueCounts,
+        lsn: u64,
+    ) -> Result<(), StoreError> {
+        let mut write = db.begin_write()?;
+        write.set_quick_repair(true);
+        Self::write_queue_counts(&write, counts)?;
+        {
+            let mut meta = write.open_table(META)?;
+            meta.insert(APPLIED_LSN_KEY, lsn)?;
+            meta.insert(COUNTS_LSN_KEY, lsn)?;
+        }
+        write.commit()?;
+        let mut write = urls_db.begin_write()?;
+        write.set_quick_repair(true);
+        write.open_table(URLS_META)?.insert(APPLIED_LSN_KEY, lsn)?;
+        write.commit()?;
+        Ok(())
     }
 
     /// Adds held queue count changes to the `queues` table.
@@ -548,11 +834,51 @@ impl Store {
         Ok(())
     }
 
-    /// Makes everything applied so far durable in redb and empties the log
-    /// (at shutdown; otherwise writes do it every few seconds, see
-    /// [`crate::wal::CHECKPOINT_INTERVAL`]).
+    /// Waits until `frontier.redb` holds every group up to `lsn`.
+    fn wait_for_due(&self, lsn: u64) -> Result<(), StoreError> {
+        let mut due_side = self.lock_due_side();
+        while due_side.lsn < lsn {
+            Self::check_due_side(&due_side)?;
+            due_side = self
+                .due_applied
+                .wait(due_side)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        Self::check_due_side(&due_side)
+    }
+
+    /// The writer lock, at a moment when `frontier.redb` holds every group
+    /// staged. Never waits while holding the lock: a second stage may be
+    /// waiting in the commit hook for a lock whose holder waits for this one.
+    fn lock_drained_writer(&self) -> Result<std::sync::MutexGuard<'_, Writer>, StoreError> {
+        loop {
+            let writer = self.lock_writer();
+            writer.wal.check_writable()?;
+            let staged = writer.wal.last_lsn();
+            {
+                let due_side = self.lock_due_side();
+                Self::check_due_side(&due_side)?;
+                if due_side.lsn >= staged {
+                    return Ok(writer);
+                }
+            }
+            drop(writer);
+            self.wait_for_due(staged)?;
+        }
+    }
+
+    /// Makes everything applied so far durable in both files and empties
+    /// the log (at shutdown; otherwise groups do it every few seconds, see
+    /// [`crate::wal::CHECKPOINT_INTERVAL`]). Waits for groups still in
+    /// their second stage.
     pub fn checkpoint(&self) -> Result<(), StoreError> {
-        self.write_durably(|_| Ok(()))
+        let mut writer = self.lock_drained_writer()?;
+        let Writer { wal, queue_counts } = &mut *writer;
+        let _due_side = self.lock_due_side();
+        Self::make_durable(&self.db, &self.urls_db, queue_counts, wal.last_lsn())?;
+        *queue_counts = QueueCounts::default();
+        wal.checkpointed();
+        Ok(())
     }
 
     /// The store file.
@@ -603,7 +929,7 @@ impl Store {
         })
     }
 
-    fn check_schema(db: &Database, path: &Path) -> Result<(), StoreError> {
+    fn check_schema(db: &Database, path: &Path) -> Result<Found, StoreError> {
         let read = db.begin_read()?;
         let found = match open_if_exists(&read, META)? {
             Some(meta) => meta.get(SCHEMA_VERSION_KEY)?.map(|v| v.value()),
@@ -614,25 +940,13 @@ impl Store {
                 path: path.to_owned(),
                 found: version,
             }),
-            Some(SCHEMA_VERSION) => Ok(()),
-            found => {
-                if found.is_none() && read.list_tables()?.next().is_some() {
-                    return Err(StoreError::NotAFrontierStore {
-                        path: path.to_owned(),
-                    });
-                }
-                drop(read);
-                // Fresh, or version 1: version 2 only adds the write-ahead
-                // log, so the tables are read as they are; the version is
-                // raised so that a version 1 build, which would ignore the
-                // log, refuses the store.
-                let write = db.begin_write()?;
-                write
-                    .open_table(META)?
-                    .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
-                write.commit()?;
-                Ok(())
-            }
+            Some(SCHEMA_VERSION) => Ok(Found::Current),
+            // Version 1 has the tables of version 2 and no log.
+            Some(_) => Ok(Found::OneFile),
+            None if read.list_tables()?.next().is_some() => Err(StoreError::NotAFrontierStore {
+                path: path.to_owned(),
+            }),
+            None => Ok(Found::Fresh),
         }
     }
 
@@ -649,226 +963,318 @@ impl Store {
             .collect())
     }
 
-    /// Applies writes in order, all in one transaction that is durable when
-    /// this returns: URL records and their `due` entries together; queue
-    /// counts in memory until the next durable commit writes them.
-    ///
-    /// Durable through the write-ahead log: the group is appended to the
-    /// log and synced, then applied with a non-durable redb commit; every
-    /// [`crate::wal::CHECKPOINT_INTERVAL`] the group is committed durably to
-    /// redb instead and the log emptied. The sync comes first so that whatever a reader can see
-    /// (a lookup answering "already known", a URL served) is durable.
+    /// Applies writes in order, durable when this returns: URL records in
+    /// `urls.redb`, then their `due` entries and queue removals in
+    /// `frontier.redb`; queue counts in memory until the next checkpoint
+    /// writes them. [`Self::stage`] and [`Self::finish`] in one call.
     pub fn apply(&self, ops: &[WriteOp]) -> Result<Vec<Applied>, StoreError> {
-        let mut writer = self.lock_writer();
-        let Writer { wal, queue_counts } = &mut *writer;
-        wal.check_writable()?;
-        let lsn = wal.last_lsn() + 1;
-        let checkpoint = wal.checkpoint_due();
-        let record_start = wal.end();
-        if !checkpoint {
-            wal.append(lsn, ops)?;
-            if let Err(error) = wal.sync() {
-                wal.unappend(record_start);
-                return Err(error.into());
-            }
-        }
-        let applied = (|| {
-            let mut write = self.db.begin_write()?;
-            if checkpoint {
-                write.set_quick_repair(true);
-            } else {
-                write.set_durability(redb::Durability::None)?;
-            }
-            let (results, counts) = Self::apply_in(&write, ops, lsn)?;
-            // A checkpoint writes the held counts and this group's; other
-            // commits leave them in memory (see `queue_counts`), held only
-            // once the commit succeeded.
-            if checkpoint {
-                let mut all = queue_counts.clone();
-                all.absorb(counts);
-                Self::write_queue_counts(&write, &all)?;
-                write.commit()?;
-                Ok((results, QueueCounts::default()))
-            } else {
-                write.commit()?;
-                let mut all = std::mem::take(queue_counts);
-                all.absorb(counts);
-                Ok((results, all))
-            }
-        })();
-        match applied {
-            Err(error) => {
-                if !checkpoint {
-                    // The group is not in redb: its record goes, so that a
-                    // replay does not apply it ahead of later groups. If
-                    // that fails, writes halt and a restart replays it (the
-                    // caller was told it failed; storing it then is what a
-                    // retry would have done).
-                    wal.unappend(record_start);
-                    let _ = wal.sync();
-                }
-                Err(error)
-            }
-            Ok((results, held)) => {
-                *queue_counts = held;
-                wal.set_last_lsn(lsn);
-                if checkpoint {
-                    wal.checkpointed();
-                }
-                Ok(results)
-            }
-        }
+        let staged = self.stage(ops)?;
+        self.finish(staged)
     }
 
-    /// Applies a group's writes in `write` and records its log number;
-    /// answers what each did and what the group did to queue counts (which
-    /// it does not write: see `queue_counts`).
-    fn apply_in(
+    /// The first stage of a group: appended to the write-ahead log and
+    /// synced, then applied to `urls.redb` with a non-durable commit (the
+    /// sync comes first so that whatever a reader can see, a lookup
+    /// answering "already known" say, is durable). Every
+    /// [`crate::wal::CHECKPOINT_INTERVAL`] the group is a checkpoint: it
+    /// waits until the groups before it are finished, is applied to both
+    /// files, both are committed durably and the log emptied.
+    ///
+    /// Groups are staged by one thread at a time and finished in the order
+    /// they were staged; a group's changes to `frontier.redb` are worked out
+    /// here from what `urls.redb` held, so the next group can be staged
+    /// while this one finishes.
+    pub fn stage(&self, ops: &[WriteOp]) -> Result<StagedGroup, StoreError> {
+        let checkpoint_due = {
+            let writer = self.lock_writer();
+            writer.wal.checkpoint_due()
+        };
+        let mut writer = if checkpoint_due {
+            self.lock_drained_writer()?
+        } else {
+            self.lock_writer()
+        };
+        let Writer { wal, queue_counts } = &mut *writer;
+        wal.check_writable()?;
+        Self::check_due_side(&self.lock_due_side())?;
+        let lsn = wal.last_lsn() + 1;
+        let record_start = wal.end();
+        wal.append(lsn, ops)?;
+        if let Err(error) = wal.sync() {
+            wal.unappend(record_start);
+            return Err(error.into());
+        }
+        let applied = (|| {
+            let mut write = self.urls_db.begin_write()?;
+            write.set_durability(redb::Durability::None)?;
+            let applied = Self::apply_urls_in(&write, ops, lsn)?;
+            write.commit()?;
+            Ok(applied)
+        })();
+        let (results, changes, counts) = match applied {
+            Ok(applied) => applied,
+            Err(error) => {
+                // The group is not in redb: its record goes, so that a
+                // replay does not apply it ahead of later groups. If that
+                // fails, writes halt and a restart replays it (the caller
+                // was told it failed; storing it then is what a retry would
+                // have done).
+                wal.unappend(record_start);
+                let _ = wal.sync();
+                return Err(error);
+            }
+        };
+        wal.set_last_lsn(lsn);
+        queue_counts.absorb(counts);
+        if !checkpoint_due {
+            return Ok(StagedGroup {
+                lsn,
+                changes: Some(changes),
+                results,
+            });
+        }
+        let mut due_side = self.lock_due_side();
+        let finished = (|| {
+            let mut write = self.db.begin_write()?;
+            write.set_durability(redb::Durability::None)?;
+            Self::apply_due_in(&write, &changes, lsn)?;
+            write.commit()?;
+            Self::make_durable(&self.db, &self.urls_db, queue_counts, lsn)
+        })();
+        if let Err(error) = finished {
+            due_side.halted.get_or_insert(error.to_string());
+            self.due_applied.notify_all();
+            return Err(error);
+        }
+        due_side.lsn = lsn;
+        *queue_counts = QueueCounts::default();
+        wal.checkpointed();
+        Ok(StagedGroup {
+            lsn,
+            changes: None,
+            results,
+        })
+    }
+
+    /// The second stage of a group: its changes to `frontier.redb`,
+    /// committed non-durably (the log holds the group). Groups must be
+    /// finished in the order they were staged. A failure halts writes: the
+    /// urls file then holds a group the other does not, which a restart's
+    /// replay mends.
+    pub fn finish(&self, staged: StagedGroup) -> Result<Vec<Applied>, StoreError> {
+        let Some(changes) = staged.changes else {
+            return Ok(staged.results);
+        };
+        // The lock is not held during the transaction, so that the next
+        // group can be staged meanwhile: redb runs one write transaction of
+        // a file at a time, which orders this one and settings writes.
+        Self::check_due_side(&self.lock_due_side())?;
+        let finished = (|| -> Result<(), StoreError> {
+            let mut write = self.db.begin_write()?;
+            write.set_durability(redb::Durability::None)?;
+            Self::apply_due_in(&write, &changes, staged.lsn)?;
+            write.commit()?;
+            Ok(())
+        })();
+        let mut due_side = self.lock_due_side();
+        if let Err(error) = finished {
+            tracing::error!(%error, lsn = staged.lsn, "cannot apply a group's due entries; writes halted until restart");
+            due_side.halted.get_or_insert(error.to_string());
+            self.due_applied.notify_all();
+            return Err(error);
+        }
+        due_side.lsn = staged.lsn;
+        self.due_applied.notify_all();
+        Ok(staged.results)
+    }
+
+    /// Applies a group's writes to `urls.redb` in `write` and records its
+    /// log number; answers what each did, the changes `frontier.redb` must
+    /// follow with, and what the group did to queue counts.
+    fn apply_urls_in(
         write: &redb::WriteTransaction,
         ops: &[WriteOp],
         lsn: u64,
-    ) -> Result<(Vec<Applied>, GroupCounts), StoreError> {
-        write.open_table(META)?.insert(APPLIED_LSN_KEY, lsn)?;
+    ) -> Result<(Vec<Applied>, Vec<DueChange>, GroupCounts), StoreError> {
+        write.open_table(URLS_META)?.insert(APPLIED_LSN_KEY, lsn)?;
         let mut results = Vec::with_capacity(ops.len());
+        let mut changes = Vec::with_capacity(ops.len());
         // Queue count changes, summed per queue.
         let mut removed_queues = Vec::new();
         let mut deltas: std::collections::HashMap<(&str, String), (i64, i64)> =
             std::collections::HashMap::new();
-        {
-            let mut urls = write.open_table(URLS)?;
-            let mut due = write.open_table(DUE)?;
-            let mut queues = write.open_table(QUEUES)?;
-            let mut seed_hosts = write.open_table(SEED_HOSTS)?;
-            let mut crawl_settings = write.open_table(CRAWL_SETTINGS)?;
-            for op in ops {
-                match op {
-                    WriteOp::Discover(new) => {
-                        let stored = Self::discover(&mut urls, new)?;
-                        if stored {
-                            due.insert(
-                                (
-                                    new.crawl.as_str(),
-                                    new.record.queue_key.as_str(),
-                                    new.record.due_at,
-                                    new.url.as_str(),
-                                ),
-                                new.partition,
-                            )?;
-                            let delta = deltas
-                                .entry((new.crawl.as_str(), new.record.queue_key.clone()))
-                                .or_default();
-                            delta.0 += 1;
-                        }
-                        results.push(Applied::Discovered { stored });
-                    }
-                    WriteOp::Known(known) => {
-                        let key = (known.partition, known.crawl.as_str(), known.url.as_str());
-                        let previous = match urls.get(key)? {
-                            Some(bytes) => {
-                                Some(decode_record(&known.crawl, &known.url, bytes.value())?)
-                            }
-                            None => None,
-                        };
-                        let queue_key = known
-                            .queue_key
-                            .clone()
-                            .or_else(|| previous.as_ref().map(|r| r.queue_key.clone()))
-                            .unwrap_or_else(|| known.default_queue.clone());
-                        let record = UrlRecord {
-                            created_at: previous.as_ref().map_or(known.now, |r| r.created_at),
-                            due_at: known.due_at,
-                            depth: previous.as_ref().map_or(0, |r| r.depth),
-                            queue_key: queue_key.clone(),
-                            metadata: known.metadata.clone(),
-                        };
-                        urls.insert(key, record.encode().as_slice())?;
-                        if let Some(old) = &previous {
-                            if !old.is_completed() {
-                                due.remove((
-                                    known.crawl.as_str(),
-                                    old.queue_key.as_str(),
-                                    old.due_at,
-                                    known.url.as_str(),
-                                ))?;
-                            }
-                            let delta = deltas
-                                .entry((known.crawl.as_str(), old.queue_key.clone()))
-                                .or_default();
-                            delta.0 -= 1;
-                            delta.1 -= i64::from(old.is_completed());
-                        }
-                        if !record.is_completed() {
-                            due.insert(
-                                (
-                                    known.crawl.as_str(),
-                                    queue_key.as_str(),
-                                    record.due_at,
-                                    known.url.as_str(),
-                                ),
-                                known.partition,
-                            )?;
-                        }
+        let mut urls = write.open_table(URLS)?;
+        for op in ops {
+            match op {
+                WriteOp::Discover(new) => {
+                    let stored = Self::discover(&mut urls, new)?;
+                    if stored {
+                        changes.push(DueChange::Insert {
+                            crawl: new.crawl.clone(),
+                            queue: new.record.queue_key.clone(),
+                            due_at: new.record.due_at,
+                            url: new.url.clone(),
+                            partition: new.partition,
+                        });
                         let delta = deltas
-                            .entry((known.crawl.as_str(), queue_key.clone()))
+                            .entry((new.crawl.as_str(), new.record.queue_key.clone()))
                             .or_default();
                         delta.0 += 1;
-                        delta.1 += i64::from(record.is_completed());
-                        results.push(Applied::Known {
-                            previous: previous.map(|old| (old.queue_key, old.due_at)),
-                            queue_key,
+                    }
+                    results.push(Applied::Discovered { stored });
+                }
+                WriteOp::Known(known) => {
+                    let key = (known.partition, known.crawl.as_str(), known.url.as_str());
+                    let previous = match urls.get(key)? {
+                        Some(bytes) => {
+                            Some(decode_record(&known.crawl, &known.url, bytes.value())?)
+                        }
+                        None => None,
+                    };
+                    let queue_key = known
+                        .queue_key
+                        .clone()
+                        .or_else(|| previous.as_ref().map(|r| r.queue_key.clone()))
+                        .unwrap_or_else(|| known.default_queue.clone());
+                    let record = UrlRecord {
+                        created_at: previous.as_ref().map_or(known.now, |r| r.created_at),
+                        due_at: known.due_at,
+                        depth: previous.as_ref().map_or(0, |r| r.depth),
+                        queue_key: queue_key.clone(),
+                        metadata: known.metadata.clone(),
+                    };
+                    urls.insert(key, record.encode().as_slice())?;
+                    if let Some(old) = &previous {
+                        if !old.is_completed() {
+                            changes.push(DueChange::Remove {
+                                crawl: known.crawl.clone(),
+                                queue: old.queue_key.clone(),
+                                due_at: old.due_at,
+                                url: known.url.clone(),
+                            });
+                        }
+                        let delta = deltas
+                            .entry((known.crawl.as_str(), old.queue_key.clone()))
+                            .or_default();
+                        delta.0 -= 1;
+                        delta.1 -= i64::from(old.is_completed());
+                    }
+                    if !record.is_completed() {
+                        changes.push(DueChange::Insert {
+                            crawl: known.crawl.clone(),
+                            queue: queue_key.clone(),
+                            due_at: record.due_at,
+                            url: known.url.clone(),
+                            partition: known.partition,
                         });
                     }
-                    WriteOp::Delete(deletion) => {
-                        let removed = Self::delete(&mut urls, &mut due, deletion)?;
-                        for (queue, (urls_removed, completed_removed)) in &removed.per_queue {
-                            let delta = deltas
-                                .entry((deletion.crawl.as_str(), queue.clone()))
-                                .or_default();
-                            delta.0 -= *urls_removed as i64;
-                            delta.1 -= *completed_removed as i64;
+                    let delta = deltas
+                        .entry((known.crawl.as_str(), queue_key.clone()))
+                        .or_default();
+                    delta.0 += 1;
+                    delta.1 += i64::from(record.is_completed());
+                    results.push(Applied::Known {
+                        previous: previous.map(|old| (old.queue_key, old.due_at)),
+                        queue_key,
+                    });
+                }
+                WriteOp::Delete(deletion) => {
+                    let removed = Self::delete(&mut urls, deletion, &mut changes)?;
+                    for (queue, (urls_removed, completed_removed)) in &removed.per_queue {
+                        let delta = deltas
+                            .entry((deletion.crawl.as_str(), queue.clone()))
+                            .or_default();
+                        delta.0 -= *urls_removed as i64;
+                        delta.1 -= *completed_removed as i64;
+                    }
+                    if deletion.removes_queues() {
+                        // Whole queues go, settings and all (and with no
+                        // queue named, the crawl's scope and default delay),
+                        // in the order of the writes: a URL stored after the
+                        // deletion in the same group counts in a queue of
+                        // its own.
+                        let crawl = deletion.crawl.as_str();
+                        changes.push(DueChange::RemoveQueues {
+                            crawl: crawl.to_owned(),
+                            queue: deletion.queue.clone(),
+                        });
+                        deltas.retain(|(delta_crawl, queue), _| {
+                            *delta_crawl != crawl
+                                || deletion.queue.as_ref().is_some_and(|named| named != queue)
+                        });
+                        removed_queues.push((crawl.to_owned(), deletion.queue.clone()));
+                    }
+                    results.push(Applied::Deleted(removed));
+                }
+            }
+        }
+        let mut counts = QueueCounts::default();
+        for ((crawl, queue), (urls, completed)) in deltas {
+            counts.add(crawl, &queue, urls, completed);
+        }
+        Ok((
+            results,
+            changes,
+            GroupCounts {
+                removed: removed_queues,
+                changes: counts,
+            },
+        ))
+    }
+
+    /// Applies a group's changes to `frontier.redb` in `write` and records
+    /// its log number.
+    fn apply_due_in(
+        write: &redb::WriteTransaction,
+        changes: &[DueChange],
+        lsn: u64,
+    ) -> Result<(), StoreError> {
+        write.open_table(META)?.insert(APPLIED_LSN_KEY, lsn)?;
+        let mut due = write.open_table(DUE)?;
+        let mut queues = write.open_table(QUEUES)?;
+        let mut seed_hosts = write.open_table(SEED_HOSTS)?;
+        let mut crawl_settings = write.open_table(CRAWL_SETTINGS)?;
+        for change in changes {
+            match change {
+                DueChange::Insert {
+                    crawl,
+                    queue,
+                    due_at,
+                    url,
+                    partition,
+                } => {
+                    due.insert(
+                        (crawl.as_str(), queue.as_str(), *due_at, url.as_str()),
+                        *partition,
+                    )?;
+                }
+                DueChange::Remove {
+                    crawl,
+                    queue,
+                    due_at,
+                    url,
+                } => {
+                    due.remove((crawl.as_str(), queue.as_str(), *due_at, url.as_str()))?;
+                }
+                DueChange::RemoveQueues { crawl, queue } => {
+                    let crawl = crawl.as_str();
+                    let doomed: Vec<String> = match queue {
+                        Some(queue) => vec![queue.clone()],
+                        None => names_under(&queues, crawl)?,
+                    };
+                    for queue in &doomed {
+                        queues.remove((crawl, queue.as_str()))?;
+                    }
+                    if queue.is_none() {
+                        for host in names_under(&seed_hosts, crawl)? {
+                            seed_hosts.remove((crawl, host.as_str()))?;
                         }
-                        if deletion.removes_queues() {
-                            // Whole queues go, settings and all (and with no
-                            // queue named, the crawl's scope and default
-                            // delay), here, in the order of the writes: a URL
-                            // stored after the deletion in the same group
-                            // counts in a queue of its own.
-                            let crawl = deletion.crawl.as_str();
-                            let doomed: Vec<String> = match &deletion.queue {
-                                Some(queue) => vec![queue.clone()],
-                                None => names_under(&queues, crawl)?,
-                            };
-                            for queue in &doomed {
-                                queues.remove((crawl, queue.as_str()))?;
-                            }
-                            deltas.retain(|(delta_crawl, queue), _| {
-                                *delta_crawl != crawl
-                                    || deletion.queue.as_ref().is_some_and(|named| named != queue)
-                            });
-                            removed_queues.push((crawl.to_owned(), deletion.queue.clone()));
-                            if deletion.queue.is_none() {
-                                for host in names_under(&seed_hosts, crawl)? {
-                                    seed_hosts.remove((crawl, host.as_str()))?;
-                                }
-                                crawl_settings.remove(crawl)?;
-                            }
-                        }
-                        results.push(Applied::Deleted(removed));
+                        crawl_settings.remove(crawl)?;
                     }
                 }
             }
         }
-        let mut changes = QueueCounts::default();
-        for ((crawl, queue), (urls, completed)) in deltas {
-            changes.add(crawl, &queue, urls, completed);
-        }
-        Ok((
-            results,
-            GroupCounts {
-                removed: removed_queues,
-                changes,
-            },
-        ))
+        Ok(())
     }
 
     fn discover(
@@ -894,10 +1300,12 @@ impl Store {
         }
     }
 
+    /// Removes a deletion's URLs from `urls`, and adds the removal of their
+    /// `due` entries to `changes`.
     fn delete(
         urls: &mut redb::Table<'_, (u32, &str, &str), &[u8]>,
-        due: &mut redb::Table<'_, (&str, &str, u64, &str), u32>,
         deletion: &Deletion,
+        changes: &mut Vec<DueChange>,
     ) -> Result<Removed, StoreError> {
         let crawl = deletion.crawl.as_str();
         let mut removed = Removed::default();
@@ -929,14 +1337,19 @@ impl Store {
             }
             for (url, queue, due_at) in doomed {
                 urls.remove((partition, crawl, url.as_str()))?;
-                if due_at != 0 {
-                    due.remove((crawl, queue.as_str(), due_at, url.as_str()))?;
-                }
                 removed.urls += 1;
                 *removed.per_partition.entry(partition).or_default() += 1;
-                let per_queue = removed.per_queue.entry(queue).or_default();
+                let per_queue = removed.per_queue.entry(queue.clone()).or_default();
                 per_queue.0 += 1;
                 per_queue.1 += u64::from(due_at == 0);
+                if due_at != 0 {
+                    changes.push(DueChange::Remove {
+                        crawl: crawl.to_owned(),
+                        queue,
+                        due_at,
+                        url,
+                    });
+                }
             }
         }
         Ok(removed)
@@ -951,7 +1364,7 @@ impl Store {
         partitions: u32,
         mut visit: impl FnMut(u32, &str, UrlRecord) -> bool,
     ) -> Result<(), StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.urls_db.begin_read()?;
         let Some(table) = open_if_exists(&read, URLS)? else {
             return Ok(());
         };
@@ -980,7 +1393,7 @@ impl Store {
         // The snapshot and the held counts are taken together, so no group
         // is counted twice or missed.
         let (read, held) = {
-            let writer = self.lock_writer();
+            let writer = self.lock_drained_writer()?;
             (self.db.begin_read()?, writer.queue_counts.clone())
         };
         let mut records = std::collections::BTreeMap::new();
@@ -1001,13 +1414,14 @@ impl Store {
         Ok(())
     }
 
-    /// Changes a queue's settings (not its counts), durably.
+    /// Changes a queue's settings (not its counts, which stay held in
+    /// memory until the next checkpoint), durably.
     pub fn update_queue_settings(
         &self,
         crawl: &str,
         queue: &str,
         change: impl FnOnce(&mut QueueRecord),
-    ) -> Result<QueueRecord, StoreError> {
+    ) -> Result<(), StoreError> {
         self.write_durably(|write| {
             let mut queues = write.open_table(QUEUES)?;
             let mut record = match queues.get((crawl, queue))? {
@@ -1016,7 +1430,7 @@ impl Store {
             };
             change(&mut record);
             queues.insert((crawl, queue), record.encode().as_slice())?;
-            Ok(record)
+            Ok(())
         })
     }
 
@@ -1149,7 +1563,7 @@ impl Store {
         crawl: &str,
         url: &str,
     ) -> Result<Option<UrlRecord>, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.urls_db.begin_read()?;
         let Some(table) = open_if_exists(&read, URLS)? else {
             return Ok(None);
         };
@@ -1166,7 +1580,7 @@ impl Store {
         &self,
         keys: impl IntoIterator<Item = (u32, &'a str, &'a str)>,
     ) -> Result<Vec<bool>, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.urls_db.begin_read()?;
         let table = open_if_exists(&read, URLS)?;
         keys.into_iter()
             .map(|key| match &table {
@@ -1200,7 +1614,7 @@ impl Store {
         &self,
         mut visit: impl FnMut(u32, &str, &str, &UrlRecord),
     ) -> Result<u64, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.urls_db.begin_read()?;
         let Some(table) = open_if_exists(&read, URLS)? else {
             return Ok(0);
         };
@@ -1222,7 +1636,7 @@ impl Store {
         partition: u32,
         mut visit: impl FnMut(&str, &str),
     ) -> Result<u64, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.urls_db.begin_read()?;
         let Some(table) = open_if_exists(&read, URLS)? else {
             return Ok(0);
         };
@@ -1371,9 +1785,240 @@ mod tests {
         op
     }
 
+    fn known(url: &str, due_at: u64) -> WriteOp {
+        WriteOp::Known(KnownUrl {
+            crawl: "c".into(),
+            url: url.into(),
+            partition: 1,
+            queue_key: None,
+            default_queue: "q".into(),
+            due_at,
+            metadata: std::collections::BTreeMap::new(),
+            now: 5,
+        })
+    }
+
+    /// Copies the store's files as they are on disk now: what a kill at
+    /// this moment would leave (the store is idle while they are copied).
+    fn crash_image(from: &Path, to: &Path) {
+        for name in [FILE_NAME, URLS_FILE_NAME, crate::wal::FILE_NAME] {
+            std::fs::copy(from.join(name), to.join(name)).unwrap();
+        }
+    }
+
+    /// A settings write makes `frontier.redb` durable ahead of `urls.redb`
+    /// (made durable by checkpoints only). After a kill the replay applies
+    /// the groups `frontier.redb` holds to `urls.redb` alone: applying their
+    /// changes again would bring back the entry of a URL completed since, or
+    /// remove the queue a settings write made after a deletion.
+    #[test]
+    fn a_kill_with_the_main_file_ahead_replays_urls_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store
+                .apply(&[discovered("http://a/"), discovered_in("http://y/", "q2")])
+                .unwrap();
+            store.checkpoint().unwrap();
+            store.apply(&[known("http://x/", 7)]).unwrap();
+            store.apply(&[known("http://x/", 0)]).unwrap();
+            store
+                .apply(&[WriteOp::Delete(Deletion {
+                    crawl: "c".into(),
+                    queue: Some("q2".into()),
+                    created_before: None,
+                    partitions: 4,
+                })])
+                .unwrap();
+            store
+                .update_queue_settings("c", "q2", |record| record.delay_secs = Some(9))
+                .unwrap();
+            crash_image(dir.path(), image.path());
+        }
+        let store = Store::open(image.path()).unwrap();
+        assert!(
+            store
+                .get(1, "c", "http://x/")
+                .unwrap()
+                .unwrap()
+                .is_completed()
+        );
+        assert!(store.get(1, "c", "http://y/").unwrap().is_none());
+        let due: Vec<String> = store
+            .due_entries("c", "q", None, 10)
+            .unwrap()
+            .into_iter()
+            .map(|(_, url, _)| url)
+            .collect();
+        assert_eq!(due, ["http://a/"]);
+        let mut queues = Vec::new();
+        store
+            .for_each_queue(|_, queue, record| {
+                queues.push((
+                    queue.to_owned(),
+                    record.urls,
+                    record.completed,
+                    record.delay_secs,
+                ));
+            })
+            .unwrap();
+        assert_eq!(
+            queues,
+            [
+                ("q".to_owned(), 2, 1, None),
+                ("q2".to_owned(), 0, 0, Some(9))
+            ]
+        );
+    }
+
+    /// A kill between a checkpoint's two durable commits: the `queues`
+    /// table already counts the groups the replay applies to `urls.redb`,
+    /// so they are not counted again.
+    #[test]
+    fn a_kill_inside_a_checkpoint_counts_each_group_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.apply(&[discovered("http://a/")]).unwrap();
+            store.checkpoint().unwrap();
+            store.apply(&[discovered("http://b/")]).unwrap();
+            store.apply(&[discovered("http://c/")]).unwrap();
+            // urls.redb durable at the first group, the log holding the
+            // other two: as they are just before the checkpoint's commits.
+            crash_image(dir.path(), image.path());
+            store.checkpoint().unwrap();
+            // frontier.redb as the checkpoint's first commit left it.
+            std::fs::copy(dir.path().join(FILE_NAME), image.path().join(FILE_NAME)).unwrap();
+        }
+        let store = Store::open(image.path()).unwrap();
+        assert_eq!(store.due_entries("c", "q", None, 10).unwrap().len(), 3);
+        assert_eq!(queue_counts(&store), [("q".to_owned(), 3, 0)]);
+        assert!(store.get(1, "c", "http://c/").unwrap().is_some());
+    }
+
+    /// Groups staged but not finished when the process dies: the log holds
+    /// them, so the replay applies them to both files.
+    #[test]
+    fn a_kill_between_the_two_stages_replays_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.apply(&[discovered("http://a/")]).unwrap();
+            let staged = store.stage(&[discovered("http://b/")]).unwrap();
+            crash_image(dir.path(), image.path());
+            store.finish(staged).unwrap();
+        }
+        let store = Store::open(image.path()).unwrap();
+        let due: Vec<String> = store
+            .due_entries("c", "q", None, 10)
+            .unwrap()
+            .into_iter()
+            .map(|(_, url, _)| url)
+            .collect();
+        assert_eq!(due, ["http://a/", "http://b/"]);
+        assert_eq!(queue_counts(&store), [("q".to_owned(), 2, 0)]);
+    }
+
+    /// Writes a store as version 2 laid it out: every table in
+    /// `frontier.redb`, queue counts as of its durable commit.
+    fn write_version_2_store(dir: &Path) {
+        let db = Database::create(dir.join(FILE_NAME)).unwrap();
+        let write = db.begin_write().unwrap();
+        {
+            let mut meta = write.open_table(META).unwrap();
+            meta.insert(SCHEMA_VERSION_KEY, 2).unwrap();
+            meta.insert(APPLIED_LSN_KEY, 9).unwrap();
+            meta.insert(PARTITIONS_KEY, 4).unwrap();
+            let mut urls = write.open_table(URLS).unwrap();
+            let mut due = write.open_table(DUE).unwrap();
+            for (i, due_at) in [10, 0, 12].into_iter().enumerate() {
+                let url = format!("http://a/{i}");
+                let record = UrlRecord {
+                    created_at: 5,
+                    due_at,
+                    queue_key: "q".into(),
+                    ..UrlRecord::default()
+                };
+                urls.insert((1, "c", url.as_str()), record.encode().as_slice())
+                    .unwrap();
+                if due_at != 0 {
+                    due.insert(("c", "q", due_at, url.as_str()), 1).unwrap();
+                }
+            }
+            let queue = QueueRecord {
+                urls: 3,
+                completed: 1,
+                ..QueueRecord::default()
+            };
+            write
+                .open_table(QUEUES)
+                .unwrap()
+                .insert(("c", "q"), queue.encode().as_slice())
+                .unwrap();
+        }
+        write.commit().unwrap();
+    }
+
+    #[test]
+    fn a_version_2_store_moves_its_urls_to_their_own_file() {
+        let dir = tempfile::tempdir().unwrap();
+        write_version_2_store(dir.path());
+        // A migration cut short left a partial file: it is made again.
+        std::fs::write(dir.path().join(URLS_FILE_NAME), b"half a file").unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(store.applied_lsn().unwrap(), 9);
+        let mut urls = Vec::new();
+        store
+            .for_each_url(|_, _, url, record| urls.push((url.to_owned(), record.due_at)))
+            .unwrap();
+        assert_eq!(
+            urls,
+            [
+                ("http://a/0".to_owned(), 10),
+                ("http://a/1".to_owned(), 0),
+                ("http://a/2".to_owned(), 12)
+            ]
+        );
+        assert_eq!(store.due_entries("c", "q", None, 10).unwrap().len(), 2);
+        assert_eq!(queue_counts(&store), [("q".to_owned(), 3, 1)]);
+        // New groups follow the migrated log position, and survive a
+        // restart.
+        store.apply(&[discovered("http://b/")]).unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.applied_lsn().unwrap(), 10);
+        assert_eq!(queue_counts(&store), [("q".to_owned(), 4, 1)]);
+        // The main file no longer holds a copy.
+        let read = store.db.begin_read().unwrap();
+        assert!(open_if_exists(&read, URLS).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_store_missing_its_urls_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path()).unwrap());
+        std::fs::remove_file(dir.path().join(URLS_FILE_NAME)).unwrap();
+        let error = Store::open(dir.path()).unwrap_err();
+        assert!(matches!(error, StoreError::MissingFile { .. }), "{error}");
+        assert!(error.to_string().contains(URLS_FILE_NAME));
+        assert!(!dir.path().join(URLS_FILE_NAME).exists());
+        // Not reset into a fresh store either.
+        let db = Database::create(dir.path().join(FILE_NAME)).unwrap();
+        let read = db.begin_read().unwrap();
+        let meta = read.open_table(META).unwrap();
+        assert_eq!(
+            meta.get(SCHEMA_VERSION_KEY).unwrap().unwrap().value(),
+            SCHEMA_VERSION
+        );
+    }
+
     /// Counts are held in memory between checkpoints: readers see them, a
-    /// settings change (a durable commit) writes them without losing either,
-    /// and a clean close keeps them.
+    /// settings change (a durable commit of `frontier.redb`) keeps them
+    /// held, and a clean close writes them.
     #[test]
     fn held_queue_counts_are_seen_and_kept() {
         let dir = tempfile::tempdir().unwrap();
@@ -1388,11 +2033,21 @@ mod tests {
                 queue_counts(&store),
                 [("q".to_owned(), 2, 0), ("q2".to_owned(), 1, 0)]
             );
-            let record = store
+            store
                 .update_queue_settings("c", "q", |record| record.delay_secs = Some(7))
                 .unwrap();
-            assert_eq!((record.urls, record.delay_secs), (2, Some(7)));
-            assert!(store.lock_writer().queue_counts.is_empty());
+            // A settings write leaves the counts held, and both are seen.
+            assert!(!store.lock_writer().queue_counts.is_empty());
+            let mut delays = Vec::new();
+            store
+                .for_each_queue(|_, queue, record| {
+                    delays.push((queue.to_owned(), record.urls, record.delay_secs))
+                })
+                .unwrap();
+            assert_eq!(
+                delays,
+                [("q".to_owned(), 2, Some(7)), ("q2".to_owned(), 1, None)]
+            );
             store.apply(&[discovered("http://c/")]).unwrap();
         }
         let store = Store::open(dir.path()).unwrap();
