@@ -10,6 +10,7 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use proto::admin as adm;
 use proto::urlfrontier as uf;
+use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::ingest::{DedupMode, Discovered, Known, Outcome, UrlCheck};
@@ -44,6 +45,32 @@ fn incoming_error(status: Status) -> Status {
     } else {
         status
     }
+}
+
+/// Write calls (a PutURLs chunk, a PutDiscovered batch) running at once.
+/// Each holds a thread of tokio's blocking pool (512) until its group
+/// commits, so without a bound enough writing clients would leave reads
+/// (GetURLs, GetStats) queueing for a thread. 256 batches of 256 URLs fill
+/// the committer's groups (64 Ki writes) with a next group waiting.
+const WRITE_SLOTS: usize = 256;
+
+/// Runs a write on the blocking pool once a write slot is free; the slot is
+/// held until the work ends, also when the caller has gone away.
+async fn blocking_write<T: Send + 'static>(
+    slots: Arc<Semaphore>,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Status> {
+    let slot = slots
+        .acquire_owned()
+        .await
+        .map_err(|_| Status::unavailable("the frontier is shutting down"))?;
+    tokio::task::spawn_blocking(move || {
+        let out = work();
+        drop(slot);
+        out
+    })
+    .await
+    .map_err(|error| Status::internal(format!("handler failed: {error}")))
 }
 
 /// Runs blocking frontier work off the async threads.
@@ -210,6 +237,8 @@ pub struct UrlFrontierService {
     frontier: Arc<Frontier>,
     access: Access,
     options: ServerOptions,
+    /// Shared by every write call (see [`WRITE_SLOTS`]).
+    write_slots: Arc<Semaphore>,
 }
 
 impl UrlFrontierService {
@@ -220,6 +249,7 @@ impl UrlFrontierService {
             frontier,
             access: options.access.clone(),
             options,
+            write_slots: Arc::new(Semaphore::new(WRITE_SLOTS)),
         }
     }
 }
@@ -457,6 +487,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         request: Request<Streaming<uf::UrlItem>>,
     ) -> Result<Response<Self::PutURLsStream>, Status> {
         let frontier = Arc::clone(&self.frontier);
+        let slots = Arc::clone(&self.write_slots);
         // Whatever has arrived is taken together (up to PUT_BATCH), so a
         // fast client's items share transactions and a slow one's are
         // answered at once.
@@ -465,6 +496,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
             .ready_chunks(PUT_BATCH)
             .then(move |chunk| {
                 let frontier = Arc::clone(&frontier);
+                let slots = Arc::clone(&slots);
                 async move {
                     // Items before a message that fails (undecodable, too
                     // large) are stored and acked; the failure ends the
@@ -482,10 +514,9 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
                     }
                     let mut acks = Vec::with_capacity(items.len() + 1);
                     if !items.is_empty() {
-                        match tokio::task::spawn_blocking(move || put_chunk(&frontier, items)).await
-                        {
+                        match blocking_write(slots, move || put_chunk(&frontier, items)).await {
                             Ok(stored) => acks.extend(stored.into_iter().map(Ok)),
-                            Err(error) => acks.push(Err(Status::internal(error.to_string()))),
+                            Err(status) => acks.push(Err(status)),
                         }
                     }
                     acks.extend(failure.map(Err));
@@ -503,6 +534,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         request: Request<Streaming<uf::DiscoveredBatch>>,
     ) -> Result<Response<Self::PutDiscoveredStream>, Status> {
         let frontier = Arc::clone(&self.frontier);
+        let slots = Arc::clone(&self.write_slots);
         // Several batches of one stream are in flight at once, so that one
         // client's batches share group commits instead of each waiting for
         // the last one's: discovered batches are independent of each other
@@ -510,6 +542,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         // keep the batches' order.
         let acks = request.into_inner().map(move |batch| {
             let frontier = Arc::clone(&frontier);
+            let slots = Arc::clone(&slots);
             async move {
                 let batch = batch.map_err(incoming_error)?;
                 if batch.items.is_empty() {
@@ -520,9 +553,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
                 }
                 let id = batch.id.clone();
                 let statuses =
-                    tokio::task::spawn_blocking(move || batch_statuses(&frontier, &batch))
-                        .await
-                        .map_err(|error| Status::internal(error.to_string()))?;
+                    blocking_write(slots, move || batch_statuses(&frontier, &batch)).await?;
                 Ok(uf::BatchAck { id, statuses })
             }
         });
@@ -1102,5 +1133,50 @@ impl adm::admin_server::Admin for AdminService {
             },
         };
         Ok(Response::new(response))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// A write holds its slot while it runs, and waits for a free one, so
+    /// the blocking threads writes hold stay bounded: with one slot, the
+    /// second write runs only once the first has ended.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_runs_only_in_a_free_slot() {
+        let slots = Arc::new(Semaphore::new(1));
+        let first_ended = Arc::new(AtomicBool::new(false));
+        let (started, first_running) = tokio::sync::oneshot::channel::<()>();
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let first = {
+            let ended = Arc::clone(&first_ended);
+            tokio::spawn(blocking_write(Arc::clone(&slots), move || {
+                started.send(()).unwrap();
+                hold.recv().unwrap();
+                ended.store(true, Ordering::SeqCst);
+            }))
+        };
+        first_running.await.unwrap();
+        assert_eq!(
+            slots.available_permits(),
+            0,
+            "a running write holds no slot"
+        );
+        let second = {
+            let ended = Arc::clone(&first_ended);
+            tokio::spawn(blocking_write(Arc::clone(&slots), move || {
+                ended.load(Ordering::SeqCst)
+            }))
+        };
+        release.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        assert!(
+            second.await.unwrap().unwrap(),
+            "the second write ran while the first held the only slot"
+        );
+        assert_eq!(slots.available_permits(), 1);
     }
 }
