@@ -50,8 +50,9 @@ fn incoming_error(status: Status) -> Status {
 /// Write calls (a PutURLs chunk, a PutDiscovered batch) running at once.
 /// Each holds a thread of tokio's blocking pool (512) until its group
 /// commits, so without a bound enough writing clients would leave reads
-/// (GetURLs, GetStats) queueing for a thread. 256 batches of 256 URLs fill
-/// the committer's groups (64 Ki writes) with a next group waiting.
+/// (GetURLs, GetStats) queueing for a thread. 256 batches of 256 URLs are
+/// 64 Ki writes, the most one group takes, shared between the groups in
+/// the committer's two stages and the one queued behind them.
 const WRITE_SLOTS: usize = 256;
 
 /// Runs a write on the blocking pool once a write slot is free; the slot is

@@ -316,6 +316,15 @@ pub enum StoreError {
         /// The store file.
         store: PathBuf,
     },
+    /// A `urls.redb` left by a creation or migration that did not finish
+    /// could not be removed before starting them again.
+    #[error("cannot remove {path}, left by an unfinished store creation or migration: {source}")]
+    RemoveLeftover {
+        /// The leftover file.
+        path: PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
     /// `frontier.redb` is older on disk than `urls.redb`, which this
     /// frontier never leaves behind (files restored from different moments).
     #[error(
@@ -577,7 +586,7 @@ impl Store {
                 Ok(()) => {}
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => {
-                    return Err(StoreError::CreateDir {
+                    return Err(StoreError::RemoveLeftover {
                         path: urls_path,
                         source,
                     });
@@ -729,15 +738,9 @@ impl Store {
         let mut due_side = self.lock_due_side();
         due_side.lsn = due_lsn;
         for record in &pending {
-            let mut write = self.urls_db.begin_write()?;
-            write.set_durability(redb::Durability::None)?;
-            let (_, changes, counts) = Self::apply_urls_in(&write, &record.ops, record.lsn)?;
-            write.commit()?;
+            let (_, changes, counts) = self.commit_urls(&record.ops, record.lsn)?;
             if record.lsn > due_lsn {
-                let mut write = self.db.begin_write()?;
-                write.set_durability(redb::Durability::None)?;
-                Self::apply_due_in(&write, &changes, record.lsn)?;
-                write.commit()?;
+                self.commit_due(&changes, record.lsn)?;
                 due_side.lsn = record.lsn;
             }
             if record.lsn > counts_lsn {
@@ -807,8 +810,6 @@ impl Store {
         write.set_quick_repair(true);
         let out = change(&write)?;
         write.commit()?;
-        drop(due_side);
-        drop(writer);
         Ok(out)
     }
 
@@ -1028,14 +1029,7 @@ impl Store {
             wal.unappend(record_start);
             return Err(error.into());
         }
-        let applied = (|| {
-            let mut write = self.urls_db.begin_write()?;
-            write.set_durability(redb::Durability::None)?;
-            let applied = Self::apply_urls_in(&write, ops, lsn)?;
-            write.commit()?;
-            Ok(applied)
-        })();
-        let (results, changes, counts) = match applied {
+        let (results, changes, counts) = match self.commit_urls(ops, lsn) {
             Ok(applied) => applied,
             Err(error) => {
                 // The group is not in redb: its record goes, so that a
@@ -1058,16 +1052,11 @@ impl Store {
             });
         }
         let mut due_side = self.lock_due_side();
-        let finished = (|| {
-            let mut write = self.db.begin_write()?;
-            write.set_durability(redb::Durability::None)?;
-            Self::apply_due_in(&write, &changes, lsn)?;
-            write.commit()?;
-            Self::make_durable(&self.db, &self.urls_db, queue_counts, lsn)
-        })();
+        let finished = self
+            .commit_due(&changes, lsn)
+            .and_then(|()| Self::make_durable(&self.db, &self.urls_db, queue_counts, lsn));
         if let Err(error) = finished {
-            due_side.halted.get_or_insert(error.to_string());
-            self.due_applied.notify_all();
+            self.halt(&mut due_side, &error, lsn);
             return Err(error);
         }
         due_side.lsn = lsn;
@@ -1093,23 +1082,46 @@ impl Store {
         // group can be staged meanwhile: redb runs one write transaction of
         // a file at a time, which orders this one and settings writes.
         Self::check_due_side(&self.lock_due_side())?;
-        let finished = (|| -> Result<(), StoreError> {
-            let mut write = self.db.begin_write()?;
-            write.set_durability(redb::Durability::None)?;
-            Self::apply_due_in(&write, &changes, staged.lsn)?;
-            write.commit()?;
-            Ok(())
-        })();
+        let finished = self.commit_due(&changes, staged.lsn);
         let mut due_side = self.lock_due_side();
         if let Err(error) = finished {
-            tracing::error!(%error, lsn = staged.lsn, "cannot apply a group's due entries; writes halted until restart");
-            due_side.halted.get_or_insert(error.to_string());
-            self.due_applied.notify_all();
+            self.halt(&mut due_side, &error, staged.lsn);
             return Err(error);
         }
         due_side.lsn = staged.lsn;
         self.due_applied.notify_all();
         Ok(staged.results)
+    }
+
+    /// Applies a group to `urls.redb` in a non-durable commit: the log
+    /// holds the group until a checkpoint.
+    fn commit_urls(
+        &self,
+        ops: &[WriteOp],
+        lsn: u64,
+    ) -> Result<(Vec<Applied>, Vec<DueChange>, GroupCounts), StoreError> {
+        let mut write = self.urls_db.begin_write()?;
+        write.set_durability(redb::Durability::None)?;
+        let applied = Self::apply_urls_in(&write, ops, lsn)?;
+        write.commit()?;
+        Ok(applied)
+    }
+
+    /// Applies a group's changes to `frontier.redb` in a non-durable commit.
+    fn commit_due(&self, changes: &[DueChange], lsn: u64) -> Result<(), StoreError> {
+        let mut write = self.db.begin_write()?;
+        write.set_durability(redb::Durability::None)?;
+        Self::apply_due_in(&write, changes, lsn)?;
+        write.commit()?;
+        Ok(())
+    }
+
+    /// Stops writes after a group's second stage failed (`urls.redb` then
+    /// holds a group `frontier.redb` does not), and wakes its waiters.
+    fn halt(&self, due_side: &mut DueSide, error: &StoreError, lsn: u64) {
+        tracing::error!(%error, lsn, "cannot apply a group to frontier.redb; writes halted until restart");
+        due_side.halted.get_or_insert(error.to_string());
+        self.due_applied.notify_all();
     }
 
     /// Applies a group's writes to `urls.redb` in `write` and records its
