@@ -100,17 +100,18 @@ impl std::str::FromStr for Layout {
 ///
 /// # What `insert`'s answer guarantees
 ///
-/// [`insert`](Self::insert) returns `true` when this call changed at least
-/// one of the key's bits from 0 to 1, which each bit's `fetch_or` reports to
-/// exactly one caller. Hence:
+/// [`insert`](Self::insert) returns `true` when this call found at least one
+/// of the key's bits unset and set it (a plain load finds it unset, a locked
+/// OR sets it). Hence:
 ///
 /// - One thread: `true` means the key was certainly not in the filter before
 ///   (not inserted, and not a false positive); `false` means it was already
 ///   reported present.
 /// - Several threads inserting the same key at once, which was absent
 ///   (`contains` was false) before they started: at least one of them gets
-///   `true`, but possibly more than one, since each may be the one that sets
-///   a different bit. `true` therefore does not elect a unique first inserter;
+///   `true` (whichever first sets a bit that was unset loaded it unset), but
+///   possibly more than one, since each may find a bit unset before another
+///   sets it. `true` therefore does not elect a unique first inserter;
 ///   a caller that needs exactly one winner must serialise inserts of a key
 ///   (the frontier does so per partition). `false` still always means every
 ///   bit was set when this call looked.
@@ -426,31 +427,31 @@ impl BloomFilter {
         self.array.words().iter()
     }
 
-    /// Returns whether this call turned a bit from 0 to 1.
+    /// Returns whether this call found a bit unset (and set it).
     #[inline]
     fn insert_standard(&self, hash: KeyHash) -> bool {
-        // All plain loads first, then the read-modify-writes. A locked RMW is
-        // a full fence on x86: issued first, each would wait for its own cache
-        // miss before the next could start. Loads overlap their misses, and a
-        // key whose bits are all set (a duplicate) then costs no RMW at all.
-        // The probes are recomputed for the second pass: a multiply and an
-        // add each, cheaper than storing them.
+        // A plain load decides, and only an unset bit gets a locked OR
+        // whose old value is not read back. Reading it back (`fetch_or`'s
+        // result) compiles to `lock bts` with a register bit index, which
+        // is microcoded; and ORing bits that are already set would make a
+        // duplicate key (most of a crawl's discovered URLs) write, and so
+        // take exclusive ownership of, k cache lines other threads are
+        // reading. Measured against the former two-pass version (loads,
+        // then `fetch_or` of the unset bits): 77 against 149 ns per insert
+        // at 10 million keys (BENCHMARKS.md, session 8). The answer keeps
+        // the guarantee the type documents: the first thread to set a bit
+        // loaded it unset, so of racing inserts of an absent key at least
+        // one reports it new.
         let words = self.array.words();
-        let mut missing = 0_u64;
-        let mut probes = Probes::new(hash);
-        for i in 0..self.shape.hashes {
-            let bit = reduce(probes.next_raw(), self.shape.bits);
-            if words[(bit / 64) as usize].load(Ordering::Relaxed) & (1 << (bit % 64)) == 0 {
-                missing |= 1 << i;
-            }
-        }
         let mut newly = false;
         let mut probes = Probes::new(hash);
-        for i in 0..self.shape.hashes {
+        for _ in 0..self.shape.hashes {
             let bit = reduce(probes.next_raw(), self.shape.bits);
-            if missing & (1 << i) != 0 {
-                let mask = 1 << (bit % 64);
-                newly |= words[(bit / 64) as usize].fetch_or(mask, Ordering::Relaxed) & mask == 0;
+            let mask = 1 << (bit % 64);
+            let word = &words[(bit / 64) as usize];
+            if word.load(Ordering::Relaxed) & mask == 0 {
+                word.fetch_or(mask, Ordering::Relaxed);
+                newly = true;
             }
         }
         newly
@@ -460,9 +461,13 @@ impl BloomFilter {
     fn insert_block(&self, hash: KeyHash) -> bool {
         let (block, masks) = probe::block_masks(self.shape, &self.array, hash);
         let mut newly = false;
+        // As in `insert_standard`: a plain load decides, and the locked OR
+        // does not read the old value back (with a multi-bit mask that
+        // would be a compare-and-swap loop).
         for (word, mask) in self.array.block(block).iter().zip(masks) {
-            if mask != 0 && word.load(Ordering::Relaxed) & mask != mask {
-                newly |= word.fetch_or(mask, Ordering::Relaxed) & mask != mask;
+            if word.load(Ordering::Relaxed) & mask != mask {
+                word.fetch_or(mask, Ordering::Relaxed);
+                newly = true;
             }
         }
         newly
