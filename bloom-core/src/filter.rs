@@ -10,7 +10,7 @@ use crate::health::FilterHealth;
 use crate::model::{self, BLOCK_BITS, MAX_HASHES, SPLIT_WORDS};
 use crate::probe::{self, Shape};
 use crate::snapshot::{self, Header, Kind};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, set_bits_shared};
 
 /// Larger filters are refused: 2^46 bits is 8 TiB, beyond any machine this
 /// runs on, and the bound keeps a corrupt snapshot header from asking for an
@@ -430,29 +430,12 @@ impl BloomFilter {
     /// Returns whether this call found a bit unset (and set it).
     #[inline]
     fn insert_standard(&self, hash: KeyHash) -> bool {
-        // A plain load decides, and only an unset bit gets a locked OR
-        // whose old value is not read back. Reading it back (`fetch_or`'s
-        // result) compiles to `lock bts` with a register bit index, which
-        // is microcoded; and ORing bits that are already set would make a
-        // duplicate key (most of a crawl's discovered URLs) write, and so
-        // take exclusive ownership of, k cache lines other threads are
-        // reading. Measured against the former two-pass version (loads,
-        // then `fetch_or` of the unset bits): 77 against 149 ns per insert
-        // at 10 million keys (BENCHMARKS.md, session 8). The answer keeps
-        // the guarantee the type documents: the first thread to set a bit
-        // loaded it unset, so of racing inserts of an absent key at least
-        // one reports it new.
         let words = self.array.words();
         let mut newly = false;
         let mut probes = Probes::new(hash);
         for _ in 0..self.shape.hashes {
             let bit = reduce(probes.next_raw(), self.shape.bits);
-            let mask = 1 << (bit % 64);
-            let word = &words[(bit / 64) as usize];
-            if word.load(Ordering::Relaxed) & mask == 0 {
-                word.fetch_or(mask, Ordering::Relaxed);
-                newly = true;
-            }
+            newly |= set_bits_shared(&words[(bit / 64) as usize], 1 << (bit % 64));
         }
         newly
     }
@@ -461,14 +444,8 @@ impl BloomFilter {
     fn insert_block(&self, hash: KeyHash) -> bool {
         let (block, masks) = probe::block_masks(self.shape, &self.array, hash);
         let mut newly = false;
-        // As in `insert_standard`: a plain load decides, and the locked OR
-        // does not read the old value back (with a multi-bit mask that
-        // would be a compare-and-swap loop).
         for (word, mask) in self.array.block(block).iter().zip(masks) {
-            if word.load(Ordering::Relaxed) & mask != mask {
-                word.fetch_or(mask, Ordering::Relaxed);
-                newly = true;
-            }
+            newly |= set_bits_shared(word, mask);
         }
         newly
     }
