@@ -2,23 +2,26 @@
 //! chosen at run time (the crate is built for the x86-64 baseline, which
 //! has neither).
 //!
-//! Over plain words the split-block probe then becomes a handful of vector
-//! shifts, and every layout's variable shifts take one instruction instead
-//! of three; measured in BENCHMARKS.md ("Run of 2026-11-22: the split-block
-//! layout and frozen filters"). Over atomic words it gains nothing: relaxed
-//! atomic loads are never merged into vector loads, which is why only the
-//! frozen filter's queries and the exclusive `insert_mut` (plain access
-//! through `&mut`) come here.
+//! Split-block filters get kernels of their own, which `kernels` hands out
+//! per filter: a query is two 256-bit loads of the key's line and a few
+//! vector shifts, an insert two 256-bit read-modify-writes. Batches compile
+//! every layout's probe here, so that its variable shifts take one
+//! instruction instead of three. Over atomic words this gains nothing
+//! (relaxed atomic loads are never merged into vector loads), which is why
+//! only the frozen filter's queries and the exclusive `insert_mut` come
+//! here.
 //!
-//! `unsafe` here, and only here besides the prefetch hint in `sync`: each
-//! call of a `#[target_feature]` function (sound only on a CPU that has the
+//! `unsafe` here, and only here besides the prefetch hint in `sync` and
+//! the calls through `kernels`' pointers: each call of a
+//! `#[target_feature]` function (sound only on a CPU that has the
 //! features, which [`available`] checked), and the vector loads and stores
-//! of one block; each block says why it is sound.
+//! of one block, addressed by pointer; each block says why it is sound.
 
 use crate::bits::BitArray;
 use crate::hash::KeyHash;
+#[cfg(not(bloom_loom))]
+use crate::kernels::{Contains, InsertExclusive, Kernels};
 use crate::probe::{self, Shape};
-use crate::sync::{AtomicU64, set_bits_exclusive};
 
 /// Whether this CPU runs the accelerated code (answered from the standard
 /// library's cached CPUID reading).
@@ -31,6 +34,65 @@ pub(crate) fn available() -> bool {
     #[cfg(not(all(target_arch = "x86_64", not(bloom_loom))))]
     {
         false
+    }
+}
+
+/// The split-block query (over plain words) and exclusive insert for
+/// `shape` when this CPU runs the vector kernels.
+#[cfg(not(bloom_loom))]
+pub(crate) fn split_kernels(shape: Shape) -> Option<(Contains<u64>, InsertExclusive)> {
+    if shape.layout != crate::Layout::SplitBlock || !available() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! by_streams {
+            ($($streams:literal)*) => {
+                match shape.hashes / crate::model::SPLIT_WORDS {
+                    $($streams => Some((
+                        x86::contains_split::<$streams> as Contains<u64>,
+                        x86::insert_split::<$streams> as InsertExclusive,
+                    )),)*
+                    _ => None,
+                }
+            };
+        }
+        by_streams!(1 2 3 4 5 6 7 8)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
+/// The standard layout's kernels compiled for BMI2 (flag-free multiplies
+/// and shifts with free choice of registers: two instructions a probe
+/// fewer), for the hash counts `kernels` specialises.
+#[cfg(not(bloom_loom))]
+pub(crate) fn standard_kernels(shape: Shape) -> Option<Kernels> {
+    if shape.layout != crate::Layout::Standard || !available() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! by_hashes {
+            ($($k:literal)*) => {
+                match shape.hashes {
+                    $($k => Some(Kernels {
+                        contains: x86::contains_standard::<$k, crate::sync::AtomicU64>,
+                        contains_plain: x86::contains_standard::<$k, u64>,
+                        insert_shared: x86::insert_standard_shared::<$k>,
+                        insert_exclusive: x86::insert_standard_exclusive::<$k>,
+                    }),)*
+                    _ => None,
+                }
+            };
+        }
+        by_hashes!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
     }
 }
 
@@ -58,166 +120,162 @@ pub(crate) fn contains_batch(
     });
 }
 
-/// One query over plain words; `accelerated` must come from [`available`].
-/// Only the split-block layout is worth a call into other code per query
-/// (its probe becomes a few vector instructions); the other layouts' probes
-/// gain less from BMI2 than the call costs, so they stay inline.
-#[cfg(not(bloom_loom))]
-#[inline]
-pub(crate) fn contains(
-    shape: Shape,
-    array: &BitArray<u64>,
-    hash: KeyHash,
-    accelerated: bool,
-) -> bool {
-    #[cfg(all(target_arch = "x86_64", not(bloom_loom)))]
-    if accelerated && shape.layout == crate::Layout::SplitBlock {
-        #[allow(unsafe_code)]
-        // SAFETY: `accelerated` is `available()`: this CPU has AVX2 and BMI2.
-        unsafe {
-            // k = 8 and 16 (p down to about 1e-4) get functions of their
-            // own: out of cache, the fewer instructions a query takes, the
-            // more queries' misses the CPU overlaps, and the general one
-            // saves registers on entry.
-            return match shape.hashes {
-                8 => x86::contains_split_k::<1>(array, hash),
-                16 => x86::contains_split_k::<2>(array, hash),
-                _ => x86::contains_split(shape, array, hash),
-            };
-        }
-    }
-    let _ = accelerated;
-    probe::contains(shape, array, hash)
-}
-
-/// Sets a key's bits through exclusive access; whether any was unset.
-/// `accelerated` must come from [`available`].
-#[inline]
-pub(crate) fn insert_exclusive(
-    shape: Shape,
-    array: &mut BitArray<AtomicU64>,
-    hash: KeyHash,
-    accelerated: bool,
-) -> bool {
-    #[cfg(all(target_arch = "x86_64", not(bloom_loom)))]
-    if accelerated && shape.layout == crate::Layout::SplitBlock {
-        #[allow(unsafe_code)]
-        // SAFETY: `accelerated` is `available()`: this CPU has AVX2 and BMI2.
-        unsafe {
-            match shape.hashes {
-                8 => return x86::insert_split_k::<1>(array, hash),
-                16 => return x86::insert_split_k::<2>(array, hash),
-                _ => {}
-            }
-        }
-    }
-    let _ = accelerated;
-    insert_exclusive_portable(shape, array, hash)
-}
-
-#[inline(always)]
-fn insert_exclusive_portable(shape: Shape, array: &mut BitArray<AtomicU64>, hash: KeyHash) -> bool {
-    let mut newly = false;
-    match shape.layout {
-        crate::Layout::Standard => {
-            let mut probes = crate::hash::Probes::new(hash);
-            for _ in 0..shape.hashes {
-                let bit = crate::hash::reduce(probes.next_raw(), shape.bits);
-                let word = &mut array.words_mut()[(bit / 64) as usize];
-                newly |= set_bits_exclusive(word, 1 << (bit % 64));
-            }
-        }
-        crate::Layout::Blocked | crate::Layout::SplitBlock => {
-            let (block, masks) = probe::block_masks(shape, array, hash);
-            for (word, mask) in array.block_mut(block).iter_mut().zip(masks) {
-                newly |= set_bits_exclusive(word, mask);
-            }
-        }
-    }
-    newly
-}
-
 #[cfg(all(target_arch = "x86_64", not(bloom_loom)))]
 mod x86 {
     use std::arch::x86_64::{
-        __m128i, _mm_and_si128, _mm_andnot_si128, _mm_cvtsi128_si64, _mm_loadu_si128, _mm_or_si128,
-        _mm_set_epi64x, _mm_set1_epi64x, _mm_setzero_si128, _mm_sllv_epi64, _mm_srlv_epi64,
-        _mm_storeu_si128, _mm_testz_si128, _mm_unpackhi_epi64,
+        __m256i, _mm256_and_si256, _mm256_andnot_si256, _mm256_loadu_si256, _mm256_or_si256,
+        _mm256_set1_epi64x, _mm256_setr_epi64x, _mm256_setzero_si256, _mm256_sllv_epi64,
+        _mm256_srlv_epi64, _mm256_storeu_si256, _mm256_testc_si256, _mm256_testz_si256,
     };
 
     use super::{BitArray, KeyHash, Shape, probe};
+    use crate::bits::WORDS_PER_BLOCK;
     use crate::hash::SplitPositions;
     use crate::model::SPLIT_WORDS;
     use crate::sync::AtomicU64;
 
-    /// Where each word's 6-bit field starts in a stream, by pairs of words
-    /// (lane 0 holds the even word).
-    const FIELD_STARTS: [[i64; 2]; 4] = [[0, 6], [12, 18], [24, 30], [36, 42]];
-
-    /// A split-block query with k = 8 `STREAMS`.
+    /// The shift counts one stream gives the block's eight words: its eight
+    /// 6-bit fields, words 0-3 in the first vector and 4-7 in the second.
     #[target_feature(enable = "avx2,bmi2")]
-    pub(super) fn contains_split_k<const STREAMS: usize>(
+    #[inline]
+    fn field_counts(stream: u64) -> [__m256i; 2] {
+        let stream = _mm256_set1_epi64x(stream as i64);
+        let six_bits = _mm256_set1_epi64x(63);
+        [
+            _mm256_setr_epi64x(0, 6, 12, 18),
+            _mm256_setr_epi64x(24, 30, 36, 42),
+        ]
+        .map(|starts| _mm256_and_si256(_mm256_srlv_epi64(stream, starts), six_bits))
+    }
+
+    /// Where the key's line starts, in words from the array's first.
+    /// `block < blocks()` (`reduce` maps into `0..blocks`), so the block's
+    /// eight words from here are within the array's: pointers offset by
+    /// this stay in bounds.
+    #[inline(always)]
+    fn line_offset<W>(array: &BitArray<W>, hash: KeyHash) -> usize {
+        probe::block_index(array.blocks() as u64, hash) * WORDS_PER_BLOCK
+    }
+
+    /// `probe::split_all_set` over the line, four words per instruction: a
+    /// right shift of each word by its field brings the tested bit to bit
+    /// 0. Shifting the words (rather than testing them against masks built
+    /// by shifting ones) saves two instructions a stream.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) fn contains_split<const STREAMS: usize>(
+        _shape: Shape,
         array: &BitArray<u64>,
         hash: KeyHash,
     ) -> bool {
-        split_all_set::<STREAMS>(
-            array.block(probe::block_of(array, hash)),
-            &SplitPositions::new(hash),
-        )
-    }
-
-    /// A split-block query. 128-bit vectors rather than 256-bit ones: the
-    /// wider registers would make the function end in `vzeroupper`, which
-    /// costs more per call than the halved shift count saves (measured in a
-    /// prototype outside the crate: 12-15 against 14-19 ns per query at 10
-    /// million keys; a 256-bit version of this kernel was also slower in
-    /// the peers benchmark).
-    #[target_feature(enable = "avx2,bmi2")]
-    #[inline]
-    pub(super) fn contains_split(shape: Shape, array: &BitArray<u64>, hash: KeyHash) -> bool {
-        let block = array.block(probe::block_of(array, hash));
-        let positions = SplitPositions::new(hash);
-        macro_rules! unrolled {
-            ($($streams:literal)*) => {
-                match shape.hashes / SPLIT_WORDS {
-                    $($streams => split_all_set::<$streams>(block, &positions),)*
-                    _ => unreachable!("k is a multiple of 8 up to 64"),
-                }
-            };
-        }
-        unrolled!(1 2 3 4 5 6 7 8)
-    }
-
-    /// `probe::split_all_set` two words per instruction: each stream's
-    /// eight 6-bit fields become per-lane shift counts, and a right shift
-    /// of each word by its count brings the tested bit to bit 0.
-    #[target_feature(enable = "avx2,bmi2")]
-    #[inline]
-    fn split_all_set<const STREAMS: usize>(block: &[u64; 8], positions: &SplitPositions) -> bool {
-        let pairs = block.as_ptr().cast::<__m128i>();
+        let line = array
+            .as_ptr()
+            .wrapping_add(line_offset(array, hash))
+            .cast::<__m256i>();
         #[allow(unsafe_code)]
-        // SAFETY: `pairs` points at the block's eight words, so pair 0..4
-        // addresses two of them; the block is borrowed shared and never
-        // written while a frozen filter exists. Unaligned loads are allowed.
-        // (Building the vectors from eight scalar reads instead compiles to
-        // a load and a lane insert per pair.)
-        let words = unsafe { [0, 1, 2, 3].map(|pair| _mm_loadu_si128(pairs.add(pair))) };
-        let field_starts = FIELD_STARTS.map(|starts| _mm_set_epi64x(starts[1], starts[0]));
-        let six_bits = _mm_set1_epi64x(63);
-        let mut all = _mm_set1_epi64x(-1);
-        for stream in positions.streams::<STREAMS>() {
-            let stream = _mm_set1_epi64x(stream as i64);
-            for (words, starts) in words.iter().zip(&field_starts) {
-                let counts = _mm_and_si128(_mm_srlv_epi64(stream, *starts), six_bits);
-                all = _mm_and_si128(all, _mm_srlv_epi64(*words, counts));
+        // SAFETY: `line` addresses the key's block, eight words of `array`
+        // (see `line_offset`), borrowed shared; unaligned loads are allowed.
+        let halves = unsafe { [_mm256_loadu_si256(line), _mm256_loadu_si256(line.add(1))] };
+        let mut all = _mm256_set1_epi64x(-1);
+        for stream in SplitPositions::new(hash).streams::<STREAMS>() {
+            let [low, high] = field_counts(stream);
+            let tested = _mm256_and_si256(
+                _mm256_srlv_epi64(halves[0], low),
+                _mm256_srlv_epi64(halves[1], high),
+            );
+            all = _mm256_and_si256(all, tested);
+        }
+        // Carry set: bit 0 is set in every lane.
+        _mm256_testc_si256(all, _mm256_set1_epi64x(1)) != 0
+    }
+
+    /// Sets the key's bits in the line; whether any was unset.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) fn insert_split<const STREAMS: usize>(
+        _shape: Shape,
+        array: &mut BitArray<AtomicU64>,
+        hash: KeyHash,
+    ) -> bool {
+        let one = _mm256_set1_epi64x(1);
+        let mut masks = [_mm256_setzero_si256(); 2];
+        for stream in SplitPositions::new(hash).streams::<STREAMS>() {
+            for (mask, counts) in masks.iter_mut().zip(field_counts(stream)) {
+                *mask = _mm256_or_si256(*mask, _mm256_sllv_epi64(one, counts));
             }
         }
-        let all = _mm_and_si128(all, _mm_unpackhi_epi64(all, all));
-        _mm_cvtsi128_si64(all) & 1 == 1
+        let offset = line_offset(array, hash);
+        let line = array
+            .as_mut_ptr()
+            .cast::<u64>()
+            .wrapping_add(offset)
+            .cast::<__m256i>();
+        #[allow(unsafe_code)]
+        // SAFETY: `line` addresses the key's block, eight words of `array`
+        // (see `line_offset`), exclusively borrowed, so no other thread reads
+        // or writes them; `AtomicU64` has the memory layout of `u64`, and
+        // unaligned loads and stores are allowed.
+        unsafe {
+            let old = [_mm256_loadu_si256(line), _mm256_loadu_si256(line.add(1))];
+            let missing = _mm256_or_si256(
+                _mm256_andnot_si256(old[0], masks[0]),
+                _mm256_andnot_si256(old[1], masks[1]),
+            );
+            _mm256_storeu_si256(line, _mm256_or_si256(old[0], masks[0]));
+            _mm256_storeu_si256(line.add(1), _mm256_or_si256(old[1], masks[1]));
+            _mm256_testz_si256(missing, missing) == 0
+        }
+    }
+
+    /// `kernels::contains_standard` compiled for BMI2.
+    ///
+    /// # Safety
+    ///
+    /// As `kernels::contains_standard`.
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) unsafe fn contains_standard<const K: u32, W: probe::Word>(
+        shape: Shape,
+        array: &BitArray<W>,
+        hash: KeyHash,
+    ) -> bool {
+        // SAFETY: the caller's contract is this one's.
+        unsafe { crate::kernels::contains_standard::<K, W>(shape, array, hash) }
+    }
+
+    /// `kernels::insert_standard_shared` compiled for BMI2.
+    ///
+    /// # Safety
+    ///
+    /// As `kernels::insert_standard_shared`.
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) unsafe fn insert_standard_shared<const K: u32>(
+        shape: Shape,
+        array: &BitArray<AtomicU64>,
+        hash: KeyHash,
+    ) -> bool {
+        // SAFETY: the caller's contract is this one's.
+        unsafe { crate::kernels::insert_standard_shared::<K>(shape, array, hash) }
+    }
+
+    /// `kernels::insert_standard_exclusive` compiled for BMI2.
+    ///
+    /// # Safety
+    ///
+    /// As `kernels::insert_standard_exclusive`.
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) unsafe fn insert_standard_exclusive<const K: u32>(
+        shape: Shape,
+        array: &mut BitArray<AtomicU64>,
+        hash: KeyHash,
+    ) -> bool {
+        // SAFETY: the caller's contract is this one's.
+        unsafe { crate::kernels::insert_standard_exclusive::<K>(shape, array, hash) }
     }
 
     /// A batch, with the whole loop compiled for AVX2 and BMI2 (so every
-    /// layout's probe gets single-instruction variable shifts).
+    /// layout's probe gets single-instruction variable shifts, and the
+    /// split-block kernel is inlined rather than called).
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_batch(
         shape: Shape,
@@ -225,155 +283,135 @@ mod x86 {
         hashes: &[KeyHash],
         out: &mut Vec<bool>,
     ) {
-        probe::contains_batch(shape, array, hashes, out, |hash| {
-            if shape.layout == crate::Layout::SplitBlock && shape.hashes == SPLIT_WORDS {
-                contains_split_k::<1>(array, hash)
-            } else if shape.layout == crate::Layout::SplitBlock && shape.hashes == 2 * SPLIT_WORDS {
-                contains_split_k::<2>(array, hash)
-            } else if shape.layout == crate::Layout::SplitBlock {
-                contains_split(shape, array, hash)
-            } else {
+        if shape.layout != crate::Layout::SplitBlock {
+            probe::contains_batch(shape, array, hashes, out, |hash| {
                 probe::contains(shape, array, hash)
-            }
-        });
-    }
-
-    /// A split-block insert with k = 8 `STREAMS`: the masks, the old words
-    /// and the new ones stay in vector registers, two words per
-    /// instruction. Eight scalar read-modify-writes instead take three
-    /// times the instructions, and out of cache the instruction count per
-    /// insert is what limits how many inserts' misses the CPU overlaps.
-    #[target_feature(enable = "avx2,bmi2")]
-    pub(super) fn insert_split_k<const STREAMS: usize>(
-        array: &mut BitArray<AtomicU64>,
-        hash: KeyHash,
-    ) -> bool {
-        let block = array.block_mut(probe::block_of(array, hash));
-        let streams = SplitPositions::new(hash)
-            .streams::<STREAMS>()
-            .map(|stream| _mm_set1_epi64x(stream as i64));
-        let six_bits = _mm_set1_epi64x(63);
-        let one = _mm_set1_epi64x(1);
-        let pairs = block.as_mut_ptr().cast::<__m128i>();
-        let mut missing = _mm_setzero_si128();
-        for (pair, starts) in FIELD_STARTS.iter().enumerate() {
-            let starts = _mm_set_epi64x(starts[1], starts[0]);
-            let masks = streams.iter().fold(_mm_setzero_si128(), |masks, stream| {
-                let bits = _mm_and_si128(_mm_srlv_epi64(*stream, starts), six_bits);
-                _mm_or_si128(masks, _mm_sllv_epi64(one, bits))
             });
-            #[allow(unsafe_code)]
-            // SAFETY: `pairs` points at the block's eight words, exclusively
-            // borrowed, so `pair` (0..4) addresses two of them; `AtomicU64`
-            // has the memory layout of `u64`, and no other thread can touch
-            // the words while `&mut` is held. Unaligned access is allowed.
-            unsafe {
-                let old = _mm_loadu_si128(pairs.add(pair));
-                missing = _mm_or_si128(missing, _mm_andnot_si128(old, masks));
-                _mm_storeu_si128(pairs.add(pair), _mm_or_si128(old, masks));
-            }
+            return;
         }
-        _mm_testz_si128(missing, missing) == 0
+        macro_rules! by_streams {
+            ($($streams:literal)*) => {
+                match shape.hashes / SPLIT_WORDS {
+                    $($streams => probe::contains_batch(shape, array, hashes, out, |hash| {
+                        contains_split::<$streams>(shape, array, hash)
+                    }),)*
+                    _ => unreachable!("k is a multiple of 8 up to 64"),
+                }
+            };
+        }
+        by_streams!(1 2 3 4 5 6 7 8);
+    }
+}
+
+#[cfg(all(test, not(bloom_loom)))]
+mod tests {
+    use super::*;
+    use crate::Layout;
+    use crate::sync::AtomicU64;
+
+    fn split_shape(blocks: u64, hashes: u32) -> Shape {
+        Shape {
+            layout: Layout::SplitBlock,
+            bits: blocks * 512,
+            hashes,
+        }
     }
 
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-        use crate::Layout;
-
-        /// The vector kernel answers exactly as the portable probe.
-        #[test]
-        fn vector_split_block_probe_matches_the_portable_one() {
-            if !super::super::available() {
+    /// The vector kernels answer exactly as the portable probe, for every
+    /// number of streams.
+    #[test]
+    fn vector_split_block_probe_matches_the_portable_one() {
+        // Dense enough words for k that both answers are common: each word
+        // ORs `draws` random words (fill 1 - 2^-draws).
+        for (hashes, draws) in [(8, 2), (16, 3), (24, 4), (32, 4), (64, 6)] {
+            let shape = split_shape(64, hashes);
+            let Some((contains, _)) = split_kernels(shape) else {
+                assert!(!available(), "no kernels for k = {hashes} on an AVX2 CPU");
                 return;
+            };
+            let mut array = BitArray::zeroed(512).convert(AtomicU64::into_inner);
+            let mut state = 0x1234_5678_9abc_def0_u64;
+            let mut next = || {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                crate::hash::mix64(state)
+            };
+            for word in array.words_mut() {
+                *word = (0..draws).fold(0, |word, _| word | next());
             }
-            // Dense enough words for k that both answers are common: each
-            // word ORs `draws` random words (fill 1 - 2^-draws).
-            for (hashes, draws) in [(8, 2), (16, 3), (64, 6)] {
-                let shape = Shape {
-                    layout: Layout::SplitBlock,
-                    bits: 512 * 64,
-                    hashes,
-                };
-                let mut array = BitArray::zeroed(512).convert(AtomicU64::into_inner);
-                let mut state = 0x1234_5678_9abc_def0_u64;
-                let mut next = || {
-                    state = state
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    crate::hash::mix64(state)
-                };
-                for word in array.words_mut() {
-                    *word = (0..draws).fold(0, |word, _| word | next());
-                }
-                let (mut present, mut absent) = (0, 0);
-                for _ in 0..20_000 {
-                    let hash = KeyHash::from_u128(u128::from(next()) << 64 | u128::from(next()));
-                    let portable = probe::contains(shape, &array, hash);
-                    #[allow(unsafe_code)]
-                    // SAFETY: `available()` was checked above.
-                    let vector = unsafe {
-                        if hashes == 8 {
-                            contains_split_k::<1>(&array, hash)
-                        } else if hashes == 16 {
-                            contains_split_k::<2>(&array, hash)
-                        } else {
-                            contains_split(shape, &array, hash)
-                        }
-                    };
-                    assert_eq!(portable, vector, "k={hashes} {hash:?}");
-                    if portable { present += 1 } else { absent += 1 }
-                }
-                assert!(
-                    present > 100 && absent > 100,
-                    "k={hashes}: {present} / {absent}"
-                );
+            let (mut present, mut absent) = (0, 0);
+            let hashes_seen: Vec<KeyHash> = (0..20_000)
+                .map(|_| KeyHash::from_u128(u128::from(next()) << 64 | u128::from(next())))
+                .collect();
+            let mut batch = Vec::new();
+            contains_batch(shape, &array, &hashes_seen, &mut batch, true);
+            for (&hash, &batched) in hashes_seen.iter().zip(&batch) {
+                let portable = probe::contains(shape, &array, hash);
+                #[allow(unsafe_code)]
+                // SAFETY: `split_kernels` checked this CPU.
+                let vector = unsafe { contains(shape, &array, hash) };
+                assert_eq!(portable, vector, "k={hashes} {hash:?}");
+                assert_eq!(portable, batched, "batch, k={hashes} {hash:?}");
+                if portable { present += 1 } else { absent += 1 }
             }
+            assert!(
+                present > 100 && absent > 100,
+                "k={hashes}: {present} / {absent}"
+            );
         }
+    }
 
-        /// The vector insert sets the same bits and gives the same answers
-        /// as the portable one, for k = 8 and 16.
-        #[test]
-        fn vector_split_block_insert_matches_the_portable_one() {
-            if !super::super::available() {
+    /// The vector insert sets the same bits and gives the same answers as
+    /// the portable one.
+    #[test]
+    fn vector_split_block_insert_matches_the_portable_one() {
+        for hashes in [8, 16, 24, 64] {
+            // Words in proportion to k, so that each word sees the same
+            // number of bits set.
+            let blocks = 16 * u64::from(hashes / 8);
+            let shape = split_shape(blocks, hashes);
+            let Some((_, insert)) = split_kernels(shape) else {
+                assert!(!available(), "no kernels for k = {hashes} on an AVX2 CPU");
                 return;
+            };
+            let mut vector = BitArray::zeroed(blocks as usize * 8);
+            let mut portable = BitArray::zeroed(blocks as usize * 8);
+            let mut newly = 0;
+            for key in 0..3_000_u32 {
+                // Keys repeat, so that "already there" answers occur too.
+                let hash = KeyHash::of(&(key % 2_000).to_le_bytes());
+                #[allow(unsafe_code)]
+                // SAFETY: `split_kernels` checked this CPU.
+                let answer = unsafe { insert(shape, &mut vector, hash) };
+                #[allow(unsafe_code)]
+                // SAFETY: `shape` describes `portable`'s words.
+                let expected =
+                    unsafe { crate::kernels::insert_exclusive(shape, &mut portable, hash) };
+                assert_eq!(answer, expected, "k={hashes} key {key}");
+                newly += u32::from(answer);
             }
-            for hashes in [8, 16] {
-                let shape = Shape {
-                    layout: Layout::SplitBlock,
-                    bits: 512 * 16,
-                    hashes,
-                };
-                let mut vector = BitArray::zeroed(128);
-                let mut portable = BitArray::zeroed(128);
-                let mut newly = 0;
-                for key in 0..3_000_u32 {
-                    // Keys repeat, so that "already there" answers occur too.
-                    let hash = KeyHash::of(&(key % 2_000).to_le_bytes());
-                    #[allow(unsafe_code)]
-                    // SAFETY: `available()` was checked above.
-                    let answer = unsafe {
-                        if hashes == 8 {
-                            insert_split_k::<1>(&mut vector, hash)
-                        } else {
-                            insert_split_k::<2>(&mut vector, hash)
-                        }
-                    };
-                    assert_eq!(
-                        answer,
-                        super::super::insert_exclusive_portable(shape, &mut portable, hash),
-                        "k={hashes} key {key}"
-                    );
-                    newly += u32::from(answer);
-                }
-                // At 4 bits per key some new keys are false positives
-                // already.
-                assert!((1_000..=2_000).contains(&newly), "k={hashes}: {newly}");
-                let words = |array: BitArray<AtomicU64>| -> Vec<u64> {
-                    array.convert(AtomicU64::into_inner).words().to_vec()
-                };
-                assert_eq!(words(vector), words(portable), "k={hashes}");
-            }
+            // At 4 bits per key per stream some new keys are false
+            // positives already.
+            assert!((1_000..=2_000).contains(&newly), "k={hashes}: {newly}");
+            let words = |array: BitArray<AtomicU64>| -> Vec<u64> {
+                array.convert(AtomicU64::into_inner).words().to_vec()
+            };
+            assert_eq!(words(vector), words(portable), "k={hashes}");
         }
+    }
+
+    /// Kernels exist exactly for split-block shapes on AVX2/BMI2 CPUs.
+    #[test]
+    fn kernels_only_for_split_block_shapes() {
+        for layout in [Layout::Standard, Layout::Blocked] {
+            let shape = Shape {
+                layout,
+                bits: 512 * 16,
+                hashes: 8,
+            };
+            assert!(split_kernels(shape).is_none(), "{layout}");
+        }
+        assert_eq!(split_kernels(split_shape(16, 8)).is_some(), available());
     }
 }

@@ -19,8 +19,14 @@ pub(crate) struct BitArray<W = AtomicU64> {
 }
 
 impl BitArray<AtomicU64> {
-    /// `words` zeroed words; `words` is a multiple of [`WORDS_PER_BLOCK`].
+    /// `words` zeroed words: a positive multiple of [`WORDS_PER_BLOCK`]
+    /// (every array holds at least one whole block, which the vector
+    /// kernels rely on).
     pub(crate) fn zeroed(words: usize) -> Self {
+        assert!(
+            words > 0 && words.is_multiple_of(WORDS_PER_BLOCK),
+            "a bit array is whole blocks, at least one: {words} words"
+        );
         let storage: Box<[AtomicU64]> = (0..words + WORDS_PER_BLOCK - 1)
             .map(|_| AtomicU64::new(0))
             .collect();
@@ -59,6 +65,21 @@ impl<W> BitArray<W> {
     #[inline]
     pub(crate) fn words(&self) -> &[W] {
         &self.storage[self.offset..self.offset + self.words]
+    }
+
+    /// The first word, for code that addresses blocks by pointer (the
+    /// vector kernels); valid for [`blocks`](Self::blocks) whole blocks.
+    #[cfg_attr(not(all(target_arch = "x86_64", not(bloom_loom))), allow(dead_code))]
+    #[inline(always)]
+    pub(crate) fn as_ptr(&self) -> *const W {
+        self.storage.as_ptr().wrapping_add(self.offset)
+    }
+
+    /// [`as_ptr`](Self::as_ptr) for writing.
+    #[cfg_attr(not(all(target_arch = "x86_64", not(bloom_loom))), allow(dead_code))]
+    #[inline(always)]
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut W {
+        self.storage.as_mut_ptr().wrapping_add(self.offset)
     }
 
     #[inline]
@@ -102,6 +123,7 @@ mod tests {
             let array = BitArray::zeroed(words);
             assert_eq!(array.words().len(), words);
             assert_eq!(array.words().as_ptr() as usize % 64, 0);
+            assert_eq!(array.as_ptr(), array.words().as_ptr());
             assert_eq!(array.block(0).as_ptr() as usize % 64, 0);
             assert_eq!(array.blocks(), words / 8);
         }

@@ -1,16 +1,16 @@
 //! [`BloomFilter`]: one bit array of atomic words in any layout.
 
-use crate::accel;
 use crate::bits::BitArray;
 use crate::error::{FilterError, SnapshotError};
 #[cfg(not(bloom_loom))]
 use crate::frozen::FrozenBloomFilter;
-use crate::hash::{KeyHash, Probes, reduce};
+use crate::hash::KeyHash;
 use crate::health::FilterHealth;
+use crate::kernels::Kernels;
 use crate::model::{self, BLOCK_BITS, MAX_HASHES, SPLIT_WORDS};
 use crate::probe::{self, Shape};
 use crate::snapshot::{self, Header, Kind};
-use crate::sync::{AtomicU64, Ordering, set_bits_shared};
+use crate::sync::{AtomicU64, Ordering};
 
 /// Larger filters are refused: 2^46 bits is 8 TiB, beyond any machine this
 /// runs on, and the bound keeps a corrupt snapshot header from asking for an
@@ -131,8 +131,8 @@ impl std::str::FromStr for Layout {
 pub struct BloomFilter {
     shape: Shape,
     array: BitArray,
-    /// Whether `insert_mut` may run the AVX2/BMI2 code (`accel`).
-    accelerated: bool,
+    /// The probe functions for this shape and CPU.
+    kernels: Kernels,
 }
 
 impl std::fmt::Debug for BloomFilter {
@@ -205,14 +205,15 @@ impl BloomFilter {
             return Err(FilterError::SplitBlockHashes(hashes));
         }
         let bits = round_up_to_block(bits);
+        let shape = Shape {
+            layout,
+            bits,
+            hashes,
+        };
         Ok(Self {
-            shape: Shape {
-                layout,
-                bits,
-                hashes,
-            },
+            shape,
             array: BitArray::zeroed((bits / 64) as usize),
-            accelerated: accel::available(),
+            kernels: Kernels::for_shape(shape),
         })
     }
 
@@ -252,10 +253,7 @@ impl BloomFilter {
     /// [`insert`](Self::insert) with a hash computed once by the caller.
     #[inline]
     pub fn insert_hashed(&self, hash: KeyHash) -> bool {
-        match self.shape.layout {
-            Layout::Standard => self.insert_standard(hash),
-            Layout::Blocked | Layout::SplitBlock => self.insert_block(hash),
-        }
+        self.kernels.insert_shared(self.shape, &self.array, hash)
     }
 
     /// [`insert`](Self::insert) for a caller with exclusive access, e.g. one
@@ -272,14 +270,15 @@ impl BloomFilter {
     /// [`insert_mut`](Self::insert_mut) with a precomputed hash.
     #[inline]
     pub fn insert_hashed_mut(&mut self, hash: KeyHash) -> bool {
-        accel::insert_exclusive(self.shape, &mut self.array, hash, self.accelerated)
+        self.kernels
+            .insert_exclusive(self.shape, &mut self.array, hash)
     }
 
     /// [`contains`](Self::contains) with a hash computed once by the caller.
     #[inline]
     #[must_use]
     pub fn contains_hashed(&self, hash: KeyHash) -> bool {
-        probe::contains(self.shape, &self.array, hash)
+        self.kernels.contains(self.shape, &self.array, hash)
     }
 
     /// Queries many hashes at once, writing one answer per hash into `out`
@@ -292,8 +291,11 @@ impl BloomFilter {
     /// Standard layout: the lines of the first two probes (an absent key is
     /// usually refuted by them); blocked layout: the key's one line.
     pub fn contains_batch_into(&self, hashes: &[KeyHash], out: &mut Vec<bool>) {
+        // The probe inline rather than a kernel call per key: the loop
+        // overlaps the keys' misses through prefetching, not through the
+        // instruction window.
         probe::contains_batch(self.shape, &self.array, hashes, out, |hash| {
-            self.contains_hashed(hash)
+            probe::contains(self.shape, &self.array, hash)
         });
     }
 
@@ -406,7 +408,7 @@ impl BloomFilter {
         Self {
             shape,
             array,
-            accelerated: accel::available(),
+            kernels: Kernels::for_shape(shape),
         }
     }
 
@@ -425,29 +427,6 @@ impl BloomFilter {
 
     pub(crate) fn words(&self) -> impl Iterator<Item = &AtomicU64> {
         self.array.words().iter()
-    }
-
-    /// Returns whether this call found a bit unset (and set it).
-    #[inline]
-    fn insert_standard(&self, hash: KeyHash) -> bool {
-        let words = self.array.words();
-        let mut newly = false;
-        let mut probes = Probes::new(hash);
-        for _ in 0..self.shape.hashes {
-            let bit = reduce(probes.next_raw(), self.shape.bits);
-            newly |= set_bits_shared(&words[(bit / 64) as usize], 1 << (bit % 64));
-        }
-        newly
-    }
-
-    #[inline]
-    fn insert_block(&self, hash: KeyHash) -> bool {
-        let (block, masks) = probe::block_masks(self.shape, &self.array, hash);
-        let mut newly = false;
-        for (word, mask) in self.array.block(block).iter().zip(masks) {
-            newly |= set_bits_shared(word, mask);
-        }
-        newly
     }
 }
 

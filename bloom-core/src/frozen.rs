@@ -7,6 +7,7 @@ use crate::error::SnapshotError;
 use crate::filter::{BloomFilter, Layout, snapshot_header};
 use crate::hash::KeyHash;
 use crate::health::FilterHealth;
+use crate::kernels::Kernels;
 use crate::probe::{self, Shape};
 use crate::snapshot;
 
@@ -39,7 +40,10 @@ use crate::snapshot;
 pub struct FrozenBloomFilter {
     shape: Shape,
     array: BitArray<u64>,
+    /// Whether batches run the AVX2/BMI2 code.
     accelerated: bool,
+    /// The probe functions for this shape and CPU.
+    kernels: Kernels,
 }
 
 impl std::fmt::Debug for FrozenBloomFilter {
@@ -59,6 +63,7 @@ impl FrozenBloomFilter {
             shape,
             array,
             accelerated: accel::available(),
+            kernels: Kernels::for_shape(shape),
         }
     }
 
@@ -79,7 +84,7 @@ impl FrozenBloomFilter {
     #[inline]
     #[must_use]
     pub fn contains_hashed(&self, hash: KeyHash) -> bool {
-        accel::contains(self.shape, &self.array, hash, self.accelerated)
+        self.kernels.contains_plain(self.shape, &self.array, hash)
     }
 
     /// Queries many hashes at once, prefetching ahead as

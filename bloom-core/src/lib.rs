@@ -10,8 +10,10 @@
 //! - [`frozen`]: [`FrozenBloomFilter`], a filter that takes no more inserts,
 //!   over plain words, for the fastest queries.
 //! - `probe` (private): where a key's bits are and whether they are set,
-//!   written once for atomic and plain words; `accel` (private): the same
-//!   probes compiled for AVX2 and BMI2, chosen at run time; `bits`: the
+//!   written once for atomic and plain words; `kernels` (private): the
+//!   probe functions each filter calls through, chosen when it is made for
+//!   its layout, hash count and CPU; `accel` (private): the split-block
+//!   kernels and batches compiled for AVX2 and BMI2; `bits`: the
 //!   cache-line-aligned word array.
 //! - [`counting`]: [`CountingBloomFilter`], 4-bit saturating counters, for
 //!   sets that must forget keys.
@@ -25,8 +27,9 @@
 //! No I/O beyond the `Read`/`Write` a caller hands to the snapshot methods,
 //! no async. `unsafe` only where a benchmark shows it pays, each use
 //! documented where it is: a cache prefetch hint in batch queries
-//! (`sync::prefetch`), and in `accel` the calls into AVX2 code after the CPU
-//! was checked to have it and the vector loads and stores of one block.
+//! (`sync::prefetch`), the calls through `kernels`' function pointers, and
+//! in `accel` the calls into AVX2 code after the CPU was checked to have it
+//! and the vector loads and stores of one block.
 //!
 //! Under `--cfg bloom_loom` the atomics come from loom, so that
 //! `tests/loom.rs` can model-check inserts and the rebuild swap.
@@ -36,6 +39,7 @@
 
 mod accel;
 mod bits;
+mod kernels;
 mod probe;
 mod sync;
 

@@ -42,7 +42,14 @@ pub(crate) struct Shape {
 /// The block a key of a block layout lives in.
 #[inline(always)]
 pub(crate) fn block_of<W>(array: &BitArray<W>, hash: KeyHash) -> usize {
-    reduce(hash.h1(), array.blocks() as u64) as usize
+    block_index(array.blocks() as u64, hash)
+}
+
+/// The block a key lives in among `blocks`; always below `blocks` (when
+/// `blocks > 0`), which the vector kernels' unchecked addressing relies on.
+#[inline(always)]
+pub(crate) fn block_index(blocks: u64, hash: KeyHash) -> usize {
+    reduce(hash.h1(), blocks) as usize
 }
 
 /// Whether every bit of the key is set.

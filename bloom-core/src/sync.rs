@@ -99,23 +99,49 @@ pub(crate) fn set_bits_shared(word: &AtomicU64, mask: u64) -> bool {
 }
 
 /// Sets the `mask` bits of a word the caller has exclusive access to, with a
-/// plain read-modify-write (no locked instruction); returns whether any of
-/// them was unset before.
+/// plain read-modify-write (no locked instruction); returns those of them
+/// that were unset before. Callers OR the results of all a key's words and
+/// test once at the end: a test per word makes the compiler keep every old
+/// word alive to the end of an unrolled probe sequence, and spill them.
 #[inline]
-pub(crate) fn set_bits_exclusive(word: &mut AtomicU64, mask: u64) -> bool {
+pub(crate) fn set_bits_exclusive(word: &mut AtomicU64, mask: u64) -> u64 {
     #[cfg(not(bloom_loom))]
     {
         let word = word.get_mut();
-        let was_unset = *word & mask != mask;
+        let unset = mask & !*word;
         *word |= mask;
-        was_unset
+        unset
     }
     #[cfg(bloom_loom)]
     {
         word.with_mut(|word| {
-            let was_unset = *word & mask != mask;
+            let unset = mask & !*word;
             *word |= mask;
-            was_unset
+            unset
+        })
+    }
+}
+
+/// Sets bit `bit` (below 64) of a word the caller has exclusive access to;
+/// returns the old word shifted right by `bit`, so that bit 0 says whether
+/// that bit was set before. The standard layout's probes AND these and test
+/// bit 0 once at the end: two instructions a probe fewer than building a
+/// mask and testing it.
+#[inline(always)]
+pub(crate) fn set_bit_exclusive(word: &mut AtomicU64, bit: u32) -> u64 {
+    #[cfg(not(bloom_loom))]
+    {
+        let word = word.get_mut();
+        let was = *word >> bit;
+        *word |= 1 << bit;
+        was
+    }
+    #[cfg(bloom_loom)]
+    {
+        word.with_mut(|word| {
+            let was = *word >> bit;
+            *word |= 1 << bit;
+            was
         })
     }
 }
