@@ -17,10 +17,13 @@
 //! features, which [`available`] checked), and the vector loads and stores
 //! of one block, addressed by pointer; each block says why it is sound.
 
+#[cfg(not(bloom_loom))]
 use crate::bits::BitArray;
+#[cfg(not(bloom_loom))]
 use crate::hash::KeyHash;
 #[cfg(not(bloom_loom))]
 use crate::kernels::{Contains, InsertExclusive, Kernels};
+#[cfg(not(bloom_loom))]
 use crate::probe::{self, Shape};
 
 /// Whether this CPU runs the accelerated code (answered from the standard

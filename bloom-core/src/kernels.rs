@@ -50,6 +50,7 @@ impl Kernels {
 
     /// The kernels for `shape`, with the CPU-specific ones only when
     /// `accelerated` (which must then be `accel::available()`).
+    #[cfg_attr(bloom_loom, allow(unused_variables))]
     fn choose(shape: Shape, accelerated: bool) -> Self {
         let mut kernels = Self {
             contains: probe::contains::<AtomicU64>,
