@@ -27,8 +27,9 @@
 //! No I/O beyond the `Read`/`Write` a caller hands to the snapshot methods,
 //! no async. `unsafe` only where a benchmark shows it pays, each use
 //! documented where it is: a cache prefetch hint in batch queries
-//! (`sync::prefetch`), the calls through `kernels`' function pointers, and
-//! in `accel` the calls into AVX2 code after the CPU was checked to have it
+//! (`sync::prefetch`); in `kernels` the calls through each filter's
+//! function pointers and the standard layout's unchecked word index; in
+//! `accel` the calls into AVX2 code after the CPU was checked to have it
 //! and the vector loads and stores of one block.
 //!
 //! Under `--cfg bloom_loom` the atomics come from loom, so that
