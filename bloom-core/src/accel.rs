@@ -11,11 +11,12 @@
 //! only the frozen filter's queries and the exclusive `insert_mut` come
 //! here.
 //!
-//! `unsafe` here, and only here besides the prefetch hint in `sync` and
-//! the calls through `kernels`' pointers: each call of a
-//! `#[target_feature]` function (sound only on a CPU that has the
-//! features, which [`available`] checked), and the vector loads and stores
-//! of one block, addressed by pointer; each block says why it is sound.
+//! `unsafe` here (besides the prefetch hint in `sync` and, in `kernels`,
+//! the calls through each filter's pointers and the standard layout's
+//! unchecked word index): each call of a `#[target_feature]` function
+//! (sound only on a CPU that has the features, which [`available`]
+//! checked), and the vector loads and stores of one block, addressed by
+//! pointer; each block says why it is sound.
 
 #[cfg(not(bloom_loom))]
 use crate::bits::BitArray;
@@ -68,30 +69,22 @@ pub(crate) fn split_kernels(shape: Shape) -> Option<(Contains<u64>, InsertExclus
     }
 }
 
-/// The standard layout's kernels compiled for BMI2 (flag-free multiplies
-/// and shifts with free choice of registers: two instructions a probe
-/// fewer), for the hash counts `kernels` specialises.
+/// The standard layout's kernels with `K` hashes compiled for BMI2
+/// (flag-free multiplies and shifts with free choice of registers: two
+/// instructions a probe fewer), when this CPU has it.
 #[cfg(not(bloom_loom))]
-pub(crate) fn standard_kernels(shape: Shape) -> Option<Kernels> {
-    if shape.layout != crate::Layout::Standard || !available() {
+pub(crate) fn standard_kernels<const K: u32>() -> Option<Kernels> {
+    if !available() {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
     {
-        macro_rules! by_hashes {
-            ($($k:literal)*) => {
-                match shape.hashes {
-                    $($k => Some(Kernels {
-                        contains: x86::contains_standard::<$k, crate::sync::AtomicU64>,
-                        contains_plain: x86::contains_standard::<$k, u64>,
-                        insert_shared: x86::insert_standard_shared::<$k>,
-                        insert_exclusive: x86::insert_standard_exclusive::<$k>,
-                    }),)*
-                    _ => None,
-                }
-            };
-        }
-        by_hashes!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21)
+        Some(Kernels {
+            contains: x86::contains_standard::<K, crate::sync::AtomicU64>,
+            contains_plain: x86::contains_standard::<K, u64>,
+            insert_shared: x86::insert_standard_shared::<K>,
+            insert_exclusive: x86::insert_standard_exclusive::<K>,
+        })
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -229,51 +222,33 @@ mod x86 {
     }
 
     /// `kernels::contains_standard` compiled for BMI2.
-    ///
-    /// # Safety
-    ///
-    /// As `kernels::contains_standard`.
-    #[allow(unsafe_code)]
     #[target_feature(enable = "avx2,bmi2")]
-    pub(super) unsafe fn contains_standard<const K: u32, W: probe::Word>(
+    pub(super) fn contains_standard<const K: u32, W: probe::Word>(
         shape: Shape,
         array: &BitArray<W>,
         hash: KeyHash,
     ) -> bool {
-        // SAFETY: the caller's contract is this one's.
-        unsafe { crate::kernels::contains_standard::<K, W>(shape, array, hash) }
+        crate::kernels::contains_standard::<K, W>(shape, array, hash)
     }
 
     /// `kernels::insert_standard_shared` compiled for BMI2.
-    ///
-    /// # Safety
-    ///
-    /// As `kernels::insert_standard_shared`.
-    #[allow(unsafe_code)]
     #[target_feature(enable = "avx2,bmi2")]
-    pub(super) unsafe fn insert_standard_shared<const K: u32>(
+    pub(super) fn insert_standard_shared<const K: u32>(
         shape: Shape,
         array: &BitArray<AtomicU64>,
         hash: KeyHash,
     ) -> bool {
-        // SAFETY: the caller's contract is this one's.
-        unsafe { crate::kernels::insert_standard_shared::<K>(shape, array, hash) }
+        crate::kernels::insert_standard_shared::<K>(shape, array, hash)
     }
 
     /// `kernels::insert_standard_exclusive` compiled for BMI2.
-    ///
-    /// # Safety
-    ///
-    /// As `kernels::insert_standard_exclusive`.
-    #[allow(unsafe_code)]
     #[target_feature(enable = "avx2,bmi2")]
-    pub(super) unsafe fn insert_standard_exclusive<const K: u32>(
+    pub(super) fn insert_standard_exclusive<const K: u32>(
         shape: Shape,
         array: &mut BitArray<AtomicU64>,
         hash: KeyHash,
     ) -> bool {
-        // SAFETY: the caller's contract is this one's.
-        unsafe { crate::kernels::insert_standard_exclusive::<K>(shape, array, hash) }
+        crate::kernels::insert_standard_exclusive::<K>(shape, array, hash)
     }
 
     /// A batch, with the whole loop compiled for AVX2 and BMI2 (so every
@@ -387,10 +362,7 @@ mod tests {
                 #[allow(unsafe_code)]
                 // SAFETY: `split_kernels` checked this CPU.
                 let answer = unsafe { insert(shape, &mut vector, hash) };
-                #[allow(unsafe_code)]
-                // SAFETY: `shape` describes `portable`'s words.
-                let expected =
-                    unsafe { crate::kernels::insert_exclusive(shape, &mut portable, hash) };
+                let expected = crate::kernels::insert_exclusive(shape, &mut portable, hash);
                 assert_eq!(answer, expected, "k={hashes} key {key}");
                 newly += u32::from(answer);
             }

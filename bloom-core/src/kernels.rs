@@ -28,10 +28,10 @@ pub(crate) type InsertShared = unsafe fn(Shape, &BitArray<AtomicU64>, KeyHash) -
 pub(crate) type InsertExclusive = unsafe fn(Shape, &mut BitArray<AtomicU64>, KeyHash) -> bool;
 
 /// One filter's probe functions. The pointers are `unsafe fn` because some
-/// are compiled for CPU features ([`Kernels::for_shape`] hands those out
-/// only on a CPU that has them) and the standard layout's index their words
-/// unchecked; each must be called with the shape it was chosen for and that
-/// filter's array.
+/// are compiled for CPU features, which [`Kernels::for_shape`] hands out
+/// only on a CPU that has them; each is meant for the shape it was chosen
+/// for and that filter's array (any array is sound, only the answers would
+/// be wrong).
 #[derive(Clone, Copy)]
 pub(crate) struct Kernels {
     pub(crate) contains: Contains<AtomicU64>,
@@ -42,56 +42,69 @@ pub(crate) struct Kernels {
 }
 
 impl Kernels {
-    /// The fastest kernels this CPU runs for `shape`. Each is then called
-    /// only with `shape` and an array of `shape.bits / 64` words.
+    /// The fastest kernels this CPU runs for `shape`, to be called with
+    /// `shape` and the array of the filter it describes.
     pub(crate) fn for_shape(shape: Shape) -> Self {
         Self::choose(shape, accel::available())
     }
 
-    /// The kernels for `shape`, with the CPU-specific ones only when
-    /// `accelerated` (which must then be `accel::available()`).
+    /// The kernels for `shape`, the CPU-specific ones only when
+    /// `accelerated` (tests pass `false` to check the portable ones).
     #[cfg_attr(bloom_loom, allow(unused_variables))]
     fn choose(shape: Shape, accelerated: bool) -> Self {
-        let mut kernels = Self {
+        let portable = Self {
             contains: probe::contains::<AtomicU64>,
             #[cfg(not(bloom_loom))]
             contains_plain: probe::contains::<u64>,
             insert_shared,
             insert_exclusive,
         };
-        if shape.layout == Layout::Standard {
-            // The hash counts sizing produces down to p near 1e-6; others
-            // keep the loop over a run-time count.
-            macro_rules! by_hashes {
-                ($($k:literal)*) => {
-                    match shape.hashes {
-                        $($k => {
-                            kernels.contains = contains_standard::<$k, AtomicU64>;
-                            #[cfg(not(bloom_loom))]
-                            {
-                                kernels.contains_plain = contains_standard::<$k, u64>;
-                            }
-                            kernels.insert_shared = insert_standard_shared::<$k>;
-                            kernels.insert_exclusive = insert_standard_exclusive::<$k>;
-                        })*
-                        _ => {}
-                    }
-                };
+        match shape.layout {
+            Layout::Standard => {
+                // The hash counts sizing produces down to p near 1e-6;
+                // others keep the loop over a run-time count.
+                macro_rules! by_hashes {
+                    ($($k:literal)*) => {
+                        match shape.hashes {
+                            $($k => Self::standard::<$k>(accelerated),)*
+                            _ => portable,
+                        }
+                    };
+                }
+                by_hashes!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21)
             }
-            by_hashes!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21);
-            #[cfg(not(bloom_loom))]
-            if let Some(bmi2) = accel::standard_kernels(shape).filter(|_| accelerated) {
-                kernels = bmi2;
+            Layout::Blocked => portable,
+            Layout::SplitBlock => {
+                #[cfg(not(bloom_loom))]
+                if let Some((contains_plain, insert_exclusive)) =
+                    accel::split_kernels(shape).filter(|_| accelerated)
+                {
+                    return Self {
+                        contains_plain,
+                        insert_exclusive,
+                        ..portable
+                    };
+                }
+                portable
             }
         }
+    }
+
+    /// The standard layout's kernels with `K` hashes: compiled for BMI2
+    /// when `accelerated` and this CPU has it.
+    #[cfg_attr(bloom_loom, allow(unused_variables))]
+    fn standard<const K: u32>(accelerated: bool) -> Self {
         #[cfg(not(bloom_loom))]
-        if let Some((contains_plain, insert_exclusive)) =
-            accel::split_kernels(shape).filter(|_| accelerated)
-        {
-            kernels.contains_plain = contains_plain;
-            kernels.insert_exclusive = insert_exclusive;
+        if accelerated && let Some(bmi2) = accel::standard_kernels::<K>() {
+            return bmi2;
         }
-        kernels
+        Self {
+            contains: contains_standard::<K, AtomicU64>,
+            #[cfg(not(bloom_loom))]
+            contains_plain: contains_standard::<K, u64>,
+            insert_shared: insert_standard_shared::<K>,
+            insert_exclusive: insert_standard_exclusive::<K>,
+        }
     }
 
     /// Whether every bit of the key is set, over atomic words.
@@ -103,8 +116,7 @@ impl Kernels {
         hash: KeyHash,
     ) -> bool {
         #[allow(unsafe_code)]
-        // SAFETY: `for_shape` chose the kernel for `shape` on this CPU, and
-        // the filters call it only with their own shape and array.
+        // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
             (self.contains)(shape, array, hash)
         }
@@ -120,8 +132,7 @@ impl Kernels {
         hash: KeyHash,
     ) -> bool {
         #[allow(unsafe_code)]
-        // SAFETY: `for_shape` chose the kernel for `shape` on this CPU, and
-        // the filters call it only with their own shape and array.
+        // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
             (self.contains_plain)(shape, array, hash)
         }
@@ -137,8 +148,7 @@ impl Kernels {
         hash: KeyHash,
     ) -> bool {
         #[allow(unsafe_code)]
-        // SAFETY: `for_shape` chose the kernel for `shape` on this CPU, and
-        // the filters call it only with their own shape and array.
+        // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
             (self.insert_shared)(shape, array, hash)
         }
@@ -153,90 +163,73 @@ impl Kernels {
         hash: KeyHash,
     ) -> bool {
         #[allow(unsafe_code)]
-        // SAFETY: `for_shape` chose the kernel for `shape` on this CPU, and
-        // the filters call it only with their own shape and array.
+        // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
             (self.insert_exclusive)(shape, array, hash)
         }
     }
 }
 
-// The standard layout's kernels index their words unchecked: a probe's
-// word is `reduce(x, bits) / 64`, below `bits / 64` because `reduce` maps
-// into `0..bits`, and every filter's array holds exactly `bits / 64` words.
-// The bounds check the compiler cannot remove is two instructions of the
-// dozen a probe takes, and out of cache the instruction count is the
-// throughput: 0.87x against 0.95-0.98x of fastbloom's exclusive insert
-// with it removed, in an interleaved A/B at 10 million keys.
-//
-// # Safety (every function below that takes a shape and an array)
-//
-// `shape.bits` is 64 times the number of words of `array`: true of a
-// filter's own shape and array, which is all `Kernels` is ever called with.
+/// The standard layout's probes of a key into `words` words, as (word,
+/// bit in word). The range comes from the array itself rather than the
+/// shape, so that the word index is below `words` for any shape a caller
+/// passes: `reduce` maps into `0..words * 64`. That is what lets the
+/// kernels index unchecked. The bounds check the compiler cannot remove is
+/// two instructions of the dozen a probe takes, and out of cache the
+/// instruction count is the throughput: 0.87x against 0.95-0.98x of
+/// fastbloom's exclusive insert without it, in an interleaved A/B at 10
+/// million keys.
+#[inline(always)]
+fn standard_probes(words: usize, hashes: u32, hash: KeyHash) -> impl Iterator<Item = (usize, u32)> {
+    let bits = words as u64 * 64;
+    let mut probes = Probes::new(hash);
+    (0..hashes).map(move |_| {
+        let bit = reduce(probes.next_raw(), bits);
+        ((bit / 64) as usize, (bit % 64) as u32)
+    })
+}
 
 /// The standard layout's query with `K` hashes.
-#[allow(unsafe_code)]
 #[inline(always)]
-pub(crate) unsafe fn contains_standard<const K: u32, W: Word>(
+pub(crate) fn contains_standard<const K: u32, W: Word>(
     shape: Shape,
     array: &BitArray<W>,
     hash: KeyHash,
 ) -> bool {
+    debug_assert_eq!(shape.bits, array.words().len() as u64 * 64);
     let words = array.words();
-    let mut probes = Probes::new(hash);
-    for _ in 0..K {
-        let bit = reduce(probes.next_raw(), shape.bits);
+    standard_probes(words.len(), K, hash).all(|(index, bit)| {
         #[allow(unsafe_code)]
-        // SAFETY: `bit / 64 < words.len()` (see the section's comment).
-        let word = unsafe { words.get_unchecked((bit / 64) as usize) };
-        if word.get() & (1 << (bit % 64)) == 0 {
-            return false;
-        }
-    }
-    true
+        // SAFETY: `index < words.len()` (see `standard_probes`).
+        let word = unsafe { words.get_unchecked(index) };
+        word.get() & (1 << bit) != 0
+    })
 }
 
 /// The standard layout's shared insert with `K` hashes.
-#[allow(unsafe_code)]
 #[inline(always)]
-pub(crate) unsafe fn insert_standard_shared<const K: u32>(
+pub(crate) fn insert_standard_shared<const K: u32>(
     shape: Shape,
     array: &BitArray<AtomicU64>,
     hash: KeyHash,
 ) -> bool {
-    #[allow(unsafe_code)]
-    // SAFETY: the caller's contract is this one's.
-    unsafe {
-        standard_shared(Shape { hashes: K, ..shape }, array, hash)
-    }
+    standard_shared(Shape { hashes: K, ..shape }, array, hash)
 }
 
 /// The standard layout's exclusive insert with `K` hashes.
-#[allow(unsafe_code)]
 #[inline(always)]
-pub(crate) unsafe fn insert_standard_exclusive<const K: u32>(
+pub(crate) fn insert_standard_exclusive<const K: u32>(
     shape: Shape,
     array: &mut BitArray<AtomicU64>,
     hash: KeyHash,
 ) -> bool {
-    #[allow(unsafe_code)]
-    // SAFETY: the caller's contract is this one's.
-    unsafe {
-        standard_exclusive(Shape { hashes: K, ..shape }, array, hash)
-    }
+    standard_exclusive(Shape { hashes: K, ..shape }, array, hash)
 }
 
 /// Any layout's shared insert.
-#[allow(unsafe_code)]
-pub(crate) unsafe fn insert_shared(
-    shape: Shape,
-    array: &BitArray<AtomicU64>,
-    hash: KeyHash,
-) -> bool {
+pub(crate) fn insert_shared(shape: Shape, array: &BitArray<AtomicU64>, hash: KeyHash) -> bool {
     match shape.layout {
-        #[allow(unsafe_code)]
-        // SAFETY: the caller's contract is this one's.
-        Layout::Standard => unsafe { standard_shared(shape, array, hash) },
+        Layout::Standard => standard_shared(shape, array, hash),
         Layout::Blocked | Layout::SplitBlock => {
             let (block, masks) = probe::block_masks(shape, array, hash);
             let mut newly = false;
@@ -249,16 +242,13 @@ pub(crate) unsafe fn insert_shared(
 }
 
 /// Any layout's exclusive insert, portably.
-#[allow(unsafe_code)]
-pub(crate) unsafe fn insert_exclusive(
+pub(crate) fn insert_exclusive(
     shape: Shape,
     array: &mut BitArray<AtomicU64>,
     hash: KeyHash,
 ) -> bool {
     match shape.layout {
-        #[allow(unsafe_code)]
-        // SAFETY: the caller's contract is this one's.
-        Layout::Standard => unsafe { standard_exclusive(shape, array, hash) },
+        Layout::Standard => standard_exclusive(shape, array, hash),
         Layout::Blocked | Layout::SplitBlock => {
             let (block, masks) = probe::block_masks(shape, array, hash);
             let mut unset = 0;
@@ -270,34 +260,30 @@ pub(crate) unsafe fn insert_exclusive(
     }
 }
 
-#[allow(unsafe_code)]
 #[inline(always)]
-unsafe fn standard_shared(shape: Shape, array: &BitArray<AtomicU64>, hash: KeyHash) -> bool {
+fn standard_shared(shape: Shape, array: &BitArray<AtomicU64>, hash: KeyHash) -> bool {
+    debug_assert_eq!(shape.bits, array.words().len() as u64 * 64);
     let words = array.words();
     let mut newly = false;
-    let mut probes = Probes::new(hash);
-    for _ in 0..shape.hashes {
-        let bit = reduce(probes.next_raw(), shape.bits);
+    for (index, bit) in standard_probes(words.len(), shape.hashes, hash) {
         #[allow(unsafe_code)]
-        // SAFETY: `bit / 64 < words.len()` (see the section's comment).
-        let word = unsafe { words.get_unchecked((bit / 64) as usize) };
-        newly |= set_bits_shared(word, 1 << (bit % 64));
+        // SAFETY: `index < words.len()` (see `standard_probes`).
+        let word = unsafe { words.get_unchecked(index) };
+        newly |= set_bits_shared(word, 1 << bit);
     }
     newly
 }
 
-#[allow(unsafe_code)]
 #[inline(always)]
-unsafe fn standard_exclusive(shape: Shape, array: &mut BitArray<AtomicU64>, hash: KeyHash) -> bool {
+fn standard_exclusive(shape: Shape, array: &mut BitArray<AtomicU64>, hash: KeyHash) -> bool {
+    debug_assert_eq!(shape.bits, array.words().len() as u64 * 64);
     let words = array.words_mut();
     let mut all_set = u64::MAX;
-    let mut probes = Probes::new(hash);
-    for _ in 0..shape.hashes {
-        let bit = reduce(probes.next_raw(), shape.bits);
+    for (index, bit) in standard_probes(words.len(), shape.hashes, hash) {
         #[allow(unsafe_code)]
-        // SAFETY: `bit / 64 < words.len()` (see the section's comment).
-        let word = unsafe { words.get_unchecked_mut((bit / 64) as usize) };
-        all_set &= set_bit_exclusive(word, (bit % 64) as u32);
+        // SAFETY: `index < words.len()` (see `standard_probes`).
+        let word = unsafe { words.get_unchecked_mut(index) };
+        all_set &= set_bit_exclusive(word, bit);
     }
     // Bit 0 of each shifted old word said whether its bit was set.
     all_set & 1 == 0
@@ -338,9 +324,7 @@ mod tests {
                 for key in 0..20_000_u32 {
                     // Keys repeat, so that "already there" answers occur.
                     let hash = KeyHash::of(&(key % 15_000).to_le_bytes());
-                    #[allow(unsafe_code)]
-                    // SAFETY: `shape` describes the arrays' words.
-                    let expected = unsafe { insert_exclusive(shape, &mut portable, hash) };
+                    let expected = insert_exclusive(shape, &mut portable, hash);
                     let label = format!("{layout} k={hashes} key {key}");
                     assert_eq!(
                         kernels.insert_exclusive(shape, &mut fast, hash),
