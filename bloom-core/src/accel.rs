@@ -159,7 +159,7 @@ mod x86 {
     /// by shifting ones) saves two instructions a stream.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_split<const STREAMS: usize>(
-        _shape: Shape,
+        _shape: &Shape,
         array: &BitArray<u64>,
         hash: KeyHash,
     ) -> bool {
@@ -187,7 +187,7 @@ mod x86 {
     /// Sets the key's bits in the line; whether any was unset.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split<const STREAMS: usize>(
-        _shape: Shape,
+        _shape: &Shape,
         array: &mut BitArray<AtomicU64>,
         hash: KeyHash,
     ) -> bool {
@@ -224,7 +224,7 @@ mod x86 {
     /// `kernels::contains_standard` compiled for BMI2.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_standard<const K: u32, W: probe::Word>(
-        shape: Shape,
+        shape: &Shape,
         array: &BitArray<W>,
         hash: KeyHash,
     ) -> bool {
@@ -234,7 +234,7 @@ mod x86 {
     /// `kernels::insert_standard_shared` compiled for BMI2.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_standard_shared<const K: u32>(
-        shape: Shape,
+        shape: &Shape,
         array: &BitArray<AtomicU64>,
         hash: KeyHash,
     ) -> bool {
@@ -244,7 +244,7 @@ mod x86 {
     /// `kernels::insert_standard_exclusive` compiled for BMI2.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_standard_exclusive<const K: u32>(
-        shape: Shape,
+        shape: &Shape,
         array: &mut BitArray<AtomicU64>,
         hash: KeyHash,
     ) -> bool {
@@ -271,7 +271,7 @@ mod x86 {
             ($($streams:literal)*) => {
                 match shape.hashes / SPLIT_WORDS {
                     $($streams => probe::contains_batch(shape, array, hashes, out, |hash| {
-                        contains_split::<$streams>(shape, array, hash)
+                        contains_split::<$streams>(&shape, array, hash)
                     }),)*
                     _ => unreachable!("k is a multiple of 8 up to 64"),
                 }
@@ -328,7 +328,7 @@ mod tests {
                 let portable = probe::contains(shape, &array, hash);
                 #[allow(unsafe_code)]
                 // SAFETY: `split_kernels` checked this CPU.
-                let vector = unsafe { contains(shape, &array, hash) };
+                let vector = unsafe { contains(&shape, &array, hash) };
                 assert_eq!(portable, vector, "k={hashes} {hash:?}");
                 assert_eq!(portable, batched, "batch, k={hashes} {hash:?}");
                 if portable { present += 1 } else { absent += 1 }
@@ -361,8 +361,8 @@ mod tests {
                 let hash = KeyHash::of(&(key % 2_000).to_le_bytes());
                 #[allow(unsafe_code)]
                 // SAFETY: `split_kernels` checked this CPU.
-                let answer = unsafe { insert(shape, &mut vector, hash) };
-                let expected = crate::kernels::insert_exclusive(shape, &mut portable, hash);
+                let answer = unsafe { insert(&shape, &mut vector, hash) };
+                let expected = crate::kernels::insert_exclusive(&shape, &mut portable, hash);
                 assert_eq!(answer, expected, "k={hashes} key {key}");
                 newly += u32::from(answer);
             }

@@ -253,7 +253,7 @@ impl BloomFilter {
     /// [`insert`](Self::insert) with a hash computed once by the caller.
     #[inline]
     pub fn insert_hashed(&self, hash: KeyHash) -> bool {
-        self.kernels.insert_shared(self.shape, &self.array, hash)
+        self.kernels.insert_shared(&self.shape, &self.array, hash)
     }
 
     /// [`insert`](Self::insert) for a caller with exclusive access, e.g. one
@@ -271,14 +271,14 @@ impl BloomFilter {
     #[inline]
     pub fn insert_hashed_mut(&mut self, hash: KeyHash) -> bool {
         self.kernels
-            .insert_exclusive(self.shape, &mut self.array, hash)
+            .insert_exclusive(&self.shape, &mut self.array, hash)
     }
 
     /// [`contains`](Self::contains) with a hash computed once by the caller.
     #[inline]
     #[must_use]
     pub fn contains_hashed(&self, hash: KeyHash) -> bool {
-        self.kernels.contains(self.shape, &self.array, hash)
+        self.kernels.contains(&self.shape, &self.array, hash)
     }
 
     /// Queries many hashes at once, writing one answer per hash into `out`

@@ -20,12 +20,19 @@ use crate::hash::{KeyHash, Probes, reduce};
 use crate::probe::{self, Shape, Word};
 use crate::sync::{AtomicU64, set_bit_exclusive, set_bits_exclusive, set_bits_shared};
 
+// The shape goes by reference: by value, three fields make it an argument
+// the caller passes as a pointer to a fresh copy, so every caller's loop
+// copied it onto its stack before each call (three instructions a key more;
+// in an interleaved A/B at 10 million keys, k = 13, 0.66 -> 0.80x of
+// fastbloom on prehashed absent queries, 0.91-0.97 -> 0.99-1.06x on
+// inserts).
+
 /// A query over words of type `W`.
-pub(crate) type Contains<W> = unsafe fn(Shape, &BitArray<W>, KeyHash) -> bool;
+pub(crate) type Contains<W> = unsafe fn(&Shape, &BitArray<W>, KeyHash) -> bool;
 /// An insert through shared access (atomic words, any number of threads).
-pub(crate) type InsertShared = unsafe fn(Shape, &BitArray<AtomicU64>, KeyHash) -> bool;
+pub(crate) type InsertShared = unsafe fn(&Shape, &BitArray<AtomicU64>, KeyHash) -> bool;
 /// An insert through exclusive access.
-pub(crate) type InsertExclusive = unsafe fn(Shape, &mut BitArray<AtomicU64>, KeyHash) -> bool;
+pub(crate) type InsertExclusive = unsafe fn(&Shape, &mut BitArray<AtomicU64>, KeyHash) -> bool;
 
 /// One filter's probe functions. The pointers are `unsafe fn` because some
 /// are compiled for CPU features, which [`Kernels::for_shape`] hands out
@@ -53,9 +60,9 @@ impl Kernels {
     #[cfg_attr(bloom_loom, allow(unused_variables))]
     fn choose(shape: Shape, accelerated: bool) -> Self {
         let portable = Self {
-            contains: probe::contains::<AtomicU64>,
+            contains: contains::<AtomicU64>,
             #[cfg(not(bloom_loom))]
-            contains_plain: probe::contains::<u64>,
+            contains_plain: contains::<u64>,
             insert_shared,
             insert_exclusive,
         };
@@ -111,7 +118,7 @@ impl Kernels {
     #[inline(always)]
     pub(crate) fn contains(
         &self,
-        shape: Shape,
+        shape: &Shape,
         array: &BitArray<AtomicU64>,
         hash: KeyHash,
     ) -> bool {
@@ -127,7 +134,7 @@ impl Kernels {
     #[inline(always)]
     pub(crate) fn contains_plain(
         &self,
-        shape: Shape,
+        shape: &Shape,
         array: &BitArray<u64>,
         hash: KeyHash,
     ) -> bool {
@@ -143,7 +150,7 @@ impl Kernels {
     #[inline(always)]
     pub(crate) fn insert_shared(
         &self,
-        shape: Shape,
+        shape: &Shape,
         array: &BitArray<AtomicU64>,
         hash: KeyHash,
     ) -> bool {
@@ -158,7 +165,7 @@ impl Kernels {
     #[inline(always)]
     pub(crate) fn insert_exclusive(
         &self,
-        shape: Shape,
+        shape: &Shape,
         array: &mut BitArray<AtomicU64>,
         hash: KeyHash,
     ) -> bool {
@@ -189,10 +196,15 @@ fn standard_probes(words: usize, hashes: u32, hash: KeyHash) -> impl Iterator<It
     })
 }
 
+/// Any layout's query, portably.
+fn contains<W: Word>(shape: &Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
+    probe::contains(*shape, array, hash)
+}
+
 /// The standard layout's query with `K` hashes.
 #[inline(always)]
 pub(crate) fn contains_standard<const K: u32, W: Word>(
-    shape: Shape,
+    shape: &Shape,
     array: &BitArray<W>,
     hash: KeyHash,
 ) -> bool {
@@ -209,29 +221,43 @@ pub(crate) fn contains_standard<const K: u32, W: Word>(
 /// The standard layout's shared insert with `K` hashes.
 #[inline(always)]
 pub(crate) fn insert_standard_shared<const K: u32>(
-    shape: Shape,
+    shape: &Shape,
     array: &BitArray<AtomicU64>,
     hash: KeyHash,
 ) -> bool {
-    standard_shared(Shape { hashes: K, ..shape }, array, hash)
+    standard_shared(
+        Shape {
+            hashes: K,
+            ..*shape
+        },
+        array,
+        hash,
+    )
 }
 
 /// The standard layout's exclusive insert with `K` hashes.
 #[inline(always)]
 pub(crate) fn insert_standard_exclusive<const K: u32>(
-    shape: Shape,
+    shape: &Shape,
     array: &mut BitArray<AtomicU64>,
     hash: KeyHash,
 ) -> bool {
-    standard_exclusive(Shape { hashes: K, ..shape }, array, hash)
+    standard_exclusive(
+        Shape {
+            hashes: K,
+            ..*shape
+        },
+        array,
+        hash,
+    )
 }
 
 /// Any layout's shared insert.
-pub(crate) fn insert_shared(shape: Shape, array: &BitArray<AtomicU64>, hash: KeyHash) -> bool {
+pub(crate) fn insert_shared(shape: &Shape, array: &BitArray<AtomicU64>, hash: KeyHash) -> bool {
     match shape.layout {
-        Layout::Standard => standard_shared(shape, array, hash),
+        Layout::Standard => standard_shared(*shape, array, hash),
         Layout::Blocked | Layout::SplitBlock => {
-            let (block, masks) = probe::block_masks(shape, array, hash);
+            let (block, masks) = probe::block_masks(*shape, array, hash);
             let mut newly = false;
             for (word, mask) in array.block(block).iter().zip(masks) {
                 newly |= set_bits_shared(word, mask);
@@ -243,14 +269,14 @@ pub(crate) fn insert_shared(shape: Shape, array: &BitArray<AtomicU64>, hash: Key
 
 /// Any layout's exclusive insert, portably.
 pub(crate) fn insert_exclusive(
-    shape: Shape,
+    shape: &Shape,
     array: &mut BitArray<AtomicU64>,
     hash: KeyHash,
 ) -> bool {
     match shape.layout {
-        Layout::Standard => standard_exclusive(shape, array, hash),
+        Layout::Standard => standard_exclusive(*shape, array, hash),
         Layout::Blocked | Layout::SplitBlock => {
-            let (block, masks) = probe::block_masks(shape, array, hash);
+            let (block, masks) = probe::block_masks(*shape, array, hash);
             let mut unset = 0;
             for (word, mask) in array.block_mut(block).iter_mut().zip(masks) {
                 unset |= set_bits_exclusive(word, mask);
@@ -324,15 +350,15 @@ mod tests {
                 for key in 0..20_000_u32 {
                     // Keys repeat, so that "already there" answers occur.
                     let hash = KeyHash::of(&(key % 15_000).to_le_bytes());
-                    let expected = insert_exclusive(shape, &mut portable, hash);
+                    let expected = insert_exclusive(&shape, &mut portable, hash);
                     let label = format!("{layout} k={hashes} key {key}");
                     assert_eq!(
-                        kernels.insert_exclusive(shape, &mut fast, hash),
+                        kernels.insert_exclusive(&shape, &mut fast, hash),
                         expected,
                         "{label}"
                     );
                     assert_eq!(
-                        kernels.insert_shared(shape, &fast_shared, hash),
+                        kernels.insert_shared(&shape, &fast_shared, hash),
                         expected,
                         "{label}"
                     );
@@ -344,7 +370,7 @@ mod tests {
                     };
                     let expected = probe::contains(shape, &portable, probe);
                     assert_eq!(
-                        kernels.contains(shape, &portable, probe),
+                        kernels.contains(&shape, &portable, probe),
                         expected,
                         "{label}"
                     );
@@ -366,7 +392,7 @@ mod tests {
                     for key in 0..20_000_u32 {
                         let probe = KeyHash::of(&(key / 2 + 1_000_000 * (key % 2)).to_le_bytes());
                         assert_eq!(
-                            kernels.contains_plain(shape, &plain, probe),
+                            kernels.contains_plain(&shape, &plain, probe),
                             probe::contains(shape, &plain, probe),
                             "{layout} k={hashes} plain, key {key}"
                         );
