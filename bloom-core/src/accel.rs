@@ -83,7 +83,7 @@ pub(crate) fn standard_kernels<const K: u32>() -> Option<Kernels> {
             contains: x86::contains_standard::<K, crate::sync::AtomicU64>,
             contains_plain: x86::contains_standard::<K, u64>,
             insert_shared: x86::insert_standard_shared::<K>,
-            insert_exclusive: x86::insert_standard_exclusive::<K>,
+            insert_exclusive: crate::kernels::insert_exclusive,
         })
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -239,16 +239,6 @@ mod x86 {
         hash: KeyHash,
     ) -> bool {
         crate::kernels::insert_standard_shared::<K>(shape, array, hash)
-    }
-
-    /// `kernels::insert_standard_exclusive` compiled for BMI2.
-    #[target_feature(enable = "avx2,bmi2")]
-    pub(super) fn insert_standard_exclusive<const K: u32>(
-        shape: &Shape,
-        array: &mut BitArray<AtomicU64>,
-        hash: KeyHash,
-    ) -> bool {
-        crate::kernels::insert_standard_exclusive::<K>(shape, array, hash)
     }
 
     /// A batch, with the whole loop compiled for AVX2 and BMI2 (so every
