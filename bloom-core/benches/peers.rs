@@ -12,8 +12,10 @@
 //! atomic filter), bloomfilter (SipHash, its only hasher), sbbf-rs-safe (the
 //! Parquet split-block filter, SIMD). Standard-layout filters get the bits
 //! our standard layout chose for (n, p); the blocked ones get the bits our
-//! blocked layout chose. Where split-block sizing picks k above 8, a k = 8
-//! split-block row at the same bits (sbbf-rs-safe's k) leads its group. Each figure is the median of five passes over all
+//! blocked layout chose, or each split-block layout chose in its group.
+//! Where split-block sizing picks k above 8, a k = 8 row at the same bits
+//! (sbbf-rs-safe's k) leads its group. Each figure is the median of five
+//! passes over all
 //! keys; passes of all candidates are interleaved so drift hits all alike,
 //! and each ratio is the median of the five per-pass ratios. Every insert's
 //! answer (whether the key was new) is consumed.
@@ -529,7 +531,7 @@ fn main() {
     let only: Option<Layout> = args.iter().position(|a| a == "--layout").map(|position| {
         args.get(position + 1)
             .and_then(|v| v.parse().ok())
-            .expect("--layout needs standard, blocked or split-block")
+            .expect("--layout needs standard, blocked, split-block or split-block-256")
     });
     let wanted = |layout: Layout| !batch_only && only.is_none_or(|o| o == layout);
 
@@ -697,6 +699,57 @@ fn main() {
             );
         }
 
+        if wanted(Layout::SplitBlock256) {
+            let split =
+                BloomFilter::with_layout(Layout::SplitBlock256, n, p).expect("valid parameters");
+            let (bits_y, k_y) = (split.bits() as usize, split.hashes());
+            drop(split);
+            let ours = move || BloomFilter::with_layout(Layout::SplitBlock256, n, p).unwrap();
+            let mut specs = vec![
+                Spec {
+                    name: "bloom-core split-block-256, insert_mut, frozen for queries",
+                    make: Box::new(move || Candidate::OursFrozen {
+                        building: Some(ours()),
+                        frozen: None,
+                    }),
+                },
+                Spec {
+                    name: "bloom-core split-block-256",
+                    make: Box::new(move || Candidate::Ours(ours())),
+                },
+                Spec {
+                    name: "sbbf-rs-safe 0.3",
+                    make: Box::new(move || Candidate::Sbbf(sbbf_rs_safe::Filter::new(bits_y, 1))),
+                },
+            ];
+            if k_y > 8 {
+                // As for the split-block group: sbbf-rs-safe's k at the
+                // same bits leads.
+                specs.insert(
+                    0,
+                    Spec {
+                        name: "bloom-core split-block-256 k = 8, insert_mut, frozen for queries",
+                        make: Box::new(move || Candidate::OursFrozen {
+                            building: Some(
+                                BloomFilter::with_params(Layout::SplitBlock256, bits_y as u64, 8)
+                                    .unwrap(),
+                            ),
+                            frozen: None,
+                        }),
+                    },
+                );
+            }
+            run_group(
+                &format!("Split-block-256 layout, p = {p} (k = {k_y})"),
+                bits_y as f64 / keys as f64,
+                &specs,
+                &present,
+                &absent,
+                &present_hashes,
+                &absent_hashes,
+            );
+        }
+
         println!("\n### Batch queries, p = {p} (prehashed, ns per key)\n");
         println!(
             "| layout | batch present | batch absent | one by one absent | random load, filter-sized array (batch present per line / load) | random load, 256 MB array | batch present per line / 256 MB load |"
@@ -711,7 +764,7 @@ fn main() {
                 filter.insert_hashed(hash);
             }
             run_batch(Batched::Live(&filter), &present_hashes, &absent_hashes);
-            if layout == Layout::SplitBlock {
+            if matches!(layout, Layout::SplitBlock | Layout::SplitBlock256) {
                 let frozen = filter.freeze();
                 run_batch(Batched::Frozen(&frozen), &present_hashes, &absent_hashes);
             }

@@ -45,23 +45,27 @@ pub(crate) fn available() -> bool {
 /// `shape` when this CPU runs the vector kernels.
 #[cfg(not(bloom_loom))]
 pub(crate) fn split_kernels(shape: Shape) -> Option<(Contains<u64>, InsertExclusive)> {
-    if shape.layout != crate::Layout::SplitBlock || !available() {
+    if !shape.layout.is_split() || !available() {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
     {
         macro_rules! by_streams {
-            ($($streams:literal)*) => {
+            ($contains:ident $insert:ident $($streams:literal)*) => {
                 match shape.hashes / crate::model::SPLIT_WORDS {
                     $($streams => Some((
-                        x86::contains_split::<$streams> as Contains<u64>,
-                        x86::insert_split::<$streams> as InsertExclusive,
+                        x86::$contains::<$streams> as Contains<u64>,
+                        x86::$insert::<$streams> as InsertExclusive,
                     )),)*
                     _ => None,
                 }
             };
         }
-        by_streams!(1 2 3 4 5 6 7 8)
+        if shape.layout == crate::Layout::SplitBlock256 {
+            by_streams!(contains_split_256 insert_split_256 1 2 3 4 5 6 7 8)
+        } else {
+            by_streams!(contains_split insert_split 1 2 3 4 5 6 7 8)
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -120,7 +124,8 @@ pub(crate) fn contains_batch(
 mod x86 {
     use std::arch::x86_64::{
         __m256i, _mm256_and_si256, _mm256_andnot_si256, _mm256_loadu_si256, _mm256_or_si256,
-        _mm256_set1_epi64x, _mm256_setr_epi64x, _mm256_setzero_si256, _mm256_sllv_epi64,
+        _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi32, _mm256_setr_epi64x,
+        _mm256_setzero_si256, _mm256_sllv_epi32, _mm256_sllv_epi64, _mm256_srlv_epi32,
         _mm256_srlv_epi64, _mm256_storeu_si256, _mm256_testc_si256, _mm256_testz_si256,
     };
 
@@ -221,6 +226,86 @@ mod x86 {
         }
     }
 
+    /// The shift counts one stream gives a 256-bit bucket's eight 32-bit
+    /// words: `SplitPositions::bit_in_256`'s 5-bit fields, one vector
+    /// shift of the stream broadcast as 64-bit lanes (whose 32-bit halves
+    /// alternate low, high).
+    #[target_feature(enable = "avx2,bmi2")]
+    #[inline]
+    fn field_counts_256(stream: u64) -> __m256i {
+        _mm256_and_si256(
+            _mm256_srlv_epi32(
+                _mm256_set1_epi64x(stream as i64),
+                _mm256_setr_epi32(0, 0, 5, 5, 10, 10, 15, 15),
+            ),
+            _mm256_set1_epi32(31),
+        )
+    }
+
+    /// Where the key's 256-bit bucket starts, in words from the array's
+    /// first. The bucket is below `2 * blocks()` (`reduce` maps into
+    /// `0..buckets`), so its four words from here are within the array's.
+    #[inline(always)]
+    fn bucket_offset<W>(array: &BitArray<W>, hash: KeyHash) -> usize {
+        probe::bucket_index(array.blocks() as u64 * 2, hash) * probe::WORDS_PER_BUCKET
+    }
+
+    /// The 256-bit split-block query: one load of the bucket, and per
+    /// stream a right shift of each 32-bit word by its field, which brings
+    /// the tested bit to bit 0.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) fn contains_split_256<const STREAMS: usize>(
+        _shape: &Shape,
+        array: &BitArray<u64>,
+        hash: KeyHash,
+    ) -> bool {
+        let bucket = array
+            .as_ptr()
+            .wrapping_add(bucket_offset(array, hash))
+            .cast::<__m256i>();
+        #[allow(unsafe_code)]
+        // SAFETY: `bucket` addresses the key's bucket, four words of
+        // `array` (see `bucket_offset`), borrowed shared; unaligned loads
+        // are allowed.
+        let words = unsafe { _mm256_loadu_si256(bucket) };
+        let mut all = _mm256_set1_epi32(-1);
+        for stream in SplitPositions::new(hash).streams::<STREAMS>() {
+            all = _mm256_and_si256(all, _mm256_srlv_epi32(words, field_counts_256(stream)));
+        }
+        _mm256_testc_si256(all, _mm256_set1_epi32(1)) != 0
+    }
+
+    /// Sets the key's bits in its 256-bit bucket; whether any was unset.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) fn insert_split_256<const STREAMS: usize>(
+        _shape: &Shape,
+        array: &mut BitArray<AtomicU64>,
+        hash: KeyHash,
+    ) -> bool {
+        let one = _mm256_set1_epi32(1);
+        let mut mask = _mm256_setzero_si256();
+        for stream in SplitPositions::new(hash).streams::<STREAMS>() {
+            mask = _mm256_or_si256(mask, _mm256_sllv_epi32(one, field_counts_256(stream)));
+        }
+        let offset = bucket_offset(array, hash);
+        let bucket = array
+            .as_mut_ptr()
+            .cast::<u64>()
+            .wrapping_add(offset)
+            .cast::<__m256i>();
+        #[allow(unsafe_code)]
+        // SAFETY: `bucket` addresses the key's bucket, four words of
+        // `array` (see `bucket_offset`), exclusively borrowed, so no other
+        // thread reads or writes them; `AtomicU64` has the memory layout of
+        // `u64`, and unaligned loads and stores are allowed.
+        unsafe {
+            let old = _mm256_loadu_si256(bucket);
+            let missing = _mm256_andnot_si256(old, mask);
+            _mm256_storeu_si256(bucket, _mm256_or_si256(old, mask));
+            _mm256_testz_si256(missing, missing) == 0
+        }
+    }
+
     /// `kernels::contains_standard` compiled for BMI2.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_standard<const K: u32, W: probe::Word>(
@@ -251,23 +336,27 @@ mod x86 {
         hashes: &[KeyHash],
         out: &mut Vec<bool>,
     ) {
-        if shape.layout != crate::Layout::SplitBlock {
+        if !shape.layout.is_split() {
             probe::contains_batch(shape, array, hashes, out, |hash| {
                 probe::contains(shape, array, hash)
             });
             return;
         }
         macro_rules! by_streams {
-            ($($streams:literal)*) => {
+            ($contains:ident $($streams:literal)*) => {
                 match shape.hashes / SPLIT_WORDS {
                     $($streams => probe::contains_batch(shape, array, hashes, out, |hash| {
-                        contains_split::<$streams>(&shape, array, hash)
+                        $contains::<$streams>(&shape, array, hash)
                     }),)*
                     _ => unreachable!("k is a multiple of 8 up to 64"),
                 }
             };
         }
-        by_streams!(1 2 3 4 5 6 7 8);
+        if shape.layout == crate::Layout::SplitBlock256 {
+            by_streams!(contains_split_256 1 2 3 4 5 6 7 8);
+        } else {
+            by_streams!(contains_split 1 2 3 4 5 6 7 8);
+        }
     }
 }
 
@@ -277,9 +366,11 @@ mod tests {
     use crate::Layout;
     use crate::sync::AtomicU64;
 
-    fn split_shape(blocks: u64, hashes: u32) -> Shape {
+    const SPLIT_LAYOUTS: [Layout; 2] = [Layout::SplitBlock, Layout::SplitBlock256];
+
+    fn split_shape(layout: Layout, blocks: u64, hashes: u32) -> Shape {
         Shape {
-            layout: Layout::SplitBlock,
+            layout,
             bits: blocks * 512,
             hashes,
         }
@@ -291,8 +382,12 @@ mod tests {
     fn vector_split_block_probe_matches_the_portable_one() {
         // Dense enough words for k that both answers are common: each word
         // ORs `draws` random words (fill 1 - 2^-draws).
-        for (hashes, draws) in [(8, 2), (16, 3), (24, 4), (32, 4), (64, 6)] {
-            let shape = split_shape(64, hashes);
+        let cases = [(8, 2), (16, 3), (24, 4), (32, 4), (64, 6)];
+        for (layout, (hashes, draws)) in SPLIT_LAYOUTS
+            .into_iter()
+            .flat_map(|layout| cases.map(|case| (layout, case)))
+        {
+            let shape = split_shape(layout, 64, hashes);
             let Some((contains, _)) = split_kernels(shape) else {
                 assert!(!available(), "no kernels for k = {hashes} on an AVX2 CPU");
                 return;
@@ -319,13 +414,13 @@ mod tests {
                 #[allow(unsafe_code)]
                 // SAFETY: `split_kernels` checked this CPU.
                 let vector = unsafe { contains(&shape, &array, hash) };
-                assert_eq!(portable, vector, "k={hashes} {hash:?}");
-                assert_eq!(portable, batched, "batch, k={hashes} {hash:?}");
+                assert_eq!(portable, vector, "{layout} k={hashes} {hash:?}");
+                assert_eq!(portable, batched, "batch, {layout} k={hashes} {hash:?}");
                 if portable { present += 1 } else { absent += 1 }
             }
             assert!(
                 present > 100 && absent > 100,
-                "k={hashes}: {present} / {absent}"
+                "{layout} k={hashes}: {present} / {absent}"
             );
         }
     }
@@ -334,11 +429,14 @@ mod tests {
     /// the portable one.
     #[test]
     fn vector_split_block_insert_matches_the_portable_one() {
-        for hashes in [8, 16, 24, 64] {
+        for (layout, hashes) in SPLIT_LAYOUTS
+            .into_iter()
+            .flat_map(|layout| [8, 16, 24, 64].map(|hashes| (layout, hashes)))
+        {
             // Words in proportion to k, so that each word sees the same
             // number of bits set.
             let blocks = 16 * u64::from(hashes / 8);
-            let shape = split_shape(blocks, hashes);
+            let shape = split_shape(layout, blocks, hashes);
             let Some((_, insert)) = split_kernels(shape) else {
                 assert!(!available(), "no kernels for k = {hashes} on an AVX2 CPU");
                 return;
@@ -353,16 +451,19 @@ mod tests {
                 // SAFETY: `split_kernels` checked this CPU.
                 let answer = unsafe { insert(&shape, &mut vector, hash) };
                 let expected = crate::kernels::insert_exclusive(&shape, &mut portable, hash);
-                assert_eq!(answer, expected, "k={hashes} key {key}");
+                assert_eq!(answer, expected, "{layout} k={hashes} key {key}");
                 newly += u32::from(answer);
             }
             // At 4 bits per key per stream some new keys are false
             // positives already.
-            assert!((1_000..=2_000).contains(&newly), "k={hashes}: {newly}");
+            assert!(
+                (1_000..=2_000).contains(&newly),
+                "{layout} k={hashes}: {newly}"
+            );
             let words = |array: BitArray<AtomicU64>| -> Vec<u64> {
                 array.convert(AtomicU64::into_inner).words().to_vec()
             };
-            assert_eq!(words(vector), words(portable), "k={hashes}");
+            assert_eq!(words(vector), words(portable), "{layout} k={hashes}");
         }
     }
 
@@ -377,6 +478,11 @@ mod tests {
             };
             assert!(split_kernels(shape).is_none(), "{layout}");
         }
-        assert_eq!(split_kernels(split_shape(16, 8)).is_some(), available());
+        for layout in SPLIT_LAYOUTS {
+            assert_eq!(
+                split_kernels(split_shape(layout, 16, 8)).is_some(),
+                available()
+            );
+        }
     }
 }

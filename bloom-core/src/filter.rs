@@ -37,20 +37,39 @@ pub enum Layout {
     /// percent more bits than [`Layout::Blocked`] for the same rate (see
     /// [`crate::model::split_block_fp_rate`]).
     SplitBlock,
+    /// The Parquet split-block filter's own shape: the key's 256-bit bucket
+    /// (half a cache line) split into eight 32-bit words, `k / 8` bits in
+    /// each; k is a multiple of 8. Half the bits [`Layout::SplitBlock`]
+    /// reads, so a query is one 256-bit load and about half the vector
+    /// work, at a higher false-positive rate for the same bits (smaller
+    /// buckets fill less evenly; see
+    /// [`crate::model::split_block_256_fp_rate`]).
+    SplitBlock256,
 }
 
 impl Layout {
     /// Every layout, for callers that try each.
-    pub const ALL: [Layout; 3] = [Layout::Standard, Layout::Blocked, Layout::SplitBlock];
+    pub const ALL: [Layout; 4] = [
+        Layout::Standard,
+        Layout::Blocked,
+        Layout::SplitBlock,
+        Layout::SplitBlock256,
+    ];
 
     /// The nearest hash count this layout accepts: `hashes` itself, except
-    /// that the split-block layout rounds up to a multiple of 8.
+    /// that the split-block layouts round up to a multiple of 8.
     #[must_use]
     pub fn valid_hashes(self, hashes: u32) -> u32 {
-        match self {
-            Layout::SplitBlock => hashes.div_ceil(SPLIT_WORDS).max(1) * SPLIT_WORDS,
-            _ => hashes,
+        if self.is_split() {
+            hashes.div_ceil(SPLIT_WORDS).max(1) * SPLIT_WORDS
+        } else {
+            hashes
         }
+    }
+
+    /// Whether the layout sets `k / 8` bits in each of eight words.
+    pub(crate) fn is_split(self) -> bool {
+        matches!(self, Layout::SplitBlock | Layout::SplitBlock256)
     }
 
     pub(crate) fn code(self) -> u8 {
@@ -58,6 +77,7 @@ impl Layout {
             Layout::Standard => 1,
             Layout::Blocked => 2,
             Layout::SplitBlock => 3,
+            Layout::SplitBlock256 => 4,
         }
     }
 
@@ -66,6 +86,7 @@ impl Layout {
             1 => Some(Layout::Standard),
             2 => Some(Layout::Blocked),
             3 => Some(Layout::SplitBlock),
+            4 => Some(Layout::SplitBlock256),
             _ => None,
         }
     }
@@ -77,6 +98,7 @@ impl std::fmt::Display for Layout {
             Layout::Standard => "standard",
             Layout::Blocked => "blocked",
             Layout::SplitBlock => "split-block",
+            Layout::SplitBlock256 => "split-block-256",
         })
     }
 }
@@ -90,6 +112,7 @@ impl std::str::FromStr for Layout {
             "standard" => Ok(Layout::Standard),
             "blocked" => Ok(Layout::Blocked),
             "split-block" => Ok(Layout::SplitBlock),
+            "split-block-256" => Ok(Layout::SplitBlock256),
             other => Err(FilterError::UnknownLayout(other.to_owned())),
         }
     }
@@ -185,6 +208,8 @@ impl BloomFilter {
             }
             Layout::SplitBlock => model::split_block_size(expected_items, fp_rate, MAX_BITS)
                 .ok_or(FilterError::TooLarge { bits: MAX_BITS })?,
+            Layout::SplitBlock256 => model::split_block_256_size(expected_items, fp_rate, MAX_BITS)
+                .ok_or(FilterError::TooLarge { bits: MAX_BITS })?,
         };
         Self::with_params(layout, bits, hashes)
     }
@@ -201,7 +226,7 @@ impl BloomFilter {
         if hashes == 0 || hashes > MAX_HASHES {
             return Err(FilterError::InvalidHashes(hashes));
         }
-        if layout == Layout::SplitBlock && !hashes.is_multiple_of(SPLIT_WORDS) {
+        if layout.is_split() && !hashes.is_multiple_of(SPLIT_WORDS) {
             return Err(FilterError::SplitBlockHashes(hashes));
         }
         let bits = round_up_to_block(bits);
@@ -502,7 +527,7 @@ fn check_bloom_shape(header: &Header) -> Result<(), String> {
             header.hashes
         ));
     }
-    if header.layout == Layout::SplitBlock && !header.hashes.is_multiple_of(SPLIT_WORDS) {
+    if header.layout.is_split() && !header.hashes.is_multiple_of(SPLIT_WORDS) {
         return Err(format!(
             "hash count {} of a split-block filter is not a multiple of {SPLIT_WORDS}",
             header.hashes

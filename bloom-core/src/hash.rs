@@ -214,19 +214,36 @@ impl SplitPositions {
     /// The `STREAMS` streams, `k / 8` of them.
     #[inline(always)]
     pub(crate) fn streams<const STREAMS: usize>(&self) -> [u64; STREAMS] {
-        std::array::from_fn(|index| {
-            if index == 0 {
-                self.positions.h2
-            } else {
-                self.positions.stream(index as u64)
-            }
-        })
+        std::array::from_fn(|index| self.stream(index))
+    }
+
+    /// Stream `index`.
+    #[inline(always)]
+    pub(crate) fn stream(&self, index: usize) -> u64 {
+        if index == 0 {
+            self.positions.h2
+        } else {
+            self.positions.stream(index as u64)
+        }
     }
 
     /// The bit stream `stream` sets in word `word` of the block.
     #[inline(always)]
     pub(crate) fn bit_in(stream: u64, word: usize) -> u32 {
         ((stream >> (6 * word)) & 63) as u32
+    }
+
+    /// The bit stream `stream` sets in 32-bit word `word` (0..8) of a
+    /// 256-bit bucket, as a bit of the bucket's 64-bit word `word / 2`
+    /// (the 32-bit word is its low half when `word` is even). The 5-bit
+    /// fields of the even words are bits 0-19 of the stream, those of the
+    /// odd words bits 32-51: a 64-bit broadcast of the stream seen as eight
+    /// 32-bit lanes alternates its halves, so one vector shift with counts
+    /// 0, 0, 5, 5, 10, 10, 15, 15 brings every lane's field down.
+    #[inline(always)]
+    pub(crate) fn bit_in_256(stream: u64, word: usize) -> u32 {
+        let half = 32 * (word as u32 & 1);
+        half + ((stream >> (half + 5 * (word as u32 >> 1))) & 31) as u32
     }
 }
 
@@ -280,6 +297,19 @@ mod tests {
         assert_eq!(reduce(0, range), 0);
         // Top half of the range is reached by top half of the inputs.
         assert!(reduce(1 << 63, range) >= range / 2 - 1);
+    }
+
+    /// The 256-bit split-block layout's fields are persisted: even words
+    /// take bits 0-19 of the stream, odd words bits 32-51, five each, as
+    /// bits of the low and high halves of the bucket's 64-bit words.
+    #[test]
+    fn bucket_fields_are_pinned() {
+        assert_eq!(SplitPositions::bit_in_256(0b11111 << 5, 2), 31);
+        assert_eq!(SplitPositions::bit_in_256(0b00001 << 37, 3), 32 + 1);
+        assert_eq!(SplitPositions::bit_in_256(0b10110 << 15, 6), 0b10110);
+        assert_eq!(SplitPositions::bit_in_256(0b10110 << 47, 7), 32 + 0b10110);
+        assert_eq!(SplitPositions::bit_in_256(!0 ^ (0b11111 << 32), 1), 32);
+        assert_eq!(SplitPositions::bit_in_256(1 << 20, 0), 0);
     }
 
     #[test]

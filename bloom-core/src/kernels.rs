@@ -84,7 +84,7 @@ impl Kernels {
                 by_hashes!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21)
             }
             Layout::Blocked => portable,
-            Layout::SplitBlock => {
+            Layout::SplitBlock | Layout::SplitBlock256 => {
                 #[cfg(not(bloom_loom))]
                 if let Some((contains_plain, insert_exclusive)) =
                     accel::split_kernels(shape).filter(|_| accelerated)
@@ -256,7 +256,9 @@ pub(crate) fn insert_standard_shared<const K: u32>(
 pub(crate) fn insert_shared(shape: &Shape, array: &BitArray<AtomicU64>, hash: KeyHash) -> bool {
     match shape.layout {
         Layout::Standard => standard_shared(*shape, array, hash),
-        Layout::Blocked | Layout::SplitBlock => {
+        // A 256-bit bucket's masks leave the rest of its line empty, which
+        // sets nothing there.
+        Layout::Blocked | Layout::SplitBlock | Layout::SplitBlock256 => {
             let (block, masks) = probe::block_masks(*shape, array, hash);
             let mut newly = false;
             for (word, mask) in array.block(block).iter().zip(masks) {
@@ -275,7 +277,9 @@ pub(crate) fn insert_exclusive(
 ) -> bool {
     match shape.layout {
         Layout::Standard => standard_exclusive(*shape, array, hash),
-        Layout::Blocked | Layout::SplitBlock => {
+        // A 256-bit bucket's masks leave the rest of its line empty, which
+        // sets nothing there.
+        Layout::Blocked | Layout::SplitBlock | Layout::SplitBlock256 => {
             let (block, masks) = probe::block_masks(*shape, array, hash);
             let mut unset = 0;
             for (word, mask) in array.block_mut(block).iter_mut().zip(masks) {
@@ -330,9 +334,9 @@ mod tests {
     }
 
     fn check_kernels(accelerated: bool) {
-        for layout in [Layout::Standard, Layout::Blocked, Layout::SplitBlock] {
+        for layout in Layout::ALL {
             for hashes in [1, 7, 8, 13, 16, 21, 22, 24] {
-                if layout == Layout::SplitBlock && hashes % 8 != 0 {
+                if layout.is_split() && hashes % 8 != 0 {
                     continue;
                 }
                 // Bits in proportion to k: the filter ends half full.

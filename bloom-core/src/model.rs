@@ -146,10 +146,34 @@ pub const SPLIT_WORDS: u32 = 8;
 /// `E[(ones/64)^(k/8)]^8`. No approximation beyond the hash's uniformity.
 #[must_use]
 pub fn split_block_fp_rate(bits: u64, hashes: u32, items: u64) -> f64 {
-    let blocks = (bits / BLOCK_BITS).max(1);
-    let lambda = items as f64 / blocks as f64;
+    split_fp_rate(BLOCK_BITS, SPLIT_WORD_BITS, bits, hashes, items)
+}
+
+/// Bits in one word of a [`Layout::SplitBlock256`](crate::Layout) bucket.
+pub const SPLIT_256_WORD_BITS: u64 = 32;
+
+/// Bits in one [`Layout::SplitBlock256`](crate::Layout) bucket.
+pub const SPLIT_256_BUCKET_BITS: u64 = 256;
+
+/// False-positive rate of the 256-bit split-block layout after `items`
+/// keys: the model of [`split_block_fp_rate`] over 256-bit buckets of
+/// eight 32-bit words.
+#[must_use]
+pub fn split_block_256_fp_rate(bits: u64, hashes: u32, items: u64) -> f64 {
+    split_fp_rate(
+        SPLIT_256_BUCKET_BITS,
+        SPLIT_256_WORD_BITS,
+        bits,
+        hashes,
+        items,
+    )
+}
+
+fn split_fp_rate(bucket_bits: u64, word_bits: u64, bits: u64, hashes: u32, items: u64) -> f64 {
+    let buckets = (bits / bucket_bits).max(1);
+    let lambda = items as f64 / buckets as f64;
     let per_word = (hashes / SPLIT_WORDS).max(1);
-    poisson_occupancy_sum(lambda, SPLIT_WORD_BITS as usize, per_word, |word_fp| {
+    poisson_occupancy_sum(lambda, word_bits as usize, per_word, |word_fp| {
         word_fp.powi(SPLIT_WORDS as i32)
     })
 }
@@ -205,10 +229,29 @@ fn poisson_occupancy_sum(
 /// when no filter up to `max_bits` meets the rate.
 #[must_use]
 pub fn split_block_size(expected_items: u64, fp_rate: f64, max_bits: u64) -> Option<(u64, u32)> {
+    split_size(expected_items, fp_rate, max_bits, split_block_fp_rate)
+}
+
+/// [`split_block_size`] for the 256-bit split-block layout (its arrays,
+/// too, are whole 512-bit lines).
+#[must_use]
+pub fn split_block_256_size(
+    expected_items: u64,
+    fp_rate: f64,
+    max_bits: u64,
+) -> Option<(u64, u32)> {
+    split_size(expected_items, fp_rate, max_bits, split_block_256_fp_rate)
+}
+
+fn split_size(
+    expected_items: u64,
+    fp_rate: f64,
+    max_bits: u64,
+    model: fn(u64, u32, u64) -> f64,
+) -> Option<(u64, u32)> {
     let n = expected_items.max(1);
     let max_blocks = max_bits / BLOCK_BITS;
-    let meets =
-        |blocks: u64, hashes: u32| split_block_fp_rate(blocks * BLOCK_BITS, hashes, n) <= fp_rate;
+    let meets = |blocks: u64, hashes: u32| model(blocks * BLOCK_BITS, hashes, n) <= fp_rate;
     let mut best: Option<(u64, u32)> = None;
     'hash_counts: for hashes in (SPLIT_WORDS..=MAX_HASHES).step_by(SPLIT_WORDS as usize) {
         // The textbook size is a lower bound no blocked filter beats.
@@ -333,6 +376,26 @@ mod tests {
             );
         }
         assert_eq!(split_block_size(1_000_000, 1e-30, 1 << 20), None);
+    }
+
+    #[test]
+    fn split_block_256_sizing_is_the_smallest_that_meets_the_rate() {
+        for (n, p) in [(10_000, 0.1), (1_000_000, 0.01), (100_000, 0.0001)] {
+            let (bits, hashes) = split_block_256_size(n, p, 1 << 46).unwrap();
+            assert_eq!(hashes % SPLIT_WORDS, 0);
+            assert!(split_block_256_fp_rate(bits, hashes, n) <= p, "n={n} p={p}");
+            for other in (SPLIT_WORDS..=MAX_HASHES).step_by(SPLIT_WORDS as usize) {
+                assert!(
+                    split_block_256_fp_rate(bits - BLOCK_BITS, other, n) > p,
+                    "n={n} p={p}: k={other} meets it with fewer bits"
+                );
+            }
+            // Smaller buckets fill less evenly: never fewer bits than the
+            // 512-bit split-block layout needs.
+            let (split_bits, _) = split_block_size(n, p, 1 << 46).unwrap();
+            assert!(bits >= split_bits, "{bits} vs {split_bits}");
+        }
+        assert_eq!(split_block_256_size(1_000_000, 1e-30, 1 << 20), None);
     }
 
     /// With k = 8 each key sets one bit per word, so the model has a closed

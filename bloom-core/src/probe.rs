@@ -9,7 +9,9 @@ use crate::bits::{BitArray, WORDS_PER_BLOCK};
 use crate::filter::Layout;
 use crate::hash::{BlockPositions, KeyHash, Probes, SplitPositions, reduce};
 use crate::health::FilterHealth;
-use crate::model::{self, BLOCK_BITS, SPLIT_WORD_BITS, SPLIT_WORDS};
+use crate::model::{
+    self, BLOCK_BITS, SPLIT_256_BUCKET_BITS, SPLIT_256_WORD_BITS, SPLIT_WORD_BITS, SPLIT_WORDS,
+};
 use crate::sync::{AtomicU64, Ordering, prefetch};
 
 /// A 64-bit word a probe can read.
@@ -52,6 +54,31 @@ pub(crate) fn block_index(blocks: u64, hash: KeyHash) -> usize {
     reduce(hash.h1(), blocks) as usize
 }
 
+/// Words in one 256-bit bucket of [`Layout::SplitBlock256`].
+pub(crate) const WORDS_PER_BUCKET: usize = 4;
+
+/// The 256-bit bucket a key of [`Layout::SplitBlock256`] lives in among
+/// `buckets`; always below `buckets` (when `buckets > 0`), which the vector
+/// kernels' unchecked addressing relies on.
+#[inline(always)]
+pub(crate) fn bucket_index(buckets: u64, hash: KeyHash) -> usize {
+    reduce(hash.h1(), buckets) as usize
+}
+
+/// The key's bucket as (line, first word of the bucket in the line).
+#[inline(always)]
+fn bucket_of<W>(array: &BitArray<W>, hash: KeyHash) -> (usize, usize) {
+    let bucket = bucket_index(array.blocks() as u64 * 2, hash);
+    (bucket / 2, (bucket % 2) * WORDS_PER_BUCKET)
+}
+
+/// The key's bucket's four words.
+#[inline(always)]
+fn bucket<W>(array: &BitArray<W>, hash: KeyHash) -> &[W] {
+    let (line, first) = bucket_of(array, hash);
+    &array.block(line)[first..first + WORDS_PER_BUCKET]
+}
+
 /// Whether every bit of the key is set.
 #[inline(always)]
 pub(crate) fn contains<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
@@ -64,6 +91,7 @@ pub(crate) fn contains<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash
             &SplitPositions::new(hash),
         ),
         Layout::SplitBlock => contains_split(shape, array, hash),
+        Layout::SplitBlock256 => contains_split_256(shape, array, hash),
     }
 }
 
@@ -137,6 +165,31 @@ fn contains_split<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> 
     unrolled!(1 2 3 4 5 6 7 8)
 }
 
+#[inline(always)]
+fn contains_split_256<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
+    let words = bucket(array, hash);
+    let positions = SplitPositions::new(hash);
+    macro_rules! unrolled {
+        ($($streams:literal)*) => {
+            match shape.hashes / SPLIT_WORDS {
+                $($streams => {
+                    let streams = positions.streams::<$streams>();
+                    let mut all = u64::MAX;
+                    for (lane, word) in (0..SPLIT_WORDS as usize).zip(words.iter().flat_map(|word| [word, word])) {
+                        let word = word.get();
+                        for stream in streams {
+                            all &= word >> SplitPositions::bit_in_256(stream, lane);
+                        }
+                    }
+                    all & 1 == 1
+                })*
+                _ => unreachable!("k is a multiple of 8 up to 64"),
+            }
+        };
+    }
+    unrolled!(1 2 3 4 5 6 7 8)
+}
+
 /// Whether each word of the block has the bit every stream names set. No
 /// early exit, for the reason [`all_set`] gives; a right shift by the bit
 /// position brings the tested bit to bit 0. Over plain words with AVX2 this
@@ -166,6 +219,18 @@ pub(crate) fn block_masks<W>(
 ) -> (usize, [u64; WORDS_PER_BLOCK]) {
     let block = block_of(array, hash);
     let mut masks = [0_u64; WORDS_PER_BLOCK];
+    if shape.layout == Layout::SplitBlock256 {
+        // The line's words outside the key's bucket keep empty masks.
+        let (line, first) = bucket_of(array, hash);
+        let positions = SplitPositions::new(hash);
+        for stream in 0..(shape.hashes / SPLIT_WORDS) as usize {
+            let stream = positions.stream(stream);
+            for lane in 0..SPLIT_WORDS as usize {
+                masks[first + lane / 2] |= 1 << SplitPositions::bit_in_256(stream, lane);
+            }
+        }
+        return (line, masks);
+    }
     if shape.layout == Layout::SplitBlock {
         let positions = SplitPositions::new(hash);
         macro_rules! unrolled {
@@ -200,6 +265,7 @@ pub(crate) fn first_word<W>(shape: Shape, array: &BitArray<W>, hash: KeyHash) ->
             &array.words()[(reduce(Probes::new(hash).next_raw(), shape.bits) / 64) as usize]
         }
         Layout::Blocked | Layout::SplitBlock => &array.block(block_of(array, hash))[0],
+        Layout::SplitBlock256 => &bucket(array, hash)[0],
     }
 }
 
@@ -296,6 +362,26 @@ pub(crate) fn ones_and_fp_rate<W: Word>(shape: Shape, array: &BitArray<W>) -> (u
                     });
             (ones, sum / array.blocks() as f64)
         }
+        Layout::SplitBlock256 => {
+            let per_word = (shape.hashes / SPLIT_WORDS) as i32;
+            let word_fp = |ones: u32| (f64::from(ones) / SPLIT_256_WORD_BITS as f64).powi(per_word);
+            let (ones, sum) = words.chunks_exact(WORDS_PER_BUCKET).fold(
+                (0_u64, 0.0_f64),
+                |(ones, sum), bucket| {
+                    let (in_bucket, fp) =
+                        bucket
+                            .iter()
+                            .fold((0_u32, 1.0_f64), |(in_bucket, fp), word| {
+                                let word = word.get();
+                                let (low, high) =
+                                    ((word as u32).count_ones(), (word >> 32).count_ones());
+                                (in_bucket + low + high, fp * word_fp(low) * word_fp(high))
+                            });
+                    (ones + u64::from(in_bucket), sum + fp)
+                },
+            );
+            (ones, sum / (array.blocks() * 2) as f64)
+        }
     }
 }
 
@@ -332,13 +418,23 @@ pub(crate) fn ones<W: Word>(array: &BitArray<W>) -> u64 {
 pub(crate) fn items_from_ones(shape: Shape, ones: u64) -> f64 {
     match shape.layout {
         Layout::Standard => model::items_from_ones(shape.bits, shape.hashes, ones),
-        Layout::Blocked | Layout::SplitBlock => {
-            let (draws, bins) = if shape.layout == Layout::Blocked {
-                (shape.hashes, BLOCK_BITS)
-            } else {
-                (shape.hashes / SPLIT_WORDS, SPLIT_WORD_BITS)
+        Layout::Blocked | Layout::SplitBlock | Layout::SplitBlock256 => {
+            // Draws a key makes into each bin set, bins in a set, and the
+            // number of blocks (or buckets) a key chooses from.
+            let (draws, bins, blocks) = match shape.layout {
+                Layout::Blocked => (shape.hashes, BLOCK_BITS, shape.bits / BLOCK_BITS),
+                Layout::SplitBlock => (
+                    shape.hashes / SPLIT_WORDS,
+                    SPLIT_WORD_BITS,
+                    shape.bits / BLOCK_BITS,
+                ),
+                _ => (
+                    shape.hashes / SPLIT_WORDS,
+                    SPLIT_256_WORD_BITS,
+                    shape.bits / SPLIT_256_BUCKET_BITS,
+                ),
             };
-            let blocks = (shape.bits / BLOCK_BITS) as f64;
+            let blocks = blocks as f64;
             let ones = ones.min(shape.bits - 1) as f64;
             let fill = ones / shape.bits as f64;
             let per_key = -(f64::from(draws) * (-1.0 / bins as f64).ln_1p()).exp_m1();
@@ -353,5 +449,6 @@ pub(crate) fn model_fp_rate(shape: Shape, items: u64) -> f64 {
         Layout::Standard => model::standard_fp_rate(shape.bits, shape.hashes, items),
         Layout::Blocked => model::blocked_fp_rate(shape.bits, shape.hashes, items),
         Layout::SplitBlock => model::split_block_fp_rate(shape.bits, shape.hashes, items),
+        Layout::SplitBlock256 => model::split_block_256_fp_rate(shape.bits, shape.hashes, items),
     }
 }

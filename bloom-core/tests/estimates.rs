@@ -114,6 +114,10 @@ fn bad_parameters_are_typed_errors() {
         BloomFilter::with_params(Layout::SplitBlock, 1024, 12).unwrap_err(),
         FilterError::SplitBlockHashes(12)
     );
+    assert_eq!(
+        BloomFilter::with_params(Layout::SplitBlock256, 1024, 7).unwrap_err(),
+        FilterError::SplitBlockHashes(7)
+    );
     for layout in Layout::ALL {
         assert_eq!(layout.to_string().parse::<Layout>(), Ok(layout));
     }

@@ -69,6 +69,15 @@ fn split_block_layout_matches_its_model() {
     }
 }
 
+#[test]
+fn split_block_256_layout_matches_its_model() {
+    for n in [10_000, 100_000, 1_000_000] {
+        for p in [0.1, 0.01, 0.001, 0.0001] {
+            check(Layout::SplitBlock256, n, p);
+        }
+    }
+}
+
 /// Partitions chosen from the key hash must not bias the probes: every
 /// partition's rate still matches the model.
 #[test]

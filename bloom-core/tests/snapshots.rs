@@ -112,6 +112,7 @@ fn every_bit_flip_is_refused() {
         filled(Layout::Standard, 512, 30).to_snapshot_bytes(),
         filled(Layout::Blocked, 1024, 30).to_snapshot_bytes(),
         filled(Layout::SplitBlock, 512, 30).to_snapshot_bytes(),
+        filled(Layout::SplitBlock256, 512, 30).to_snapshot_bytes(),
         CountingBloomFilter::with_params(32, 2)
             .unwrap()
             .to_snapshot_bytes(),
@@ -311,7 +312,7 @@ proptest! {
     /// every kind: never a panic, never a filter that is not the input.
     #[test]
     fn damaged_snapshots_never_decode_wrong(
-        which in 0_usize..4,
+        which in 0_usize..5,
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
         cut in prop::option::of(any::<prop::sample::Index>()),
         extra in prop::collection::vec(any::<u8>(), 0..3),
@@ -320,6 +321,7 @@ proptest! {
             0 => filled(Layout::Standard, 512, 20).to_snapshot_bytes(),
             1 => filled(Layout::Blocked, 1024, 20).to_snapshot_bytes(),
             2 => filled(Layout::SplitBlock, 1024, 20).to_snapshot_bytes(),
+            3 => filled(Layout::SplitBlock256, 1024, 20).to_snapshot_bytes(),
             _ => CountingBloomFilter::with_params(48, 2).unwrap().to_snapshot_bytes(),
         };
         for (at, value) in edits {
