@@ -951,26 +951,35 @@ mod tests {
     }
 
     /// After a restart (clean or not: the filters are rebuilt from the store
-    /// either way) every stored URL is a "maybe" and a duplicate.
+    /// either way) every stored URL is a "maybe" and a duplicate, whatever
+    /// the filters' layout.
     #[test]
     fn reopened_filters_hold_every_stored_key() {
-        let dir = tempfile::tempdir().unwrap();
         let urls: Vec<Discovered> = (0..5_000)
             .map(|i| item(&format!("http://h{}.example/p/{i}", i % 50)))
             .collect();
         let rules = Rules::default();
-        {
-            let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
-            ingest.put_discovered("c", &urls, &rules, 1).unwrap();
+        for layout in Layout::ALL {
+            let dir = tempfile::tempdir().unwrap();
+            let config = FilterConfig {
+                layout,
+                ..FilterConfig::default()
+            };
+            {
+                let ingest = open(dir.path(), config, DedupMode::Exact);
+                let outcomes = ingest.put_discovered("c", &urls, &rules, 1).unwrap();
+                assert!(outcomes.iter().all(|o| *o == Outcome::Stored), "{layout}");
+            }
+            let ingest = open(dir.path(), config, DedupMode::Bloom);
+            assert_eq!(stored_keys_in_filters(&ingest), 5_000, "{layout}");
+            let outcomes = ingest.put_discovered("c", &urls, &rules, 2).unwrap();
+            assert!(
+                outcomes
+                    .iter()
+                    .all(|o| *o == Outcome::Skipped(SkipReason::Duplicate)),
+                "{layout}"
+            );
         }
-        let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Bloom);
-        assert_eq!(stored_keys_in_filters(&ingest), 5_000);
-        let outcomes = ingest.put_discovered("c", &urls, &rules, 2).unwrap();
-        assert!(
-            outcomes
-                .iter()
-                .all(|o| *o == Outcome::Skipped(SkipReason::Duplicate))
-        );
     }
 
     #[test]

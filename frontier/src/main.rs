@@ -201,7 +201,7 @@ struct ServeArgs {
     /// Target false-positive rate of the filters.
     #[arg(long, env = "FRONTIER_FP_RATE", default_value_t = 0.001)]
     fp_rate: f64,
-    /// Filter layout: standard, blocked or split-block.
+    /// Filter layout: standard, blocked, split-block or split-block-256.
     #[arg(long, env = "FRONTIER_LAYOUT", default_value = "standard")]
     layout: String,
     /// exact: the store confirms a filter "maybe"; bloom: a "maybe" is a
