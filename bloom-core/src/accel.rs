@@ -19,7 +19,7 @@
 //! pointer; each block says why it is sound.
 
 #[cfg(not(bloom_loom))]
-use crate::bits::BitArray;
+use crate::bits::{BitArray, Lines};
 #[cfg(not(bloom_loom))]
 use crate::hash::KeyHash;
 #[cfg(not(bloom_loom))]
@@ -111,12 +111,13 @@ pub(crate) fn contains_batch(
         #[allow(unsafe_code)]
         // SAFETY: `accelerated` is `available()`: this CPU has AVX2 and BMI2.
         unsafe {
-            return x86::contains_batch(shape, array, hashes, out);
+            return x86::contains_batch(shape, array.lines(), hashes, out);
         }
     }
     let _ = accelerated;
-    probe::contains_batch(shape, array, hashes, out, |hash| {
-        probe::contains(shape, array, hash)
+    let lines = array.lines();
+    probe::contains_batch(shape, lines, hashes, out, |hash| {
+        probe::contains(shape, lines, hash)
     });
 }
 
@@ -129,7 +130,8 @@ mod x86 {
         _mm256_srlv_epi64, _mm256_storeu_si256, _mm256_testc_si256, _mm256_testz_si256,
     };
 
-    use super::{BitArray, KeyHash, Shape, probe};
+    use super::{KeyHash, Lines, Shape, probe};
+    use crate::bits::LinesMut;
     use crate::bits::WORDS_PER_BLOCK;
     use crate::hash::{BucketPositions, SplitPositions};
     use crate::model::SPLIT_WORDS;
@@ -154,8 +156,8 @@ mod x86 {
     /// eight words from here are within the array's: pointers offset by
     /// this stay in bounds.
     #[inline(always)]
-    fn line_offset<W>(array: &BitArray<W>, hash: KeyHash) -> usize {
-        probe::block_index(array.blocks() as u64, hash) * WORDS_PER_BLOCK
+    fn line_offset(blocks: usize, hash: KeyHash) -> usize {
+        probe::block_index(blocks as u64, hash) * WORDS_PER_BLOCK
     }
 
     /// `probe::split_all_set` over the line, four words per instruction: a
@@ -165,12 +167,12 @@ mod x86 {
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_split<const STREAMS: usize>(
         _shape: &Shape,
-        array: &BitArray<u64>,
+        array: Lines<'_, u64>,
         hash: KeyHash,
     ) -> bool {
         let line = array
             .as_ptr()
-            .wrapping_add(line_offset(array, hash))
+            .wrapping_add(line_offset(array.blocks(), hash))
             .cast::<__m256i>();
         #[allow(unsafe_code)]
         // SAFETY: `line` addresses the key's block, eight words of `array`
@@ -193,7 +195,7 @@ mod x86 {
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split<const STREAMS: usize>(
         _shape: &Shape,
-        array: &mut BitArray<AtomicU64>,
+        mut array: LinesMut<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
         let one = _mm256_set1_epi64x(1);
@@ -203,7 +205,7 @@ mod x86 {
                 *mask = _mm256_or_si256(*mask, _mm256_sllv_epi64(one, counts));
             }
         }
-        let offset = line_offset(array, hash);
+        let offset = line_offset(array.blocks(), hash);
         let line = array
             .as_mut_ptr()
             .cast::<u64>()
@@ -243,11 +245,13 @@ mod x86 {
     }
 
     /// Where the key's 256-bit bucket starts, in words from the array's
-    /// first. The bucket is below `2 * blocks()` (`reduce` maps into
-    /// `0..buckets`), so its four words from here are within the array's.
+    /// first, for an array of `words` words. The bucket is below
+    /// `words / 4` (`reduce` maps into `0..buckets`), so its four words
+    /// from here are within the array's.
     #[inline(always)]
-    fn bucket_offset<W>(array: &BitArray<W>, hash: KeyHash) -> usize {
-        probe::bucket_index(array.blocks() as u64 * 2, hash) * probe::WORDS_PER_BUCKET
+    fn bucket_offset(words: usize, hash: KeyHash) -> usize {
+        probe::bucket_index((words / probe::WORDS_PER_BUCKET) as u64, hash)
+            * probe::WORDS_PER_BUCKET
     }
 
     /// The 256-bit split-block query: one load of the bucket, and per
@@ -256,12 +260,12 @@ mod x86 {
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_split_256<const STREAMS: usize>(
         _shape: &Shape,
-        array: &BitArray<u64>,
+        array: Lines<'_, u64>,
         hash: KeyHash,
     ) -> bool {
         let bucket = array
             .as_ptr()
-            .wrapping_add(bucket_offset(array, hash))
+            .wrapping_add(bucket_offset(array.words().len(), hash))
             .cast::<__m256i>();
         #[allow(unsafe_code)]
         // SAFETY: `bucket` addresses the key's bucket, four words of
@@ -279,7 +283,7 @@ mod x86 {
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split_256<const STREAMS: usize>(
         _shape: &Shape,
-        array: &mut BitArray<AtomicU64>,
+        mut array: LinesMut<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
         let one = _mm256_set1_epi32(1);
@@ -287,7 +291,7 @@ mod x86 {
         for stream in BucketPositions::new(hash).streams::<STREAMS>() {
             mask = _mm256_or_si256(mask, _mm256_sllv_epi32(one, field_counts_256(stream)));
         }
-        let offset = bucket_offset(array, hash);
+        let offset = bucket_offset(array.as_lines().words().len(), hash);
         let bucket = array
             .as_mut_ptr()
             .cast::<u64>()
@@ -310,7 +314,7 @@ mod x86 {
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_standard<const K: u32, W: probe::Word>(
         shape: &Shape,
-        array: &BitArray<W>,
+        array: Lines<'_, W>,
         hash: KeyHash,
     ) -> bool {
         crate::kernels::contains_standard::<K, W>(shape, array, hash)
@@ -320,7 +324,7 @@ mod x86 {
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_standard_shared<const K: u32>(
         shape: &Shape,
-        array: &BitArray<AtomicU64>,
+        array: Lines<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
         crate::kernels::insert_standard_shared::<K>(shape, array, hash)
@@ -332,7 +336,7 @@ mod x86 {
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_batch(
         shape: Shape,
-        array: &BitArray<u64>,
+        array: Lines<'_, u64>,
         hashes: &[KeyHash],
         out: &mut Vec<bool>,
     ) {
@@ -410,10 +414,10 @@ mod tests {
             let mut batch = Vec::new();
             contains_batch(shape, &array, &hashes_seen, &mut batch, true);
             for (&hash, &batched) in hashes_seen.iter().zip(&batch) {
-                let portable = probe::contains(shape, &array, hash);
+                let portable = probe::contains(shape, array.lines(), hash);
                 #[allow(unsafe_code)]
                 // SAFETY: `split_kernels` checked this CPU.
-                let vector = unsafe { contains(&shape, &array, hash) };
+                let vector = unsafe { contains(&shape, array.lines(), hash) };
                 assert_eq!(portable, vector, "{layout} k={hashes} {hash:?}");
                 assert_eq!(portable, batched, "batch, {layout} k={hashes} {hash:?}");
                 if portable { present += 1 } else { absent += 1 }
@@ -449,8 +453,8 @@ mod tests {
                 let hash = KeyHash::of(&(key % 2_000).to_le_bytes());
                 #[allow(unsafe_code)]
                 // SAFETY: `split_kernels` checked this CPU.
-                let answer = unsafe { insert(&shape, &mut vector, hash) };
-                let expected = crate::kernels::insert_exclusive(&shape, &mut portable, hash);
+                let answer = unsafe { insert(&shape, vector.lines_mut(), hash) };
+                let expected = crate::kernels::insert_exclusive(&shape, portable.lines_mut(), hash);
                 assert_eq!(answer, expected, "{layout} k={hashes} key {key}");
                 newly += u32::from(answer);
             }

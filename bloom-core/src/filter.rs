@@ -319,8 +319,8 @@ impl BloomFilter {
         // The probe inline rather than a kernel call per key: the loop
         // overlaps the keys' misses through prefetching, not through the
         // instruction window.
-        probe::contains_batch(self.shape, &self.array, hashes, out, |hash| {
-            probe::contains(self.shape, &self.array, hash)
+        probe::contains_batch(self.shape, self.array.lines(), hashes, out, |hash| {
+            probe::contains(self.shape, self.array.lines(), hash)
         });
     }
 
@@ -366,7 +366,7 @@ impl BloomFilter {
     /// before and after the pass.
     #[must_use]
     pub fn ones(&self) -> u64 {
-        probe::ones(&self.array)
+        probe::ones(self.array.lines())
     }
 
     /// Fraction of bits set.
@@ -387,7 +387,7 @@ impl BloomFilter {
     }
 
     fn ones_and_fp_rate(&self) -> (u64, f64) {
-        probe::ones_and_fp_rate(self.shape, &self.array)
+        probe::ones_and_fp_rate(self.shape, self.array.lines())
     }
 
     /// Distinct keys inserted, estimated from the fill ratio.
@@ -416,7 +416,7 @@ impl BloomFilter {
     /// Every health figure at once.
     #[must_use]
     pub fn health(&self) -> FilterHealth {
-        probe::health(self.shape, &self.array, self.memory_bytes())
+        probe::health(self.shape, self.array.lines(), self.memory_bytes())
     }
 
     /// This filter as a [`FrozenBloomFilter`]: no more inserts, faster

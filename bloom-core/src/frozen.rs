@@ -121,13 +121,13 @@ impl FrozenBloomFilter {
     /// Bits set to 1, counted exactly.
     #[must_use]
     pub fn ones(&self) -> u64 {
-        probe::ones(&self.array)
+        probe::ones(self.array.lines())
     }
 
     /// Every health figure at once, as [`BloomFilter::health`] defines them.
     #[must_use]
     pub fn health(&self) -> FilterHealth {
-        probe::health(self.shape, &self.array, self.memory_bytes())
+        probe::health(self.shape, self.array.lines(), self.memory_bytes())
     }
 
     /// The false-positive rate the layout's model predicts after `items`

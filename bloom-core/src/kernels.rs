@@ -15,7 +15,7 @@
 //! insert runs inline, for the reason [`Kernels::insert_exclusive`] gives.
 
 use crate::accel;
-use crate::bits::BitArray;
+use crate::bits::{BitArray, Lines, LinesMut};
 use crate::filter::Layout;
 use crate::hash::{KeyHash, Probes, reduce};
 use crate::probe::{self, Shape, Word};
@@ -29,17 +29,18 @@ use crate::sync::{AtomicU64, set_bit_exclusive, set_bits_exclusive, set_bits_sha
 // inserts).
 
 /// A query over words of type `W`.
-pub(crate) type Contains<W> = unsafe fn(&Shape, &BitArray<W>, KeyHash) -> bool;
+pub(crate) type Contains<W> = unsafe fn(&Shape, Lines<'_, W>, KeyHash) -> bool;
 /// An insert through shared access (atomic words, any number of threads).
-pub(crate) type InsertShared = unsafe fn(&Shape, &BitArray<AtomicU64>, KeyHash) -> bool;
+pub(crate) type InsertShared = unsafe fn(&Shape, Lines<'_, AtomicU64>, KeyHash) -> bool;
 /// An insert through exclusive access.
-pub(crate) type InsertExclusive = unsafe fn(&Shape, &mut BitArray<AtomicU64>, KeyHash) -> bool;
+pub(crate) type InsertExclusive = unsafe fn(&Shape, LinesMut<'_, AtomicU64>, KeyHash) -> bool;
 
 /// One filter's probe functions. The pointers are `unsafe fn` because some
 /// are compiled for CPU features, which [`Kernels::for_shape`] hands out
 /// only on a CPU that has them; each is meant for the shape it was chosen
-/// for and that filter's array (any array is sound, only the answers would
-/// be wrong).
+/// for and that filter's words (any [`Lines`] are sound, only the answers
+/// would be wrong). They take the words as [`Lines`], a pointer and a
+/// length in registers, for the reason given there.
 #[derive(Clone, Copy)]
 pub(crate) struct Kernels {
     pub(crate) contains: Contains<AtomicU64>,
@@ -128,7 +129,7 @@ impl Kernels {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.contains)(shape, array, hash)
+            (self.contains)(shape, array.lines(), hash)
         }
     }
 
@@ -144,7 +145,7 @@ impl Kernels {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.contains_plain)(shape, array, hash)
+            (self.contains_plain)(shape, array.lines(), hash)
         }
     }
 
@@ -160,7 +161,7 @@ impl Kernels {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.insert_shared)(shape, array, hash)
+            (self.insert_shared)(shape, array.lines(), hash)
         }
     }
 
@@ -184,12 +185,12 @@ impl Kernels {
         hash: KeyHash,
     ) -> bool {
         if shape.layout == Layout::Standard {
-            return standard_exclusive(*shape, array, hash);
+            return standard_exclusive(*shape, array.lines_mut(), hash);
         }
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.insert_exclusive)(shape, array, hash)
+            (self.insert_exclusive)(shape, array.lines_mut(), hash)
         }
     }
 }
@@ -197,8 +198,9 @@ impl Kernels {
 /// The standard layout's probes of a key into `words` words, as (word,
 /// bit in word). The range comes from the array itself rather than the
 /// shape, so that the word index is below `words` for any shape a caller
-/// passes: `reduce` maps into `0..words * 64`. That is what lets the
-/// kernels index unchecked. The bounds check the compiler cannot remove is
+/// passes: `reduce` maps into `0..words * 64`, and the words come as
+/// [`Lines`], which hold at least one block. That is what lets the kernels
+/// index unchecked. The bounds check the compiler cannot remove is
 /// two instructions of the dozen a probe takes, and out of cache the
 /// instruction count is the throughput: 0.87x against 0.95-0.98x of
 /// fastbloom's exclusive insert without it, in an interleaved A/B at 10
@@ -214,7 +216,7 @@ fn standard_probes(words: usize, hashes: u32, hash: KeyHash) -> impl Iterator<It
 }
 
 /// Any layout's query, portably.
-fn contains<W: Word>(shape: &Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
+fn contains<W: Word>(shape: &Shape, array: Lines<'_, W>, hash: KeyHash) -> bool {
     probe::contains(*shape, array, hash)
 }
 
@@ -222,7 +224,7 @@ fn contains<W: Word>(shape: &Shape, array: &BitArray<W>, hash: KeyHash) -> bool 
 #[inline(always)]
 pub(crate) fn contains_standard<const K: u32, W: Word>(
     shape: &Shape,
-    array: &BitArray<W>,
+    array: Lines<'_, W>,
     hash: KeyHash,
 ) -> bool {
     debug_assert_eq!(shape.bits, array.words().len() as u64 * 64);
@@ -239,7 +241,7 @@ pub(crate) fn contains_standard<const K: u32, W: Word>(
 #[inline(always)]
 pub(crate) fn insert_standard_shared<const K: u32>(
     shape: &Shape,
-    array: &BitArray<AtomicU64>,
+    array: Lines<'_, AtomicU64>,
     hash: KeyHash,
 ) -> bool {
     standard_shared(
@@ -253,7 +255,7 @@ pub(crate) fn insert_standard_shared<const K: u32>(
 }
 
 /// Any layout's shared insert.
-pub(crate) fn insert_shared(shape: &Shape, array: &BitArray<AtomicU64>, hash: KeyHash) -> bool {
+pub(crate) fn insert_shared(shape: &Shape, array: Lines<'_, AtomicU64>, hash: KeyHash) -> bool {
     match shape.layout {
         Layout::Standard => standard_shared(*shape, array, hash),
         // A 256-bit bucket's masks leave the rest of its line empty, which
@@ -272,7 +274,7 @@ pub(crate) fn insert_shared(shape: &Shape, array: &BitArray<AtomicU64>, hash: Ke
 /// Any layout's exclusive insert, portably.
 pub(crate) fn insert_exclusive(
     shape: &Shape,
-    array: &mut BitArray<AtomicU64>,
+    mut array: LinesMut<'_, AtomicU64>,
     hash: KeyHash,
 ) -> bool {
     match shape.layout {
@@ -280,7 +282,7 @@ pub(crate) fn insert_exclusive(
         // A 256-bit bucket's masks leave the rest of its line empty, which
         // sets nothing there.
         Layout::Blocked | Layout::SplitBlock | Layout::SplitBlock256 => {
-            let (block, masks) = probe::block_masks(*shape, array, hash);
+            let (block, masks) = probe::block_masks(*shape, array.as_lines(), hash);
             let mut unset = 0;
             for (word, mask) in array.block_mut(block).iter_mut().zip(masks) {
                 unset |= set_bits_exclusive(word, mask);
@@ -291,7 +293,7 @@ pub(crate) fn insert_exclusive(
 }
 
 #[inline(always)]
-fn standard_shared(shape: Shape, array: &BitArray<AtomicU64>, hash: KeyHash) -> bool {
+fn standard_shared(shape: Shape, array: Lines<'_, AtomicU64>, hash: KeyHash) -> bool {
     debug_assert_eq!(shape.bits, array.words().len() as u64 * 64);
     let words = array.words();
     let mut newly = false;
@@ -305,8 +307,8 @@ fn standard_shared(shape: Shape, array: &BitArray<AtomicU64>, hash: KeyHash) -> 
 }
 
 #[inline(always)]
-fn standard_exclusive(shape: Shape, array: &mut BitArray<AtomicU64>, hash: KeyHash) -> bool {
-    debug_assert_eq!(shape.bits, array.words().len() as u64 * 64);
+fn standard_exclusive(shape: Shape, mut array: LinesMut<'_, AtomicU64>, hash: KeyHash) -> bool {
+    debug_assert_eq!(shape.bits, array.as_lines().words().len() as u64 * 64);
     let words = array.words_mut();
     let mut all_set = u64::MAX;
     for (index, bit) in standard_probes(words.len(), shape.hashes, hash) {
@@ -354,7 +356,7 @@ mod tests {
                 for key in 0..20_000_u32 {
                     // Keys repeat, so that "already there" answers occur.
                     let hash = KeyHash::of(&(key % 15_000).to_le_bytes());
-                    let expected = insert_exclusive(&shape, &mut portable, hash);
+                    let expected = insert_exclusive(&shape, portable.lines_mut(), hash);
                     let label = format!("{layout} k={hashes} key {key}");
                     assert_eq!(
                         kernels.insert_exclusive(&shape, &mut fast, hash),
@@ -372,7 +374,7 @@ mod tests {
                     } else {
                         KeyHash::of(&(key + 1_000_000).to_le_bytes())
                     };
-                    let expected = probe::contains(shape, &portable, probe);
+                    let expected = probe::contains(shape, portable.lines(), probe);
                     assert_eq!(
                         kernels.contains(&shape, &portable, probe),
                         expected,
@@ -397,7 +399,7 @@ mod tests {
                         let probe = KeyHash::of(&(key / 2 + 1_000_000 * (key % 2)).to_le_bytes());
                         assert_eq!(
                             kernels.contains_plain(&shape, &plain, probe),
-                            probe::contains(shape, &plain, probe),
+                            probe::contains(shape, plain.lines(), probe),
                             "{layout} k={hashes} plain, key {key}"
                         );
                     }

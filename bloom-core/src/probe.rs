@@ -5,7 +5,7 @@
 //! AVX2 and BMI2 (a target-feature function only speeds up what is inlined
 //! into it).
 
-use crate::bits::{BitArray, WORDS_PER_BLOCK};
+use crate::bits::{Lines, WORDS_PER_BLOCK};
 use crate::filter::Layout;
 use crate::hash::{BlockPositions, BucketPositions, KeyHash, Probes, SplitPositions, reduce};
 use crate::health::FilterHealth;
@@ -43,7 +43,7 @@ pub(crate) struct Shape {
 
 /// The block a key of a block layout lives in.
 #[inline(always)]
-pub(crate) fn block_of<W>(array: &BitArray<W>, hash: KeyHash) -> usize {
+pub(crate) fn block_of<W>(array: Lines<'_, W>, hash: KeyHash) -> usize {
     block_index(array.blocks() as u64, hash)
 }
 
@@ -67,21 +67,21 @@ pub(crate) fn bucket_index(buckets: u64, hash: KeyHash) -> usize {
 
 /// The key's bucket as (line, first word of the bucket in the line).
 #[inline(always)]
-fn bucket_of<W>(array: &BitArray<W>, hash: KeyHash) -> (usize, usize) {
+fn bucket_of<W>(array: Lines<'_, W>, hash: KeyHash) -> (usize, usize) {
     let bucket = bucket_index(array.blocks() as u64 * 2, hash);
     (bucket / 2, (bucket % 2) * WORDS_PER_BUCKET)
 }
 
 /// The key's bucket's four words.
 #[inline(always)]
-fn bucket<W>(array: &BitArray<W>, hash: KeyHash) -> &[W] {
+fn bucket<W>(array: Lines<'_, W>, hash: KeyHash) -> &[W] {
     let (line, first) = bucket_of(array, hash);
     &array.block(line)[first..first + WORDS_PER_BUCKET]
 }
 
 /// Whether every bit of the key is set.
 #[inline(always)]
-pub(crate) fn contains<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
+pub(crate) fn contains<W: Word>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) -> bool {
     match shape.layout {
         Layout::Standard => contains_standard(shape, array, hash),
         Layout::Blocked => contains_blocked(shape, array, hash),
@@ -96,7 +96,7 @@ pub(crate) fn contains<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash
 }
 
 #[inline(always)]
-fn contains_standard<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
+fn contains_standard<W: Word>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) -> bool {
     let words = array.words();
     let mut probes = Probes::new(hash);
     for _ in 0..shape.hashes {
@@ -109,7 +109,7 @@ fn contains_standard<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) 
 }
 
 #[inline(always)]
-fn contains_blocked<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
+fn contains_blocked<W: Word>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) -> bool {
     let block = array.block(block_of(array, hash));
     let positions = BlockPositions::new(hash);
     // Specialised for the hash counts sizing produces (k = 21 is p near
@@ -151,7 +151,7 @@ fn all_set<const K: u32, W: Word>(
 }
 
 #[inline(always)]
-fn contains_split<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
+fn contains_split<W: Word>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) -> bool {
     let block = array.block(block_of(array, hash));
     let positions = SplitPositions::new(hash);
     macro_rules! unrolled {
@@ -166,7 +166,7 @@ fn contains_split<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> 
 }
 
 #[inline(always)]
-fn contains_split_256<W: Word>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> bool {
+fn contains_split_256<W: Word>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) -> bool {
     let words = bucket(array, hash);
     let positions = BucketPositions::new(hash);
     macro_rules! unrolled {
@@ -214,7 +214,7 @@ pub(crate) fn split_all_set<const STREAMS: usize, W: Word>(
 #[inline(always)]
 pub(crate) fn block_masks<W>(
     shape: Shape,
-    array: &BitArray<W>,
+    array: Lines<'_, W>,
     hash: KeyHash,
 ) -> (usize, [u64; WORDS_PER_BLOCK]) {
     let block = block_of(array, hash);
@@ -259,7 +259,7 @@ pub(crate) fn block_masks<W>(
 /// The first word of the key's line (block layouts) or of its first probe
 /// (standard layout), for prefetching.
 #[inline(always)]
-pub(crate) fn first_word<W>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> &W {
+pub(crate) fn first_word<W>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) -> &W {
     match shape.layout {
         Layout::Standard => {
             &array.words()[(reduce(Probes::new(hash).next_raw(), shape.bits) / 64) as usize]
@@ -272,7 +272,7 @@ pub(crate) fn first_word<W>(shape: Shape, array: &BitArray<W>, hash: KeyHash) ->
 /// The second probe's word (standard layout only): an absent key is usually
 /// refuted by its first two probes, so a batch prefetches both.
 #[inline(always)]
-pub(crate) fn second_word<W>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -> Option<&W> {
+pub(crate) fn second_word<W>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) -> Option<&W> {
     if shape.layout != Layout::Standard || shape.hashes < 2 {
         return None;
     }
@@ -293,7 +293,7 @@ pub(crate) fn second_word<W>(shape: Shape, array: &BitArray<W>, hash: KeyHash) -
 #[inline(always)]
 pub(crate) fn contains_batch<W>(
     shape: Shape,
-    array: &BitArray<W>,
+    array: Lines<'_, W>,
     hashes: &[KeyHash],
     out: &mut Vec<bool>,
     mut answer: impl FnMut(KeyHash) -> bool,
@@ -322,7 +322,7 @@ pub(crate) fn contains_batch<W>(
 
 /// Set bits and the false-positive rate they give, in one pass over the
 /// array (the block layouts' rates need each block's count anyway).
-pub(crate) fn ones_and_fp_rate<W: Word>(shape: Shape, array: &BitArray<W>) -> (u64, f64) {
+pub(crate) fn ones_and_fp_rate<W: Word>(shape: Shape, array: Lines<'_, W>) -> (u64, f64) {
     let k = shape.hashes as i32;
     let words = array.words();
     match shape.layout {
@@ -388,7 +388,7 @@ pub(crate) fn ones_and_fp_rate<W: Word>(shape: Shape, array: &BitArray<W>) -> (u
 /// Every health figure at once.
 pub(crate) fn health<W: Word>(
     shape: Shape,
-    array: &BitArray<W>,
+    array: Lines<'_, W>,
     memory_bytes: u64,
 ) -> FilterHealth {
     let (ones, estimated_fp_rate) = ones_and_fp_rate(shape, array);
@@ -405,7 +405,7 @@ pub(crate) fn health<W: Word>(
 }
 
 /// Bits set, counted exactly.
-pub(crate) fn ones<W: Word>(array: &BitArray<W>) -> u64 {
+pub(crate) fn ones<W: Word>(array: Lines<'_, W>) -> u64 {
     array
         .words()
         .iter()
