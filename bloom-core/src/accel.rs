@@ -133,7 +133,7 @@ mod x86 {
     use super::{KeyHash, Lines, Shape, probe};
     use crate::bits::LinesMut;
     use crate::bits::WORDS_PER_BLOCK;
-    use crate::hash::{BucketPositions, SplitPositions};
+    use crate::hash::SplitPositions;
     use crate::model::SPLIT_WORDS;
     use crate::sync::AtomicU64;
 
@@ -229,7 +229,7 @@ mod x86 {
     }
 
     /// The shift counts one stream gives a 256-bit bucket's eight 32-bit
-    /// words: `BucketPositions::bit_in`'s 5-bit fields, one vector
+    /// words: `SplitPositions::bit_in_bucket`'s 5-bit fields, one vector
     /// shift of the stream broadcast as 64-bit lanes (whose 32-bit halves
     /// alternate low, high).
     #[target_feature(enable = "avx2,bmi2")]
@@ -273,7 +273,7 @@ mod x86 {
         // are allowed.
         let words = unsafe { _mm256_loadu_si256(bucket) };
         let mut all = _mm256_set1_epi32(-1);
-        for stream in BucketPositions::new(hash).streams::<STREAMS>() {
+        for stream in SplitPositions::for_buckets(hash).streams::<STREAMS>() {
             all = _mm256_and_si256(all, _mm256_srlv_epi32(words, field_counts_256(stream)));
         }
         _mm256_testc_si256(all, _mm256_set1_epi32(1)) != 0
@@ -288,7 +288,7 @@ mod x86 {
     ) -> bool {
         let one = _mm256_set1_epi32(1);
         let mut mask = _mm256_setzero_si256();
-        for stream in BucketPositions::new(hash).streams::<STREAMS>() {
+        for stream in SplitPositions::for_buckets(hash).streams::<STREAMS>() {
             mask = _mm256_or_si256(mask, _mm256_sllv_epi32(one, field_counts_256(stream)));
         }
         let offset = bucket_offset(array.as_lines().words().len(), hash);

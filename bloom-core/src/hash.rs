@@ -194,61 +194,34 @@ impl BlockPositions {
     }
 }
 
-/// Bit positions for the split-block layout: the block's eight 64-bit words
-/// each get one bit from every 48-bit stream, six bits per word. Stream 0 is
-/// `h2`; further streams (k above 8) are fresh mixes of the hash, as for
-/// [`BlockPositions`].
+/// Bit positions for the split-block layouts, one bit in each of eight
+/// words from every stream: the block's 64-bit words get six bits of a
+/// stream each ([`bit_in`](Self::bit_in)), a 256-bit bucket's 32-bit words
+/// five ([`bit_in_bucket`](Self::bit_in_bucket)).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SplitPositions {
-    positions: BlockPositions,
-}
-
-impl SplitPositions {
-    #[inline]
-    pub(crate) fn new(hash: KeyHash) -> Self {
-        Self {
-            positions: BlockPositions::new(hash),
-        }
-    }
-
-    /// The `STREAMS` streams, `k / 8` of them.
-    #[inline(always)]
-    pub(crate) fn streams<const STREAMS: usize>(&self) -> [u64; STREAMS] {
-        std::array::from_fn(|index| self.stream(index))
-    }
-
-    /// Stream `index`.
-    #[inline(always)]
-    pub(crate) fn stream(&self, index: usize) -> u64 {
-        if index == 0 {
-            self.positions.h2
-        } else {
-            self.positions.stream(index as u64)
-        }
-    }
-
-    /// The bit stream `stream` sets in word `word` of the block.
-    #[inline(always)]
-    pub(crate) fn bit_in(stream: u64, word: usize) -> u32 {
-        ((stream >> (6 * word)) & 63) as u32
-    }
-}
-
-/// Bit positions for the 256-bit split-block layout: one bit in each of the
-/// bucket's eight 32-bit words from every stream, five bits per word.
-/// Stream 0 is `h2` as it is (a zero `h2` only puts the key's bits at the
-/// bottom of its words: the degenerate case is double hashing's, not this
-/// layout's, and a query saves the test for it); further streams (k above
-/// 8) are fresh mixes of the whole hash.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct BucketPositions {
     h2: u64,
     seed: u64,
 }
 
-impl BucketPositions {
+impl SplitPositions {
+    /// The split-block layout's streams: stream 0 is `h2` with the
+    /// degenerate zero replaced, as for [`BlockPositions`].
     #[inline]
     pub(crate) fn new(hash: KeyHash) -> Self {
+        let positions = BlockPositions::new(hash);
+        Self {
+            h2: positions.h2,
+            seed: positions.seed,
+        }
+    }
+
+    /// The 256-bit split-block layout's streams: stream 0 is `h2` as it is.
+    /// A zero `h2` only puts the key's bits at the bottom of its words (the
+    /// degenerate case is double hashing's, not this layout's), and a
+    /// query saves the test for it.
+    #[inline]
+    pub(crate) fn for_buckets(hash: KeyHash) -> Self {
         Self {
             h2: hash.h2,
             seed: hash.h1 ^ hash.h2,
@@ -261,7 +234,8 @@ impl BucketPositions {
         std::array::from_fn(|index| self.stream(index))
     }
 
-    /// Stream `index`.
+    /// Stream `index`: further streams (k above 8) are fresh mixes of the
+    /// hash, as [`BlockPositions`]' are.
     #[inline(always)]
     pub(crate) fn stream(&self, index: usize) -> u64 {
         if index == 0 {
@@ -274,6 +248,12 @@ impl BucketPositions {
         }
     }
 
+    /// The bit stream `stream` sets in word `word` of the block.
+    #[inline(always)]
+    pub(crate) fn bit_in(stream: u64, word: usize) -> u32 {
+        ((stream >> (6 * word)) & 63) as u32
+    }
+
     /// The bit stream `stream` sets in 32-bit word `word` (0..8) of a
     /// 256-bit bucket, as a bit of the bucket's 64-bit word `word / 2`
     /// (the 32-bit word is its low half when `word` is even). The 5-bit
@@ -282,7 +262,7 @@ impl BucketPositions {
     /// 32-bit lanes alternates its halves, so one vector shift with counts
     /// 0, 0, 5, 5, 10, 10, 15, 15 brings every lane's field down.
     #[inline(always)]
-    pub(crate) fn bit_in(stream: u64, word: usize) -> u32 {
+    pub(crate) fn bit_in_bucket(stream: u64, word: usize) -> u32 {
         let half = 32 * (word as u32 & 1);
         half + ((stream >> (half + 5 * (word as u32 >> 1))) & 31) as u32
     }
@@ -345,12 +325,15 @@ mod tests {
     /// bits of the low and high halves of the bucket's 64-bit words.
     #[test]
     fn bucket_fields_are_pinned() {
-        assert_eq!(BucketPositions::bit_in(0b11111 << 5, 2), 31);
-        assert_eq!(BucketPositions::bit_in(0b00001 << 37, 3), 32 + 1);
-        assert_eq!(BucketPositions::bit_in(0b10110 << 15, 6), 0b10110);
-        assert_eq!(BucketPositions::bit_in(0b10110 << 47, 7), 32 + 0b10110);
-        assert_eq!(BucketPositions::bit_in(!0 ^ (0b11111 << 32), 1), 32);
-        assert_eq!(BucketPositions::bit_in(1 << 20, 0), 0);
+        assert_eq!(SplitPositions::bit_in_bucket(0b11111 << 5, 2), 31);
+        assert_eq!(SplitPositions::bit_in_bucket(0b00001 << 37, 3), 32 + 1);
+        assert_eq!(SplitPositions::bit_in_bucket(0b10110 << 15, 6), 0b10110);
+        assert_eq!(
+            SplitPositions::bit_in_bucket(0b10110 << 47, 7),
+            32 + 0b10110
+        );
+        assert_eq!(SplitPositions::bit_in_bucket(!0 ^ (0b11111 << 32), 1), 32);
+        assert_eq!(SplitPositions::bit_in_bucket(1 << 20, 0), 0);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use crate::bits::{Lines, WORDS_PER_BLOCK};
 use crate::filter::Layout;
-use crate::hash::{BlockPositions, BucketPositions, KeyHash, Probes, SplitPositions, reduce};
+use crate::hash::{BlockPositions, KeyHash, Probes, SplitPositions, reduce};
 use crate::health::FilterHealth;
 use crate::model::{
     self, BLOCK_BITS, SPLIT_256_BUCKET_BITS, SPLIT_256_WORD_BITS, SPLIT_WORD_BITS, SPLIT_WORDS,
@@ -168,7 +168,7 @@ fn contains_split<W: Word>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) -> 
 #[inline(always)]
 fn contains_split_256<W: Word>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) -> bool {
     let words = bucket(array, hash);
-    let positions = BucketPositions::new(hash);
+    let positions = SplitPositions::for_buckets(hash);
     macro_rules! unrolled {
         ($($streams:literal)*) => {
             match shape.hashes / SPLIT_WORDS {
@@ -178,7 +178,7 @@ fn contains_split_256<W: Word>(shape: Shape, array: Lines<'_, W>, hash: KeyHash)
                     for (lane, word) in (0..SPLIT_WORDS as usize).zip(words.iter().flat_map(|word| [word, word])) {
                         let word = word.get();
                         for stream in streams {
-                            all &= word >> BucketPositions::bit_in(stream, lane);
+                            all &= word >> SplitPositions::bit_in_bucket(stream, lane);
                         }
                     }
                     all & 1 == 1
@@ -222,11 +222,11 @@ pub(crate) fn block_masks<W>(
     if shape.layout == Layout::SplitBlock256 {
         // The line's words outside the key's bucket keep empty masks.
         let (line, first) = bucket_of(array, hash);
-        let positions = BucketPositions::new(hash);
+        let positions = SplitPositions::for_buckets(hash);
         for stream in 0..(shape.hashes / SPLIT_WORDS) as usize {
             let stream = positions.stream(stream);
             for lane in 0..SPLIT_WORDS as usize {
-                masks[first + lane / 2] |= 1 << BucketPositions::bit_in(stream, lane);
+                masks[first + lane / 2] |= 1 << SplitPositions::bit_in_bucket(stream, lane);
             }
         }
         return (line, masks);
