@@ -33,8 +33,8 @@ pub enum Layout {
     /// its eight 64-bit words and the key sets `k / 8` bits in each word; k
     /// is a multiple of 8. The Parquet / Impala split-block filter's shape
     /// over 64-bit words: the probe is eight independent word tests with no
-    /// data-dependent word choice, the fastest layout to query, at a few
-    /// percent more bits than [`Layout::Blocked`] for the same rate (see
+    /// data-dependent word choice, much faster to query than
+    /// [`Layout::Blocked`] at a few percent more bits for the same rate (see
     /// [`crate::model::split_block_fp_rate`]).
     SplitBlock,
     /// The Parquet split-block filter's own shape: the key's 256-bit bucket
