@@ -217,7 +217,7 @@ impl Hashes {
 }
 
 struct Spec {
-    name: &'static str,
+    name: String,
     make: Box<dyn Fn() -> Candidate>,
 }
 
@@ -559,15 +559,15 @@ fn main() {
 
         let standard_specs = vec![
             Spec {
-                name: "bloom-core standard",
+                name: "bloom-core standard".into(),
                 make: Box::new(move || Candidate::Ours(BloomFilter::new(n, p).unwrap())),
             },
             Spec {
-                name: "bloom-core standard, insert_mut",
+                name: "bloom-core standard, insert_mut".into(),
                 make: Box::new(move || Candidate::OursExclusive(BloomFilter::new(n, p).unwrap())),
             },
             Spec {
-                name: "fastbloom 0.17 BloomFilter",
+                name: "fastbloom 0.17 BloomFilter".into(),
                 make: Box::new(move || {
                     Candidate::Fastbloom(
                         fastbloom::BloomFilter::with_num_bits(bits_s)
@@ -577,7 +577,7 @@ fn main() {
                 }),
             },
             Spec {
-                name: "fastbloom 0.17 AtomicBloomFilter",
+                name: "fastbloom 0.17 AtomicBloomFilter".into(),
                 make: Box::new(move || {
                     Candidate::FastbloomAtomic(
                         fastbloom::AtomicBloomFilter::with_num_bits(bits_s)
@@ -587,7 +587,7 @@ fn main() {
                 }),
             },
             Spec {
-                name: "bloomfilter 3",
+                name: "bloomfilter 3".into(),
                 make: Box::new(move || {
                     Candidate::Bloomfilter(
                         bloomfilter::Bloom::new_with_seed(bits_s / 8, keys, &[7; 32]).unwrap(),
@@ -609,13 +609,13 @@ fn main() {
         if wanted(Layout::Blocked) {
             let blocked_specs = vec![
                 Spec {
-                    name: "bloom-core blocked",
+                    name: "bloom-core blocked".into(),
                     make: Box::new(move || {
                         Candidate::Ours(BloomFilter::with_layout(Layout::Blocked, n, p).unwrap())
                     }),
                 },
                 Spec {
-                    name: "bloom-core blocked, insert_mut",
+                    name: "bloom-core blocked, insert_mut".into(),
                     make: Box::new(move || {
                         Candidate::OursExclusive(
                             BloomFilter::with_layout(Layout::Blocked, n, p).unwrap(),
@@ -623,7 +623,7 @@ fn main() {
                     }),
                 },
                 Spec {
-                    name: "sbbf-rs-safe 0.3",
+                    name: "sbbf-rs-safe 0.3".into(),
                     make: Box::new(move || Candidate::Sbbf(sbbf_rs_safe::Filter::new(bits_b, 1))),
                 },
             ];
@@ -638,110 +638,59 @@ fn main() {
             );
         }
 
-        if wanted(Layout::SplitBlock) {
-            let split =
-                BloomFilter::with_layout(Layout::SplitBlock, n, p).expect("valid parameters");
-            let (bits_x, k_x) = (split.bits() as usize, split.hashes());
-            drop(split);
-            let mut split_specs = vec![
-                Spec {
-                    name: "bloom-core split-block, insert_mut, frozen for queries",
-                    make: Box::new(move || Candidate::OursFrozen {
-                        building: Some(BloomFilter::with_layout(Layout::SplitBlock, n, p).unwrap()),
-                        frozen: None,
-                    }),
-                },
-                Spec {
-                    name: "bloom-core split-block",
-                    make: Box::new(move || {
-                        Candidate::Ours(BloomFilter::with_layout(Layout::SplitBlock, n, p).unwrap())
-                    }),
-                },
-                Spec {
-                    name: "bloom-core split-block, insert_mut",
-                    make: Box::new(move || {
-                        Candidate::OursExclusive(
-                            BloomFilter::with_layout(Layout::SplitBlock, n, p).unwrap(),
-                        )
-                    }),
-                },
-                Spec {
-                    name: "sbbf-rs-safe 0.3",
-                    make: Box::new(move || Candidate::Sbbf(sbbf_rs_safe::Filter::new(bits_x, 1))),
-                },
-            ];
-            if k_x > 8 {
-                // sbbf-rs-safe's k at the same bits, what a caller gets who
-                // asks for its speed with `with_params` rather than for p;
-                // first, so that the ratios compare sbbf-rs-safe with it.
-                split_specs.insert(
-                    0,
-                    Spec {
-                        name: "bloom-core split-block k = 8, insert_mut, frozen for queries",
-                        make: Box::new(move || Candidate::OursFrozen {
-                            building: Some(
-                                BloomFilter::with_params(Layout::SplitBlock, bits_x as u64, 8)
-                                    .unwrap(),
-                            ),
-                            frozen: None,
-                        }),
-                    },
-                );
+        for layout in [Layout::SplitBlock, Layout::SplitBlock256] {
+            if !wanted(layout) {
+                continue;
             }
-            run_group(
-                &format!("Split-block layout, p = {p} (k = {k_x})"),
-                bits_x as f64 / keys as f64,
-                &split_specs,
-                &present,
-                &absent,
-                &present_hashes,
-                &absent_hashes,
-            );
-        }
-
-        if wanted(Layout::SplitBlock256) {
-            let split =
-                BloomFilter::with_layout(Layout::SplitBlock256, n, p).expect("valid parameters");
-            let (bits_y, k_y) = (split.bits() as usize, split.hashes());
-            drop(split);
-            let ours = move || BloomFilter::with_layout(Layout::SplitBlock256, n, p).unwrap();
+            let sized = BloomFilter::with_layout(layout, n, p).expect("valid parameters");
+            let (bits, k) = (sized.bits(), sized.hashes());
+            drop(sized);
+            let ours = move || BloomFilter::with_layout(layout, n, p).unwrap();
             let mut specs = vec![
                 Spec {
-                    name: "bloom-core split-block-256, insert_mut, frozen for queries",
+                    name: format!("bloom-core {layout}, insert_mut, frozen for queries"),
                     make: Box::new(move || Candidate::OursFrozen {
                         building: Some(ours()),
                         frozen: None,
                     }),
                 },
                 Spec {
-                    name: "bloom-core split-block-256",
+                    name: format!("bloom-core {layout}"),
                     make: Box::new(move || Candidate::Ours(ours())),
                 },
                 Spec {
-                    name: "sbbf-rs-safe 0.3",
-                    make: Box::new(move || Candidate::Sbbf(sbbf_rs_safe::Filter::new(bits_y, 1))),
+                    name: format!("bloom-core {layout}, insert_mut"),
+                    make: Box::new(move || Candidate::OursExclusive(ours())),
+                },
+                Spec {
+                    name: "sbbf-rs-safe 0.3".into(),
+                    make: Box::new(move || {
+                        Candidate::Sbbf(sbbf_rs_safe::Filter::new(bits as usize, 1))
+                    }),
                 },
             ];
-            if k_y > 8 {
-                // As for the split-block group: sbbf-rs-safe's k at the
-                // same bits leads.
+            if k > 8 {
+                // sbbf-rs-safe's k at the same bits, what a caller gets who
+                // asks for its speed with `with_params` rather than for p;
+                // first, so that the ratios compare sbbf-rs-safe with it.
                 specs.insert(
                     0,
                     Spec {
-                        name: "bloom-core split-block-256 k = 8, insert_mut, frozen for queries",
+                        name: format!("bloom-core {layout} k = 8, insert_mut, frozen for queries"),
                         make: Box::new(move || Candidate::OursFrozen {
-                            building: Some(
-                                BloomFilter::with_params(Layout::SplitBlock256, bits_y as u64, 8)
-                                    .unwrap(),
-                            ),
+                            building: Some(BloomFilter::with_params(layout, bits, 8).unwrap()),
                             frozen: None,
                         }),
                     },
                 );
             }
+            let title = match layout {
+                Layout::SplitBlock => "Split-block",
+                _ => "Split-block-256",
+            };
             run_group(
-                &format!("Split-block-256 layout, p = {p} (k = {k_y})"),
-                bits_y as f64 / keys as f64,
+                &format!("{title} layout, p = {p} (k = {k})"),
+                bits as f64 / keys as f64,
                 &specs,
                 &present,
                 &absent,

@@ -213,18 +213,30 @@ mod x86 {
             .cast::<__m256i>();
         #[allow(unsafe_code)]
         // SAFETY: `line` addresses the key's block, eight words of `array`
-        // (see `line_offset`), exclusively borrowed, so no other thread reads
-        // or writes them; `AtomicU64` has the memory layout of `u64`, and
-        // unaligned loads and stores are allowed.
+        // (see `line_offset`), exclusively borrowed: the two 32-byte halves
+        // `set_bits` needs.
+        let missing =
+            unsafe { _mm256_or_si256(set_bits(line, masks[0]), set_bits(line.add(1), masks[1])) };
+        _mm256_testz_si256(missing, missing) == 0
+    }
+
+    /// ORs `mask` into the 32 bytes at `at`; returns the bits of `mask`
+    /// that were unset.
+    ///
+    /// # Safety
+    ///
+    /// `at` addresses four words the caller has exclusive access to (so no
+    /// other thread reads or writes them; `AtomicU64` has the memory layout
+    /// of `u64`). Unaligned is allowed.
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "avx2,bmi2")]
+    #[inline]
+    unsafe fn set_bits(at: *mut __m256i, mask: __m256i) -> __m256i {
+        // SAFETY: the caller's contract.
         unsafe {
-            let old = [_mm256_loadu_si256(line), _mm256_loadu_si256(line.add(1))];
-            let missing = _mm256_or_si256(
-                _mm256_andnot_si256(old[0], masks[0]),
-                _mm256_andnot_si256(old[1], masks[1]),
-            );
-            _mm256_storeu_si256(line, _mm256_or_si256(old[0], masks[0]));
-            _mm256_storeu_si256(line.add(1), _mm256_or_si256(old[1], masks[1]));
-            _mm256_testz_si256(missing, missing) == 0
+            let old = _mm256_loadu_si256(at);
+            _mm256_storeu_si256(at, _mm256_or_si256(old, mask));
+            _mm256_andnot_si256(old, mask)
         }
     }
 
@@ -299,15 +311,9 @@ mod x86 {
             .cast::<__m256i>();
         #[allow(unsafe_code)]
         // SAFETY: `bucket` addresses the key's bucket, four words of
-        // `array` (see `bucket_offset`), exclusively borrowed, so no other
-        // thread reads or writes them; `AtomicU64` has the memory layout of
-        // `u64`, and unaligned loads and stores are allowed.
-        unsafe {
-            let old = _mm256_loadu_si256(bucket);
-            let missing = _mm256_andnot_si256(old, mask);
-            _mm256_storeu_si256(bucket, _mm256_or_si256(old, mask));
-            _mm256_testz_si256(missing, missing) == 0
-        }
+        // `array` (see `bucket_offset`), exclusively borrowed.
+        let missing = unsafe { set_bits(bucket, mask) };
+        _mm256_testz_si256(missing, missing) == 0
     }
 
     /// `kernels::contains_standard` compiled for BMI2.

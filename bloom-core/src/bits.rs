@@ -96,7 +96,7 @@ impl<W> BitArray<W> {
 /// A bit array's words as the probe code reads them: by value, two
 /// registers wide (pointer and length), so that a kernel takes them as
 /// arguments instead of loading and adding up the array's fields on every
-/// call (22 -> 16 instructions a split-block-256 query; in an interleaved
+/// call (22 -> 16-17 instructions a split-block-256 query; in an interleaved
 /// A/B at 10 million keys its frozen queries went from 0.92-0.97x to
 /// 0.97-1.01x of sbbf-rs-safe's). Only [`BitArray`]
 /// makes one, so the words are whole blocks, at least one, the first on a

@@ -319,8 +319,9 @@ impl BloomFilter {
         // The probe inline rather than a kernel call per key: the loop
         // overlaps the keys' misses through prefetching, not through the
         // instruction window.
-        probe::contains_batch(self.shape, self.array.lines(), hashes, out, |hash| {
-            probe::contains(self.shape, self.array.lines(), hash)
+        let lines = self.array.lines();
+        probe::contains_batch(self.shape, lines, hashes, out, |hash| {
+            probe::contains(self.shape, lines, hash)
         });
     }
 

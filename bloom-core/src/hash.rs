@@ -190,8 +190,15 @@ impl BlockPositions {
 
     #[inline]
     fn stream(&self, chunk: u64) -> u64 {
-        mix64(self.seed.wrapping_add(chunk.wrapping_mul(NONZERO_H2)))
+        fresh_stream(self.seed, chunk)
     }
+}
+
+/// Stream `index` (from 1) of the block layouts' positions: a fresh mix of
+/// the key's seed.
+#[inline(always)]
+fn fresh_stream(seed: u64, index: u64) -> u64 {
+    mix64(seed.wrapping_add(index.wrapping_mul(NONZERO_H2)))
 }
 
 /// Bit positions for the split-block layouts, one bit in each of eight
@@ -241,10 +248,7 @@ impl SplitPositions {
         if index == 0 {
             self.h2
         } else {
-            mix64(
-                self.seed
-                    .wrapping_add((index as u64).wrapping_mul(NONZERO_H2)),
-            )
+            fresh_stream(self.seed, index as u64)
         }
     }
 

@@ -217,7 +217,6 @@ pub(crate) fn block_masks<W>(
     array: Lines<'_, W>,
     hash: KeyHash,
 ) -> (usize, [u64; WORDS_PER_BLOCK]) {
-    let block = block_of(array, hash);
     let mut masks = [0_u64; WORDS_PER_BLOCK];
     if shape.layout == Layout::SplitBlock256 {
         // The line's words outside the key's bucket keep empty masks.
@@ -231,6 +230,7 @@ pub(crate) fn block_masks<W>(
         }
         return (line, masks);
     }
+    let block = block_of(array, hash);
     if shape.layout == Layout::SplitBlock {
         let positions = SplitPositions::new(hash);
         macro_rules! unrolled {
@@ -343,44 +343,40 @@ pub(crate) fn ones_and_fp_rate<W: Word>(shape: Shape, array: Lines<'_, W>) -> (u
                     });
             (ones, sum / array.blocks() as f64)
         }
-        Layout::SplitBlock => {
+        Layout::SplitBlock | Layout::SplitBlock256 => {
+            // A key's bits fall in one unit (block or bucket), k/8 in each
+            // of its eight split words: its rate there is the product over
+            // those words of fill^(k/8).
             let per_word = (shape.hashes / SPLIT_WORDS) as i32;
+            let (unit_words, word_bits) = if shape.layout == Layout::SplitBlock {
+                (WORDS_PER_BLOCK, SPLIT_WORD_BITS)
+            } else {
+                (WORDS_PER_BUCKET, SPLIT_256_WORD_BITS)
+            };
+            let word_fp = |ones: u32| (f64::from(ones) / word_bits as f64).powi(per_word);
+            // Set bits and rate factor of one 64-bit word: one split word,
+            // or two 32-bit ones.
+            let of_word = |word: u64| {
+                if word_bits == 64 {
+                    let ones = word.count_ones();
+                    (ones, word_fp(ones))
+                } else {
+                    let (low, high) = ((word as u32).count_ones(), (word >> 32).count_ones());
+                    (low + high, word_fp(low) * word_fp(high))
+                }
+            };
             let (ones, sum) =
                 words
-                    .chunks_exact(WORDS_PER_BLOCK)
-                    .fold((0_u64, 0.0_f64), |(ones, sum), block| {
-                        let (in_block, fp) =
-                            block.iter().fold((0_u32, 1.0_f64), |(in_block, fp), word| {
-                                let in_word = word.get().count_ones();
-                                (
-                                    in_block + in_word,
-                                    fp * (f64::from(in_word) / SPLIT_WORD_BITS as f64)
-                                        .powi(per_word),
-                                )
+                    .chunks_exact(unit_words)
+                    .fold((0_u64, 0.0_f64), |(ones, sum), unit| {
+                        let (in_unit, fp) =
+                            unit.iter().fold((0_u32, 1.0_f64), |(in_unit, fp), word| {
+                                let (in_word, word_fp) = of_word(word.get());
+                                (in_unit + in_word, fp * word_fp)
                             });
-                        (ones + u64::from(in_block), sum + fp)
+                        (ones + u64::from(in_unit), sum + fp)
                     });
-            (ones, sum / array.blocks() as f64)
-        }
-        Layout::SplitBlock256 => {
-            let per_word = (shape.hashes / SPLIT_WORDS) as i32;
-            let word_fp = |ones: u32| (f64::from(ones) / SPLIT_256_WORD_BITS as f64).powi(per_word);
-            let (ones, sum) = words.chunks_exact(WORDS_PER_BUCKET).fold(
-                (0_u64, 0.0_f64),
-                |(ones, sum), bucket| {
-                    let (in_bucket, fp) =
-                        bucket
-                            .iter()
-                            .fold((0_u32, 1.0_f64), |(in_bucket, fp), word| {
-                                let word = word.get();
-                                let (low, high) =
-                                    ((word as u32).count_ones(), (word >> 32).count_ones());
-                                (in_bucket + low + high, fp * word_fp(low) * word_fp(high))
-                            });
-                    (ones + u64::from(in_bucket), sum + fp)
-                },
-            );
-            (ones, sum / (array.blocks() * 2) as f64)
+            (ones, sum / (words.len() / unit_words) as f64)
         }
     }
 }
