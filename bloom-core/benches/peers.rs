@@ -4,7 +4,7 @@
 //! `cargo bench -p bloom-core --bench peers` (10 million URL-like keys at
 //! p = 0.01 and p = 0.0001); `-- --keys N` for another size, `-- --quick`
 //! for a 200 000-key smoke run, `-- --p 0.0001` for one rate, `--
-//! --batch-only` for the batch-query table alone, `-- --layout split-block`
+//! --batch-only` for the batch-query and batch-insert tables alone, `-- --layout split-block`
 //! for one layout's group, `-- --k-sweep` for single query cost against k. Prints markdown tables for
 //! BENCHMARKS.md.
 //!
@@ -718,5 +718,98 @@ fn main() {
                 run_batch(Batched::Frozen(&frozen), &present_hashes, &absent_hashes);
             }
         }
+
+        println!("\n### Batch inserts, p = {p} (prehashed, ns per key)\n");
+        println!(
+            "Batches of {INSERT_BATCH} hashes into an empty filter sized for all the keys. The peer is the layout's group's: fastbloom's plain filter for the standard layout, sbbf-rs-safe for the block layouts, at the same bits, one by one (neither has a batch insert). Ratios are medians of the per-pass ratios (above 1: the batch is faster).\n"
+        );
+        println!(
+            "| layout | insert_mut one by one | insert_batch_mut_into | insert (&self) one by one | insert_batch_into (&self) | peer one by one | one by one / batch, exclusive | one by one / batch, &self | peer / insert_batch_mut_into | peer / insert_batch_into |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for layout in Layout::ALL {
+            if only.is_some_and(|o| o != layout) {
+                continue;
+            }
+            run_batch_inserts(layout, n, p, &present_hashes);
+        }
     }
+}
+
+/// Hashes a batch insert takes at once in the batch-insert table, as
+/// `PartitionedBloom`'s rebuild feeds them.
+const INSERT_BATCH: usize = 4096;
+
+/// One row of the batch-insert table: our exclusive and shared inserts one
+/// by one and in batches, and the layout's peer one by one, in interleaved
+/// passes.
+fn run_batch_inserts(layout: Layout, n: u64, p: f64, hashes: &Hashes) {
+    let ours = || BloomFilter::with_layout(layout, n, p).unwrap();
+    let (bits, k) = {
+        let sized = ours();
+        (sized.bits() as usize, sized.hashes())
+    };
+    let peer = move || match layout {
+        Layout::Standard => Candidate::Fastbloom(
+            fastbloom::BloomFilter::with_num_bits(bits)
+                .hasher(Xxh3Builder::new())
+                .hashes(k),
+        ),
+        _ => Candidate::Sbbf(sbbf_rs_safe::Filter::new(bits, 1)),
+    };
+    let batched = |insert: &mut dyn FnMut(&[KeyHash], &mut Vec<bool>)| {
+        let mut out = Vec::with_capacity(INSERT_BATCH);
+        let mut new_keys = 0;
+        for batch in hashes.wide.chunks(INSERT_BATCH) {
+            insert(batch, &mut out);
+            new_keys += out.iter().filter(|&&new| new).count();
+        }
+        new_keys
+    };
+    let n_keys = hashes.wide.len();
+    // Single exclusive, batch exclusive, single shared, batch shared, peer.
+    let mut times: [Vec<f64>; 5] = Default::default();
+    for _ in 0..REPETITIONS {
+        let mut answers = Vec::new();
+        let mut timed = |times: &mut Vec<f64>, run: &mut dyn FnMut() -> usize| {
+            let start = Instant::now();
+            answers.push(run());
+            times.push(ns_per_op(start, n_keys));
+        };
+        let mut filter = Candidate::OursExclusive(ours());
+        timed(&mut times[0], &mut || filter.insert_all_prehashed(hashes));
+        let mut filter = ours();
+        timed(&mut times[1], &mut || {
+            batched(&mut |batch, out| filter.insert_batch_mut_into(batch, out))
+        });
+        let mut filter = Candidate::Ours(ours());
+        timed(&mut times[2], &mut || filter.insert_all_prehashed(hashes));
+        let filter = ours();
+        timed(&mut times[3], &mut || {
+            batched(&mut |batch, out| filter.insert_batch_into(batch, out))
+        });
+        let mut filter = peer();
+        timed(&mut times[4], &mut || filter.insert_all_prehashed(hashes));
+        assert!(answers[0] > n_keys / 2, "{layout}: insert answers inverted");
+        assert!(
+            answers[..4].iter().all(|&new_keys| new_keys == answers[0]),
+            "{layout}: batch answers differ from one-by-one ones: {answers:?}"
+        );
+    }
+    let ratio = |slow: &[f64], fast: &[f64]| {
+        let per_pass: Vec<f64> = slow.iter().zip(fast).map(|(s, f)| s / f).collect();
+        median(&per_pass)
+    };
+    println!(
+        "| {layout} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} |",
+        median(&times[0]),
+        median(&times[1]),
+        median(&times[2]),
+        median(&times[3]),
+        median(&times[4]),
+        ratio(&times[0], &times[1]),
+        ratio(&times[2], &times[3]),
+        ratio(&times[4], &times[1]),
+        ratio(&times[4], &times[3]),
+    );
 }

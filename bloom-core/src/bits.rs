@@ -153,6 +153,12 @@ impl<W> LinesMut<'_, W> {
         Lines { words: self.words }
     }
 
+    /// The same words for a shorter borrow, for one call of a kernel.
+    #[inline(always)]
+    pub(crate) fn reborrow(&mut self) -> LinesMut<'_, W> {
+        LinesMut { words: self.words }
+    }
+
     #[inline(always)]
     pub(crate) fn words_mut(&mut self) -> &mut [W] {
         self.words

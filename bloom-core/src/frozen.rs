@@ -84,7 +84,8 @@ impl FrozenBloomFilter {
     #[inline]
     #[must_use]
     pub fn contains_hashed(&self, hash: KeyHash) -> bool {
-        self.kernels.contains_plain(&self.shape, &self.array, hash)
+        self.kernels
+            .contains_plain(&self.shape, self.array.lines(), hash)
     }
 
     /// Queries many hashes at once, prefetching ahead as

@@ -123,13 +123,13 @@ impl Kernels {
     pub(crate) fn contains(
         &self,
         shape: &Shape,
-        array: &BitArray<AtomicU64>,
+        lines: Lines<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.contains)(shape, array.lines(), hash)
+            (self.contains)(shape, lines, hash)
         }
     }
 
@@ -139,13 +139,13 @@ impl Kernels {
     pub(crate) fn contains_plain(
         &self,
         shape: &Shape,
-        array: &BitArray<u64>,
+        lines: Lines<'_, u64>,
         hash: KeyHash,
     ) -> bool {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.contains_plain)(shape, array.lines(), hash)
+            (self.contains_plain)(shape, lines, hash)
         }
     }
 
@@ -155,13 +155,13 @@ impl Kernels {
     pub(crate) fn insert_shared(
         &self,
         shape: &Shape,
-        array: &BitArray<AtomicU64>,
+        lines: Lines<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.insert_shared)(shape, array.lines(), hash)
+            (self.insert_shared)(shape, lines, hash)
         }
     }
 
@@ -184,13 +184,25 @@ impl Kernels {
         array: &mut BitArray<AtomicU64>,
         hash: KeyHash,
     ) -> bool {
+        self.insert_exclusive_lines(shape, array.lines_mut(), hash)
+    }
+
+    /// [`insert_exclusive`](Self::insert_exclusive) into words already
+    /// taken from the array, for a batch.
+    #[inline(always)]
+    pub(crate) fn insert_exclusive_lines(
+        &self,
+        shape: &Shape,
+        lines: LinesMut<'_, AtomicU64>,
+        hash: KeyHash,
+    ) -> bool {
         if shape.layout == Layout::Standard {
-            return standard_exclusive(*shape, array.lines_mut(), hash);
+            return standard_exclusive(*shape, lines, hash);
         }
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.insert_exclusive)(shape, array.lines_mut(), hash)
+            (self.insert_exclusive)(shape, lines, hash)
         }
     }
 }
@@ -364,7 +376,7 @@ mod tests {
                         "{label}"
                     );
                     assert_eq!(
-                        kernels.insert_shared(&shape, &fast_shared, hash),
+                        kernels.insert_shared(&shape, fast_shared.lines(), hash),
                         expected,
                         "{label}"
                     );
@@ -376,7 +388,7 @@ mod tests {
                     };
                     let expected = probe::contains(shape, portable.lines(), probe);
                     assert_eq!(
-                        kernels.contains(&shape, &portable, probe),
+                        kernels.contains(&shape, portable.lines(), probe),
                         expected,
                         "{label}"
                     );
@@ -398,7 +410,7 @@ mod tests {
                     for key in 0..20_000_u32 {
                         let probe = KeyHash::of(&(key / 2 + 1_000_000 * (key % 2)).to_le_bytes());
                         assert_eq!(
-                            kernels.contains_plain(&shape, &plain, probe),
+                            kernels.contains_plain(&shape, plain.lines(), probe),
                             probe::contains(shape, plain.lines(), probe),
                             "{layout} k={hashes} plain, key {key}"
                         );

@@ -431,19 +431,24 @@ impl Rebuild<'_> {
         self.part.rebuild_fed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Feeds many keys.
+    /// Feeds many keys, in batches (see
+    /// [`BloomFilter::insert_batch_into`]: the misses of many keys overlap).
     pub fn extend(&self, hashes: impl IntoIterator<Item = KeyHash>) {
-        let mut fed = 0_u64;
-        for hash in hashes {
-            self.new.insert_hashed(hash);
-            fed += 1;
-            if fed.is_multiple_of(4096) {
-                self.part.rebuild_fed.fetch_add(4096, Ordering::Relaxed);
+        const BATCH: usize = 4096;
+        let mut hashes = hashes.into_iter();
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut answers = Vec::with_capacity(BATCH);
+        loop {
+            batch.clear();
+            batch.extend(hashes.by_ref().take(BATCH));
+            if batch.is_empty() {
+                break;
             }
+            self.new.insert_batch_into(&batch, &mut answers);
+            self.part
+                .rebuild_fed
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
         }
-        self.part
-            .rebuild_fed
-            .fetch_add(fed % 4096, Ordering::Relaxed);
     }
 
     /// Keys fed so far.

@@ -281,15 +281,43 @@ pub(crate) fn second_word<W>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) -
     Some(&array.words()[(reduce(probes.next_raw(), shape.bits) / 64) as usize])
 }
 
-/// Answers many hashes, one answer per hash into `out` (cleared first),
-/// through `answer`.
+/// Runs `each` over the hashes in order, one answer per hash into `out`
+/// (cleared first), calling `prefetch` for the key `ahead` places on first.
 ///
-/// Looking keys up one by one leaves the memory system idle while each
-/// probe's cache miss is served. Here the cache line of a key a fixed
-/// distance ahead is prefetched while the current key is answered, so the
-/// misses of upcoming keys overlap the current key's arithmetic. Standard
-/// layout: the lines of the first two probes (an absent key is usually
-/// refuted by them); block layouts: the key's one line.
+/// Working through keys one by one leaves the memory system idle while each
+/// probe's cache miss is served. Prefetching the lines of a key a fixed
+/// distance ahead overlaps the misses of upcoming keys with the current
+/// key's arithmetic: a prefetch retires at once, where a load (or a locked
+/// write) holds up the instruction window until its miss is served.
+/// `state` is what both closures work on, passed to each call so that
+/// `each` can take it exclusively.
+#[inline(always)]
+pub(crate) fn batch<S: ?Sized>(
+    state: &mut S,
+    hashes: &[KeyHash],
+    out: &mut Vec<bool>,
+    ahead: usize,
+    prefetch: impl Fn(&S, KeyHash),
+    mut each: impl FnMut(&mut S, KeyHash) -> bool,
+) {
+    // Sized first and written in place: a push per key would also store
+    // the vector's length, a store per key more to queue behind the misses.
+    out.clear();
+    out.resize(hashes.len(), false);
+    for &hash in hashes.iter().take(ahead) {
+        prefetch(state, hash);
+    }
+    for (index, (answer, &hash)) in out.iter_mut().zip(hashes).enumerate() {
+        if let Some(&upcoming) = hashes.get(index + ahead) {
+            prefetch(state, upcoming);
+        }
+        *answer = each(state, hash);
+    }
+}
+
+/// Answers many hashes through `answer` (see [`batch`]). Standard layout:
+/// the lines of the first two probes are prefetched (an absent key is
+/// usually refuted by them); block layouts: the key's one line.
 #[inline(always)]
 pub(crate) fn contains_batch<W>(
     shape: Shape,
@@ -301,23 +329,49 @@ pub(crate) fn contains_batch<W>(
     // Far enough ahead to cover a memory latency at a few nanoseconds of
     // arithmetic per key, near enough for the lines to still be in L1.
     const AHEAD: usize = 16;
-    let prefetch_key = |hash: KeyHash| {
+    let prefetch_key = |(): &(), hash: KeyHash| {
         prefetch(first_word(shape, array, hash));
         if let Some(word) = second_word(shape, array, hash) {
             prefetch(word);
         }
     };
-    out.clear();
-    out.reserve(hashes.len());
-    for &hash in hashes.iter().take(AHEAD) {
-        prefetch_key(hash);
+    batch(&mut (), hashes, out, AHEAD, prefetch_key, |(), hash| {
+        answer(hash)
+    });
+}
+
+/// How many keys ahead a batch insert prefetches. An insert writes every
+/// line it touches, so the standard layout prefetches all k of its lines
+/// and runs fewer keys ahead than a block layout with its one line. Chosen
+/// in an interleaved A/B at 10 million keys, p = 0.01 (BENCHMARKS.md,
+/// "batch inserts"): standard 8 -> 16 keys ahead took the exclusive batch
+/// from 28-31 to 24-27 ns a key, 24 gained nothing; split-block-256
+/// 16 -> 32 from 10-11 to 6.0-6.3 ns, 48 and 64 within 5% of 32.
+pub(crate) fn insert_batch_ahead(shape: Shape) -> usize {
+    if shape.layout == Layout::Standard {
+        16
+    } else {
+        32
     }
-    for (index, &hash) in hashes.iter().enumerate() {
-        if let Some(&upcoming) = hashes.get(index + AHEAD) {
-            prefetch_key(upcoming);
-        }
-        out.push(answer(hash));
+}
+
+/// Prefetches the lines of all the key's probes (standard layout: an
+/// insert writes every one).
+#[inline(always)]
+pub(crate) fn prefetch_probes<W>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) {
+    debug_assert_eq!(shape.layout, Layout::Standard);
+    let words = array.words();
+    let mut probes = Probes::new(hash);
+    for _ in 0..shape.hashes {
+        prefetch(&words[(reduce(probes.next_raw(), shape.bits) / 64) as usize]);
     }
+}
+
+/// Prefetches the key's one line (block layouts).
+#[inline(always)]
+pub(crate) fn prefetch_line<W>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) {
+    debug_assert_ne!(shape.layout, Layout::Standard);
+    prefetch(first_word(shape, array, hash));
 }
 
 /// Set bits and the false-positive rate they give, in one pass over the

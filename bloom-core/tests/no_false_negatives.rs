@@ -48,6 +48,40 @@ proptest! {
         prop_assert_eq!(shared.to_snapshot_bytes(), exclusive.to_snapshot_bytes());
     }
 
+    /// Batch inserts, shared and exclusive, answer and set bits exactly as
+    /// one-by-one inserts do, duplicates within a batch included (the later
+    /// copy is not new), in batches of any length.
+    #[test]
+    fn batch_inserts_match_single_ones(
+        layout in common::layouts(),
+        bits in 1_u64..20_000,
+        hashes in 1_u32..=64,
+        keys in prop::collection::vec(0_u16..500, 0..300),
+        batch_len in 1_usize..80,
+    ) {
+        let hashes = layout.valid_hashes(hashes);
+        let single = BloomFilter::with_params(layout, bits, hashes).unwrap();
+        let shared = BloomFilter::with_params(layout, bits, hashes).unwrap();
+        let mut exclusive = BloomFilter::with_params(layout, bits, hashes).unwrap();
+        let keys: Vec<KeyHash> = keys.iter().map(|key| KeyHash::of(&key.to_le_bytes())).collect();
+        let expected: Vec<bool> = keys.iter().map(|&hash| single.insert_hashed(hash)).collect();
+        let (mut shared_answers, mut exclusive_answers) = (vec![true; 5], Vec::new());
+        let mut answers = Vec::new();
+        for batch in keys.chunks(batch_len) {
+            shared.insert_batch_into(batch, &mut answers);
+            prop_assert_eq!(answers.len(), batch.len());
+            shared_answers.extend_from_slice(&answers);
+            exclusive.insert_batch_mut_into(batch, &mut answers);
+            exclusive_answers.extend_from_slice(&answers);
+        }
+        prop_assert_eq!(&shared_answers[5..], &expected[..]);
+        prop_assert_eq!(&exclusive_answers, &expected);
+        prop_assert_eq!(shared.to_snapshot_bytes(), single.to_snapshot_bytes());
+        prop_assert_eq!(exclusive.to_snapshot_bytes(), single.to_snapshot_bytes());
+        shared.insert_batch_into(&[], &mut answers);
+        prop_assert!(answers.is_empty());
+    }
+
     /// Sized filters of both layouts, filled to and past capacity.
     #[test]
     fn sized_filters_never_miss(

@@ -423,11 +423,19 @@ impl Ingest {
             self.config.fp_rate,
         )?;
         let rebuild = self.filters.begin_rebuild(partition, filter)?;
+        // Fed in batches, whose cache misses overlap (bloom_core's
+        // `insert_batch_into`).
+        const BATCH: usize = 4096;
+        let mut keys = Vec::with_capacity(BATCH);
         // The read transaction starts now, after the rebuild began.
         self.store
             .for_each_url_in_partition(partition as u32, |crawl, url| {
-                rebuild.insert(filter_key(crawl, url));
+                keys.push(filter_key(crawl, url));
+                if keys.len() == BATCH {
+                    rebuild.extend(keys.drain(..));
+                }
             })?;
+        rebuild.extend(keys);
         Ok(rebuild.finish())
     }
 
@@ -1191,19 +1199,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = FilterConfig {
             partitions: 4,
-            expected_urls_per_partition: 100,
+            expected_urls_per_partition: 1_000,
             ..FilterConfig::default()
         };
+        // More URLs a partition than a rebuild feeds in one batch.
         let ingest = open(dir.path(), config, DedupMode::Exact);
         assert!(ingest.partitions_to_rebuild(0.5).is_empty());
         let rules = Rules::default();
         ingest
-            .put_discovered("c", &urls(0..2_000), &rules, 1)
+            .put_discovered("c", &urls(0..20_000), &rules, 1)
             .unwrap();
         let full = ingest.partitions_to_rebuild(0.5);
         assert!(!full.is_empty());
         let total: u64 = (0..4).map(|p| ingest.stored_in_partition(p).unwrap()).sum();
-        assert_eq!(total, 2_000);
+        assert_eq!(total, 20_000);
         // The prediction agrees with the counted fill.
         for &partition in &full {
             assert!(ingest.filters().filter(partition).unwrap().fill_ratio() > 0.45);
@@ -1218,7 +1227,7 @@ mod tests {
             );
         }
         assert!(ingest.partitions_to_rebuild(0.5).is_empty());
-        assert_eq!(stored_keys_in_filters(&ingest), 2_000);
+        assert_eq!(stored_keys_in_filters(&ingest), 20_000);
     }
 
     #[test]
