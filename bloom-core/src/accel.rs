@@ -134,6 +134,7 @@ mod x86 {
     use crate::bits::LinesMut;
     use crate::bits::WORDS_PER_BLOCK;
     use crate::hash::SplitPositions;
+    use crate::kernels::KernelArgs;
     use crate::model::SPLIT_WORDS;
     use crate::sync::AtomicU64;
 
@@ -166,7 +167,7 @@ mod x86 {
     /// by shifting ones) saves two instructions a stream.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_split<const STREAMS: usize>(
-        _shape: &Shape,
+        _args: KernelArgs,
         array: Lines<'_, u64>,
         hash: KeyHash,
     ) -> bool {
@@ -194,7 +195,7 @@ mod x86 {
     /// Sets the key's bits in the line; whether any was unset.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split<const STREAMS: usize>(
-        _shape: &Shape,
+        _args: KernelArgs,
         mut array: LinesMut<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
@@ -271,7 +272,7 @@ mod x86 {
     /// the tested bit to bit 0.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_split_256<const STREAMS: usize>(
-        _shape: &Shape,
+        _args: KernelArgs,
         array: Lines<'_, u64>,
         hash: KeyHash,
     ) -> bool {
@@ -294,7 +295,7 @@ mod x86 {
     /// Sets the key's bits in its 256-bit bucket; whether any was unset.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split_256<const STREAMS: usize>(
-        _shape: &Shape,
+        _args: KernelArgs,
         mut array: LinesMut<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
@@ -319,21 +320,21 @@ mod x86 {
     /// `kernels::contains_standard` compiled for BMI2.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_standard<const K: u32, W: probe::Word>(
-        shape: &Shape,
+        args: KernelArgs,
         array: Lines<'_, W>,
         hash: KeyHash,
     ) -> bool {
-        crate::kernels::contains_standard::<K, W>(shape, array, hash)
+        crate::kernels::contains_standard::<K, W>(args, array, hash)
     }
 
     /// `kernels::insert_standard_shared` compiled for BMI2.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_standard_shared<const K: u32>(
-        shape: &Shape,
+        args: KernelArgs,
         array: Lines<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
-        crate::kernels::insert_standard_shared::<K>(shape, array, hash)
+        crate::kernels::insert_standard_shared::<K>(args, array, hash)
     }
 
     /// A batch, with the whole loop compiled for AVX2 and BMI2 (so every
@@ -356,7 +357,7 @@ mod x86 {
             ($contains:ident $($streams:literal)*) => {
                 match shape.hashes / SPLIT_WORDS {
                     $($streams => probe::contains_batch(shape, array, hashes, out, |hash| {
-                        $contains::<$streams>(&shape, array, hash)
+                        $contains::<$streams>(KernelArgs::of(&shape), array, hash)
                     }),)*
                     _ => unreachable!("k is a multiple of 8 up to 64"),
                 }
@@ -374,6 +375,7 @@ mod x86 {
 mod tests {
     use super::*;
     use crate::Layout;
+    use crate::kernels::KernelArgs;
     use crate::sync::AtomicU64;
 
     const SPLIT_LAYOUTS: [Layout; 2] = [Layout::SplitBlock, Layout::SplitBlock256];
@@ -423,7 +425,7 @@ mod tests {
                 let portable = probe::contains(shape, array.lines(), hash);
                 #[allow(unsafe_code)]
                 // SAFETY: `split_kernels` checked this CPU.
-                let vector = unsafe { contains(&shape, array.lines(), hash) };
+                let vector = unsafe { contains(KernelArgs::of(&shape), array.lines(), hash) };
                 assert_eq!(portable, vector, "{layout} k={hashes} {hash:?}");
                 assert_eq!(portable, batched, "batch, {layout} k={hashes} {hash:?}");
                 if portable { present += 1 } else { absent += 1 }
@@ -459,8 +461,12 @@ mod tests {
                 let hash = KeyHash::of(&(key % 2_000).to_le_bytes());
                 #[allow(unsafe_code)]
                 // SAFETY: `split_kernels` checked this CPU.
-                let answer = unsafe { insert(&shape, vector.lines_mut(), hash) };
-                let expected = crate::kernels::insert_exclusive(&shape, portable.lines_mut(), hash);
+                let answer = unsafe { insert(KernelArgs::of(&shape), vector.lines_mut(), hash) };
+                let expected = crate::kernels::insert_exclusive(
+                    KernelArgs::of(&shape),
+                    portable.lines_mut(),
+                    hash,
+                );
                 assert_eq!(answer, expected, "{layout} k={hashes} key {key}");
                 newly += u32::from(answer);
             }

@@ -21,19 +21,49 @@ use crate::hash::{KeyHash, Probes, reduce};
 use crate::probe::{self, Shape, Word};
 use crate::sync::{AtomicU64, set_bit_exclusive, set_bits_exclusive, set_bits_shared};
 
-// The shape goes by reference: by value, three fields make it an argument
-// the caller passes as a pointer to a fresh copy, so every caller's loop
-// copied it onto its stack before each call (three instructions a key more;
-// in an interleaved A/B at 10 million keys, k = 13, 0.66 -> 0.80x of
-// fastbloom on prehashed absent queries, 0.91-0.97 -> 0.99-1.06x on
-// inserts).
+/// What a kernel needs of its filter's shape; the bits it does not need,
+/// since they are the words' count times 64.
+///
+/// Why not the shape itself: by value, its three fields make it an argument
+/// the caller passes as a pointer to a fresh copy, stored before every call
+/// (three instructions a key more; in an interleaved A/B at 10 million
+/// keys, k = 13, 0.66 -> 0.80x of fastbloom on prehashed absent queries);
+/// by reference it points into the filter, so that the compiler must assume
+/// every call may change the filter and reloads its fields (layout, words,
+/// length) for every key of a caller's loop. Two scalars go in registers and
+/// point at nothing.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KernelArgs {
+    layout: Layout,
+    hashes: u32,
+}
+
+impl KernelArgs {
+    #[inline(always)]
+    pub(crate) fn of(shape: &Shape) -> Self {
+        Self {
+            layout: shape.layout,
+            hashes: shape.hashes,
+        }
+    }
+
+    /// The shape of the filter whose words are `words` words.
+    #[inline(always)]
+    fn shape(self, words: usize) -> Shape {
+        Shape {
+            layout: self.layout,
+            bits: words as u64 * 64,
+            hashes: self.hashes,
+        }
+    }
+}
 
 /// A query over words of type `W`.
-pub(crate) type Contains<W> = unsafe fn(&Shape, Lines<'_, W>, KeyHash) -> bool;
+pub(crate) type Contains<W> = unsafe fn(KernelArgs, Lines<'_, W>, KeyHash) -> bool;
 /// An insert through shared access (atomic words, any number of threads).
-pub(crate) type InsertShared = unsafe fn(&Shape, Lines<'_, AtomicU64>, KeyHash) -> bool;
+pub(crate) type InsertShared = unsafe fn(KernelArgs, Lines<'_, AtomicU64>, KeyHash) -> bool;
 /// An insert through exclusive access.
-pub(crate) type InsertExclusive = unsafe fn(&Shape, LinesMut<'_, AtomicU64>, KeyHash) -> bool;
+pub(crate) type InsertExclusive = unsafe fn(KernelArgs, LinesMut<'_, AtomicU64>, KeyHash) -> bool;
 
 /// One filter's probe functions. The pointers are `unsafe fn` because some
 /// are compiled for CPU features, which [`Kernels::for_shape`] hands out
@@ -129,7 +159,7 @@ impl Kernels {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.contains)(shape, lines, hash)
+            (self.contains)(KernelArgs::of(shape), lines, hash)
         }
     }
 
@@ -145,7 +175,7 @@ impl Kernels {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.contains_plain)(shape, lines, hash)
+            (self.contains_plain)(KernelArgs::of(shape), lines, hash)
         }
     }
 
@@ -161,7 +191,7 @@ impl Kernels {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.insert_shared)(shape, lines, hash)
+            (self.insert_shared)(KernelArgs::of(shape), lines, hash)
         }
     }
 
@@ -202,7 +232,7 @@ impl Kernels {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.insert_exclusive)(shape, lines, hash)
+            (self.insert_exclusive)(KernelArgs::of(shape), lines, hash)
         }
     }
 }
@@ -228,18 +258,18 @@ fn standard_probes(words: usize, hashes: u32, hash: KeyHash) -> impl Iterator<It
 }
 
 /// Any layout's query, portably.
-fn contains<W: Word>(shape: &Shape, array: Lines<'_, W>, hash: KeyHash) -> bool {
-    probe::contains(*shape, array, hash)
+fn contains<W: Word>(args: KernelArgs, array: Lines<'_, W>, hash: KeyHash) -> bool {
+    probe::contains(args.shape(array.words().len()), array, hash)
 }
 
 /// The standard layout's query with `K` hashes.
 #[inline(always)]
 pub(crate) fn contains_standard<const K: u32, W: Word>(
-    shape: &Shape,
+    args: KernelArgs,
     array: Lines<'_, W>,
     hash: KeyHash,
 ) -> bool {
-    debug_assert_eq!(shape.bits, array.words().len() as u64 * 64);
+    debug_assert_eq!((args.layout, args.hashes), (Layout::Standard, K));
     let words = array.words();
     standard_probes(words.len(), K, hash).all(|(index, bit)| {
         #[allow(unsafe_code)]
@@ -252,28 +282,27 @@ pub(crate) fn contains_standard<const K: u32, W: Word>(
 /// The standard layout's shared insert with `K` hashes.
 #[inline(always)]
 pub(crate) fn insert_standard_shared<const K: u32>(
-    shape: &Shape,
+    args: KernelArgs,
     array: Lines<'_, AtomicU64>,
     hash: KeyHash,
 ) -> bool {
+    debug_assert_eq!((args.layout, args.hashes), (Layout::Standard, K));
     standard_shared(
-        Shape {
-            hashes: K,
-            ..*shape
-        },
+        KernelArgs { hashes: K, ..args }.shape(array.words().len()),
         array,
         hash,
     )
 }
 
 /// Any layout's shared insert.
-pub(crate) fn insert_shared(shape: &Shape, array: Lines<'_, AtomicU64>, hash: KeyHash) -> bool {
+pub(crate) fn insert_shared(args: KernelArgs, array: Lines<'_, AtomicU64>, hash: KeyHash) -> bool {
+    let shape = args.shape(array.words().len());
     match shape.layout {
-        Layout::Standard => standard_shared(*shape, array, hash),
+        Layout::Standard => standard_shared(shape, array, hash),
         // A 256-bit bucket's masks leave the rest of its line empty, which
         // sets nothing there.
         Layout::Blocked | Layout::SplitBlock | Layout::SplitBlock256 => {
-            let (block, masks) = probe::block_masks(*shape, array, hash);
+            let (block, masks) = probe::block_masks(shape, array, hash);
             let mut newly = false;
             for (word, mask) in array.block(block).iter().zip(masks) {
                 newly |= set_bits_shared(word, mask);
@@ -285,16 +314,17 @@ pub(crate) fn insert_shared(shape: &Shape, array: Lines<'_, AtomicU64>, hash: Ke
 
 /// Any layout's exclusive insert, portably.
 pub(crate) fn insert_exclusive(
-    shape: &Shape,
+    args: KernelArgs,
     mut array: LinesMut<'_, AtomicU64>,
     hash: KeyHash,
 ) -> bool {
+    let shape = args.shape(array.as_lines().words().len());
     match shape.layout {
-        Layout::Standard => standard_exclusive(*shape, array, hash),
+        Layout::Standard => standard_exclusive(shape, array, hash),
         // A 256-bit bucket's masks leave the rest of its line empty, which
         // sets nothing there.
         Layout::Blocked | Layout::SplitBlock | Layout::SplitBlock256 => {
-            let (block, masks) = probe::block_masks(*shape, array.as_lines(), hash);
+            let (block, masks) = probe::block_masks(shape, array.as_lines(), hash);
             let mut unset = 0;
             for (word, mask) in array.block_mut(block).iter_mut().zip(masks) {
                 unset |= set_bits_exclusive(word, mask);
@@ -368,7 +398,8 @@ mod tests {
                 for key in 0..20_000_u32 {
                     // Keys repeat, so that "already there" answers occur.
                     let hash = KeyHash::of(&(key % 15_000).to_le_bytes());
-                    let expected = insert_exclusive(&shape, portable.lines_mut(), hash);
+                    let expected =
+                        insert_exclusive(KernelArgs::of(&shape), portable.lines_mut(), hash);
                     let label = format!("{layout} k={hashes} key {key}");
                     assert_eq!(
                         kernels.insert_exclusive(&shape, &mut fast, hash),

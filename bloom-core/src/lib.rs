@@ -6,7 +6,7 @@
 //!   fixed seed) and the probe sequences derived from it.
 //! - [`filter`]: [`BloomFilter`], lock-free on atomic words, in the standard,
 //!   the cache-line-blocked or the split-block [`Layout`]; health figures,
-//!   union, batch queries, snapshots.
+//!   union, batch queries and inserts, snapshots.
 //! - [`frozen`]: [`FrozenBloomFilter`], a filter that takes no more inserts,
 //!   over plain words, for the fastest queries.
 //! - `probe` (private): where a key's bits are and whether they are set,
@@ -26,8 +26,8 @@
 //!
 //! No I/O beyond the `Read`/`Write` a caller hands to the snapshot methods,
 //! no async. `unsafe` only where a benchmark shows it pays, each use
-//! documented where it is: a cache prefetch hint in batch queries
-//! (`sync::prefetch`); in `kernels` the calls through each filter's
+//! documented where it is: a cache prefetch hint in batch queries and
+//! inserts (`sync::prefetch`); in `kernels` the calls through each filter's
 //! function pointers and the standard layout's unchecked word index; in
 //! `accel` the calls into AVX2 code after the CPU was checked to have it
 //! and the vector loads and stores of one block.
