@@ -330,10 +330,12 @@ impl BloomFilter {
     /// each the answer [`insert_hashed`](Self::insert_hashed) gives.
     ///
     /// The lines of the key some places ahead are prefetched while the
-    /// current key is inserted, so the cache misses of many keys overlap
-    /// (a locked write, which a shared insert takes, otherwise waits out
-    /// its miss before the next key starts). BENCHMARKS.md: 3-4x the
-    /// one-by-one `&self` insert at 10 million keys.
+    /// current key is inserted, so the cache misses of many keys overlap (a
+    /// locked write, which a shared insert takes, otherwise waits out its
+    /// miss before the next key starts). BENCHMARKS.md, 10 million keys:
+    /// 1.6-1.9x the one-by-one `&self` insert for the standard layout,
+    /// 3.2-4.2x for the block layouts. A filter that fits in the caches
+    /// gains little (0.9-1.2x at 200 000 keys).
     pub fn insert_batch_into(&self, hashes: &[KeyHash], out: &mut Vec<bool>) {
         let (shape, kernels) = (self.shape, self.kernels);
         let mut lines = self.array.lines();
@@ -363,8 +365,11 @@ impl BloomFilter {
 
     /// [`insert_batch_into`](Self::insert_batch_into) with exclusive
     /// access: the answers of [`insert_hashed_mut`](Self::insert_hashed_mut).
-    /// BENCHMARKS.md: 2-3x the one-by-one `insert_hashed_mut` at 10 million
-    /// keys.
+    /// BENCHMARKS.md, 10 million keys: 1.5-2.1x the one-by-one
+    /// `insert_hashed_mut` for the standard layout, 2.1-4.8x for the block
+    /// layouts. In cache it costs more than it saves (0.7-1.0x at 200 000
+    /// keys: each key's lines are computed twice), so it is for filters
+    /// larger than the caches.
     pub fn insert_batch_mut_into(&mut self, hashes: &[KeyHash], out: &mut Vec<bool>) {
         let (shape, kernels) = (self.shape, self.kernels);
         let mut lines = self.array.lines_mut();
