@@ -340,6 +340,28 @@ pub(crate) fn contains_batch<W>(
     });
 }
 
+/// Inserts many hashes through `insert` (see [`batch`]), prefetching every
+/// line each key writes: one loop per kind of prefetch, so that neither
+/// tests the layout per key. `lines` gives the words of `state`.
+#[inline(always)]
+pub(crate) fn insert_batch<S, W>(
+    shape: Shape,
+    state: &mut S,
+    hashes: &[KeyHash],
+    out: &mut Vec<bool>,
+    lines: impl for<'a> Fn(&'a S) -> Lines<'a, W>,
+    insert: impl FnMut(&mut S, KeyHash) -> bool,
+) {
+    let ahead = insert_batch_ahead(shape);
+    if shape.layout == Layout::Standard {
+        let prefetch = |state: &S, hash| prefetch_probes(shape, lines(state), hash);
+        batch(state, hashes, out, ahead, prefetch, insert);
+    } else {
+        let prefetch = |state: &S, hash| prefetch_line(shape, lines(state), hash);
+        batch(state, hashes, out, ahead, prefetch, insert);
+    }
+}
+
 /// How many keys ahead a batch insert prefetches. An insert writes every
 /// line it touches, so the standard layout prefetches all k of its lines
 /// and runs fewer keys ahead than a block layout with its one line. Chosen
@@ -347,7 +369,7 @@ pub(crate) fn contains_batch<W>(
 /// "batch inserts"): standard 8 -> 16 keys ahead took the exclusive batch
 /// from 28-31 to 24-27 ns a key, 24 gained nothing; split-block-256
 /// 16 -> 32 from 10-11 to 6.0-6.3 ns, 48 and 64 within 5% of 32.
-pub(crate) fn insert_batch_ahead(shape: Shape) -> usize {
+fn insert_batch_ahead(shape: Shape) -> usize {
     if shape.layout == Layout::Standard {
         16
     } else {
@@ -358,7 +380,7 @@ pub(crate) fn insert_batch_ahead(shape: Shape) -> usize {
 /// Prefetches the lines of all the key's probes (standard layout: an
 /// insert writes every one).
 #[inline(always)]
-pub(crate) fn prefetch_probes<W>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) {
+fn prefetch_probes<W>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) {
     debug_assert_eq!(shape.layout, Layout::Standard);
     let words = array.words();
     let mut probes = Probes::new(hash);
@@ -369,7 +391,7 @@ pub(crate) fn prefetch_probes<W>(shape: Shape, array: Lines<'_, W>, hash: KeyHas
 
 /// Prefetches the key's one line (block layouts).
 #[inline(always)]
-pub(crate) fn prefetch_line<W>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) {
+fn prefetch_line<W>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) {
     debug_assert_ne!(shape.layout, Layout::Standard);
     prefetch(first_word(shape, array, hash));
 }
