@@ -350,9 +350,9 @@ impl BloomFilter {
 
     /// [`insert_batch_into`](Self::insert_batch_into) with exclusive
     /// access: the answers of [`insert_hashed_mut`](Self::insert_hashed_mut).
-    /// BENCHMARKS.md, 10 million keys: 1.5-2.1x the one-by-one
-    /// `insert_hashed_mut` for the standard layout, 2.1-4.8x for the block
-    /// layouts. In cache it costs more than it saves (0.7-1.0x at 200 000
+    /// BENCHMARKS.md, 10 million keys: 1.4-2.3x the one-by-one
+    /// `insert_hashed_mut` for the standard layout, 2.1-4.9x for the block
+    /// layouts. In cache it costs more than it saves (0.66-1.03x at 200 000
     /// keys: each key's lines are computed twice), so it is for filters
     /// larger than the caches.
     pub fn insert_batch_mut_into(&mut self, hashes: &[KeyHash], out: &mut Vec<bool>) {
