@@ -47,6 +47,15 @@ impl KernelArgs {
         }
     }
 
+    /// [`of`](Self::of) a filter whose array is `words` words: its bits must
+    /// be exactly those words' (every constructor rounds them up to whole
+    /// blocks), since the kernels take them from the word count.
+    #[inline(always)]
+    fn for_words(shape: &Shape, words: usize) -> Self {
+        debug_assert_eq!(shape.bits, words as u64 * 64);
+        Self::of(shape)
+    }
+
     /// The shape of the filter whose words are `words` words.
     #[inline(always)]
     fn shape(self, words: usize) -> Shape {
@@ -159,7 +168,11 @@ impl Kernels {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.contains)(KernelArgs::of(shape), lines, hash)
+            (self.contains)(
+                KernelArgs::for_words(shape, lines.words().len()),
+                lines,
+                hash,
+            )
         }
     }
 
@@ -175,7 +188,11 @@ impl Kernels {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.contains_plain)(KernelArgs::of(shape), lines, hash)
+            (self.contains_plain)(
+                KernelArgs::for_words(shape, lines.words().len()),
+                lines,
+                hash,
+            )
         }
     }
 
@@ -191,7 +208,11 @@ impl Kernels {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.insert_shared)(KernelArgs::of(shape), lines, hash)
+            (self.insert_shared)(
+                KernelArgs::for_words(shape, lines.words().len()),
+                lines,
+                hash,
+            )
         }
     }
 
@@ -232,7 +253,11 @@ impl Kernels {
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.insert_exclusive)(KernelArgs::of(shape), lines, hash)
+            (self.insert_exclusive)(
+                KernelArgs::for_words(shape, lines.as_lines().words().len()),
+                lines,
+                hash,
+            )
         }
     }
 }
