@@ -297,7 +297,7 @@ impl BloomFilter {
     #[inline]
     pub fn insert_hashed_mut(&mut self, hash: KeyHash) -> bool {
         self.kernels
-            .insert_exclusive(&self.shape, &mut self.array, hash)
+            .insert_exclusive(&self.shape, self.array.lines_mut(), hash)
     }
 
     /// [`contains`](Self::contains) with a hash computed once by the caller.
@@ -363,7 +363,7 @@ impl BloomFilter {
             hashes,
             out,
             LinesMut::as_lines,
-            |lines, hash| kernels.insert_exclusive_lines(&shape, lines.reborrow(), hash),
+            |lines, hash| kernels.insert_exclusive(&shape, lines.reborrow(), hash),
         );
     }
 

@@ -15,7 +15,7 @@
 //! insert runs inline, for the reason [`Kernels::insert_exclusive`] gives.
 
 use crate::accel;
-use crate::bits::{BitArray, Lines, LinesMut};
+use crate::bits::{Lines, LinesMut};
 use crate::filter::Layout;
 use crate::hash::{KeyHash, Probes, reduce};
 use crate::probe::{self, Shape, Word};
@@ -232,18 +232,6 @@ impl Kernels {
     pub(crate) fn insert_exclusive(
         &self,
         shape: &Shape,
-        array: &mut BitArray<AtomicU64>,
-        hash: KeyHash,
-    ) -> bool {
-        self.insert_exclusive_lines(shape, array.lines_mut(), hash)
-    }
-
-    /// [`insert_exclusive`](Self::insert_exclusive) into words already
-    /// taken from the array, for a batch.
-    #[inline(always)]
-    pub(crate) fn insert_exclusive_lines(
-        &self,
-        shape: &Shape,
         lines: LinesMut<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
@@ -391,6 +379,7 @@ fn standard_exclusive(shape: Shape, mut array: LinesMut<'_, AtomicU64>, hash: Ke
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bits::BitArray;
 
     /// Every kernel a shape can get, on this CPU and portably, answers and
     /// sets bits exactly as the portable code over a run-time hash count
@@ -427,7 +416,7 @@ mod tests {
                         insert_exclusive(KernelArgs::of(&shape), portable.lines_mut(), hash);
                     let label = format!("{layout} k={hashes} key {key}");
                     assert_eq!(
-                        kernels.insert_exclusive(&shape, &mut fast, hash),
+                        kernels.insert_exclusive(&shape, fast.lines_mut(), hash),
                         expected,
                         "{label}"
                     );

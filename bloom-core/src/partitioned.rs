@@ -431,23 +431,28 @@ impl Rebuild<'_> {
         self.part.rebuild_fed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Feeds many keys, in batches (see
+    /// Feeds a slice of keys as one batch (see
     /// [`BloomFilter::insert_batch_into`]: the misses of many keys overlap).
+    pub fn insert_batch(&self, hashes: &[KeyHash]) {
+        let mut answers = Vec::with_capacity(hashes.len());
+        self.new.insert_batch_into(hashes, &mut answers);
+        self.part
+            .rebuild_fed
+            .fetch_add(hashes.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Feeds many keys, in batches of 4096.
     pub fn extend(&self, hashes: impl IntoIterator<Item = KeyHash>) {
         const BATCH: usize = 4096;
         let mut hashes = hashes.into_iter();
         let mut batch = Vec::with_capacity(BATCH);
-        let mut answers = Vec::with_capacity(BATCH);
         loop {
             batch.clear();
             batch.extend(hashes.by_ref().take(BATCH));
             if batch.is_empty() {
                 break;
             }
-            self.new.insert_batch_into(&batch, &mut answers);
-            self.part
-                .rebuild_fed
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.insert_batch(&batch);
         }
     }
 

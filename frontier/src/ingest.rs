@@ -432,10 +432,11 @@ impl Ingest {
             .for_each_url_in_partition(partition as u32, |crawl, url| {
                 keys.push(filter_key(crawl, url));
                 if keys.len() == BATCH {
-                    rebuild.extend(keys.drain(..));
+                    rebuild.insert_batch(&keys);
+                    keys.clear();
                 }
             })?;
-        rebuild.extend(keys);
+        rebuild.insert_batch(&keys);
         Ok(rebuild.finish())
     }
 
