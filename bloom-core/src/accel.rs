@@ -3,13 +3,16 @@
 //! has neither).
 //!
 //! Split-block filters get kernels of their own, which `kernels` hands out
-//! per filter: a query is two 256-bit loads of the key's line and a few
-//! vector shifts, an insert two 256-bit read-modify-writes. Batches compile
-//! every layout's probe here, so that its variable shifts take one
-//! instruction instead of three. Over atomic words this gains nothing
-//! (relaxed atomic loads are never merged into vector loads), which is why
-//! only the frozen filter's queries and the exclusive `insert_mut` come
-//! here.
+//! per filter. Over a frozen filter's plain words a query is two 256-bit
+//! loads of the key's line and a few vector shifts; an exclusive insert is
+//! two 256-bit read-modify-writes. Over a live filter's atomic words the
+//! words are read one relaxed atomic load each (a vector load of words
+//! other threads may be writing would be a data race), but the key's masks
+//! still come from a few vector shifts instead of a few scalar instructions
+//! a bit: 110 -> 43 instructions a split-block-256 query (BENCHMARKS.md),
+//! and the same for shared inserts. Batch queries compile every layout's probe
+//! here, so that its variable shifts take one instruction instead of three,
+//! and inline the split-block kernels.
 //!
 //! `unsafe` here (besides the prefetch hint in `sync` and, in `kernels`,
 //! the calls through each filter's pointers and the standard layout's
@@ -19,13 +22,13 @@
 //! pointer; each block says why it is sound.
 
 #[cfg(not(bloom_loom))]
-use crate::bits::{BitArray, Lines};
-#[cfg(not(bloom_loom))]
+use crate::bits::BitArray;
+use crate::bits::Lines;
 use crate::hash::KeyHash;
 #[cfg(not(bloom_loom))]
-use crate::kernels::{Contains, InsertExclusive, Kernels};
-#[cfg(not(bloom_loom))]
+use crate::kernels::{Contains, InsertExclusive, InsertShared, Kernels};
 use crate::probe::{self, Shape};
+use crate::sync::AtomicU64;
 
 /// Whether this CPU runs the accelerated code (answered from the standard
 /// library's cached CPUID reading).
@@ -41,30 +44,41 @@ pub(crate) fn available() -> bool {
     }
 }
 
-/// The split-block query (over plain words) and exclusive insert for
-/// `shape` when this CPU runs the vector kernels.
+/// A split-block filter's vector kernels: its queries over atomic and over
+/// plain words, and its shared and exclusive inserts.
 #[cfg(not(bloom_loom))]
-pub(crate) fn split_kernels(shape: Shape) -> Option<(Contains<u64>, InsertExclusive)> {
+pub(crate) struct SplitKernels {
+    pub(crate) contains: Contains<AtomicU64>,
+    pub(crate) contains_plain: Contains<u64>,
+    pub(crate) insert_shared: InsertShared,
+    pub(crate) insert_exclusive: InsertExclusive,
+}
+
+/// The split-block kernels for `shape` when this CPU runs the vector code.
+#[cfg(not(bloom_loom))]
+pub(crate) fn split_kernels(shape: Shape) -> Option<SplitKernels> {
     if !shape.layout.is_split() || !available() {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
     {
         macro_rules! by_streams {
-            ($contains:ident $insert:ident $($streams:literal)*) => {
+            ($shared:ident $contains:ident $insert_shared:ident $insert:ident $($streams:literal)*) => {
                 match shape.hashes / crate::model::SPLIT_WORDS {
-                    $($streams => Some((
-                        x86::$contains::<$streams> as Contains<u64>,
-                        x86::$insert::<$streams> as InsertExclusive,
-                    )),)*
+                    $($streams => Some(SplitKernels {
+                        contains: x86::$shared::<$streams>,
+                        contains_plain: x86::$contains::<$streams>,
+                        insert_shared: x86::$insert_shared::<$streams>,
+                        insert_exclusive: x86::$insert::<$streams>,
+                    }),)*
                     _ => None,
                 }
             };
         }
         if shape.layout == crate::Layout::SplitBlock256 {
-            by_streams!(contains_split_256 insert_split_256 1 2 3 4 5 6 7 8)
+            by_streams!(contains_split_256_shared contains_split_256 insert_split_256_shared insert_split_256 1 2 3 4 5 6 7 8)
         } else {
-            by_streams!(contains_split insert_split 1 2 3 4 5 6 7 8)
+            by_streams!(contains_split_shared contains_split insert_split_shared insert_split 1 2 3 4 5 6 7 8)
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -121,6 +135,33 @@ pub(crate) fn contains_batch(
     });
 }
 
+/// Answers a batch over a live filter's atomic words; `accelerated` must
+/// come from [`available`]. The words are read one atomic load at a time
+/// either way (a vector load of words other threads may be writing would be
+/// a data race), but compiled for BMI2 every layout's variable shifts and
+/// range reductions take fewer instructions, and a batch that prefetches is
+/// bound by its instructions, not by its misses.
+pub(crate) fn contains_batch_shared(
+    shape: Shape,
+    array: Lines<'_, AtomicU64>,
+    hashes: &[KeyHash],
+    out: &mut Vec<bool>,
+    accelerated: bool,
+) {
+    #[cfg(all(target_arch = "x86_64", not(bloom_loom)))]
+    if accelerated {
+        #[allow(unsafe_code)]
+        // SAFETY: `accelerated` is `available()`: this CPU has AVX2 and BMI2.
+        unsafe {
+            return x86::contains_batch_shared(shape, array, hashes, out);
+        }
+    }
+    let _ = accelerated;
+    probe::contains_batch(shape, array, hashes, out, |hash| {
+        probe::contains(shape, array, hash)
+    });
+}
+
 #[cfg(all(target_arch = "x86_64", not(bloom_loom)))]
 mod x86 {
     use std::arch::x86_64::{
@@ -136,7 +177,8 @@ mod x86 {
     use crate::hash::SplitPositions;
     use crate::kernels::KernelArgs;
     use crate::model::SPLIT_WORDS;
-    use crate::sync::AtomicU64;
+    use crate::probe::Word;
+    use crate::sync::{AtomicU64, set_bits_shared};
 
     /// The shift counts one stream gives the block's eight words: its eight
     /// 6-bit fields, words 0-3 in the first vector and 4-7 in the second.
@@ -192,13 +234,10 @@ mod x86 {
         _mm256_testc_si256(all, _mm256_set1_epi64x(1)) != 0
     }
 
-    /// Sets the key's bits in the line; whether any was unset.
+    /// The masks of the key's bits in each of its line's eight words.
     #[target_feature(enable = "avx2,bmi2")]
-    pub(super) fn insert_split<const STREAMS: usize>(
-        _args: KernelArgs,
-        mut array: LinesMut<'_, AtomicU64>,
-        hash: KeyHash,
-    ) -> bool {
+    #[inline]
+    fn split_masks<const STREAMS: usize>(hash: KeyHash) -> [__m256i; 2] {
         let one = _mm256_set1_epi64x(1);
         let mut masks = [_mm256_setzero_si256(); 2];
         for stream in SplitPositions::new(hash).streams::<STREAMS>() {
@@ -206,6 +245,72 @@ mod x86 {
                 *mask = _mm256_or_si256(*mask, _mm256_sllv_epi64(one, counts));
             }
         }
+        masks
+    }
+
+    /// The vectors' 64-bit lanes as words.
+    #[target_feature(enable = "avx2,bmi2")]
+    #[inline]
+    fn lanes<const N: usize>(vectors: [__m256i; N]) -> [[u64; 4]; N] {
+        let mut lanes = [[0_u64; 4]; N];
+        for (lanes, vector) in lanes.iter_mut().zip(vectors) {
+            #[allow(unsafe_code)]
+            // SAFETY: `lanes` is four words, the 32 bytes the store writes
+            // (unaligned is allowed).
+            unsafe {
+                _mm256_storeu_si256(lanes.as_mut_ptr().cast(), vector);
+            }
+        }
+        lanes
+    }
+
+    /// The split-block query over a live filter's atomic words: the masks
+    /// come from vector shifts (a handful of instructions where the
+    /// portable code takes a few a bit), the words from one relaxed atomic
+    /// load each, since a vector load of words other threads may be
+    /// writing would be a data race.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) fn contains_split_shared<const STREAMS: usize>(
+        _args: KernelArgs,
+        array: Lines<'_, AtomicU64>,
+        hash: KeyHash,
+    ) -> bool {
+        let [low, high] = lanes(split_masks::<STREAMS>(hash));
+        let block = array.block(probe::block_index(array.blocks() as u64, hash));
+        let mut missing = 0;
+        for (word, mask) in block.iter().zip(low.into_iter().chain(high)) {
+            missing |= mask & !word.get();
+        }
+        missing == 0
+    }
+
+    /// The split-block insert through shared access: masks from vector
+    /// shifts, then per word what the portable insert does
+    /// (`set_bits_shared`: a load, and a locked OR only where bits are
+    /// missing), so its answer keeps the same guarantee.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) fn insert_split_shared<const STREAMS: usize>(
+        _args: KernelArgs,
+        array: Lines<'_, AtomicU64>,
+        hash: KeyHash,
+    ) -> bool {
+        let [low, high] = lanes(split_masks::<STREAMS>(hash));
+        let block = array.block(probe::block_index(array.blocks() as u64, hash));
+        let mut newly = false;
+        for (word, mask) in block.iter().zip(low.into_iter().chain(high)) {
+            newly |= set_bits_shared(word, mask);
+        }
+        newly
+    }
+
+    /// Sets the key's bits in the line; whether any was unset.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) fn insert_split<const STREAMS: usize>(
+        _args: KernelArgs,
+        mut array: LinesMut<'_, AtomicU64>,
+        hash: KeyHash,
+    ) -> bool {
+        let masks = split_masks::<STREAMS>(hash);
         let offset = line_offset(array.blocks(), hash);
         let line = array
             .as_mut_ptr()
@@ -292,6 +397,54 @@ mod x86 {
         _mm256_testc_si256(all, _mm256_set1_epi32(1)) != 0
     }
 
+    /// The mask of the key's bits in its 256-bit bucket.
+    #[target_feature(enable = "avx2,bmi2")]
+    #[inline]
+    fn split_256_mask<const STREAMS: usize>(hash: KeyHash) -> __m256i {
+        let one = _mm256_set1_epi32(1);
+        let mut mask = _mm256_setzero_si256();
+        for stream in SplitPositions::for_buckets(hash).streams::<STREAMS>() {
+            mask = _mm256_or_si256(mask, _mm256_sllv_epi32(one, field_counts_256(stream)));
+        }
+        mask
+    }
+
+    /// The 256-bit split-block query over a live filter's atomic words, as
+    /// [`contains_split_shared`] does it.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) fn contains_split_256_shared<const STREAMS: usize>(
+        _args: KernelArgs,
+        array: Lines<'_, AtomicU64>,
+        hash: KeyHash,
+    ) -> bool {
+        let [masks] = lanes([split_256_mask::<STREAMS>(hash)]);
+        let offset = bucket_offset(array.words().len(), hash);
+        let bucket = &array.words()[offset..offset + probe::WORDS_PER_BUCKET];
+        let mut missing = 0;
+        for (word, mask) in bucket.iter().zip(masks) {
+            missing |= mask & !word.get();
+        }
+        missing == 0
+    }
+
+    /// The 256-bit split-block insert through shared access, as
+    /// [`insert_split_shared`] does it.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) fn insert_split_256_shared<const STREAMS: usize>(
+        _args: KernelArgs,
+        array: Lines<'_, AtomicU64>,
+        hash: KeyHash,
+    ) -> bool {
+        let [masks] = lanes([split_256_mask::<STREAMS>(hash)]);
+        let offset = bucket_offset(array.words().len(), hash);
+        let bucket = &array.words()[offset..offset + probe::WORDS_PER_BUCKET];
+        let mut newly = false;
+        for (word, mask) in bucket.iter().zip(masks) {
+            newly |= set_bits_shared(word, mask);
+        }
+        newly
+    }
+
     /// Sets the key's bits in its 256-bit bucket; whether any was unset.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split_256<const STREAMS: usize>(
@@ -299,11 +452,7 @@ mod x86 {
         mut array: LinesMut<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
-        let one = _mm256_set1_epi32(1);
-        let mut mask = _mm256_setzero_si256();
-        for stream in SplitPositions::for_buckets(hash).streams::<STREAMS>() {
-            mask = _mm256_or_si256(mask, _mm256_sllv_epi32(one, field_counts_256(stream)));
-        }
+        let mask = split_256_mask::<STREAMS>(hash);
         let offset = bucket_offset(array.as_lines().words().len(), hash);
         let bucket = array
             .as_mut_ptr()
@@ -337,9 +486,53 @@ mod x86 {
         crate::kernels::insert_standard_shared::<K>(args, array, hash)
     }
 
-    /// A batch, with the whole loop compiled for AVX2 and BMI2 (so every
-    /// layout's probe gets single-instruction variable shifts, and the
-    /// split-block kernel is inlined rather than called).
+    /// A batch of queries through `probe::contains_batch`, with the whole
+    /// loop compiled for AVX2 and BMI2: non-split layouts get the portable
+    /// probe with single-instruction variable shifts, split layouts the
+    /// vector kernel for their number of streams, inlined rather than
+    /// called. `$split` and `$split_256` name the kernels for the words at
+    /// hand.
+    macro_rules! batch_of_queries {
+        ($shape:ident, $array:ident, $hashes:ident, $out:ident, $split:ident, $split_256:ident) => {
+            if !$shape.layout.is_split() {
+                probe::contains_batch($shape, $array, $hashes, $out, |hash| {
+                    probe::contains($shape, $array, hash)
+                });
+            } else if $shape.layout == crate::Layout::SplitBlock256 {
+                batch_of_queries!(@streams $shape, $array, $hashes, $out, $split_256, 1 2 3 4 5 6 7 8);
+            } else {
+                batch_of_queries!(@streams $shape, $array, $hashes, $out, $split, 1 2 3 4 5 6 7 8);
+            }
+        };
+        (@streams $shape:ident, $array:ident, $hashes:ident, $out:ident, $kernel:ident, $($streams:literal)*) => {
+            match $shape.hashes / SPLIT_WORDS {
+                $($streams => probe::contains_batch($shape, $array, $hashes, $out, |hash| {
+                    $kernel::<$streams>(KernelArgs::of(&$shape), $array, hash)
+                }),)*
+                _ => unreachable!("k is a multiple of 8 up to 64"),
+            }
+        };
+    }
+
+    /// A batch over a live filter's atomic words.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub(super) fn contains_batch_shared(
+        shape: Shape,
+        array: Lines<'_, AtomicU64>,
+        hashes: &[KeyHash],
+        out: &mut Vec<bool>,
+    ) {
+        batch_of_queries!(
+            shape,
+            array,
+            hashes,
+            out,
+            contains_split_shared,
+            contains_split_256_shared
+        );
+    }
+
+    /// A batch over a frozen filter's plain words.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_batch(
         shape: Shape,
@@ -347,27 +540,14 @@ mod x86 {
         hashes: &[KeyHash],
         out: &mut Vec<bool>,
     ) {
-        if !shape.layout.is_split() {
-            probe::contains_batch(shape, array, hashes, out, |hash| {
-                probe::contains(shape, array, hash)
-            });
-            return;
-        }
-        macro_rules! by_streams {
-            ($contains:ident $($streams:literal)*) => {
-                match shape.hashes / SPLIT_WORDS {
-                    $($streams => probe::contains_batch(shape, array, hashes, out, |hash| {
-                        $contains::<$streams>(KernelArgs::of(&shape), array, hash)
-                    }),)*
-                    _ => unreachable!("k is a multiple of 8 up to 64"),
-                }
-            };
-        }
-        if shape.layout == crate::Layout::SplitBlock256 {
-            by_streams!(contains_split_256 1 2 3 4 5 6 7 8);
-        } else {
-            by_streams!(contains_split 1 2 3 4 5 6 7 8);
-        }
+        batch_of_queries!(
+            shape,
+            array,
+            hashes,
+            out,
+            contains_split,
+            contains_split_256
+        );
     }
 }
 
@@ -388,6 +568,59 @@ mod tests {
         }
     }
 
+    /// A live filter's batch compiled for BMI2 answers as the portable
+    /// batch and as one query at a time, for every layout, hash counts from
+    /// both ends of the range, keys present and absent.
+    #[test]
+    fn accelerated_shared_batch_matches_the_portable_one() {
+        for layout in Layout::ALL {
+            for hashes in [1, 7, 8, 13, 16, 24, 64] {
+                if layout.is_split() && hashes % 8 != 0 {
+                    continue;
+                }
+                // Bits in proportion to k, the filter near half full: at
+                // small k some absent keys are false positives too.
+                let words = 8 * hashes as usize;
+                let shape = Shape {
+                    layout,
+                    bits: words as u64 * 64,
+                    hashes,
+                };
+                let array = BitArray::zeroed(words);
+                let inserted: Vec<KeyHash> = (0..300_u32)
+                    .map(|key| KeyHash::of(&key.to_le_bytes()))
+                    .collect();
+                for &hash in &inserted {
+                    crate::kernels::insert_shared(KernelArgs::of(&shape), array.lines(), hash);
+                }
+                let mut queries = inserted.clone();
+                queries.extend((300..1_300_u32).map(|key| KeyHash::of(&key.to_le_bytes())));
+                let (mut portable, mut accelerated) = (Vec::new(), vec![true; 5]);
+                contains_batch_shared(shape, array.lines(), &queries, &mut portable, false);
+                contains_batch_shared(
+                    shape,
+                    array.lines(),
+                    &queries,
+                    &mut accelerated,
+                    available(),
+                );
+                assert_eq!(portable, accelerated, "{layout} k={hashes}");
+                for (&hash, &answer) in queries.iter().zip(&portable) {
+                    let single = probe::contains(shape, array.lines(), hash);
+                    assert_eq!(answer, single, "{layout} k={hashes} {hash:?}");
+                }
+                assert!(
+                    portable[..300].iter().all(|&found| found),
+                    "{layout} k={hashes}"
+                );
+                assert!(
+                    portable[300..].iter().any(|&found| !found),
+                    "{layout} k={hashes}: every absent key answered present"
+                );
+            }
+        }
+    }
+
     /// The vector kernels answer exactly as the portable probe, for every
     /// number of streams.
     #[test]
@@ -400,7 +633,12 @@ mod tests {
             .flat_map(|layout| cases.map(|case| (layout, case)))
         {
             let shape = split_shape(layout, 64, hashes);
-            let Some((contains, _)) = split_kernels(shape) else {
+            let Some(SplitKernels {
+                contains: contains_shared,
+                contains_plain: contains,
+                ..
+            }) = split_kernels(shape)
+            else {
                 assert!(!available(), "no kernels for k = {hashes} on an AVX2 CPU");
                 return;
             };
@@ -421,13 +659,34 @@ mod tests {
                 .collect();
             let mut batch = Vec::new();
             contains_batch(shape, &array, &hashes_seen, &mut batch, true);
-            for (&hash, &batched) in hashes_seen.iter().zip(&batch) {
-                let portable = probe::contains(shape, array.lines(), hash);
+            let live = BitArray::zeroed(512);
+            for (word, &value) in live.words().iter().zip(array.words()) {
+                word.store(value, crate::sync::Ordering::Relaxed);
+            }
+            let mut live_batch = Vec::new();
+            contains_batch_shared(shape, live.lines(), &hashes_seen, &mut live_batch, true);
+            for ((&hash, &batched), &live_batched) in
+                hashes_seen.iter().zip(&batch).zip(&live_batch)
+            {
+                let portable = probe::contains(shape, live.lines(), hash);
                 #[allow(unsafe_code)]
                 // SAFETY: `split_kernels` checked this CPU.
-                let vector = unsafe { contains(KernelArgs::of(&shape), array.lines(), hash) };
+                let (vector, shared) = unsafe {
+                    (
+                        contains(KernelArgs::of(&shape), array.lines(), hash),
+                        contains_shared(KernelArgs::of(&shape), live.lines(), hash),
+                    )
+                };
                 assert_eq!(portable, vector, "{layout} k={hashes} {hash:?}");
+                assert_eq!(
+                    portable, shared,
+                    "atomic words, {layout} k={hashes} {hash:?}"
+                );
                 assert_eq!(portable, batched, "batch, {layout} k={hashes} {hash:?}");
+                assert_eq!(
+                    portable, live_batched,
+                    "live batch, {layout} k={hashes} {hash:?}"
+                );
                 if portable { present += 1 } else { absent += 1 }
             }
             assert!(
@@ -449,7 +708,11 @@ mod tests {
             // number of bits set.
             let blocks = 16 * u64::from(hashes / 8);
             let shape = split_shape(layout, blocks, hashes);
-            let Some((_, insert)) = split_kernels(shape) else {
+            let Some(SplitKernels {
+                insert_exclusive: insert,
+                ..
+            }) = split_kernels(shape)
+            else {
                 assert!(!available(), "no kernels for k = {hashes} on an AVX2 CPU");
                 return;
             };

@@ -1,5 +1,6 @@
 //! [`BloomFilter`]: one bit array of atomic words in any layout.
 
+use crate::accel;
 use crate::bits::{BitArray, LinesMut};
 use crate::error::{FilterError, SnapshotError};
 #[cfg(not(bloom_loom))]
@@ -320,10 +321,13 @@ impl BloomFilter {
         // The probe inline rather than a kernel call per key: the loop
         // overlaps the keys' misses through prefetching, not through the
         // instruction window.
-        let lines = self.array.lines();
-        probe::contains_batch(self.shape, lines, hashes, out, |hash| {
-            probe::contains(self.shape, lines, hash)
-        });
+        accel::contains_batch_shared(
+            self.shape,
+            self.array.lines(),
+            hashes,
+            out,
+            accel::available(),
+        );
     }
 
     /// Inserts many hashes, one answer per hash into `out` (cleared first),

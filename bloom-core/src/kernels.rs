@@ -126,13 +126,12 @@ impl Kernels {
             Layout::Blocked => portable,
             Layout::SplitBlock | Layout::SplitBlock256 => {
                 #[cfg(not(bloom_loom))]
-                if let Some((contains_plain, insert_exclusive)) =
-                    accel::split_kernels(shape).filter(|_| accelerated)
-                {
+                if let Some(vector) = accel::split_kernels(shape).filter(|_| accelerated) {
                     return Self {
-                        contains_plain,
-                        insert_exclusive,
-                        ..portable
+                        contains: vector.contains,
+                        contains_plain: vector.contains_plain,
+                        insert_shared: vector.insert_shared,
+                        insert_exclusive: vector.insert_exclusive,
                     };
                 }
                 portable
