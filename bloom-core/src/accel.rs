@@ -18,8 +18,9 @@
 //! the calls through each filter's pointers and the standard layout's
 //! unchecked word index): each call of a `#[target_feature]` function
 //! (sound only on a CPU that has the features, which [`available`]
-//! checked), and the vector loads and stores of one block, addressed by
-//! pointer; each block says why it is sound.
+//! checked), the vector loads and stores of one block, addressed by
+//! pointer, and the store of a mask vector into a local array of words;
+//! each block says why it is sound.
 
 #[cfg(not(bloom_loom))]
 use crate::bits::BitArray;
