@@ -265,43 +265,67 @@ mod x86 {
         lanes
     }
 
-    /// The split-block query over a live filter's atomic words: the masks
-    /// come from vector shifts (a handful of instructions where the
-    /// portable code takes a few a bit), the words from one relaxed atomic
-    /// load each, since a vector load of words other threads may be
-    /// writing would be a data race.
+    /// A live filter's words that hold the key's bits, and the key's mask
+    /// for each: the masks from vector shifts (a handful of instructions
+    /// where the portable code takes a few a bit), the words to be read one
+    /// relaxed atomic load each, since a vector load of words other threads
+    /// may be writing would be a data race.
+    #[target_feature(enable = "avx2,bmi2")]
+    #[inline]
+    fn split_targets<const STREAMS: usize>(
+        array: Lines<'_, AtomicU64>,
+        hash: KeyHash,
+    ) -> (&[AtomicU64], [u64; WORDS_PER_BLOCK]) {
+        let [low, high] = lanes(split_masks::<STREAMS>(hash));
+        let mut masks = [0; WORDS_PER_BLOCK];
+        masks[..4].copy_from_slice(&low);
+        masks[4..].copy_from_slice(&high);
+        let block = array.block(probe::block_index(array.blocks() as u64, hash));
+        (block, masks)
+    }
+
+    /// Whether every bit of the masks is set in its word.
+    #[inline(always)]
+    fn all_set(words: &[AtomicU64], masks: impl IntoIterator<Item = u64>) -> bool {
+        let mut missing = 0;
+        for (word, mask) in words.iter().zip(masks) {
+            missing |= mask & !word.get();
+        }
+        missing == 0
+    }
+
+    /// Sets the masks' bits as the portable shared insert does
+    /// (`set_bits_shared`: a load, and a locked OR only where bits are
+    /// missing), so the answer keeps its guarantee; whether any was unset.
+    #[inline(always)]
+    fn set_all_shared(words: &[AtomicU64], masks: impl IntoIterator<Item = u64>) -> bool {
+        let mut newly = false;
+        for (word, mask) in words.iter().zip(masks) {
+            newly |= set_bits_shared(word, mask);
+        }
+        newly
+    }
+
+    /// The split-block query over a live filter's atomic words.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_split_shared<const STREAMS: usize>(
         _args: KernelArgs,
         array: Lines<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
-        let [low, high] = lanes(split_masks::<STREAMS>(hash));
-        let block = array.block(probe::block_index(array.blocks() as u64, hash));
-        let mut missing = 0;
-        for (word, mask) in block.iter().zip(low.into_iter().chain(high)) {
-            missing |= mask & !word.get();
-        }
-        missing == 0
+        let (words, masks) = split_targets::<STREAMS>(array, hash);
+        all_set(words, masks)
     }
 
-    /// The split-block insert through shared access: masks from vector
-    /// shifts, then per word what the portable insert does
-    /// (`set_bits_shared`: a load, and a locked OR only where bits are
-    /// missing), so its answer keeps the same guarantee.
+    /// The split-block insert through shared access.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split_shared<const STREAMS: usize>(
         _args: KernelArgs,
         array: Lines<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
-        let [low, high] = lanes(split_masks::<STREAMS>(hash));
-        let block = array.block(probe::block_index(array.blocks() as u64, hash));
-        let mut newly = false;
-        for (word, mask) in block.iter().zip(low.into_iter().chain(high)) {
-            newly |= set_bits_shared(word, mask);
-        }
-        newly
+        let (words, masks) = split_targets::<STREAMS>(array, hash);
+        set_all_shared(words, masks)
     }
 
     /// Sets the key's bits in the line; whether any was unset.
@@ -410,40 +434,42 @@ mod x86 {
         mask
     }
 
-    /// The 256-bit split-block query over a live filter's atomic words, as
-    /// [`contains_split_shared`] does it.
+    /// A live filter's words that hold the key's 256-bit bucket, and the
+    /// key's mask for each, as [`split_targets`] gives them.
+    #[target_feature(enable = "avx2,bmi2")]
+    #[inline]
+    fn split_256_targets<const STREAMS: usize>(
+        array: Lines<'_, AtomicU64>,
+        hash: KeyHash,
+    ) -> (&[AtomicU64], [u64; probe::WORDS_PER_BUCKET]) {
+        let [masks] = lanes([split_256_mask::<STREAMS>(hash)]);
+        let offset = bucket_offset(array.words().len(), hash);
+        (
+            &array.words()[offset..offset + probe::WORDS_PER_BUCKET],
+            masks,
+        )
+    }
+
+    /// The 256-bit split-block query over a live filter's atomic words.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_split_256_shared<const STREAMS: usize>(
         _args: KernelArgs,
         array: Lines<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
-        let [masks] = lanes([split_256_mask::<STREAMS>(hash)]);
-        let offset = bucket_offset(array.words().len(), hash);
-        let bucket = &array.words()[offset..offset + probe::WORDS_PER_BUCKET];
-        let mut missing = 0;
-        for (word, mask) in bucket.iter().zip(masks) {
-            missing |= mask & !word.get();
-        }
-        missing == 0
+        let (words, masks) = split_256_targets::<STREAMS>(array, hash);
+        all_set(words, masks)
     }
 
-    /// The 256-bit split-block insert through shared access, as
-    /// [`insert_split_shared`] does it.
+    /// The 256-bit split-block insert through shared access.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split_256_shared<const STREAMS: usize>(
         _args: KernelArgs,
         array: Lines<'_, AtomicU64>,
         hash: KeyHash,
     ) -> bool {
-        let [masks] = lanes([split_256_mask::<STREAMS>(hash)]);
-        let offset = bucket_offset(array.words().len(), hash);
-        let bucket = &array.words()[offset..offset + probe::WORDS_PER_BUCKET];
-        let mut newly = false;
-        for (word, mask) in bucket.iter().zip(masks) {
-            newly |= set_bits_shared(word, mask);
-        }
-        newly
+        let (words, masks) = split_256_targets::<STREAMS>(array, hash);
+        set_all_shared(words, masks)
     }
 
     /// Sets the key's bits in its 256-bit bucket; whether any was unset.
