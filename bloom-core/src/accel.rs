@@ -139,9 +139,10 @@ pub(crate) fn contains_batch(
 /// Answers a batch over a live filter's atomic words; `accelerated` must
 /// come from [`available`]. The words are read one atomic load at a time
 /// either way (a vector load of words other threads may be writing would be
-/// a data race), but compiled for BMI2 every layout's variable shifts and
-/// range reductions take fewer instructions, and a batch that prefetches is
-/// bound by its instructions, not by its misses.
+/// a data race), but compiled for AVX2 and BMI2 every layout's variable
+/// shifts and range reductions take fewer instructions and the split
+/// layouts build their masks with vector shifts; a batch that prefetches
+/// is bound by its instructions, not by its misses.
 pub(crate) fn contains_batch_shared(
     shape: Shape,
     array: Lines<'_, AtomicU64>,
@@ -179,7 +180,7 @@ mod x86 {
     use crate::kernels::KernelArgs;
     use crate::model::SPLIT_WORDS;
     use crate::probe::Word;
-    use crate::sync::{AtomicU64, set_bits_shared};
+    use crate::sync::{AtomicU64, set_masks_shared};
 
     /// The shift counts one stream gives the block's eight words: its eight
     /// 6-bit fields, words 0-3 in the first vector and 4-7 in the second.
@@ -286,24 +287,12 @@ mod x86 {
 
     /// Whether every bit of the masks is set in its word.
     #[inline(always)]
-    fn all_set(words: &[AtomicU64], masks: impl IntoIterator<Item = u64>) -> bool {
+    fn masks_set(words: &[AtomicU64], masks: impl IntoIterator<Item = u64>) -> bool {
         let mut missing = 0;
         for (word, mask) in words.iter().zip(masks) {
             missing |= mask & !word.get();
         }
         missing == 0
-    }
-
-    /// Sets the masks' bits as the portable shared insert does
-    /// (`set_bits_shared`: a load, and a locked OR only where bits are
-    /// missing), so the answer keeps its guarantee; whether any was unset.
-    #[inline(always)]
-    fn set_all_shared(words: &[AtomicU64], masks: impl IntoIterator<Item = u64>) -> bool {
-        let mut newly = false;
-        for (word, mask) in words.iter().zip(masks) {
-            newly |= set_bits_shared(word, mask);
-        }
-        newly
     }
 
     /// The split-block query over a live filter's atomic words.
@@ -314,10 +303,12 @@ mod x86 {
         hash: KeyHash,
     ) -> bool {
         let (words, masks) = split_targets::<STREAMS>(array, hash);
-        all_set(words, masks)
+        masks_set(words, masks)
     }
 
-    /// The split-block insert through shared access.
+    /// The split-block insert through shared access: per word what the
+    /// portable insert does (`set_bits_shared`: a load, and a locked OR
+    /// only where bits are missing), so the answer keeps its guarantee.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split_shared<const STREAMS: usize>(
         _args: KernelArgs,
@@ -325,7 +316,7 @@ mod x86 {
         hash: KeyHash,
     ) -> bool {
         let (words, masks) = split_targets::<STREAMS>(array, hash);
-        set_all_shared(words, masks)
+        set_masks_shared(words, masks)
     }
 
     /// Sets the key's bits in the line; whether any was unset.
@@ -458,7 +449,7 @@ mod x86 {
         hash: KeyHash,
     ) -> bool {
         let (words, masks) = split_256_targets::<STREAMS>(array, hash);
-        all_set(words, masks)
+        masks_set(words, masks)
     }
 
     /// The 256-bit split-block insert through shared access.
@@ -469,7 +460,7 @@ mod x86 {
         hash: KeyHash,
     ) -> bool {
         let (words, masks) = split_256_targets::<STREAMS>(array, hash);
-        set_all_shared(words, masks)
+        set_masks_shared(words, masks)
     }
 
     /// Sets the key's bits in its 256-bit bucket; whether any was unset.

@@ -337,9 +337,10 @@ impl BloomFilter {
     /// current key is inserted, so the cache misses of many keys overlap (a
     /// locked write, which a shared insert takes, otherwise waits out its
     /// miss before the next key starts). BENCHMARKS.md, 10 million keys:
-    /// 1.6-1.9x the one-by-one `&self` insert for the standard layout,
-    /// 3.2-4.2x for the block layouts. A filter that fits in the caches
-    /// gains little (0.9-1.2x at 200 000 keys).
+    /// 1.6-3.0x the one-by-one `&self` insert for the standard layout,
+    /// 2.7-4.2x for the block layouts (the full runs of 2026-11-23). A
+    /// filter that fits in the caches gains little (0.9-1.2x at 200 000
+    /// keys).
     pub fn insert_batch_into(&self, hashes: &[KeyHash], out: &mut Vec<bool>) {
         let (shape, kernels) = (self.shape, self.kernels);
         probe::insert_batch(
@@ -354,8 +355,8 @@ impl BloomFilter {
 
     /// [`insert_batch_into`](Self::insert_batch_into) with exclusive
     /// access: the answers of [`insert_hashed_mut`](Self::insert_hashed_mut).
-    /// BENCHMARKS.md, 10 million keys: 1.4-2.3x the one-by-one
-    /// `insert_hashed_mut` for the standard layout, 2.1-4.9x for the block
+    /// BENCHMARKS.md, 10 million keys: 1.4-2.7x the one-by-one
+    /// `insert_hashed_mut` for the standard layout, 2.1-5.3x for the block
     /// layouts. In cache it costs more than it saves (0.66-1.03x at 200 000
     /// keys: each key's lines are computed twice), so it is for filters
     /// larger than the caches.

@@ -19,7 +19,9 @@ use crate::bits::{Lines, LinesMut};
 use crate::filter::Layout;
 use crate::hash::{KeyHash, Probes, reduce};
 use crate::probe::{self, Shape, Word};
-use crate::sync::{AtomicU64, set_bit_exclusive, set_bits_exclusive, set_bits_shared};
+use crate::sync::{
+    AtomicU64, set_bit_exclusive, set_bits_exclusive, set_bits_shared, set_masks_shared,
+};
 
 /// What a kernel needs of its filter's shape; the bits it does not need,
 /// since they are the words' count times 64.
@@ -315,11 +317,7 @@ pub(crate) fn insert_shared(args: KernelArgs, array: Lines<'_, AtomicU64>, hash:
         // sets nothing there.
         Layout::Blocked | Layout::SplitBlock | Layout::SplitBlock256 => {
             let (block, masks) = probe::block_masks(shape, array, hash);
-            let mut newly = false;
-            for (word, mask) in array.block(block).iter().zip(masks) {
-                newly |= set_bits_shared(word, mask);
-            }
-            newly
+            set_masks_shared(array.block(block), masks)
         }
     }
 }

@@ -99,6 +99,17 @@ pub(crate) fn set_bits_shared(word: &AtomicU64, mask: u64) -> bool {
     true
 }
 
+/// [`set_bits_shared`] for each word and its mask; whether any bit was
+/// unset.
+#[inline(always)]
+pub(crate) fn set_masks_shared(words: &[AtomicU64], masks: impl IntoIterator<Item = u64>) -> bool {
+    let mut newly = false;
+    for (word, mask) in words.iter().zip(masks) {
+        newly |= set_bits_shared(word, mask);
+    }
+    newly
+}
+
 /// Sets the `mask` bits of a word the caller has exclusive access to, with a
 /// plain read-modify-write (no locked instruction); returns those of them
 /// that were unset before. Callers OR the results of all a key's words and
