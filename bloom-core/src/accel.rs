@@ -211,9 +211,9 @@ mod x86 {
     /// by shifting ones) saves two instructions a stream.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_split<const STREAMS: usize>(
-        _args: KernelArgs,
         array: Lines<'_, u64>,
         hash: KeyHash,
+        _args: KernelArgs,
     ) -> bool {
         let line = array
             .as_ptr()
@@ -298,9 +298,9 @@ mod x86 {
     /// The split-block query over a live filter's atomic words.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_split_shared<const STREAMS: usize>(
-        _args: KernelArgs,
         array: Lines<'_, AtomicU64>,
         hash: KeyHash,
+        _args: KernelArgs,
     ) -> bool {
         let (words, masks) = split_targets::<STREAMS>(array, hash);
         masks_set(words, masks)
@@ -311,9 +311,9 @@ mod x86 {
     /// only where bits are missing), so the answer keeps its guarantee.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split_shared<const STREAMS: usize>(
-        _args: KernelArgs,
         array: Lines<'_, AtomicU64>,
         hash: KeyHash,
+        _args: KernelArgs,
     ) -> bool {
         let (words, masks) = split_targets::<STREAMS>(array, hash);
         set_masks_shared(words, masks)
@@ -322,9 +322,9 @@ mod x86 {
     /// Sets the key's bits in the line; whether any was unset.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split<const STREAMS: usize>(
-        _args: KernelArgs,
         mut array: LinesMut<'_, AtomicU64>,
         hash: KeyHash,
+        _args: KernelArgs,
     ) -> bool {
         let masks = split_masks::<STREAMS>(hash);
         let offset = line_offset(array.blocks(), hash);
@@ -393,9 +393,9 @@ mod x86 {
     /// the tested bit to bit 0.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_split_256<const STREAMS: usize>(
-        _args: KernelArgs,
         array: Lines<'_, u64>,
         hash: KeyHash,
+        _args: KernelArgs,
     ) -> bool {
         let bucket = array
             .as_ptr()
@@ -444,9 +444,9 @@ mod x86 {
     /// The 256-bit split-block query over a live filter's atomic words.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_split_256_shared<const STREAMS: usize>(
-        _args: KernelArgs,
         array: Lines<'_, AtomicU64>,
         hash: KeyHash,
+        _args: KernelArgs,
     ) -> bool {
         let (words, masks) = split_256_targets::<STREAMS>(array, hash);
         masks_set(words, masks)
@@ -455,9 +455,9 @@ mod x86 {
     /// The 256-bit split-block insert through shared access.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split_256_shared<const STREAMS: usize>(
-        _args: KernelArgs,
         array: Lines<'_, AtomicU64>,
         hash: KeyHash,
+        _args: KernelArgs,
     ) -> bool {
         let (words, masks) = split_256_targets::<STREAMS>(array, hash);
         set_masks_shared(words, masks)
@@ -466,9 +466,9 @@ mod x86 {
     /// Sets the key's bits in its 256-bit bucket; whether any was unset.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_split_256<const STREAMS: usize>(
-        _args: KernelArgs,
         mut array: LinesMut<'_, AtomicU64>,
         hash: KeyHash,
+        _args: KernelArgs,
     ) -> bool {
         let mask = split_256_mask::<STREAMS>(hash);
         let offset = bucket_offset(array.as_lines().words().len(), hash);
@@ -487,21 +487,21 @@ mod x86 {
     /// `kernels::contains_standard` compiled for BMI2.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn contains_standard<const K: u32, W: probe::Word>(
-        args: KernelArgs,
         array: Lines<'_, W>,
         hash: KeyHash,
+        args: KernelArgs,
     ) -> bool {
-        crate::kernels::contains_standard::<K, W>(args, array, hash)
+        crate::kernels::contains_standard::<K, W>(array, hash, args)
     }
 
     /// `kernels::insert_standard_shared` compiled for BMI2.
     #[target_feature(enable = "avx2,bmi2")]
     pub(super) fn insert_standard_shared<const K: u32>(
-        args: KernelArgs,
         array: Lines<'_, AtomicU64>,
         hash: KeyHash,
+        args: KernelArgs,
     ) -> bool {
-        crate::kernels::insert_standard_shared::<K>(args, array, hash)
+        crate::kernels::insert_standard_shared::<K>(array, hash, args)
     }
 
     /// A batch of queries through `probe::contains_batch`, with the whole
@@ -525,7 +525,7 @@ mod x86 {
         (@streams $shape:ident, $array:ident, $hashes:ident, $out:ident, $kernel:ident, $($streams:literal)*) => {
             match $shape.hashes / SPLIT_WORDS {
                 $($streams => probe::contains_batch($shape, $array, $hashes, $out, |hash| {
-                    $kernel::<$streams>(KernelArgs::of(&$shape), $array, hash)
+                    $kernel::<$streams>($array, hash, KernelArgs::of(&$shape))
                 }),)*
                 _ => unreachable!("k is a multiple of 8 up to 64"),
             }
@@ -609,7 +609,7 @@ mod tests {
                     .map(|key| KeyHash::of(&key.to_le_bytes()))
                     .collect();
                 for &hash in &inserted {
-                    crate::kernels::insert_shared(KernelArgs::of(&shape), array.lines(), hash);
+                    crate::kernels::insert_shared(array.lines(), hash, KernelArgs::of(&shape));
                 }
                 let mut queries = inserted.clone();
                 queries.extend((300..1_300_u32).map(|key| KeyHash::of(&key.to_le_bytes())));
@@ -691,8 +691,8 @@ mod tests {
                 // SAFETY: `split_kernels` checked this CPU.
                 let (vector, shared) = unsafe {
                     (
-                        contains(KernelArgs::of(&shape), array.lines(), hash),
-                        contains_shared(KernelArgs::of(&shape), live.lines(), hash),
+                        contains(array.lines(), hash, KernelArgs::of(&shape)),
+                        contains_shared(live.lines(), hash, KernelArgs::of(&shape)),
                     )
                 };
                 assert_eq!(portable, vector, "{layout} k={hashes} {hash:?}");
@@ -742,11 +742,11 @@ mod tests {
                 let hash = KeyHash::of(&(key % 2_000).to_le_bytes());
                 #[allow(unsafe_code)]
                 // SAFETY: `split_kernels` checked this CPU.
-                let answer = unsafe { insert(KernelArgs::of(&shape), vector.lines_mut(), hash) };
+                let answer = unsafe { insert(vector.lines_mut(), hash, KernelArgs::of(&shape)) };
                 let expected = crate::kernels::insert_exclusive(
-                    KernelArgs::of(&shape),
                     portable.lines_mut(),
                     hash,
+                    KernelArgs::of(&shape),
                 );
                 assert_eq!(answer, expected, "{layout} k={hashes} key {key}");
                 newly += u32::from(answer);

@@ -32,21 +32,29 @@ use crate::sync::{
 /// keys, k = 13, 0.66 -> 0.80x of fastbloom on prehashed absent queries);
 /// by reference it points into the filter, so that the compiler must assume
 /// every call may change the filter and reloads its fields (layout, words,
-/// length) for every key of a caller's loop. Two scalars go in registers and
-/// point at nothing.
+/// length) for every key of a caller's loop. Packed into one word, the
+/// arguments take one register and point at nothing (as two scalars they
+/// took two, which a caller's loop short of registers reloaded from its
+/// stack on every call: one instruction a key more).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct KernelArgs {
-    layout: Layout,
-    hashes: u32,
-}
+pub(crate) struct KernelArgs(u64);
 
 impl KernelArgs {
     #[inline(always)]
     pub(crate) fn of(shape: &Shape) -> Self {
-        Self {
-            layout: shape.layout,
-            hashes: shape.hashes,
-        }
+        let layout = shape.layout as u64;
+        debug_assert_eq!(Layout::ALL[layout as usize], shape.layout);
+        Self(u64::from(shape.hashes) | layout << 32)
+    }
+
+    #[inline(always)]
+    fn layout(self) -> Layout {
+        Layout::ALL[(self.0 >> 32) as usize]
+    }
+
+    #[inline(always)]
+    fn hashes(self) -> u32 {
+        self.0 as u32
     }
 
     /// [`of`](Self::of) a filter whose array is `words` words: its bits must
@@ -62,19 +70,26 @@ impl KernelArgs {
     #[inline(always)]
     fn shape(self, words: usize) -> Shape {
         Shape {
-            layout: self.layout,
+            layout: self.layout(),
             bits: words as u64 * 64,
-            hashes: self.hashes,
+            hashes: self.hashes(),
         }
     }
 }
 
+// The kernels' parameters come in this order so that on x86-64 the hash's
+// first half arrives in `rdx`, the register `mulx` (the block choice's
+// range reduction) reads, and the arguments only the portable kernels use
+// come last: the split-block kernels then start with no register moves
+// (29 -> 26 instructions a prehashed query of a split-block-256 filter,
+// callgrind, `examples/instructions_per_key.rs`).
+
 /// A query over words of type `W`.
-pub(crate) type Contains<W> = unsafe fn(KernelArgs, Lines<'_, W>, KeyHash) -> bool;
+pub(crate) type Contains<W> = unsafe fn(Lines<'_, W>, KeyHash, KernelArgs) -> bool;
 /// An insert through shared access (atomic words, any number of threads).
-pub(crate) type InsertShared = unsafe fn(KernelArgs, Lines<'_, AtomicU64>, KeyHash) -> bool;
+pub(crate) type InsertShared = unsafe fn(Lines<'_, AtomicU64>, KeyHash, KernelArgs) -> bool;
 /// An insert through exclusive access.
-pub(crate) type InsertExclusive = unsafe fn(KernelArgs, LinesMut<'_, AtomicU64>, KeyHash) -> bool;
+pub(crate) type InsertExclusive = unsafe fn(LinesMut<'_, AtomicU64>, KeyHash, KernelArgs) -> bool;
 
 /// One filter's probe functions. The pointers are `unsafe fn` because some
 /// are compiled for CPU features, which [`Kernels::for_shape`] hands out
@@ -170,9 +185,9 @@ impl Kernels {
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
             (self.contains)(
-                KernelArgs::for_words(shape, lines.words().len()),
                 lines,
                 hash,
+                KernelArgs::for_words(shape, lines.words().len()),
             )
         }
     }
@@ -190,9 +205,9 @@ impl Kernels {
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
             (self.contains_plain)(
-                KernelArgs::for_words(shape, lines.words().len()),
                 lines,
                 hash,
+                KernelArgs::for_words(shape, lines.words().len()),
             )
         }
     }
@@ -210,9 +225,9 @@ impl Kernels {
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
             (self.insert_shared)(
-                KernelArgs::for_words(shape, lines.words().len()),
                 lines,
                 hash,
+                KernelArgs::for_words(shape, lines.words().len()),
             )
         }
     }
@@ -239,14 +254,11 @@ impl Kernels {
         if shape.layout == Layout::Standard {
             return standard_exclusive(*shape, lines, hash);
         }
+        let args = KernelArgs::for_words(shape, lines.as_lines().words().len());
         #[allow(unsafe_code)]
         // SAFETY: `for_shape` chose the kernel for this CPU.
         unsafe {
-            (self.insert_exclusive)(
-                KernelArgs::for_words(shape, lines.as_lines().words().len()),
-                lines,
-                hash,
-            )
+            (self.insert_exclusive)(lines, hash, args)
         }
     }
 }
@@ -272,18 +284,18 @@ fn standard_probes(words: usize, hashes: u32, hash: KeyHash) -> impl Iterator<It
 }
 
 /// Any layout's query, portably.
-fn contains<W: Word>(args: KernelArgs, array: Lines<'_, W>, hash: KeyHash) -> bool {
+fn contains<W: Word>(array: Lines<'_, W>, hash: KeyHash, args: KernelArgs) -> bool {
     probe::contains(args.shape(array.words().len()), array, hash)
 }
 
 /// The standard layout's query with `K` hashes.
 #[inline(always)]
 pub(crate) fn contains_standard<const K: u32, W: Word>(
-    args: KernelArgs,
     array: Lines<'_, W>,
     hash: KeyHash,
+    args: KernelArgs,
 ) -> bool {
-    debug_assert_eq!((args.layout, args.hashes), (Layout::Standard, K));
+    debug_assert_eq!((args.layout(), args.hashes()), (Layout::Standard, K));
     let words = array.words();
     standard_probes(words.len(), K, hash).all(|(index, bit)| {
         #[allow(unsafe_code)]
@@ -296,20 +308,21 @@ pub(crate) fn contains_standard<const K: u32, W: Word>(
 /// The standard layout's shared insert with `K` hashes.
 #[inline(always)]
 pub(crate) fn insert_standard_shared<const K: u32>(
-    args: KernelArgs,
     array: Lines<'_, AtomicU64>,
     hash: KeyHash,
+    args: KernelArgs,
 ) -> bool {
-    debug_assert_eq!((args.layout, args.hashes), (Layout::Standard, K));
-    standard_shared(
-        KernelArgs { hashes: K, ..args }.shape(array.words().len()),
-        array,
-        hash,
-    )
+    debug_assert_eq!((args.layout(), args.hashes()), (Layout::Standard, K));
+    let shape = Shape {
+        layout: Layout::Standard,
+        bits: array.words().len() as u64 * 64,
+        hashes: K,
+    };
+    standard_shared(shape, array, hash)
 }
 
 /// Any layout's shared insert.
-pub(crate) fn insert_shared(args: KernelArgs, array: Lines<'_, AtomicU64>, hash: KeyHash) -> bool {
+pub(crate) fn insert_shared(array: Lines<'_, AtomicU64>, hash: KeyHash, args: KernelArgs) -> bool {
     let shape = args.shape(array.words().len());
     match shape.layout {
         Layout::Standard => standard_shared(shape, array, hash),
@@ -324,9 +337,9 @@ pub(crate) fn insert_shared(args: KernelArgs, array: Lines<'_, AtomicU64>, hash:
 
 /// Any layout's exclusive insert, portably.
 pub(crate) fn insert_exclusive(
-    args: KernelArgs,
     mut array: LinesMut<'_, AtomicU64>,
     hash: KeyHash,
+    args: KernelArgs,
 ) -> bool {
     let shape = args.shape(array.as_lines().words().len());
     match shape.layout {
@@ -410,7 +423,7 @@ mod tests {
                     // Keys repeat, so that "already there" answers occur.
                     let hash = KeyHash::of(&(key % 15_000).to_le_bytes());
                     let expected =
-                        insert_exclusive(KernelArgs::of(&shape), portable.lines_mut(), hash);
+                        insert_exclusive(portable.lines_mut(), hash, KernelArgs::of(&shape));
                     let label = format!("{layout} k={hashes} key {key}");
                     assert_eq!(
                         kernels.insert_exclusive(&shape, fast.lines_mut(), hash),
