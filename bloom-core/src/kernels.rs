@@ -375,15 +375,14 @@ fn standard_shared(shape: Shape, array: Lines<'_, AtomicU64>, hash: KeyHash) -> 
 fn standard_exclusive(shape: Shape, mut array: LinesMut<'_, AtomicU64>, hash: KeyHash) -> bool {
     debug_assert_eq!(shape.bits, array.as_lines().words().len() as u64 * 64);
     let words = array.words_mut();
-    let mut all_set = u64::MAX;
+    let mut all_set = true;
     for (index, bit) in standard_probes(words.len(), shape.hashes, hash) {
         #[allow(unsafe_code)]
         // SAFETY: `index < words.len()` (see `standard_probes`).
         let word = unsafe { words.get_unchecked_mut(index) };
         all_set &= set_bit_exclusive(word, bit);
     }
-    // Bit 0 of each shifted old word said whether its bit was set.
-    all_set & 1 == 0
+    !all_set
 }
 
 #[cfg(test)]
