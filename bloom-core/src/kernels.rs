@@ -80,9 +80,10 @@ impl KernelArgs {
 // The kernels' parameters come in this order so that on x86-64 the hash's
 // first half arrives in `rdx`, the register `mulx` (the block choice's
 // range reduction) reads, and the arguments only the portable kernels use
-// come last: the split-block kernels then start with no register moves
-// (29 -> 26 instructions a prehashed query of a split-block-256 filter,
-// callgrind, `examples/instructions_per_key.rs`).
+// come last: the split-block kernels then start with no register moves.
+// With `KernelArgs` in one register as well: 29 -> 26 instructions a
+// prehashed query of a split-block-256 filter (callgrind,
+// `examples/instructions_per_key.rs`).
 
 /// A query over words of type `W`.
 pub(crate) type Contains<W> = unsafe fn(Lines<'_, W>, KeyHash, KernelArgs) -> bool;
