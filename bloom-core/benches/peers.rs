@@ -527,12 +527,12 @@ fn main() {
     let wanted = |layout: Layout| !batch_only && only.is_none_or(|o| o == layout);
 
     println!("# bloom-core peers benchmark");
-    println!(
-        "\nKeys: {keys} URL-like strings (about {} bytes), absent keys from a disjoint family.",
-        Keys::urls(0, 1).total_bytes()
-    );
     let present = Keys::urls(1, keys);
     let absent = Keys::urls(2, keys);
+    println!(
+        "\nKeys: {keys} URL-like strings ({:.1} bytes on average), absent keys from a disjoint family.",
+        present.total_bytes() as f64 / present.len() as f64
+    );
     let present_hashes = Hashes::of(&present);
     let absent_hashes = Hashes::of(&absent);
     let n = keys as u64;
