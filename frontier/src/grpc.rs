@@ -30,9 +30,23 @@ pub fn status_of(error: FrontierError) -> Status {
         FrontierError::ShuttingDown => Status::unavailable(error.to_string()),
         FrontierError::Thread(_) => Status::internal(error.to_string()),
         FrontierError::Ingest(error) => {
-            tracing::error!(%error, "storage failure");
-            Status::unavailable(format!("storage failure, nothing was stored: {error}"))
+            log_write_failure(&error, "storage failure");
+            if error.is_disk_full() {
+                Status::resource_exhausted(format!("nothing was stored: {error}"))
+            } else {
+                Status::unavailable(format!("storage failure, nothing was stored: {error}"))
+            }
         }
+    }
+}
+
+/// Logs a failed write, at most once every few seconds: while the disk is
+/// full every write fails, and a line per batch would flood the log.
+fn log_write_failure(error: &dyn std::fmt::Display, what: &str) {
+    static THROTTLE: crate::throttle::Throttle =
+        crate::throttle::Throttle::new(std::time::Duration::from_secs(10));
+    if let Some(suppressed) = THROTTLE.admit() {
+        tracing::error!(error = %error, suppressed, "{what}");
     }
 }
 
@@ -354,7 +368,7 @@ fn put_chunk(frontier: &Frontier, items: Vec<(String, PutItem)>) -> Vec<uf::AckM
                 }
             }
             Some(Err(error)) => {
-                tracing::warn!(%error, items = run.len(), "PutURLs batch failed");
+                log_write_failure(&error, "PutURLs batch failed; its items are answered FAIL");
                 statuses[index..run_end].fill(uf::ack_message::Status::Fail);
             }
             None => {}
@@ -847,7 +861,10 @@ fn batch_statuses(frontier: &Frontier, batch: &uf::DiscoveredBatch) -> Vec<i32> 
                 status as i32
             })),
             Err(error) => {
-                tracing::warn!(%error, batch = %batch.id, "PutDiscovered batch failed");
+                log_write_failure(
+                    &error,
+                    "PutDiscovered batch failed; its items are answered FAIL",
+                );
                 for _ in 0..batch.items.len() {
                     count_ack("discovered", uf::ack_message::Status::Fail);
                 }

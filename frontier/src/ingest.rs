@@ -105,6 +105,19 @@ pub enum IngestError {
     Filter(#[from] FilterError),
 }
 
+impl IngestError {
+    /// Whether a full disk is what failed: the write may be sent again once
+    /// there is room.
+    #[must_use]
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Self::Store(error) => error.is_disk_full(),
+            Self::Commit(CommitFailed(error)) => error.is_disk_full(),
+            _ => false,
+        }
+    }
+}
+
 /// One discovered URL as a client sends it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Discovered {

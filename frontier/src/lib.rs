@@ -8,6 +8,8 @@
 //! - [`scope`]: admission rules (host scope from the seeds, include/exclude
 //!   patterns, depth limit, path-repeat traps) and the skip reasons.
 //! - [`record`]: the stored value of one URL and its binary form.
+//! - [`repair`]: `frontier verify` and `frontier salvage`, the operator's
+//!   tools for a store the frontier refuses to open.
 //! - [`snapshots`]: filter snapshots written at a clean shutdown and
 //!   trusted only while the store is unchanged since.
 //! - [`store`]: the redb store: single-opener lock, schema version checks,
@@ -29,6 +31,8 @@
 //!   in one place, the admin token.
 //! - [`server`]: both services with health and reflection on a listener.
 //! - [`metrics`]: Prometheus metrics and their endpoint.
+//! - `throttle`: warnings that repeat while a condition lasts, logged at
+//!   most once per interval.
 //!
 //! `src/main.rs` is the `frontier` binary: `serve` and the admin client.
 
@@ -39,10 +43,12 @@ pub mod ingest;
 pub mod metrics;
 mod queue_counts;
 pub mod record;
+pub mod repair;
 pub mod scheduler;
 pub mod scope;
 pub mod server;
 pub mod service;
 pub mod snapshots;
 pub mod store;
+mod throttle;
 pub mod wal;

@@ -68,7 +68,8 @@ pub async fn run(
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    tonic::transport::Server::builder()
+    let watcher = tokio::spawn(watch_writes(health.clone(), Arc::clone(&frontier)));
+    let served = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha)
@@ -81,6 +82,48 @@ pub async fn run(
             AdminService::new(frontier, options.access),
         ))
         .serve_with_incoming_shutdown(incoming(listener), shutdown)
-        .await?;
+        .await;
+    watcher.abort();
+    let _ = watcher.await;
+    served?;
     Ok(())
+}
+
+/// How often the health service looks at whether the store takes writes.
+const WRITE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Keeps the health service's answer in step with the store: NOT_SERVING
+/// while it refuses writes (a full disk, or a failure that halted them), so
+/// that probes and load balancers see it, SERVING again when writes resume.
+/// Reads are served all along.
+async fn watch_writes(health: tonic_health::server::HealthReporter, frontier: Arc<Frontier>) {
+    use tonic_health::ServingStatus;
+    const SERVICES: [&str; 2] = ["", "urlfrontier.URLFrontier"];
+    let mut serving = true;
+    let mut interval = tokio::time::interval(WRITE_CHECK_INTERVAL);
+    loop {
+        interval.tick().await;
+        let frontier = Arc::clone(&frontier);
+        let Ok(state) =
+            tokio::task::spawn_blocking(move || frontier.ingest().store().write_state()).await
+        else {
+            continue;
+        };
+        if state.is_ok() == serving {
+            continue;
+        }
+        serving = state.is_ok();
+        match state {
+            Ok(()) => tracing::info!("writes are taken again; health: SERVING"),
+            Err(error) => tracing::warn!(%error, "writes are refused; health: NOT_SERVING"),
+        }
+        let status = if serving {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        for service in SERVICES {
+            health.set_service_status(service, status).await;
+        }
+    }
 }

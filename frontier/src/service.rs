@@ -63,7 +63,15 @@ pub struct FrontierConfig {
     pub default_delay_ms: u64,
     /// Bytes of the store's page cache.
     pub cache_bytes: usize,
+    /// Writes are refused (and health says NOT_SERVING) while less than
+    /// this is free on the store's disk; they resume by themselves once
+    /// there is room.
+    pub min_free_bytes: u64,
 }
+
+/// Free disk below which writes are refused unless configured otherwise:
+/// room for redb to finish the transactions in flight and a checkpoint.
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 256 << 20;
 
 impl FrontierConfig {
     /// Defaults for a data directory.
@@ -79,6 +87,7 @@ impl FrontierConfig {
             default_lease_secs: 30,
             default_delay_ms: 1000,
             cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
+            min_free_bytes: DEFAULT_MIN_FREE_BYTES,
         }
     }
 }
@@ -265,7 +274,13 @@ impl std::fmt::Debug for Frontier {
 impl Frontier {
     /// Opens the store, loads or rebuilds the filters, loads the queues.
     pub fn open(config: FrontierConfig) -> Result<Self, FrontierError> {
-        let store = Store::open_with_cache(&config.data_dir, config.cache_bytes)?;
+        let store = Store::open_with(
+            &config.data_dir,
+            crate::store::StoreOptions {
+                cache_bytes: config.cache_bytes,
+                min_free_bytes: config.min_free_bytes,
+            },
+        )?;
         let mut scheduler = None;
         let default_delay_ms = config.default_delay_ms;
         let ingest = Ingest::open_with_hook(

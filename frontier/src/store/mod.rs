@@ -1,13 +1,13 @@
 //! The redb store: two files in the data directory, opened by one server
 //! at a time, with a schema version checked before anything else is read.
 //!
-//! # Schema, version 3
+//! # Schema, version 4
 //!
 //! `frontier.redb`:
 //!
 //! | table | key | value | holds |
 //! |---|---|---|---|
-//! | `meta` | `&str` | `u64` | `schema_version`; `partitions` (fixed at creation: URL keys embed it); `clean_shutdown_token` while filter snapshots match the store; `serving_paused` (1 while SetActive(false) holds); `applied_lsn`, the last write-ahead log record this file holds; `counts_lsn`, the last whose queue counts `queues` holds |
+//! | `meta` | `&str` | `u64` | `schema_version`; `store_id` (random, drawn at creation; also in `urls.redb` and the log's header); `partitions` (fixed at creation: URL keys embed it); `clean_shutdown_token` while filter snapshots match the store; `serving_paused` (1 while SetActive(false) holds); `applied_lsn`, the last write-ahead log record this file holds; `counts_lsn`, the last whose queue counts `queues` holds |
 //! | `seed_hosts` | `(crawl ID, host)` | `()` | the hosts of a crawl's seeds: its scope |
 //! | `due` | `(crawl ID, queue key, due_at, canonical URL)` | partition | every URL not completed, in serving order per queue (completed URLs have no entry) |
 //! | `queues` | `(crawl ID, queue key)` | [`QueueRecord`] bytes | per queue: URL and completed counts (as of the last checkpoint), delay, block, crawl limit |
@@ -17,7 +17,7 @@
 //!
 //! | table | key | value | holds |
 //! |---|---|---|---|
-//! | `meta` | `&str` | `u64` | `applied_lsn`, the last log record this file holds |
+//! | `meta` | `&str` | `u64` | `store_id`; `applied_lsn`, the last log record this file holds |
 //! | `urls` | `(partition, crawl ID, canonical URL)` | [`UrlRecord`] bytes | every URL a crawl knows, grouped by filter partition so that a rebuild reads only its own |
 //!
 //! # Why two files, and how they agree
@@ -35,7 +35,7 @@
 //!
 //! Every few seconds a group is a checkpoint: it waits until the groups
 //! before it are finished, and both files are committed durably,
-//! `frontier.redb` first, then the log is emptied. Settings writes commit
+//! `frontier.redb` first, then the log starts again from its first slot. Settings writes commit
 //! `frontier.redb` durably between checkpoints. So on disk `frontier.redb`
 //! is never behind `urls.redb`, and after a kill the replay applies each
 //! logged group to `urls.redb` if that file lacks it, and its changes to
@@ -49,27 +49,40 @@
 //! of the groups after `counts_lsn`. Readers get the table and the held
 //! changes together ([`Store::for_each_queue`]).
 //!
-//! # Older versions
+//! # Opening, and older versions
+//!
+//! Module `open`: an existing store must have all three files, not empty,
+//! of one store ID, and a log that holds every record from the one after
+//! `urls.redb`'s up to the one `frontier.redb` holds; anything else is
+//! refused with an error naming the file, and nothing is removed or
+//! recreated. `frontier verify` and `frontier salvage` ([`crate::repair`])
+//! are the operator's tools for a refused store.
 //!
 //! Version 1 had no log, version 2 a log; both kept every table in
 //! `frontier.redb`. Opening one moves `urls` into `urls.redb` (made durable
 //! first), then drops it from `frontier.redb` and marks version 3 in one
 //! durable commit, so a crash in between leaves the old store, and the move
-//! runs again. A file written by a newer version of the schema, a file that
-//! is not a frontier store, a corrupt file and a store missing one of its
-//! files are refused with an error naming the path: never reset.
+//! runs again. Version 3 had no store ID and a log of format 1: its log is
+//! replayed, then the store gets its ID and a new log, and the version mark
+//! comes last. A file written by a newer version of the schema, a file that
+//! is not a frontier store and a corrupt file are refused the same way.
+//!
+
+pub mod inspect;
+mod open;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+pub use self::open::StoreOptions;
 use crate::queue_counts::{self, GroupCounts, QueueCounts};
 use crate::record::{RecordError, UrlRecord};
-use crate::wal::{LogRecord, Recovered, Wal, WalError};
+use crate::wal::{Wal, WalError};
 
 /// The schema this build reads and writes.
-pub const SCHEMA_VERSION: u64 = 3;
+pub const SCHEMA_VERSION: u64 = 4;
 
 /// redb's page cache unless configured otherwise: redb's own default.
 pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
@@ -305,25 +318,60 @@ pub enum StoreError {
         /// What redb said.
         source: redb::DatabaseError,
     },
-    /// `frontier.redb` is there but the file beside it that holds the URLs
-    /// is not.
+    /// A file of an existing store is missing.
     #[error(
-        "{path} is missing: the store {store} keeps its URLs there; restore both files together"
+        "{path} is missing, and it {holds}. The store is refused, never reset: restore the file (the whole data directory from one backup), or run `frontier verify --data-dir {dir}` to see what the other files hold and `frontier salvage --data-dir {dir} --into NEW_DIR` to copy it into a new store",
+        dir = path.parent().unwrap_or(Path::new(".")).display()
     )]
     MissingFile {
         /// The missing file.
         path: PathBuf,
-        /// The store file.
-        store: PathBuf,
+        /// What the file holds.
+        holds: &'static str,
     },
-    /// A `urls.redb` left by a creation or migration that did not finish
-    /// could not be removed before starting them again.
-    #[error("cannot remove {path}, left by an unfinished store creation or migration: {source}")]
-    RemoveLeftover {
-        /// The leftover file.
+    /// A file of an existing store is empty.
+    #[error(
+        "{path} is empty (0 bytes), and it {holds}. The store is refused, never reset: restore the file (the whole data directory from one backup), or run `frontier verify --data-dir {dir}` to see what the other files hold and `frontier salvage --data-dir {dir} --into NEW_DIR` to copy it into a new store",
+        dir = path.parent().unwrap_or(Path::new(".")).display()
+    )]
+    EmptyFile {
+        /// The empty file.
+        path: PathBuf,
+        /// What the file holds.
+        holds: &'static str,
+    },
+    /// A file of the store belongs to another store (or to none).
+    #[error(
+        "{path} belongs to {found}, not to the store {expected:016x} of the files beside it: the files come from different stores; restore the data directory from one backup"
+    )]
+    OtherStore {
+        /// The file.
+        path: PathBuf,
+        /// Whose it is.
+        found: String,
+        /// The store ID of `frontier.redb`.
+        expected: u64,
+    },
+    /// A file could not be examined, or one left by a creation or migration
+    /// that did not finish could not be removed.
+    #[error("{path}: {source}")]
+    FileSystem {
+        /// The file.
         path: PathBuf,
         /// What the file system said.
         source: std::io::Error,
+    },
+    /// Writes are refused while the disk holding the store is nearly full.
+    #[error(
+        "the disk holding {path} is full: {available_mb} MiB free, writes need at least {needed_mb} MiB (--min-free-mb); nothing was stored. Free some space: writes resume by themselves"
+    )]
+    DiskFull {
+        /// The data directory.
+        path: PathBuf,
+        /// MiB free for the frontier.
+        available_mb: u64,
+        /// MiB that must stay free.
+        needed_mb: u64,
     },
     /// `frontier.redb` is older on disk than `urls.redb`, which this
     /// frontier never leaves behind (files restored from different moments).
@@ -364,6 +412,21 @@ pub enum StoreError {
         /// What is wrong with it.
         source: RecordError,
     },
+}
+
+impl StoreError {
+    /// Whether a full disk is what failed: the write may be sent again once
+    /// there is room.
+    #[must_use]
+    pub fn is_disk_full(&self) -> bool {
+        const NO_SPACE: i32 = rustix::io::Errno::NOSPC.raw_os_error();
+        match self {
+            Self::DiskFull { .. } => true,
+            Self::Wal(error) => error.is_disk_full(),
+            Self::Storage(redb::Error::Io(error)) => error.raw_os_error() == Some(NO_SPACE),
+            _ => false,
+        }
+    }
 }
 
 // redb reports each operation family with its own error type; all of them
@@ -440,6 +503,8 @@ pub struct Store {
     /// `urls.redb`: the `urls` table.
     urls_db: Database,
     path: PathBuf,
+    /// Writes are refused while less is free (see [`StoreOptions`]).
+    min_free_bytes: u64,
     /// Groups are logged and applied to `urls.redb` under this lock, so the
     /// log's records and the urls file's transactions happen in one order.
     writer: Mutex<Writer>,
@@ -544,234 +609,7 @@ impl Drop for Store {
     }
 }
 
-/// What `frontier.redb` says of itself before anything else is read.
-enum Found {
-    /// No tables: a new store.
-    Fresh,
-    /// Version 1 or 2: `urls` still in `frontier.redb`.
-    OneFile,
-    /// This version.
-    Current,
-}
-
 impl Store {
-    /// Opens the store in `data_dir`, creating the directory and a fresh
-    /// store when there is none.
-    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
-        Self::open_with_cache(data_dir, DEFAULT_CACHE_BYTES)
-    }
-
-    /// Like [`Self::open`], with a page cache of `cache_bytes` (split
-    /// evenly between the two files).
-    pub fn open_with_cache(data_dir: &Path, cache_bytes: usize) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::CreateDir {
-            path: data_dir.to_owned(),
-            source,
-        })?;
-        let path = data_dir.join(FILE_NAME);
-        let urls_path = data_dir.join(URLS_FILE_NAME);
-        // `frontier.redb` first: its lock is what refuses a second server.
-        let db = Self::open_file(&path, cache_bytes / 2)?;
-        let found = Self::check_schema(&db, &path)?;
-        if matches!(found, Found::Current) && !urls_path.exists() {
-            return Err(StoreError::MissingFile {
-                path: urls_path,
-                store: path,
-            });
-        }
-        if !matches!(found, Found::Current) {
-            // Left by a creation or migration that did not finish: the
-            // version mark below is written only once this file is whole.
-            match std::fs::remove_file(&urls_path) {
-                Ok(()) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(StoreError::RemoveLeftover {
-                        path: urls_path,
-                        source,
-                    });
-                }
-            }
-        }
-        let urls_db = Self::open_file(&urls_path, cache_bytes / 2)?;
-        match found {
-            Found::Current => {}
-            Found::Fresh => Self::mark_current(&db)?,
-            Found::OneFile => Self::migrate(&db, &urls_db, &path)?,
-        }
-        let (wal, recovered) = Wal::open(data_dir)?;
-        let store = Self {
-            db,
-            urls_db,
-            path,
-            writer: Mutex::new(Writer {
-                wal,
-                queue_counts: QueueCounts::default(),
-            }),
-            due_side: Mutex::new(DueSide {
-                lsn: 0,
-                halted: None,
-            }),
-            due_applied: Condvar::new(),
-        };
-        store.replay(recovered)?;
-        Ok(store)
-    }
-
-    fn open_file(path: &Path, cache_bytes: usize) -> Result<Database, StoreError> {
-        Database::builder()
-            .set_cache_size(cache_bytes)
-            .create(path)
-            .map_err(|source| match source {
-                redb::DatabaseError::DatabaseAlreadyOpen => StoreError::AlreadyOpen {
-                    path: path.to_owned(),
-                },
-                source => StoreError::Open {
-                    path: path.to_owned(),
-                    source,
-                },
-            })
-    }
-
-    /// Moves `urls` out of a version 1 or 2 `frontier.redb` into the new
-    /// `urls.redb`, which is made durable before `frontier.redb` drops its
-    /// copy and takes the version mark in one durable commit: a crash
-    /// anywhere leaves either the old store whole (and the migration runs
-    /// again) or the new one.
-    fn migrate(db: &Database, urls_db: &Database, path: &Path) -> Result<(), StoreError> {
-        let started = std::time::Instant::now();
-        let read = db.begin_read()?;
-        let lsn = match open_if_exists(&read, META)? {
-            Some(meta) => meta.get(APPLIED_LSN_KEY)?.map_or(0, |v| v.value()),
-            None => 0,
-        };
-        let mut moved = 0_u64;
-        let write = urls_db.begin_write()?;
-        {
-            let mut meta = write.open_table(URLS_META)?;
-            meta.insert(APPLIED_LSN_KEY, lsn)?;
-            let mut urls = write.open_table(URLS)?;
-            if let Some(table) = open_if_exists(&read, URLS)? {
-                for entry in table.iter()? {
-                    let (key, value) = entry?;
-                    urls.insert(key.value(), value.value())?;
-                    moved += 1;
-                }
-            }
-        }
-        write.commit()?;
-        drop(read);
-        let write = db.begin_write()?;
-        {
-            let mut meta = write.open_table(META)?;
-            meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
-            // Queue counts were written with every durable commit.
-            meta.insert(COUNTS_LSN_KEY, lsn)?;
-            meta.insert(APPLIED_LSN_KEY, lsn)?;
-        }
-        write.delete_table(URLS)?;
-        write.commit()?;
-        tracing::info!(
-            urls = moved,
-            path = %path.display(),
-            seconds = started.elapsed().as_secs_f64(),
-            "moved the urls table to its own file (store schema {SCHEMA_VERSION})"
-        );
-        Ok(())
-    }
-
-    fn mark_current(db: &Database) -> Result<(), StoreError> {
-        let write = db.begin_write()?;
-        write
-            .open_table(META)?
-            .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
-        write.commit()?;
-        Ok(())
-    }
-
-    /// Applies the log's records the durable files do not hold yet, then
-    /// checkpoints, so the store starts from a durable state and an empty
-    /// log. `frontier.redb` may be ahead of `urls.redb` (it is made durable
-    /// first, and settings changes make it durable between checkpoints):
-    /// a record it holds is applied to `urls.redb` only, and queue counts
-    /// are added only for records after those the `queues` table holds.
-    fn replay(&self, recovered: Recovered) -> Result<(), StoreError> {
-        let urls_lsn = self.applied_lsn()?;
-        let (due_lsn, counts_lsn) = {
-            let read = self.db.begin_read()?;
-            let meta = read.open_table(META)?;
-            let lsn_of =
-                |key| -> Result<u64, StoreError> { Ok(meta.get(key)?.map_or(0, |v| v.value())) };
-            (lsn_of(APPLIED_LSN_KEY)?, lsn_of(COUNTS_LSN_KEY)?)
-        };
-        let mut writer = self.lock_writer();
-        let Writer { wal, queue_counts } = &mut *writer;
-        if due_lsn < urls_lsn {
-            return Err(StoreError::FilesDisagree {
-                path: self.path.clone(),
-                due_lsn,
-                urls_lsn,
-            });
-        }
-        let pending: Vec<&LogRecord> = recovered
-            .records
-            .iter()
-            .filter(|record| record.lsn > urls_lsn)
-            .collect();
-        if let Some(first) = pending.first()
-            && first.lsn != urls_lsn + 1
-        {
-            return Err(WalError::Gap {
-                path: wal.path().to_owned(),
-                durable: urls_lsn,
-                first: first.lsn,
-            }
-            .into());
-        }
-        if recovered.dropped_bytes > 0 {
-            tracing::warn!(
-                bytes = recovered.dropped_bytes,
-                path = %wal.path().display(),
-                "dropping the torn end of the write-ahead log (a group that was never acknowledged)"
-            );
-        }
-        let mut due_side = self.lock_due_side();
-        due_side.lsn = due_lsn;
-        for record in &pending {
-            let (_, changes, counts) = self.commit_urls(&record.ops, record.lsn)?;
-            if record.lsn > due_lsn {
-                self.commit_due(&changes, record.lsn)?;
-                due_side.lsn = record.lsn;
-            }
-            if record.lsn > counts_lsn {
-                queue_counts.absorb(counts);
-            }
-        }
-        let last = pending.last().map_or(urls_lsn, |record| record.lsn);
-        wal.set_last_lsn(last);
-        Self::make_durable(&self.db, &self.urls_db, queue_counts, last)?;
-        *queue_counts = QueueCounts::default();
-        wal.checkpointed();
-        drop(due_side);
-        if !pending.is_empty() {
-            tracing::info!(
-                records = pending.len(),
-                ops = pending.iter().map(|r| r.ops.len()).sum::<usize>(),
-                "replayed the write-ahead log"
-            );
-        }
-        Ok(())
-    }
-
-    /// The LSN of the last log record `urls.redb` holds.
-    fn applied_lsn(&self) -> Result<u64, StoreError> {
-        let read = self.urls_db.begin_read()?;
-        Ok(match open_if_exists(&read, URLS_META)? {
-            Some(meta) => meta.get(APPLIED_LSN_KEY)?.map_or(0, |v| v.value()),
-            None => 0,
-        })
-    }
-
     fn lock_writer(&self) -> std::sync::MutexGuard<'_, Writer> {
         // A panic while holding the lock leaves the log as consistent as any
         // failed write does: its `len` only moves past complete records; the
@@ -785,6 +623,36 @@ impl Store {
         self.due_side
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Fails while the store's file system has less than the configured
+    /// room left. A file system that cannot say is taken to have room: the
+    /// check only keeps redb away from a full disk, it is not what keeps
+    /// the store consistent.
+    fn check_space(&self) -> Result<(), StoreError> {
+        if self.min_free_bytes == 0 {
+            return Ok(());
+        }
+        let Ok(stats) = rustix::fs::statvfs(self.data_dir()) else {
+            return Ok(());
+        };
+        let available = stats.f_bavail.saturating_mul(stats.f_frsize);
+        if available >= self.min_free_bytes {
+            return Ok(());
+        }
+        Err(StoreError::DiskFull {
+            path: self.data_dir().to_owned(),
+            available_mb: available >> 20,
+            needed_mb: self.min_free_bytes.div_ceil(1 << 20),
+        })
+    }
+
+    /// Whether writes are taken now: `Err` says why not (the disk is full,
+    /// or a failure halted writes until a restart).
+    pub fn write_state(&self) -> Result<(), StoreError> {
+        self.lock_writer().wal.check_writable()?;
+        Self::check_due_side(&self.lock_due_side())?;
+        self.check_space()
     }
 
     /// Fails once a second stage has failed.
@@ -806,6 +674,7 @@ impl Store {
         writer.wal.check_writable()?;
         let due_side = self.lock_due_side();
         Self::check_due_side(&due_side)?;
+        self.check_space()?;
         let mut write = self.db.begin_write()?;
         write.set_quick_repair(true);
         let out = change(&write)?;
@@ -954,27 +823,6 @@ impl Store {
         })
     }
 
-    fn check_schema(db: &Database, path: &Path) -> Result<Found, StoreError> {
-        let read = db.begin_read()?;
-        let found = match open_if_exists(&read, META)? {
-            Some(meta) => meta.get(SCHEMA_VERSION_KEY)?.map(|v| v.value()),
-            None => None,
-        };
-        match found {
-            Some(version) if version > SCHEMA_VERSION => Err(StoreError::NewerSchema {
-                path: path.to_owned(),
-                found: version,
-            }),
-            Some(SCHEMA_VERSION) => Ok(Found::Current),
-            // Version 1 has the tables of version 2 and no log.
-            Some(_) => Ok(Found::OneFile),
-            None if read.list_tables()?.next().is_some() => Err(StoreError::NotAFrontierStore {
-                path: path.to_owned(),
-            }),
-            None => Ok(Found::Fresh),
-        }
-    }
-
     /// Stores every URL its crawl does not know yet, all in one transaction
     /// that is durable when this returns; answers, per URL, whether it was
     /// stored (`false`: already known, also when the same URL came earlier
@@ -1022,6 +870,7 @@ impl Store {
         let Writer { wal, queue_counts } = &mut *writer;
         wal.check_writable()?;
         Self::check_due_side(&self.lock_due_side())?;
+        self.check_space()?;
         let lsn = wal.last_lsn() + 1;
         let record_start = wal.end();
         wal.append(lsn, ops)?;
@@ -1029,7 +878,7 @@ impl Store {
             wal.unappend(record_start);
             return Err(error.into());
         }
-        let (results, changes, counts) = match self.commit_urls(ops, lsn) {
+        let (results, changes, counts) = match Self::commit_urls(&self.urls_db, ops, lsn) {
             Ok(applied) => applied,
             Err(error) => {
                 // The group is not in redb: its record goes, so that a
@@ -1052,8 +901,7 @@ impl Store {
             });
         }
         let mut due_side = self.lock_due_side();
-        let finished = self
-            .commit_due(&changes, lsn)
+        let finished = Self::commit_due(&self.db, &changes, lsn)
             .and_then(|()| Self::make_durable(&self.db, &self.urls_db, queue_counts, lsn));
         if let Err(error) = finished {
             self.halt(&mut due_side, &error, lsn);
@@ -1082,7 +930,7 @@ impl Store {
         // group can be staged meanwhile: redb runs one write transaction of
         // a file at a time, which orders this one and settings writes.
         Self::check_due_side(&self.lock_due_side())?;
-        let finished = self.commit_due(&changes, staged.lsn);
+        let finished = Self::commit_due(&self.db, &changes, staged.lsn);
         let mut due_side = self.lock_due_side();
         if let Err(error) = finished {
             self.halt(&mut due_side, &error, staged.lsn);
@@ -1096,11 +944,11 @@ impl Store {
     /// Applies a group to `urls.redb` in a non-durable commit: the log
     /// holds the group until a checkpoint.
     fn commit_urls(
-        &self,
+        urls_db: &Database,
         ops: &[WriteOp],
         lsn: u64,
     ) -> Result<(Vec<Applied>, Vec<DueChange>, GroupCounts), StoreError> {
-        let mut write = self.urls_db.begin_write()?;
+        let mut write = urls_db.begin_write()?;
         write.set_durability(redb::Durability::None)?;
         let applied = Self::apply_urls_in(&write, ops, lsn)?;
         write.commit()?;
@@ -1108,8 +956,8 @@ impl Store {
     }
 
     /// Applies a group's changes to `frontier.redb` in a non-durable commit.
-    fn commit_due(&self, changes: &[DueChange], lsn: u64) -> Result<(), StoreError> {
-        let mut write = self.db.begin_write()?;
+    fn commit_due(db: &Database, changes: &[DueChange], lsn: u64) -> Result<(), StoreError> {
+        let mut write = db.begin_write()?;
         write.set_durability(redb::Durability::None)?;
         Self::apply_due_in(&write, changes, lsn)?;
         write.commit()?;
@@ -1715,6 +1563,12 @@ impl Store {
         Ok(count)
     }
 
+    /// The last log record `urls.redb` holds.
+    #[cfg(test)]
+    fn applied_lsn(&self) -> Result<u64, StoreError> {
+        open::urls_lsn(&self.urls_db.begin_read()?)
+    }
+
     #[cfg(test)]
     fn set_schema_version(&self, version: u64) -> Result<(), StoreError> {
         self.write_durably(|write| {
@@ -1788,8 +1642,14 @@ mod tests {
 
     /// Writes log records straight to the log, as a server killed after
     /// syncing them but before its checkpoint would have left them.
+    /// Appends records to a closed store's log where the store would
+    /// write them next (a clean close checkpoints: from the first slot).
     fn leave_in_log(dir: &Path, records: &[(u64, Vec<WriteOp>)]) {
-        let (mut wal, _) = Wal::open(dir).unwrap();
+        let main = inspect::MainFile::open(dir).unwrap();
+        let (store_id, durable) = (main.store_id.unwrap(), main.applied_lsn);
+        drop(main);
+        let (mut wal, _) = Wal::open(dir, store_id, durable).unwrap();
+        wal.checkpointed();
         for (lsn, ops) in records {
             wal.append(*lsn, ops).unwrap();
         }
@@ -1833,14 +1693,8 @@ mod tests {
             .unwrap();
         assert_eq!(counts, vec![("c".to_owned(), "q".to_owned(), 3)]);
         assert_eq!(store.applied_lsn().unwrap(), durable + 2);
-        // The replay was checkpointed: the log is empty, and new groups
-        // continue the sequence.
-        assert_eq!(
-            std::fs::metadata(dir.path().join(crate::wal::FILE_NAME))
-                .unwrap()
-                .len(),
-            8
-        );
+        // The replay was checkpointed, and new groups continue the
+        // sequence.
         store.apply(&[discovered("http://d/")]).unwrap();
         assert_eq!(store.applied_lsn().unwrap(), durable + 3);
     }
@@ -2051,6 +1905,8 @@ mod tests {
                 .unwrap();
         }
         write.commit().unwrap();
+        // The empty log an older build kept beside it (format 1).
+        std::fs::write(dir.join(crate::wal::FILE_NAME), b"FRWAL\0\0\x01").unwrap();
     }
 
     #[test]

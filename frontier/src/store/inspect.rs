@@ -1,0 +1,276 @@
+//! The store's files read without changing them, for the operator's tools
+//! (`frontier verify`, `frontier salvage`): each file is opened on its own,
+//! so one that is missing or damaged does not keep the others from being
+//! read. A file closed cleanly is opened read-only; one left open by a
+//! crash needs redb's recovery, which writes, so a copy of it in a scratch
+//! directory is recovered and read instead.
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable};
+
+/// A store file opened for reading: read-only, or a recovered copy.
+enum Handle {
+    ReadOnly(ReadOnlyDatabase),
+    Copy {
+        db: Database,
+        _scratch: tempfile::TempDir,
+    },
+}
+
+impl Handle {
+    fn begin_read(&self) -> Result<ReadTransaction, redb::TransactionError> {
+        match self {
+            Self::ReadOnly(db) => db.begin_read(),
+            Self::Copy { db, .. } => db.begin_read(),
+        }
+    }
+
+    fn recovered_copy(&self) -> bool {
+        matches!(self, Self::Copy { .. })
+    }
+}
+
+use super::open::{STORE_ID_KEY, main_lsns, urls_lsn};
+use super::{
+    CRAWL_SETTINGS, DUE, FILE_NAME, META, PARTITIONS_KEY, QUEUES, QueueRecord, SCHEMA_VERSION_KEY,
+    SEED_HOSTS, SERVING_PAUSED_KEY, StoreError, URLS, URLS_FILE_NAME, URLS_META, open_if_exists,
+};
+use crate::record::{RecordError, UrlRecord};
+
+/// `frontier.redb`, opened read-only.
+pub struct MainFile {
+    db: Handle,
+    /// Its path.
+    pub path: PathBuf,
+    /// Its schema version (0: none recorded).
+    pub schema: u64,
+    /// Its store ID.
+    pub store_id: Option<u64>,
+    /// The last log record it holds.
+    pub applied_lsn: u64,
+    /// The partition count URL keys were made with, once recorded.
+    pub partitions: Option<u32>,
+    /// Whether serving was paused.
+    pub paused: bool,
+}
+
+/// `urls.redb`, opened read-only.
+pub struct UrlsFile {
+    db: Handle,
+    /// Its path.
+    pub path: PathBuf,
+    /// Its store ID.
+    pub store_id: Option<u64>,
+    /// The last log record it holds.
+    pub applied_lsn: u64,
+}
+
+fn open_error(path: &Path) -> impl FnOnce(redb::DatabaseError) -> StoreError + '_ {
+    move |source| match source {
+        redb::DatabaseError::DatabaseAlreadyOpen => StoreError::AlreadyOpen {
+            path: path.to_owned(),
+        },
+        source => StoreError::Open {
+            path: path.to_owned(),
+            source,
+        },
+    }
+}
+
+fn open_for_reading(path: &Path) -> Result<Handle, StoreError> {
+    match std::fs::metadata(path) {
+        Ok(metadata) if metadata.len() == 0 => {
+            return Err(StoreError::EmptyFile {
+                path: path.to_owned(),
+                holds: "is a store file",
+            });
+        }
+        Ok(_) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::MissingFile {
+                path: path.to_owned(),
+                holds: "is a store file",
+            });
+        }
+        Err(source) => {
+            return Err(StoreError::FileSystem {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    }
+    match ReadOnlyDatabase::open(path) {
+        Ok(db) => Ok(Handle::ReadOnly(db)),
+        Err(redb::DatabaseError::RepairAborted) => {
+            let file_system = |source| StoreError::FileSystem {
+                path: path.to_owned(),
+                source,
+            };
+            let scratch = tempfile::tempdir().map_err(file_system)?;
+            let copy = scratch.path().join(path.file_name().unwrap_or_default());
+            std::fs::copy(path, &copy).map_err(file_system)?;
+            let db = Database::open(&copy).map_err(open_error(path))?;
+            Ok(Handle::Copy {
+                db,
+                _scratch: scratch,
+            })
+        }
+        Err(source) => Err(open_error(path)(source)),
+    }
+}
+
+fn meta_value(
+    db: &Handle,
+    table: redb::TableDefinition<'_, &str, u64>,
+    key: &str,
+) -> Result<Option<u64>, StoreError> {
+    let read = db.begin_read()?;
+    Ok(match open_if_exists(&read, table)? {
+        Some(meta) => meta.get(key)?.map(|v| v.value()),
+        None => None,
+    })
+}
+
+impl MainFile {
+    /// Opens `frontier.redb` in `data_dir`.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        let path = data_dir.join(FILE_NAME);
+        let db = open_for_reading(&path)?;
+        let schema = meta_value(&db, META, SCHEMA_VERSION_KEY)?.unwrap_or(0);
+        let store_id = meta_value(&db, META, STORE_ID_KEY)?;
+        let partitions =
+            meta_value(&db, META, PARTITIONS_KEY)?.map(|p| u32::try_from(p).unwrap_or(u32::MAX));
+        let paused = meta_value(&db, META, SERVING_PAUSED_KEY)? == Some(1);
+        let (applied_lsn, _) = main_lsns(&db.begin_read()?)?;
+        Ok(Self {
+            db,
+            path,
+            schema,
+            store_id,
+            applied_lsn,
+            partitions,
+            paused,
+        })
+    }
+
+    /// Whether the file was left open by a crash, so a recovered copy is
+    /// what is read.
+    #[must_use]
+    pub fn recovered_copy(&self) -> bool {
+        self.db.recovered_copy()
+    }
+
+    /// Every queue record, in key order; a damaged one is passed as the
+    /// error. Answers how many entries were read.
+    pub fn for_each_queue(
+        &self,
+        mut visit: impl FnMut(&str, &str, Result<QueueRecord, RecordError>),
+    ) -> Result<u64, StoreError> {
+        let read = self.db.begin_read()?;
+        let Some(table) = open_if_exists(&read, QUEUES)? else {
+            return Ok(0);
+        };
+        let mut count = 0;
+        for entry in table.iter()? {
+            let (key, value) = entry?;
+            let (crawl, queue) = key.value();
+            visit(crawl, queue, QueueRecord::decode(value.value()));
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// Every entry of the serving order: (crawl, queue, due date, URL,
+    /// partition). Answers how many.
+    pub fn for_each_due(
+        &self,
+        mut visit: impl FnMut(&str, &str, u64, &str, u32),
+    ) -> Result<u64, StoreError> {
+        let read = self.db.begin_read()?;
+        let Some(table) = open_if_exists(&read, DUE)? else {
+            return Ok(0);
+        };
+        let mut count = 0;
+        for entry in table.iter()? {
+            let (key, partition) = entry?;
+            let (crawl, queue, due_at, url) = key.value();
+            visit(crawl, queue, due_at, url, partition.value());
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// Every seed host: (crawl, host).
+    pub fn seed_hosts(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let read = self.db.begin_read()?;
+        let Some(table) = open_if_exists(&read, SEED_HOSTS)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (key, _) = entry?;
+            let (crawl, host) = key.value();
+            out.push((crawl.to_owned(), host.to_owned()));
+        }
+        Ok(out)
+    }
+
+    /// Every crawl's default delay (seconds).
+    pub fn default_delays(&self) -> Result<Vec<(String, u32)>, StoreError> {
+        let read = self.db.begin_read()?;
+        let Some(table) = open_if_exists(&read, CRAWL_SETTINGS)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (crawl, secs) = entry?;
+            out.push((crawl.value().to_owned(), secs.value()));
+        }
+        Ok(out)
+    }
+}
+
+impl UrlsFile {
+    /// Opens `urls.redb` in `data_dir`.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        let path = data_dir.join(URLS_FILE_NAME);
+        let db = open_for_reading(&path)?;
+        let store_id = meta_value(&db, URLS_META, STORE_ID_KEY)?;
+        let applied_lsn = urls_lsn(&db.begin_read()?)?;
+        Ok(Self {
+            db,
+            path,
+            store_id,
+            applied_lsn,
+        })
+    }
+
+    /// Whether the file was left open by a crash, so a recovered copy is
+    /// what is read.
+    #[must_use]
+    pub fn recovered_copy(&self) -> bool {
+        self.db.recovered_copy()
+    }
+
+    /// Every URL record in key order: (partition, crawl, URL, the record or
+    /// why it cannot be read). Answers how many entries were read; an
+    /// error ends the scan where the file could not be read further.
+    pub fn for_each_url(
+        &self,
+        mut visit: impl FnMut(u32, &str, &str, Result<UrlRecord, RecordError>),
+    ) -> Result<u64, StoreError> {
+        let read = self.db.begin_read()?;
+        let Some(table) = open_if_exists(&read, URLS)? else {
+            return Ok(0);
+        };
+        let mut count = 0;
+        for entry in table.iter()? {
+            let (key, value) = entry?;
+            let (partition, crawl, url) = key.value();
+            visit(partition, crawl, url, UrlRecord::decode(value.value()));
+            count += 1;
+        }
+        Ok(count)
+    }
+}

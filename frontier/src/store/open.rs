@@ -1,0 +1,786 @@
+//! Opening a store: what an existing store must have, creation, migration
+//! of older schemas, and the replay of the write-ahead log.
+//!
+//! An existing store is never reset. A missing, empty, foreign, damaged or
+//! inconsistent file is refused with an error that names it and says what
+//! the operator can do; nothing in the directory is removed or recreated.
+//! The one exception is a creation that did not finish: it is marked by a
+//! file written before the first store file and removed after the last, and
+//! such a store never served a call, so its files are made again.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex};
+
+use redb::{Database, ReadableDatabase, ReadableTable};
+
+use super::{
+    APPLIED_LSN_KEY, COUNTS_LSN_KEY, DEFAULT_CACHE_BYTES, DueSide, FILE_NAME, META, SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY, Store, StoreError, URLS, URLS_FILE_NAME, URLS_META, Writer, open_if_exists,
+};
+use crate::queue_counts::QueueCounts;
+use crate::wal::{self, LogRecord, Wal, WalError};
+
+/// The key of the store ID in both files' `meta`: a random number drawn at
+/// creation, also in the log's header, so files of different stores are
+/// never taken for one.
+pub(super) const STORE_ID_KEY: &str = "store_id";
+
+/// Present while a store is being created: written before its first file,
+/// removed after its last.
+const CREATING_MARKER: &str = "store.creating";
+
+/// Where a migration from a one-file schema writes the URLs before the file
+/// takes its real name.
+const MIGRATING_URLS: &str = "urls.redb.migrating";
+
+const MAIN_HOLDS: &str =
+    "holds the store's queues, settings, seeds and serving order (the due index)";
+const URLS_HOLDS: &str = "holds every URL record of the store";
+
+/// How a store is opened.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreOptions {
+    /// redb's page cache, split evenly between the two files.
+    pub cache_bytes: usize,
+    /// Writes are refused with [`StoreError::DiskFull`] while less than
+    /// this is free on the store's file system, so that redb never meets a
+    /// full disk mid-transaction (a redb file that fails a write refuses
+    /// every later call until it is reopened).
+    pub min_free_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            min_free_bytes: 0,
+        }
+    }
+}
+
+/// What `frontier.redb` says of itself before anything else is read.
+enum Found {
+    /// Version 1 or 2: `urls` still in `frontier.redb`; version 1 had no log.
+    OneFile { version: u64 },
+    /// Version 3: two files, a log of format 1, no store ID.
+    TwoFiles,
+    /// This version.
+    Current,
+}
+
+/// A new store ID: random, never 0.
+fn new_store_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    hasher.write_u128(now.as_nanos());
+    hasher.write_u32(std::process::id());
+    hasher.finish() | 1
+}
+
+fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::FileSystem {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn exists(path: &Path) -> Result<bool, StoreError> {
+    path.try_exists().map_err(file_error(path))
+}
+
+/// Fails unless `path` is there and not empty.
+fn require_file(path: &Path, holds: &'static str) -> Result<(), StoreError> {
+    match std::fs::metadata(path) {
+        Ok(metadata) if metadata.len() == 0 => Err(StoreError::EmptyFile {
+            path: path.to_owned(),
+            holds,
+        }),
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            Err(StoreError::MissingFile {
+                path: path.to_owned(),
+                holds,
+            })
+        }
+        Err(source) => Err(StoreError::FileSystem {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn remove_if_present(path: &Path) -> Result<(), StoreError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(StoreError::FileSystem {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// A store ID from a `meta` table.
+fn store_id_in(
+    db: &impl ReadableDatabase,
+    table: redb::TableDefinition<'_, &str, u64>,
+) -> Result<Option<u64>, StoreError> {
+    let read = db.begin_read()?;
+    Ok(match open_if_exists(&read, table)? {
+        Some(meta) => meta.get(STORE_ID_KEY)?.map(|v| v.value()),
+        None => None,
+    })
+}
+
+/// The LSN of the last log record `urls.redb` holds.
+pub(super) fn urls_lsn(read: &redb::ReadTransaction) -> Result<u64, StoreError> {
+    Ok(match open_if_exists(read, URLS_META)? {
+        Some(meta) => meta.get(APPLIED_LSN_KEY)?.map_or(0, |v| v.value()),
+        None => 0,
+    })
+}
+
+/// What `frontier.redb` holds: (the last log record applied, the last
+/// whose queue counts the `queues` table holds).
+pub(super) fn main_lsns(read: &redb::ReadTransaction) -> Result<(u64, u64), StoreError> {
+    let Some(meta) = open_if_exists(read, META)? else {
+        return Ok((0, 0));
+    };
+    let lsn_of = |key| -> Result<u64, StoreError> { Ok(meta.get(key)?.map_or(0, |v| v.value())) };
+    Ok((lsn_of(APPLIED_LSN_KEY)?, lsn_of(COUNTS_LSN_KEY)?))
+}
+
+/// The records a start replays: those after `urls.redb`'s, which must
+/// follow it without a gap and reach at least the one `frontier.redb`
+/// holds; anything less lost acknowledged writes.
+fn check_coverage<'a>(
+    path: &Path,
+    wal_path: &Path,
+    urls_lsn: u64,
+    due_lsn: u64,
+    records: &'a [LogRecord],
+) -> Result<Vec<&'a LogRecord>, StoreError> {
+    if due_lsn < urls_lsn {
+        return Err(StoreError::FilesDisagree {
+            path: path.to_owned(),
+            due_lsn,
+            urls_lsn,
+        });
+    }
+    let pending: Vec<&LogRecord> = records
+        .iter()
+        .filter(|record| record.lsn > urls_lsn)
+        .collect();
+    let gap = |durable: u64, first: u64| WalError::Gap {
+        path: PathBuf::from(wal_path),
+        durable,
+        first,
+    };
+    if let Some(first) = pending.first()
+        && first.lsn != urls_lsn + 1
+    {
+        return Err(gap(urls_lsn, urls_lsn + 1).into());
+    }
+    let last = pending.last().map_or(urls_lsn, |record| record.lsn);
+    if last < due_lsn {
+        return Err(gap(due_lsn, last + 1).into());
+    }
+    Ok(pending)
+}
+
+impl Store {
+    /// Opens the store in `data_dir`, creating the directory and a new
+    /// store when it holds none of the store's files.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with(data_dir, StoreOptions::default())
+    }
+
+    /// Like [`Self::open`], with a page cache of `cache_bytes`.
+    pub fn open_with_cache(data_dir: &Path, cache_bytes: usize) -> Result<Self, StoreError> {
+        Self::open_with(
+            data_dir,
+            StoreOptions {
+                cache_bytes,
+                ..StoreOptions::default()
+            },
+        )
+    }
+
+    /// Like [`Self::open`], with options.
+    pub fn open_with(data_dir: &Path, options: StoreOptions) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::CreateDir {
+            path: data_dir.to_owned(),
+            source,
+        })?;
+        let path = data_dir.join(FILE_NAME);
+        let urls_path = data_dir.join(URLS_FILE_NAME);
+        if exists(&data_dir.join(CREATING_MARKER))? {
+            Self::discard_unfinished_creation(data_dir)?;
+        }
+        let mut any = false;
+        for file in [&path, &urls_path, &wal::path_in(data_dir)] {
+            any |= exists(file)?;
+        }
+        if !any {
+            Self::create(data_dir)?;
+        }
+        require_file(&path, MAIN_HOLDS)?;
+        let cache = options.cache_bytes / 2;
+        // `frontier.redb` first: its lock is what refuses a second server.
+        let db = Self::open_file(&path, cache)?;
+        let urls_db = match Self::check_schema(&db, &path)? {
+            Found::Current => {
+                require_file(&urls_path, URLS_HOLDS)?;
+                Self::open_file(&urls_path, cache)?
+            }
+            Found::TwoFiles => {
+                require_file(&urls_path, URLS_HOLDS)?;
+                let urls_db = Self::open_file(&urls_path, cache)?;
+                Self::upgrade_two_files(&db, &urls_db, data_dir, true)?;
+                urls_db
+            }
+            Found::OneFile { version } => {
+                let urls_db = Self::split_one_file(&db, data_dir, cache)?;
+                Self::upgrade_two_files(&db, &urls_db, data_dir, version >= 2)?;
+                urls_db
+            }
+        };
+        let store_id = store_id_in(&db, META)?
+            .ok_or_else(|| StoreError::NotAFrontierStore { path: path.clone() })?;
+        match store_id_in(&urls_db, URLS_META)? {
+            Some(found) if found == store_id => {}
+            found => {
+                return Err(StoreError::OtherStore {
+                    path: urls_path,
+                    found: found.map_or_else(
+                        || "no store".to_owned(),
+                        |found| format!("store {found:016x}"),
+                    ),
+                    expected: store_id,
+                });
+            }
+        }
+        let (mut wal, recovered) =
+            Wal::open(data_dir, store_id, urls_lsn(&urls_db.begin_read()?)?)?;
+        if recovered.torn_tail {
+            tracing::warn!(
+                path = %wal.path().display(),
+                "the last record of the write-ahead log is incomplete: the write of a crash, never acknowledged; it is dropped"
+            );
+        }
+        let last = Self::replay(&db, &urls_db, &path, wal.path(), &recovered.records)?;
+        wal.set_last_lsn(last);
+        wal.checkpointed();
+        Ok(Self {
+            db,
+            urls_db,
+            path,
+            min_free_bytes: options.min_free_bytes,
+            writer: Mutex::new(Writer {
+                wal,
+                queue_counts: QueueCounts::default(),
+            }),
+            due_side: Mutex::new(DueSide {
+                lsn: last,
+                halted: None,
+            }),
+            due_applied: Condvar::new(),
+        })
+    }
+
+    /// A store whose creation did not finish never served a call: its files
+    /// are removed so that it is created again.
+    fn discard_unfinished_creation(data_dir: &Path) -> Result<(), StoreError> {
+        tracing::warn!(
+            data_dir = %data_dir.display(),
+            "a store creation did not finish here (it never served a call); creating it again"
+        );
+        for name in [
+            FILE_NAME,
+            URLS_FILE_NAME,
+            wal::FILE_NAME,
+            &format!("{}.new", wal::FILE_NAME),
+        ] {
+            remove_if_present(&data_dir.join(name))?;
+        }
+        let marker = data_dir.join(CREATING_MARKER);
+        remove_if_present(&marker)?;
+        wal::sync_dir(data_dir).map_err(file_error(data_dir))
+    }
+
+    /// Creates the files of a new store, `frontier.redb` last, inside the
+    /// creation marker.
+    fn create(data_dir: &Path) -> Result<(), StoreError> {
+        let marker = data_dir.join(CREATING_MARKER);
+        std::fs::File::create(&marker)
+            .and_then(|file| file.sync_all())
+            .and_then(|()| wal::sync_dir(data_dir))
+            .map_err(file_error(&marker))?;
+        let store_id = new_store_id();
+        let urls_path = data_dir.join(URLS_FILE_NAME);
+        let urls_db = Self::create_file(&urls_path)?;
+        Self::write_urls_meta(&urls_db, store_id, 0)?;
+        drop(urls_db);
+        Wal::create(data_dir, store_id)?;
+        let path = data_dir.join(FILE_NAME);
+        let db = Self::create_file(&path)?;
+        Self::mark_current(&db, store_id)?;
+        drop(db);
+        std::fs::remove_file(&marker).map_err(file_error(&marker))?;
+        wal::sync_dir(data_dir).map_err(file_error(data_dir))
+    }
+
+    fn create_file(path: &Path) -> Result<Database, StoreError> {
+        Database::builder()
+            .create(path)
+            .map_err(|source| StoreError::Open {
+                path: path.to_owned(),
+                source,
+            })
+    }
+
+    /// Opens an existing file (never creates one).
+    fn open_file(path: &Path, cache_bytes: usize) -> Result<Database, StoreError> {
+        Database::builder()
+            .set_cache_size(cache_bytes)
+            .open(path)
+            .map_err(|source| match source {
+                redb::DatabaseError::DatabaseAlreadyOpen => StoreError::AlreadyOpen {
+                    path: path.to_owned(),
+                },
+                source => StoreError::Open {
+                    path: path.to_owned(),
+                    source,
+                },
+            })
+    }
+
+    /// Writes `urls.redb`'s store ID and applied LSN, durably.
+    fn write_urls_meta(urls_db: &Database, store_id: u64, lsn: u64) -> Result<(), StoreError> {
+        let mut write = urls_db.begin_write()?;
+        write.set_quick_repair(true);
+        {
+            let mut meta = write.open_table(URLS_META)?;
+            meta.insert(STORE_ID_KEY, store_id)?;
+            meta.insert(APPLIED_LSN_KEY, lsn)?;
+            write.open_table(URLS)?;
+        }
+        write.commit()?;
+        Ok(())
+    }
+
+    /// Marks `frontier.redb` as of this schema and this store, durably.
+    fn mark_current(db: &Database, store_id: u64) -> Result<(), StoreError> {
+        let mut write = db.begin_write()?;
+        write.set_quick_repair(true);
+        {
+            let mut meta = write.open_table(META)?;
+            meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
+            meta.insert(STORE_ID_KEY, store_id)?;
+        }
+        write.commit()?;
+        Ok(())
+    }
+
+    fn check_schema(db: &Database, path: &Path) -> Result<Found, StoreError> {
+        let read = db.begin_read()?;
+        let found = match open_if_exists(&read, META)? {
+            Some(meta) => meta.get(SCHEMA_VERSION_KEY)?.map(|v| v.value()),
+            None => None,
+        };
+        match found {
+            Some(version) if version > SCHEMA_VERSION => Err(StoreError::NewerSchema {
+                path: path.to_owned(),
+                found: version,
+            }),
+            Some(SCHEMA_VERSION) => Ok(Found::Current),
+            Some(3) => Ok(Found::TwoFiles),
+            Some(version @ 1..=2) => Ok(Found::OneFile { version }),
+            // No version: not a file this frontier wrote (creations are
+            // marked, so an unfinished one never gets here).
+            _ => Err(StoreError::NotAFrontierStore {
+                path: path.to_owned(),
+            }),
+        }
+    }
+
+    /// Moves `urls` out of a version 1 or 2 `frontier.redb` into
+    /// `urls.redb`: written under another name and made durable, renamed,
+    /// and only then does `frontier.redb` drop its copy and take version 3
+    /// in one durable commit. A crash anywhere leaves the old store whole
+    /// (what a `urls.redb` beside it holds is a copy, made again) or the new
+    /// one.
+    fn split_one_file(
+        db: &Database,
+        data_dir: &Path,
+        cache_bytes: usize,
+    ) -> Result<Database, StoreError> {
+        let started = std::time::Instant::now();
+        let staging = data_dir.join(MIGRATING_URLS);
+        let urls_path = data_dir.join(URLS_FILE_NAME);
+        remove_if_present(&staging)?;
+        let (lsn, _) = main_lsns(&db.begin_read()?)?;
+        let mut moved = 0_u64;
+        {
+            let urls_db = Self::create_file(&staging)?;
+            let read = db.begin_read()?;
+            let mut write = urls_db.begin_write()?;
+            write.set_quick_repair(true);
+            {
+                let mut meta = write.open_table(URLS_META)?;
+                meta.insert(APPLIED_LSN_KEY, lsn)?;
+                let mut urls = write.open_table(URLS)?;
+                if let Some(table) = open_if_exists(&read, URLS)? {
+                    for entry in table.iter()? {
+                        let (key, value) = entry?;
+                        urls.insert(key.value(), value.value())?;
+                        moved += 1;
+                    }
+                }
+            }
+            write.commit()?;
+        }
+        std::fs::rename(&staging, &urls_path).map_err(file_error(&urls_path))?;
+        wal::sync_dir(data_dir).map_err(file_error(data_dir))?;
+        let mut write = db.begin_write()?;
+        write.set_quick_repair(true);
+        {
+            let mut meta = write.open_table(META)?;
+            meta.insert(SCHEMA_VERSION_KEY, 3)?;
+            // Queue counts were written with every durable commit.
+            meta.insert(COUNTS_LSN_KEY, lsn)?;
+            meta.insert(APPLIED_LSN_KEY, lsn)?;
+        }
+        write.delete_table(URLS)?;
+        write.commit()?;
+        tracing::info!(
+            urls = moved,
+            path = %urls_path.display(),
+            seconds = started.elapsed().as_secs_f64(),
+            "moved the urls table to its own file"
+        );
+        Self::open_file(&urls_path, cache_bytes)
+    }
+
+    /// From version 3: the log of format 1 is replayed, both files made
+    /// durable, then the store gets its ID: in `urls.redb`, in a new log
+    /// (renamed over the old one), and last in `frontier.redb` with the
+    /// version mark. Until that mark the store is version 3 and this runs
+    /// again; the log it finds then is the new one, with no records.
+    fn upgrade_two_files(
+        db: &Database,
+        urls_db: &Database,
+        data_dir: &Path,
+        log_required: bool,
+    ) -> Result<(), StoreError> {
+        let path = data_dir.join(FILE_NAME);
+        let records = match wal::read_for_upgrade(data_dir, urls_lsn(&urls_db.begin_read()?)?) {
+            Ok(recovered) => recovered.records,
+            Err(WalError::Missing { .. }) if !log_required => Vec::new(),
+            Err(error) => return Err(error.into()),
+        };
+        let last = Self::replay(db, urls_db, &path, &wal::path_in(data_dir), &records)?;
+        let store_id = new_store_id();
+        Self::write_urls_meta(urls_db, store_id, last)?;
+        Wal::create(data_dir, store_id)?;
+        Self::mark_current(db, store_id)?;
+        tracing::info!(
+            path = %path.display(),
+            "store upgraded to schema {SCHEMA_VERSION} (a store ID, a log of format 2)"
+        );
+        Ok(())
+    }
+
+    /// Applies the log's records the files do not hold yet, then commits
+    /// both durably; answers the last LSN they hold. `frontier.redb` may be
+    /// ahead of `urls.redb` (it is made durable first, and settings changes
+    /// make it durable between checkpoints): a record it holds is applied
+    /// to `urls.redb` only, and queue counts are added only for records
+    /// after those the `queues` table holds. Every record from the one
+    /// after `urls.redb`'s up to the one `frontier.redb` holds must be in
+    /// the log: a log that lacks them lost acknowledged writes.
+    fn replay(
+        db: &Database,
+        urls_db: &Database,
+        path: &Path,
+        wal_path: &Path,
+        records: &[LogRecord],
+    ) -> Result<u64, StoreError> {
+        let urls_lsn = urls_lsn(&urls_db.begin_read()?)?;
+        let (due_lsn, counts_lsn) = main_lsns(&db.begin_read()?)?;
+        let pending = check_coverage(path, wal_path, urls_lsn, due_lsn, records)?;
+        let last = pending.last().map_or(urls_lsn, |record| record.lsn);
+        let mut queue_counts = QueueCounts::default();
+        for record in &pending {
+            let (_, changes, counts) = Self::commit_urls(urls_db, &record.ops, record.lsn)?;
+            if record.lsn > due_lsn {
+                Self::commit_due(db, &changes, record.lsn)?;
+            }
+            if record.lsn > counts_lsn {
+                queue_counts.absorb(counts);
+            }
+        }
+        Self::make_durable(db, urls_db, &queue_counts, last)?;
+        if !pending.is_empty() {
+            tracing::info!(
+                records = pending.len(),
+                ops = pending.iter().map(|r| r.ops.len()).sum::<usize>(),
+                "replayed the write-ahead log"
+            );
+        }
+        Ok(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::{NewUrl, WriteOp, inspect};
+    use super::*;
+    use crate::record::UrlRecord;
+
+    fn discovered(url: &str) -> WriteOp {
+        WriteOp::Discover(NewUrl {
+            crawl: "c".into(),
+            url: url.into(),
+            partition: 1,
+            maybe_known: false,
+            record: UrlRecord {
+                created_at: 1,
+                due_at: 1,
+                depth: 0,
+                queue_key: "q".into(),
+                metadata: BTreeMap::new(),
+            },
+        })
+    }
+
+    /// A store killed after acknowledging `urls` (so they are in the log
+    /// only), as a copy of its files at that moment.
+    fn killed_store_with(urls: &[&str]) -> tempfile::TempDir {
+        let live = tempfile::tempdir().unwrap();
+        let image = tempfile::tempdir().unwrap();
+        let store = Store::open(live.path()).unwrap();
+        for url in urls {
+            store.apply(&[discovered(url)]).unwrap();
+        }
+        for name in [FILE_NAME, URLS_FILE_NAME, wal::FILE_NAME] {
+            std::fs::copy(live.path().join(name), image.path().join(name)).unwrap();
+        }
+        drop(store);
+        image
+    }
+
+    fn stored_urls(store: &Store) -> Vec<String> {
+        let mut urls = Vec::new();
+        store
+            .for_each_url(|_, _, url, _| urls.push(url.to_owned()))
+            .unwrap();
+        urls
+    }
+
+    fn listing(dir: &Path) -> Vec<(String, u64)> {
+        let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| {
+                let entry = entry.unwrap();
+                (
+                    entry.file_name().to_string_lossy().into_owned(),
+                    entry.metadata().unwrap().len(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// Opening must fail with `expected`, remove or create no file, and
+    /// leave the log byte for byte as it was (redb's own crash recovery
+    /// may have run on its files: it changes no record).
+    fn refused(dir: &Path, expected: impl Fn(&StoreError) -> bool) -> StoreError {
+        let names = |dir: &Path| -> Vec<String> {
+            listing(dir).into_iter().map(|(name, _)| name).collect()
+        };
+        let log = || std::fs::read(dir.join(wal::FILE_NAME)).ok();
+        let (files_before, log_before) = (names(dir), log());
+        let error = Store::open(dir).unwrap_err();
+        assert!(expected(&error), "unexpected error: {error}");
+        assert_eq!(
+            names(dir),
+            files_before,
+            "a refused store lost or gained a file"
+        );
+        assert!(log() == log_before, "a refused store's log was changed");
+        error
+    }
+
+    #[test]
+    fn a_killed_store_replays_every_acknowledged_url() {
+        let image = killed_store_with(&["http://a/", "http://b/"]);
+        let store = Store::open(image.path()).unwrap();
+        assert_eq!(stored_urls(&store), ["http://a/", "http://b/"]);
+    }
+
+    #[test]
+    fn a_missing_main_file_is_refused_and_the_others_kept() {
+        let image = killed_store_with(&["http://a/"]);
+        std::fs::remove_file(image.path().join(FILE_NAME)).unwrap();
+        let error = refused(image.path(), |e| {
+            matches!(e, StoreError::MissingFile { .. })
+        });
+        let text = error.to_string();
+        assert!(
+            text.contains("frontier.redb") && text.contains("salvage"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn empty_store_files_are_refused() {
+        for name in [FILE_NAME, URLS_FILE_NAME] {
+            let image = killed_store_with(&["http://a/"]);
+            std::fs::write(image.path().join(name), b"").unwrap();
+            let error = refused(image.path(), |e| matches!(e, StoreError::EmptyFile { .. }));
+            assert!(error.to_string().contains(name), "{error}");
+        }
+        let image = killed_store_with(&["http://a/"]);
+        std::fs::write(image.path().join(wal::FILE_NAME), b"").unwrap();
+        refused(image.path(), |e| {
+            matches!(e, StoreError::Wal(WalError::NotALog { .. }))
+        });
+    }
+
+    #[test]
+    fn a_missing_or_shortened_log_is_refused() {
+        let image = killed_store_with(&["http://a/", "http://b/"]);
+        let log = image.path().join(wal::FILE_NAME);
+        let bytes = std::fs::read(&log).unwrap();
+        std::fs::write(&log, &bytes[..bytes.len() / 2]).unwrap();
+        refused(image.path(), |e| {
+            matches!(e, StoreError::Wal(WalError::Shortened { .. }))
+        });
+        std::fs::remove_file(&log).unwrap();
+        let error = refused(image.path(), |e| {
+            matches!(e, StoreError::Wal(WalError::Missing { .. }))
+        });
+        assert!(error.to_string().contains("frontier.wal"), "{error}");
+    }
+
+    #[test]
+    fn a_damaged_log_record_before_intact_ones_is_refused() {
+        let image = killed_store_with(&["http://a/", "http://b/", "http://c/"]);
+        let log = image.path().join(wal::FILE_NAME);
+        let mut bytes = std::fs::read(&log).unwrap();
+        // Inside the first record's payload.
+        bytes[wal::HEADER_LEN as usize + 20] ^= 0x10;
+        std::fs::write(&log, &bytes).unwrap();
+        let error = refused(image.path(), |e| {
+            matches!(e, StoreError::Wal(WalError::Corrupt { .. }))
+        });
+        assert!(error.to_string().contains("salvage"), "{error}");
+    }
+
+    #[test]
+    fn a_file_of_another_store_is_refused() {
+        let first = killed_store_with(&["http://a/"]);
+        let second = killed_store_with(&["http://b/"]);
+        std::fs::copy(
+            second.path().join(URLS_FILE_NAME),
+            first.path().join(URLS_FILE_NAME),
+        )
+        .unwrap();
+        refused(first.path(), |e| matches!(e, StoreError::OtherStore { .. }));
+        let third = killed_store_with(&["http://c/"]);
+        std::fs::copy(
+            second.path().join(wal::FILE_NAME),
+            third.path().join(wal::FILE_NAME),
+        )
+        .unwrap();
+        refused(third.path(), |e| {
+            matches!(e, StoreError::Wal(WalError::OtherStore { .. }))
+        });
+    }
+
+    /// `urls.redb` behind `frontier.redb` with the log records between them
+    /// gone loses acknowledged writes: refused.
+    #[test]
+    fn a_log_that_does_not_reach_the_main_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.apply(&[discovered("http://a/")]).unwrap();
+        drop(store);
+        let main = inspect::MainFile::open(dir.path()).unwrap();
+        let (store_id, lsn) = (main.store_id.unwrap(), main.applied_lsn);
+        drop(main);
+        // urls.redb as it was before the last group.
+        let urls_db = Database::open(dir.path().join(URLS_FILE_NAME)).unwrap();
+        Store::write_urls_meta(&urls_db, store_id, lsn - 1).unwrap();
+        drop(urls_db);
+        // A log of this store without the record.
+        Wal::create(dir.path(), store_id).unwrap();
+        refused(dir.path(), |e| {
+            matches!(e, StoreError::Wal(WalError::Gap { .. }))
+        });
+    }
+
+    #[test]
+    fn an_unfinished_creation_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CREATING_MARKER), b"").unwrap();
+        std::fs::write(dir.path().join(URLS_FILE_NAME), b"partial").unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.apply(&[discovered("http://a/")]).unwrap();
+        drop(store);
+        assert!(!dir.path().join(CREATING_MARKER).exists());
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(stored_urls(&store), ["http://a/"]);
+    }
+
+    /// A version 3 store (no store ID, a log of format 1 with records to
+    /// replay) is upgraded in place, the records kept.
+    #[test]
+    fn a_version_3_store_is_upgraded_with_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path()).unwrap());
+        let db = Database::open(dir.path().join(FILE_NAME)).unwrap();
+        let write = db.begin_write().unwrap();
+        {
+            let mut meta = write.open_table(META).unwrap();
+            meta.insert(SCHEMA_VERSION_KEY, 3).unwrap();
+            meta.remove(STORE_ID_KEY).unwrap();
+        }
+        write.commit().unwrap();
+        drop(db);
+        let urls_db = Database::open(dir.path().join(URLS_FILE_NAME)).unwrap();
+        let write = urls_db.begin_write().unwrap();
+        write
+            .open_table(URLS_META)
+            .unwrap()
+            .remove(STORE_ID_KEY)
+            .unwrap();
+        write.commit().unwrap();
+        let lsn = urls_lsn(&urls_db.begin_read().unwrap()).unwrap();
+        drop(urls_db);
+        let payload = wal::encode_ops(&[discovered("http://logged/")]);
+        let mut log = b"FRWAL\0\0\x01".to_vec();
+        log.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&(lsn + 1).to_le_bytes());
+        crc.update(&payload);
+        log.extend_from_slice(&crc.finalize().to_le_bytes());
+        log.extend_from_slice(&(lsn + 1).to_le_bytes());
+        log.extend_from_slice(&payload);
+        std::fs::write(dir.path().join(wal::FILE_NAME), &log).unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(stored_urls(&store), ["http://logged/"]);
+        store.apply(&[discovered("http://after/")]).unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(stored_urls(&store), ["http://after/", "http://logged/"]);
+    }
+}

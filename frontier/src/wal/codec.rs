@@ -1,0 +1,147 @@
+//! The payload of a log record: a group's writes in a compact binary form.
+//!
+//! Integers little-endian; strings as `u32` length + UTF-8. Decoding checks
+//! every length against the bytes left, so damage is an error, never a
+//! panic or a huge allocation.
+
+use crate::record::{Reader, RecordError, UrlRecord, put_str};
+use crate::store::{Deletion, KnownUrl, NewUrl, WriteOp};
+
+const TAG_DISCOVER: u8 = 1;
+const TAG_KNOWN: u8 = 2;
+const TAG_DELETE: u8 = 3;
+
+/// The payload of one record: a group's writes.
+#[must_use]
+pub fn encode_ops(ops: &[WriteOp]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ops.len() * 128);
+    out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    for op in ops {
+        match op {
+            WriteOp::Discover(new) => {
+                out.push(TAG_DISCOVER);
+                put_str(&mut out, &new.crawl);
+                put_str(&mut out, &new.url);
+                out.extend_from_slice(&new.partition.to_le_bytes());
+                out.push(u8::from(new.maybe_known));
+                put_bytes(&mut out, &new.record.encode());
+            }
+            WriteOp::Known(known) => {
+                out.push(TAG_KNOWN);
+                put_str(&mut out, &known.crawl);
+                put_str(&mut out, &known.url);
+                out.extend_from_slice(&known.partition.to_le_bytes());
+                put_optional(&mut out, known.queue_key.as_deref());
+                put_str(&mut out, &known.default_queue);
+                out.extend_from_slice(&known.due_at.to_le_bytes());
+                out.extend_from_slice(&known.now.to_le_bytes());
+                // The metadata travels in a record's form, the one encoding
+                // of it the store already has.
+                let carrier = UrlRecord {
+                    metadata: known.metadata.clone(),
+                    ..UrlRecord::default()
+                };
+                put_bytes(&mut out, &carrier.encode());
+            }
+            WriteOp::Delete(deletion) => {
+                out.push(TAG_DELETE);
+                put_str(&mut out, &deletion.crawl);
+                put_optional(&mut out, deletion.queue.as_deref());
+                match deletion.created_before {
+                    Some(before) => {
+                        out.push(1);
+                        out.extend_from_slice(&before.to_le_bytes());
+                    }
+                    None => out.push(0),
+                }
+                out.extend_from_slice(&deletion.partitions.to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// Reads a payload written by [`encode_ops`].
+pub fn decode_ops(bytes: &[u8]) -> Result<Vec<WriteOp>, RecordError> {
+    let mut reader = Reader { bytes };
+    let count = reader.u32()? as usize;
+    // Every op takes at least a tag byte and a few lengths: a count beyond
+    // the bytes left is damage, refused before allocating.
+    if count > reader.bytes.len() {
+        return Err(RecordError::Truncated);
+    }
+    let mut ops = Vec::with_capacity(count);
+    for _ in 0..count {
+        let op = match reader.u8()? {
+            TAG_DISCOVER => WriteOp::Discover(NewUrl {
+                crawl: reader.string()?,
+                url: reader.string()?,
+                partition: reader.u32()?,
+                maybe_known: read_flag(&mut reader)?,
+                record: UrlRecord::decode(read_bytes(&mut reader)?)?,
+            }),
+            TAG_KNOWN => WriteOp::Known(KnownUrl {
+                crawl: reader.string()?,
+                url: reader.string()?,
+                partition: reader.u32()?,
+                queue_key: read_optional(&mut reader)?,
+                default_queue: reader.string()?,
+                due_at: reader.u64()?,
+                now: reader.u64()?,
+                metadata: UrlRecord::decode(read_bytes(&mut reader)?)?.metadata,
+            }),
+            TAG_DELETE => WriteOp::Delete(Deletion {
+                crawl: reader.string()?,
+                queue: read_optional(&mut reader)?,
+                created_before: if read_flag(&mut reader)? {
+                    Some(reader.u64()?)
+                } else {
+                    None
+                },
+                partitions: reader.u32()?,
+            }),
+            tag => return Err(RecordError::UnknownTag(tag)),
+        };
+        ops.push(op);
+    }
+    if !reader.bytes.is_empty() {
+        return Err(RecordError::TrailingBytes(reader.bytes.len()));
+    }
+    Ok(ops)
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn put_optional(out: &mut Vec<u8>, text: Option<&str>) {
+    match text {
+        Some(text) => {
+            out.push(1);
+            put_str(out, text);
+        }
+        None => out.push(0),
+    }
+}
+
+fn read_bytes<'a>(reader: &mut Reader<'a>) -> Result<&'a [u8], RecordError> {
+    let length = reader.u32()? as usize;
+    reader.take(length)
+}
+
+fn read_flag(reader: &mut Reader<'_>) -> Result<bool, RecordError> {
+    match reader.u8()? {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(RecordError::UnknownTag(other)),
+    }
+}
+
+fn read_optional(reader: &mut Reader<'_>) -> Result<Option<String>, RecordError> {
+    Ok(if read_flag(reader)? {
+        Some(reader.string()?)
+    } else {
+        None
+    })
+}
