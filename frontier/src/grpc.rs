@@ -240,8 +240,15 @@ impl Access {
 
 /// Compares without an early exit, so the time taken does not tell how
 /// much of a guess was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0_u8, |acc, (x, y)| acc | (x ^ y)) == 0
+fn constant_time_eq(presented: &[u8], expected: &[u8]) -> bool {
+    // The loop runs over the expected token whatever is presented, so the
+    // time taken says nothing of the presented token's length or of where
+    // it first differs.
+    let mut difference = u8::from(presented.len() != expected.len());
+    for (i, byte) in expected.iter().enumerate() {
+        difference |= presented.get(i).map_or(0xff, |p| p ^ byte);
+    }
+    std::hint::black_box(difference) == 0
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -480,6 +487,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
             queue: (!params.key.is_empty()).then_some(params.key),
             crawl,
             lease_secs: params.delay_requestable,
+            max_urls: 0,
         };
         let leases = blocking(&self.frontier, move |f| f.get_urls(serve)).await?;
         let infos = leases.into_iter().map(|lease| {

@@ -1,5 +1,6 @@
 //! The frontier service: the URL Frontier API over gRPC, redb persistence and
-//! partitioned Bloom filters from `bloom-core` (see `../shared/DESIGN.md`).
+//! partitioned Bloom filters from `bloom-core` (ARCHITECTURE.md at the
+//! repository root says how it works and why).
 //!
 //! # Layout
 //!

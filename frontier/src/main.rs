@@ -259,6 +259,13 @@ struct ServeArgs {
     /// Lease length when a GetURLs call gives none, in seconds.
     #[arg(long, env = "FRONTIER_LEASE_SECS", default_value_t = 30)]
     lease_secs: u32,
+    /// Longest lease a GetURLs call gets, in seconds, whatever it asks for.
+    #[arg(long, env = "FRONTIER_MAX_LEASE_SECS", default_value_t = frontier::service::DEFAULT_MAX_LEASE_SECS)]
+    max_lease_secs: u32,
+    /// Most URLs one GetURLs call hands out (the API's 0 limits mean "no
+    /// limit"; a call still never leases more than this).
+    #[arg(long, env = "FRONTIER_MAX_URLS_PER_GET", default_value_t = frontier::service::DEFAULT_MAX_URLS_PER_GET, value_parser = clap::value_parser!(u32).range(1..))]
+    max_urls_per_get: u32,
     /// The address other nodes and clients reach this one by (ListNodes;
     /// default: the listening address).
     #[arg(long, env = "FRONTIER_ADVERTISE")]
@@ -421,6 +428,8 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
         rules,
         rebuild_fill_threshold: args.rebuild_fill,
         default_lease_secs: args.lease_secs.max(1),
+        max_lease_secs: args.max_lease_secs.max(1),
+        max_urls_per_get: args.max_urls_per_get,
         default_delay_ms: args.default_delay_ms,
         cache_bytes: usize::try_from(args.cache_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
         min_free_bytes: args.min_free_mb.saturating_mul(1 << 20),

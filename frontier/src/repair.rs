@@ -442,6 +442,14 @@ pub fn salvage(from: &Path, into: &Path) -> Result<Report, RepairError> {
         copy_settings(main, &store, &mut report)?;
     }
     if let Some(log) = log {
+        if !log.scan.later.is_empty() {
+            report.problem(format!(
+                "the log is damaged at byte {} (record {}): that record could not be read and its writes are lost; the {} intact records after it were applied",
+                log.scan.end,
+                log.scan.next_lsn,
+                log.scan.later.len()
+            ));
+        }
         let mut records: BTreeMap<u64, Vec<WriteOp>> = BTreeMap::new();
         for record in log
             .scan

@@ -74,6 +74,20 @@ pub struct ServeRequest {
     pub crawl: Option<String>,
     /// Lease length in seconds.
     pub lease_secs: u32,
+    /// At most this many URLs in all; 0: no limit. The server sets it, so
+    /// that no call leases a whole crawl at once.
+    pub max_urls: u32,
+}
+
+impl ServeRequest {
+    /// How many more URLs this call may hand out, having handed `served`.
+    fn room(&self, served: usize) -> usize {
+        if self.max_urls == 0 {
+            usize::MAX
+        } else {
+            (self.max_urls as usize).saturating_sub(served)
+        }
+    }
 }
 
 /// One URL handed out.
@@ -660,7 +674,9 @@ impl Scheduler {
     ) -> Result<Vec<Served>, StoreError> {
         let mut served = Vec::new();
         let mut queues_served = 0_u32;
-        while request.max_queues == 0 || queues_served < request.max_queues {
+        while (request.max_queues == 0 || queues_served < request.max_queues)
+            && request.room(served.len()) > 0
+        {
             // The crawl whose earliest wake-up is earliest, then its entry
             // (another call may have taken that one: any due entry will do).
             let earliest = crawls
@@ -749,7 +765,11 @@ impl Scheduler {
                 return Ok(());
             }
             max - leased
-        };
+        }
+        .min(request.room(out.len()));
+        if wanted == 0 {
+            return Ok(());
+        }
         let now_secs = now_ms / 1000;
         let until_ms = now_ms.saturating_add(u64::from(request.lease_secs) * 1000);
         let mut handed = 0;

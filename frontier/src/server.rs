@@ -23,18 +23,123 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
 }
 
-/// Accepted connections with Nagle's algorithm off: calls are small
-/// request/answer exchanges, and Nagle's wait for an ACK (which the peer
-/// delays) would add tens of milliseconds to each one.
-fn incoming(
-    listener: TcpListener,
-) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+/// Connections served at once; more are closed as they arrive (each
+/// holds HTTP/2 buffers: see [`STREAM_WINDOW`]).
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// Calls open at once on one connection. A worker needs a handful (its
+/// lease loop and its put streams); the bound keeps one connection from
+/// holding thousands of idle streams' buffers.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 64;
+
+/// Flow-control window of one call: what a client may send ahead of what
+/// the handler has read.
+const STREAM_WINDOW: u32 = 64 << 10;
+
+/// Flow-control window of a connection. The HTTP/2 library budgets small
+/// DATA frames per connection at half this window and answers a client
+/// that exhausts it with GOAWAY ENHANCE_YOUR_CALM. gRPC clients such as
+/// grpcio send each small message (a URL item is about a hundred bytes) as
+/// a DATA frame of its own, and while a handler commits a batch the frames
+/// wait in the library's buffers; with the default windows (1 MiB each)
+/// a stream's backlog alone outgrew the budget. Here every stream of a
+/// connection can be backed up at once (64 streams x 64 KiB = 4 MiB)
+/// within the budget (16 MiB) for messages down to about 50 bytes.
+const CONNECTION_WINDOW: u32 = 32 << 20;
+
+/// An accepted connection and its place among [`MAX_CONNECTIONS`].
+struct Admitted {
+    stream: tokio::net::TcpStream,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl tonic::transport::server::Connected for Admitted {
+    type ConnectInfo = <tokio::net::TcpStream as tonic::transport::server::Connected>::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl tokio::io::AsyncRead for Admitted {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Admitted {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+/// Accepted connections with Nagle's algorithm off (calls are small
+/// request/answer exchanges, and Nagle's wait for an ACK, which the peer
+/// delays, would add tens of milliseconds to each one), at most
+/// [`MAX_CONNECTIONS`] at once: one past it is closed at once.
+fn incoming(listener: TcpListener) -> impl futures::Stream<Item = std::io::Result<Admitted>> {
     use futures::StreamExt;
-    TcpListenerStream::new(listener).map(|accepted| {
-        if let Ok(stream) = &accepted {
-            let _ = stream.set_nodelay(true);
-        }
-        accepted
+    static REFUSED: crate::throttle::Throttle =
+        crate::throttle::Throttle::new(std::time::Duration::from_secs(10));
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    TcpListenerStream::new(listener).filter_map(move |accepted| {
+        let admitted = match accepted {
+            Ok(stream) => match Arc::clone(&slots).try_acquire_owned() {
+                Ok(permit) => {
+                    let _ = stream.set_nodelay(true);
+                    Some(Ok(Admitted {
+                        stream,
+                        _permit: permit,
+                    }))
+                }
+                Err(_) => {
+                    if let Some(suppressed) = REFUSED.admit() {
+                        tracing::warn!(
+                            limit = MAX_CONNECTIONS,
+                            suppressed,
+                            "too many connections; closing a new one"
+                        );
+                    }
+                    None
+                }
+            },
+            Err(error) => Some(Err(error)),
+        };
+        std::future::ready(admitted)
     })
 }
 
@@ -70,6 +175,9 @@ pub async fn run(
         .build_v1alpha()?;
     let watcher = tokio::spawn(watch_writes(health.clone(), Arc::clone(&frontier)));
     let served = tonic::transport::Server::builder()
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha)

@@ -58,6 +58,11 @@ pub struct FrontierConfig {
     pub rebuild_fill_threshold: f64,
     /// Lease length when a GetURLs call gives none.
     pub default_lease_secs: u32,
+    /// Longest lease a GetURLs call gets, whatever it asks for.
+    pub max_lease_secs: u32,
+    /// Most URLs one GetURLs call hands out (its limits 0 mean "no limit"
+    /// in the API; a call never leases more than this).
+    pub max_urls_per_get: u32,
     /// Delay between two serves of a queue without a delay of its own or
     /// of its crawl.
     pub default_delay_ms: u64,
@@ -68,6 +73,13 @@ pub struct FrontierConfig {
     /// there is room.
     pub min_free_bytes: u64,
 }
+
+/// Longest lease unless configured otherwise: an hour, far beyond any
+/// fetch, short enough that a crashed client's URLs come back the same day.
+pub const DEFAULT_MAX_LEASE_SECS: u32 = 3600;
+
+/// Most URLs one GetURLs call leases unless configured otherwise.
+pub const DEFAULT_MAX_URLS_PER_GET: u32 = 10_000;
 
 /// Free disk below which writes are refused unless configured otherwise:
 /// room for redb to finish the transactions in flight and a checkpoint.
@@ -85,6 +97,8 @@ impl FrontierConfig {
             rules: Rules::default(),
             rebuild_fill_threshold: 0.5,
             default_lease_secs: 30,
+            max_lease_secs: DEFAULT_MAX_LEASE_SECS,
+            max_urls_per_get: DEFAULT_MAX_URLS_PER_GET,
             default_delay_ms: 1000,
             cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
@@ -452,6 +466,8 @@ impl Frontier {
         if request.lease_secs == 0 {
             request.lease_secs = self.config.default_lease_secs;
         }
+        request.lease_secs = request.lease_secs.min(self.config.max_lease_secs.max(1));
+        request.max_urls = self.config.max_urls_per_get;
         if let Some(crawl) = &mut request.crawl {
             *crawl = crawl_or_default(crawl).to_owned();
         }

@@ -1,0 +1,394 @@
+//! A damaged store is refused, never reset, and the operator's tools see
+//! and salvage it; a full disk stops writes without losing anything and
+//! writes resume when there is room. Each case runs the real `frontier`
+//! binary on a store whose acknowledged URLs live in its write-ahead log
+//! (killed with SIGKILL right after the acks).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crawl_tests::{FrontierProcess, binary};
+use proto::urlfrontier::{
+    CountUrlParams, DiscoveredBatch, QueueWithinCrawlParams, UrlInfo, UrlStatusRequest,
+    ack_message::Status as Ack,
+};
+
+const CRAWL: &str = "damage";
+
+fn url(i: usize) -> String {
+    format!("http://h{}.example/page/{i}", i % 29)
+}
+
+/// Sends `urls` as PutDiscovered batches of 100 on one stream; answers
+/// the URLs acknowledged OK and how many were answered FAIL.
+async fn put_discovered(frontier: &FrontierProcess, urls: &[String]) -> (Vec<String>, usize) {
+    let mut client = frontier.client().await;
+    let batches: Vec<DiscoveredBatch> = urls
+        .chunks(100)
+        .enumerate()
+        .map(|(i, chunk)| DiscoveredBatch {
+            id: i.to_string(),
+            items: chunk
+                .iter()
+                .map(|url| UrlInfo {
+                    url: url.clone(),
+                    crawl_id: CRAWL.into(),
+                    ..UrlInfo::default()
+                })
+                .collect(),
+        })
+        .collect();
+    let mut acks = client
+        .put_discovered(futures::stream::iter(batches))
+        .await
+        .expect("PutDiscovered opens")
+        .into_inner();
+    let (mut ok, mut failed) = (Vec::new(), 0);
+    while let Some(ack) = acks.message().await.expect("acks") {
+        let batch: usize = ack.id.parse().unwrap();
+        for (j, status) in ack.statuses.iter().enumerate() {
+            match Ack::try_from(*status).unwrap() {
+                Ack::Ok => ok.push(urls[batch * 100 + j].clone()),
+                Ack::Fail => failed += 1,
+                Ack::Skipped => {}
+            }
+        }
+    }
+    (ok, failed)
+}
+
+async fn count_urls(frontier: &FrontierProcess) -> u64 {
+    frontier
+        .client()
+        .await
+        .count_ur_ls(CountUrlParams {
+            crawl_id: CRAWL.into(),
+            ..CountUrlParams::default()
+        })
+        .await
+        .expect("CountURLs")
+        .into_inner()
+        .value
+}
+
+/// Every URL of `urls` is stored.
+async fn assert_stored(frontier: &FrontierProcess, urls: &[String]) {
+    let mut client = frontier.client().await;
+    for url in urls {
+        client
+            .get_url_status(UrlStatusRequest {
+                url: url.clone(),
+                crawl_id: CRAWL.into(),
+                ..UrlStatusRequest::default()
+            })
+            .await
+            .unwrap_or_else(|status| panic!("acknowledged {url} is missing: {status}"));
+    }
+}
+
+/// A store killed right after acknowledging 3,000 URLs: they are in its
+/// log, not yet in a redb checkpoint. They are sent 100 at a time, each
+/// call answered before the next, so the log holds many records (a
+/// damaged last record cannot be told from the torn write of a crash, so
+/// the cases below damage records with others after them).
+async fn killed_store(root: &Path) -> (PathBuf, Vec<String>) {
+    let data = root.join("image");
+    let frontier = FrontierProcess::start(&data, &["--partitions", "8"]);
+    let urls: Vec<String> = (0..3_000).map(url).collect();
+    let mut acked = Vec::new();
+    for chunk in urls.chunks(100) {
+        let (ok, failed) = put_discovered(&frontier, chunk).await;
+        assert_eq!((ok.len(), failed), (chunk.len(), 0));
+        acked.extend(ok);
+    }
+    frontier.kill();
+    (data, acked)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// `frontier serve` on `data` must exit with an error naming `file`, and
+/// leave the directory's files, and the log byte for byte, as they were.
+fn assert_refused(data: &Path, file: &str) -> String {
+    let log_before = std::fs::read(data.join("frontier.wal")).ok();
+    let files_before = names(data);
+    let log = match FrontierProcess::try_start(data, &["--partitions", "8"]) {
+        Ok(_) => panic!("a store with a damaged {file} was opened"),
+        Err(log) => log,
+    };
+    assert!(
+        log.contains(file),
+        "the refusal does not name {file}:\n{log}"
+    );
+    assert_eq!(names(data), files_before, "files were removed or created");
+    assert!(
+        std::fs::read(data.join("frontier.wal")).ok() == log_before,
+        "the log was changed"
+    );
+    log
+}
+
+fn frontier_tool(args: &[&str]) -> (i32, String) {
+    let output = Command::new(binary("frontier"))
+        .args(args)
+        .output()
+        .expect("frontier runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr),
+    )
+}
+
+fn flip_byte(path: &Path, offset: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[offset] ^= 0x20;
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_empty_or_damaged_store_files_are_refused_verified_and_salvaged() {
+    let root = tempfile::tempdir().unwrap();
+    let (image, acked) = killed_store(root.path()).await;
+    let case = |name: &str| {
+        let dir = root.path().join(name);
+        copy_dir(&image, &dir);
+        dir
+    };
+    let data = case("main-missing");
+    std::fs::remove_file(data.join("frontier.redb")).unwrap();
+    let log = assert_refused(&data, "frontier.redb");
+    assert!(log.contains("salvage"), "{log}");
+    let data = case("main-empty");
+    std::fs::write(data.join("frontier.redb"), b"").unwrap();
+    assert_refused(&data, "frontier.redb");
+    let data = case("urls-empty");
+    std::fs::write(data.join("urls.redb"), b"").unwrap();
+    assert_refused(&data, "urls.redb");
+    let data = case("log-missing");
+    std::fs::remove_file(data.join("frontier.wal")).unwrap();
+    assert_refused(&data, "frontier.wal");
+    let log_len = std::fs::metadata(image.join("frontier.wal")).unwrap().len() as usize;
+    let data = case("log-shortened");
+    let bytes = std::fs::read(data.join("frontier.wal")).unwrap();
+    std::fs::write(data.join("frontier.wal"), &bytes[..log_len / 2]).unwrap();
+    assert_refused(&data, "frontier.wal");
+    // A byte flipped in the first record, and one in a record in the
+    // middle: intact records follow both, so neither is a torn tail.
+    let flipped = case("log-flipped-early");
+    flip_byte(&flipped.join("frontier.wal"), 200);
+    let log = assert_refused(&flipped, "frontier.wal");
+    assert!(log.contains("damaged at byte"), "{log}");
+    let data = case("log-flipped-middle");
+    let written = bytes.iter().rposition(|&b| b != 0).unwrap();
+    flip_byte(&data.join("frontier.wal"), written / 2);
+    assert_refused(&data, "frontier.wal");
+
+    // verify: the intact image is healthy, the damaged one is not; it
+    // changes neither.
+    let image_arg = image.to_str().unwrap();
+    let (code, out) = frontier_tool(&["verify", "--data-dir", image_arg]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("verdict: healthy"), "{out}");
+    let (code, out) = frontier_tool(&["verify", "--data-dir", flipped.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("PROBLEM") && out.contains("damaged at byte"),
+        "{out}"
+    );
+    let (code, out) = frontier_tool(&["verify", "--data-dir", image_arg, "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["healthy"], true);
+
+    // salvage of the intact image holds every acknowledged URL; of the
+    // damaged log, everything but the damaged record's URLs.
+    let whole = root.path().join("salvaged-whole");
+    let (code, out) = frontier_tool(&[
+        "salvage",
+        "--data-dir",
+        image_arg,
+        "--into",
+        whole.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let frontier = FrontierProcess::start(&whole, &["--partitions", "8"]);
+    assert_eq!(count_urls(&frontier).await, acked.len() as u64);
+    assert_stored(&frontier, &acked).await;
+    drop(frontier);
+    let partial = root.path().join("salvaged-partial");
+    let (code, out) = frontier_tool(&[
+        "salvage",
+        "--data-dir",
+        flipped.to_str().unwrap(),
+        "--into",
+        partial.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}");
+    let frontier = FrontierProcess::start(&partial, &["--partitions", "8"]);
+    let salvaged = count_urls(&frontier).await;
+    assert!(
+        salvaged > 0 && salvaged < acked.len() as u64,
+        "salvaged {salvaged} of {}",
+        acked.len()
+    );
+    drop(frontier);
+    // The refused stores were left for the operator, and the original
+    // still opens with everything.
+    let frontier = FrontierProcess::start(&image, &["--partitions", "8"]);
+    assert_stored(&frontier, &acked).await;
+}
+
+/// A tmpfs mounted for the test and unmounted when it ends.
+struct Mount(PathBuf);
+
+impl Mount {
+    fn tmpfs(path: &Path, megabytes: u64) -> Option<Self> {
+        std::fs::create_dir_all(path).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={megabytes}m"), "tmpfs"])
+            .arg(path)
+            .status()
+            .ok()?;
+        status.success().then(|| Self(path.to_owned()))
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+fn free_bytes(path: &Path) -> u64 {
+    let out = Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+async fn health(frontier: &FrontierProcess) -> i32 {
+    let channel = tonic::transport::Channel::from_shared(frontier.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "urlfrontier.URLFrontier".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
+/// Polls the health service until it answers `status` (the frontier
+/// looks at its disk every second).
+async fn wait_for_health(frontier: &FrontierProcess, status: i32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while health(frontier).await != status {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "health never became {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_stops_writes_and_they_resume_when_there_is_room() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let root = tempfile::tempdir().unwrap();
+    let Some(mount) = Mount::tmpfs(&root.path().join("disk"), 96) else {
+        eprintln!("SKIPPED: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let data = mount.0.join("data");
+    let frontier = FrontierProcess::start(&data, &["--partitions", "8", "--min-free-mb", "24"]);
+    let before: Vec<String> = (0..1_000).map(url).collect();
+    let (ok, _) = put_discovered(&frontier, &before).await;
+    assert_eq!(ok.len(), before.len());
+    wait_for_health(&frontier, ServingStatus::Serving as i32).await;
+
+    // Fill the disk to below the floor.
+    let filler = mount.0.join("filler");
+    let room = free_bytes(&mount.0);
+    std::fs::write(&filler, vec![1_u8; (room - (8 << 20)) as usize]).unwrap();
+    let during: Vec<String> = (1_000..2_000).map(url).collect();
+    let (ok, failed) = put_discovered(&frontier, &during).await;
+    assert_eq!(
+        (ok.len(), failed),
+        (0, during.len()),
+        "writes on a full disk"
+    );
+    wait_for_health(&frontier, ServingStatus::NotServing as i32).await;
+    // Reads go on; unary writes say why they fail.
+    assert_eq!(count_urls(&frontier).await, 1_000);
+    let status = frontier
+        .client()
+        .await
+        .block_queue_until(proto::urlfrontier::BlockQueueParams {
+            key: "h1.example".into(),
+            time: 1,
+            crawl_id: CRAWL.into(),
+            local: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("disk"), "{status:?}");
+    let log = frontier.log_text();
+    assert!(
+        log.matches("PutDiscovered batch failed").count() <= 2,
+        "warnings are not rate-limited:\n{log}"
+    );
+
+    // Room again: writes resume without a restart, and nothing is lost.
+    std::fs::remove_file(&filler).unwrap();
+    wait_for_health(&frontier, ServingStatus::Serving as i32).await;
+    let (ok, failed) = put_discovered(&frontier, &during).await;
+    assert_eq!((ok.len(), failed), (during.len(), 0));
+    let stats = frontier
+        .client()
+        .await
+        .get_stats(QueueWithinCrawlParams {
+            crawl_id: CRAWL.into(),
+            ..QueueWithinCrawlParams::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stats.size, 2_000);
+    frontier.kill();
+    let frontier = FrontierProcess::start(&data, &["--partitions", "8", "--min-free-mb", "24"]);
+    assert_stored(&frontier, &before).await;
+    assert_stored(&frontier, &during).await;
+    drop(frontier);
+    drop(mount);
+}
