@@ -31,7 +31,7 @@ impl Handle {
     }
 }
 
-use super::open::{STORE_ID_KEY, main_lsns, urls_lsn};
+use super::open::{STORE_ID_KEY, main_lsns, require_file, urls_lsn};
 use super::{
     CRAWL_SETTINGS, DUE, FILE_NAME, META, PARTITIONS_KEY, QUEUES, QueueRecord, SCHEMA_VERSION_KEY,
     SEED_HOSTS, SERVING_PAUSED_KEY, StoreError, URLS, URLS_FILE_NAME, URLS_META, open_if_exists,
@@ -79,27 +79,7 @@ fn open_error(path: &Path) -> impl FnOnce(redb::DatabaseError) -> StoreError + '
 }
 
 fn open_for_reading(path: &Path) -> Result<Handle, StoreError> {
-    match std::fs::metadata(path) {
-        Ok(metadata) if metadata.len() == 0 => {
-            return Err(StoreError::EmptyFile {
-                path: path.to_owned(),
-                holds: "is a store file",
-            });
-        }
-        Ok(_) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Err(StoreError::MissingFile {
-                path: path.to_owned(),
-                holds: "is a store file",
-            });
-        }
-        Err(source) => {
-            return Err(StoreError::FileSystem {
-                path: path.to_owned(),
-                source,
-            });
-        }
-    }
+    require_file(path, "is a file of the store")?;
     match ReadOnlyDatabase::open(path) {
         Ok(db) => Ok(Handle::ReadOnly(db)),
         Err(redb::DatabaseError::RepairAborted) => {

@@ -92,7 +92,7 @@ fn exists(path: &Path) -> Result<bool, StoreError> {
 }
 
 /// Fails unless `path` is there and not empty.
-fn require_file(path: &Path, holds: &'static str) -> Result<(), StoreError> {
+pub(super) fn require_file(path: &Path, holds: &'static str) -> Result<(), StoreError> {
     match std::fs::metadata(path) {
         Ok(metadata) if metadata.len() == 0 => Err(StoreError::EmptyFile {
             path: path.to_owned(),
