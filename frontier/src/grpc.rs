@@ -18,6 +18,9 @@ use crate::record::UrlRecord;
 use crate::scheduler::ServeRequest;
 use crate::service::{Frontier, FrontierError, UrlFilter, crawl_or_default};
 
+/// URLs of a GetURLs answer read ahead of the client.
+const LEASE_CHANNEL: usize = 256;
+
 /// Items of a PutURLs stream taken into one store transaction at most.
 const PUT_BATCH: usize = 1024;
 
@@ -310,15 +313,16 @@ fn put_item_of(item: &uf::UrlItem) -> (String, PutItem) {
         None => (id, PutItem::Discovered(crawl, discovered_of(info))),
         Some(due_at) => (
             id,
-            PutItem::Known(
-                crawl,
+            PutItem::Known(crawl, {
+                let metadata = metadata_in(&info.metadata);
                 Known {
                     url: info.url.clone(),
                     queue_key: info.key.clone(),
+                    depth: depth_of(&metadata),
                     due_at,
-                    metadata: metadata_in(&info.metadata),
-                },
-            ),
+                    metadata,
+                }
+            }),
         ),
     }
 }
@@ -489,18 +493,33 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
             lease_secs: params.delay_requestable,
             max_urls: 0,
         };
-        let leases = blocking(&self.frontier, move |f| f.get_urls(serve)).await?;
-        let infos = leases.into_iter().map(|lease| {
-            Ok(uf::UrlInfo {
-                url: lease.served.url,
-                key: lease.served.queue,
-                metadata: metadata_out(&lease.record.metadata),
-                crawl_id: lease.served.crawl,
-            })
+        let served = blocking(&self.frontier, move |f| f.lease(serve)).await?;
+        // Records are read on a blocking thread and sent as they come, so
+        // an answer of many URLs is never held whole; a client that goes
+        // away stops the reads (its leases run out as any do).
+        let (sender, receiver) = tokio::sync::mpsc::channel(LEASE_CHANNEL);
+        let frontier = Arc::clone(&self.frontier);
+        tokio::task::spawn_blocking(move || {
+            for served in served {
+                let info = match frontier.leased_record(&served) {
+                    Ok(Some(record)) => Ok(uf::UrlInfo {
+                        metadata: metadata_out(&record.metadata),
+                        url: served.url,
+                        key: served.queue,
+                        crawl_id: served.crawl,
+                    }),
+                    Ok(None) => continue,
+                    Err(error) => Err(status_of(error)),
+                };
+                let failed = info.is_err();
+                if sender.blocking_send(info).is_err() || failed {
+                    break;
+                }
+            }
         });
-        Ok(Response::new(Box::pin(futures::stream::iter(
-            infos.collect::<Vec<_>>(),
-        ))))
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(receiver),
+        )))
     }
 
     type PutURLsStream = BoxStream<uf::AckMessage>;

@@ -136,6 +136,9 @@ pub struct Discovered {
 pub struct Known {
     /// The URL.
     pub url: String,
+    /// Hops from a seed, for the scope rules a URL the crawl does not hold
+    /// passes (as a discovered one would).
+    pub depth: u32,
     /// The client's queue key; empty: the stored one (the host for a URL
     /// the crawl does not know).
     pub queue_key: String,
@@ -228,7 +231,23 @@ pub struct Ingest {
     mode: DedupMode,
     config: FilterConfig,
     max_url_length: usize,
+    max_metadata_bytes: usize,
     counters: Box<[PartitionCounters]>,
+}
+
+/// Most bytes of metadata one URL may carry unless configured otherwise:
+/// far above what crawlers keep per URL, and small enough that a GetURLs
+/// answer of many URLs stays bounded.
+pub const DEFAULT_MAX_METADATA_BYTES: usize = 16 << 10;
+
+/// The bytes a URL's metadata takes: keys and values, and a length prefix
+/// for each (as stored).
+#[must_use]
+pub fn metadata_bytes(metadata: &std::collections::BTreeMap<String, Vec<String>>) -> usize {
+    metadata
+        .iter()
+        .map(|(key, values)| 8 + key.len() + values.iter().map(|v| 4 + v.len()).sum::<usize>())
+        .sum()
 }
 
 impl std::fmt::Debug for Ingest {
@@ -362,6 +381,7 @@ impl Ingest {
             mode,
             config,
             max_url_length,
+            max_metadata_bytes: DEFAULT_MAX_METADATA_BYTES,
             counters: stored
                 .into_iter()
                 .map(|stored| PartitionCounters {
@@ -562,6 +582,14 @@ impl Ingest {
         &self.filters
     }
 
+    /// Sets the most bytes of metadata a URL may carry; items with more are
+    /// answered [`SkipReason::MetadataTooLarge`].
+    #[must_use]
+    pub fn with_max_metadata_bytes(mut self, bytes: usize) -> Self {
+        self.max_metadata_bytes = bytes;
+        self
+    }
+
     /// Observed false-positive figures of one partition: "maybe" answers the
     /// store refuted, and lookups of keys the store did not hold.
     #[must_use]
@@ -579,7 +607,15 @@ impl Ingest {
     /// The canonical form of a URL a client sent, or why it is refused
     /// before any rule is asked (unparseable, too long, a queue key over
     /// the API's limit).
-    fn accept(&self, url: &str, queue_key: &str) -> Result<CanonicalUrl, SkipReason> {
+    fn accept(
+        &self,
+        url: &str,
+        queue_key: &str,
+        metadata: &std::collections::BTreeMap<String, Vec<String>>,
+    ) -> Result<CanonicalUrl, SkipReason> {
+        if metadata_bytes(metadata) > self.max_metadata_bytes {
+            return Err(SkipReason::MetadataTooLarge);
+        }
         let canonical = canonicalise(url, self.max_url_length).map_err(|error| match error {
             CanonError::TooLong { .. } => SkipReason::TooLong,
             _ => SkipReason::Invalid,
@@ -644,28 +680,63 @@ impl Ingest {
     /// Records the state clients report for URLs: each record is
     /// overwritten (or created, when the crawl does not know the URL), and
     /// its due entry moves. `Stored` outcomes are durable when this returns.
-    /// Scope rules do not apply: the client reports on a URL it was given.
+    /// A URL the crawl holds is updated whatever the rules say now (the
+    /// client reports on a URL it was given); one it does not hold passes
+    /// the rules a discovered URL passes, so a known item cannot bring in
+    /// what discovery would refuse.
     pub fn put_known(
         &self,
         crawl: &str,
         items: &[Known],
+        rules: &Rules,
         now: u64,
     ) -> Result<Vec<Outcome>, IngestError> {
         let partitions = self.filters.partition_count();
+        let seeds = self.seeds_of(crawl);
         let mut outcomes = Vec::with_capacity(items.len());
-        // (partition, hash) of each op, in op order.
-        let mut keys = Vec::new();
-        let mut ops = Vec::new();
+        // Accepted items the rules refuse, kept only if the crawl holds them:
+        // (index into outcomes, canonical URL, partition, reason).
+        let mut refused = Vec::new();
+        let mut accepted = Vec::with_capacity(items.len());
         for item in items {
-            let canonical = match self.accept(&item.url, &item.queue_key) {
+            let canonical = match self.accept(&item.url, &item.queue_key, &item.metadata) {
                 Ok(canonical) => canonical,
                 Err(reason) => {
                     outcomes.push(Outcome::Skipped(reason));
                     continue;
                 }
             };
-            outcomes.push(Outcome::Stored);
             let partition = partition_of(crawl, canonical.host(), partitions);
+            if let Err(reason) = rules.admit(&canonical, item.depth, &seeds) {
+                refused.push((
+                    outcomes.len(),
+                    partition,
+                    canonical.as_str().to_owned(),
+                    reason,
+                ));
+            }
+            accepted.push((outcomes.len(), item, canonical, partition));
+            outcomes.push(Outcome::Stored);
+        }
+        if !refused.is_empty() {
+            let held = self.store.known_urls(
+                refused
+                    .iter()
+                    .map(|(_, partition, url, _)| (*partition as u32, crawl, url.as_str())),
+            )?;
+            for ((index, _, _, reason), held) in refused.iter().zip(held) {
+                if !held {
+                    outcomes[*index] = Outcome::Skipped(*reason);
+                }
+            }
+        }
+        // (partition, hash) of each op, in op order.
+        let mut keys = Vec::new();
+        let mut ops = Vec::new();
+        for (index, item, canonical, partition) in accepted {
+            if outcomes[index] != Outcome::Stored {
+                continue;
+            }
             keys.push((partition, filter_key(crawl, canonical.as_str())));
             ops.push(WriteOp::Known(KnownUrl {
                 crawl: crawl.to_owned(),
@@ -714,7 +785,7 @@ impl Ingest {
         let mut candidates = Vec::new();
         let mut new_urls = Vec::new();
         for item in items {
-            let canonical = match self.accept(&item.url, &item.queue_key) {
+            let canonical = match self.accept(&item.url, &item.queue_key, &item.metadata) {
                 Ok(canonical) => canonical,
                 Err(reason) => {
                     outcomes.push(Outcome::Skipped(reason));
@@ -1282,6 +1353,101 @@ mod tests {
             ingest.check_url("c", "mailto:x@y").unwrap(),
             UrlCheck::Refused(_)
         ));
+    }
+
+    /// A known item brings in no URL that discovery would refuse; a URL
+    /// the crawl already holds is updated whatever the rules say now.
+    #[test]
+    fn known_items_for_urls_not_held_pass_the_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = Rules::default();
+        let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
+        ingest
+            .add_seeds("c", &["http://site.example/".into()], &rules, 1)
+            .unwrap();
+        let known = |url: &str, depth: u32| Known {
+            url: url.to_owned(),
+            depth,
+            due_at: 0,
+            ..Known::default()
+        };
+        let outcomes = ingest
+            .put_known(
+                "c",
+                &[
+                    known("http://169.254.169.254/latest/meta-data/", 1),
+                    known("http://site.example/a", 1),
+                    known("not a url", 1),
+                ],
+                &rules,
+                2,
+            )
+            .unwrap();
+        assert_eq!(
+            outcomes,
+            vec![
+                Outcome::Skipped(SkipReason::OutOfScope),
+                Outcome::Stored,
+                Outcome::Skipped(SkipReason::Invalid),
+            ]
+        );
+        assert!(
+            ingest
+                .check_url("c", "http://169.254.169.254/latest/meta-data/")
+                .is_ok_and(|check| matches!(check, UrlCheck::Checked { stored: None, .. }))
+        );
+        // Held, then out of the rules (a depth limit added later): still
+        // updated.
+        let strict = Rules::new(crate::scope::ScopeMode::Seeds, &[], &[], Some(0), 3).unwrap();
+        assert_eq!(
+            ingest
+                .put_known("c", &[known("http://site.example/a", 1)], &strict, 3)
+                .unwrap(),
+            vec![Outcome::Stored]
+        );
+    }
+
+    #[test]
+    fn metadata_over_the_limit_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = Rules::default();
+        let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact)
+            .with_max_metadata_bytes(1024);
+        let heavy: std::collections::BTreeMap<String, Vec<String>> =
+            [("k".to_owned(), vec!["v".repeat(2000)])].into();
+        let light: std::collections::BTreeMap<String, Vec<String>> =
+            [("k".to_owned(), vec!["v".repeat(500)])].into();
+        let discovered =
+            |url: &str, metadata: &std::collections::BTreeMap<String, Vec<String>>| Discovered {
+                metadata: metadata.clone(),
+                ..item(url)
+            };
+        assert_eq!(
+            ingest
+                .put_discovered(
+                    "c",
+                    &[
+                        discovered("http://a.example/1", &heavy),
+                        discovered("http://a.example/2", &light)
+                    ],
+                    &rules,
+                    1
+                )
+                .unwrap(),
+            vec![
+                Outcome::Skipped(SkipReason::MetadataTooLarge),
+                Outcome::Stored
+            ]
+        );
+        let known = Known {
+            url: "http://a.example/2".into(),
+            metadata: heavy,
+            ..Known::default()
+        };
+        assert_eq!(
+            ingest.put_known("c", &[known], &rules, 2).unwrap(),
+            vec![Outcome::Skipped(SkipReason::MetadataTooLarge)]
+        );
     }
 
     #[test]

@@ -259,6 +259,10 @@ struct ServeArgs {
     /// Lease length when a GetURLs call gives none, in seconds.
     #[arg(long, env = "FRONTIER_LEASE_SECS", default_value_t = 30)]
     lease_secs: u32,
+    /// Most bytes of metadata one URL may carry (keys and values); an item
+    /// with more is answered SKIPPED.
+    #[arg(long, env = "FRONTIER_MAX_METADATA_BYTES", default_value_t = frontier::ingest::DEFAULT_MAX_METADATA_BYTES)]
+    max_metadata_bytes: usize,
     /// Longest lease a GetURLs call gets, in seconds, whatever it asks for.
     #[arg(long, env = "FRONTIER_MAX_LEASE_SECS", default_value_t = frontier::service::DEFAULT_MAX_LEASE_SECS)]
     max_lease_secs: u32,
@@ -425,6 +429,7 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
         },
         dedup,
         max_url_length: args.max_url_length,
+        max_metadata_bytes: args.max_metadata_bytes,
         rules,
         rebuild_fill_threshold: args.rebuild_fill,
         default_lease_secs: args.lease_secs.max(1),

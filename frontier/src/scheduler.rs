@@ -1042,6 +1042,7 @@ mod tests {
                         due_at,
                         ..Known::default()
                     }],
+                    &Rules::default(),
                     1,
                 )
                 .unwrap();

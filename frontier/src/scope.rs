@@ -25,6 +25,8 @@ pub enum SkipReason {
     TooLong,
     /// A path segment repeats more often than the trap limit allows.
     Trap,
+    /// The URL's metadata is larger than the frontier takes.
+    MetadataTooLarge,
 }
 
 impl SkipReason {
@@ -38,6 +40,7 @@ impl SkipReason {
             SkipReason::Invalid => "invalid",
             SkipReason::TooLong => "too_long",
             SkipReason::Trap => "trap",
+            SkipReason::MetadataTooLarge => "metadata_too_large",
         }
     }
 }

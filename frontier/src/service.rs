@@ -68,6 +68,8 @@ pub struct FrontierConfig {
     pub default_delay_ms: u64,
     /// Bytes of the store's page cache.
     pub cache_bytes: usize,
+    /// Most bytes of metadata one URL may carry (more: SKIPPED).
+    pub max_metadata_bytes: usize,
     /// Writes are refused (and health says NOT_SERVING) while less than
     /// this is free on the store's disk; they resume by themselves once
     /// there is room.
@@ -94,6 +96,7 @@ impl FrontierConfig {
             filters: FilterConfig::default(),
             dedup: DedupMode::Exact,
             max_url_length: 2048,
+            max_metadata_bytes: crate::ingest::DEFAULT_MAX_METADATA_BYTES,
             rules: Rules::default(),
             rebuild_fill_threshold: 0.5,
             default_lease_secs: 30,
@@ -247,15 +250,6 @@ impl UrlFilter {
     }
 }
 
-/// One URL handed out by [`Frontier::get_urls`], with its record.
-#[derive(Debug, Clone)]
-pub struct Lease {
-    /// What was served.
-    pub served: Served,
-    /// Its stored record.
-    pub record: UrlRecord,
-}
-
 /// What the frontier knows of one URL.
 #[derive(Debug, Clone)]
 pub struct UrlStatus {
@@ -309,7 +303,8 @@ impl Frontier {
                     loaded.on_commit(ops, applied);
                 })))
             },
-        )?;
+        )?
+        .with_max_metadata_bytes(config.max_metadata_bytes);
         let scheduler = scheduler.ok_or(FrontierError::ShuttingDown)?;
         let ingest = Arc::new(ingest);
         let rebuild_lock = Arc::new(Mutex::new(()));
@@ -437,7 +432,9 @@ impl Frontier {
     /// Records the states clients report (see [`Ingest::put_known`]).
     pub fn put_known(&self, crawl: &str, items: &[Known]) -> Result<Vec<Outcome>, FrontierError> {
         let crawl = crawl_or_default(crawl);
-        let outcomes = self.ingest.put_known(crawl, items, now_ms() / 1000)?;
+        let outcomes = self
+            .ingest
+            .put_known(crawl, items, &self.config.rules, now_ms() / 1000)?;
         let completed = items
             .iter()
             .zip(&outcomes)
@@ -461,8 +458,11 @@ impl Frontier {
         Ok(outcomes)
     }
 
-    /// Leases due URLs (see [`Scheduler::serve`]) and reads their records.
-    pub fn get_urls(&self, mut request: ServeRequest) -> Result<Vec<Lease>, FrontierError> {
+    /// Leases due URLs through the serving gate, at most
+    /// `max_urls_per_get` of them for at most `max_lease_secs`, whatever the
+    /// request asks. Their records are read one by one as the answer goes
+    /// out ([`Self::leased_record`]), so a large answer is never held whole.
+    pub fn lease(&self, mut request: ServeRequest) -> Result<Vec<Served>, FrontierError> {
         if request.lease_secs == 0 {
             request.lease_secs = self.config.default_lease_secs;
         }
@@ -472,25 +472,24 @@ impl Frontier {
             *crawl = crawl_or_default(crawl).to_owned();
         }
         let served = self.scheduler.serve(&request, now_ms())?;
-        let mut leases = Vec::with_capacity(served.len());
-        let mut per_crawl: HashMap<String, u64> = HashMap::new();
-        for served in served {
-            let Some(record) =
-                self.ingest
-                    .store()
-                    .get(served.partition, &served.crawl, &served.url)?
-            else {
-                continue;
-            };
-            *per_crawl.entry(served.crawl.clone()).or_default() += 1;
-            leases.push(Lease { served, record });
+        let mut per_crawl: HashMap<&str, u64> = HashMap::new();
+        for served in &served {
+            *per_crawl.entry(served.crawl.as_str()).or_default() += 1;
         }
-        metrics::counter!("frontier_leases_total").increment(leases.len() as u64);
+        metrics::counter!("frontier_leases_total").increment(served.len() as u64);
         let now = now_ms() / 1000;
         for (crawl, count) in per_crawl {
-            self.with_activity(&crawl, |activity| activity.leased.add(now, count));
+            self.with_activity(crawl, |activity| activity.leased.add(now, count));
         }
-        Ok(leases)
+        Ok(served)
+    }
+
+    /// The stored record of a leased URL; `None` when it was deleted since.
+    pub fn leased_record(&self, served: &Served) -> Result<Option<UrlRecord>, FrontierError> {
+        Ok(self
+            .ingest
+            .store()
+            .get(served.partition, &served.crawl, &served.url)?)
     }
 
     /// What the frontier knows of one URL; `None` when nothing.

@@ -74,3 +74,78 @@ async fn leases_and_urls_per_call_are_capped_whatever_the_call_asks() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
+
+/// A known item is no back door: for a URL the frontier does not hold it
+/// passes the rules a discovered one passes, and metadata has a size bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_items_and_metadata_cannot_bring_in_what_discovery_refuses() {
+    use proto::urlfrontier::{
+        KnownUrlItem, StringList, UrlItem, UrlStatusRequest, ack_message::Status as Ack,
+        url_item::Item,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let frontier =
+        FrontierProcess::start(&dir.path().join("data"), &["--max-metadata-bytes", "4096"]);
+    let (status, out) =
+        crawl_tests::frontier_cli(&frontier.endpoint(), &["seed", "http://site.example/"]);
+    assert!(status.success(), "{out}");
+    let known = |url: &str, metadata_bytes: usize| UrlItem {
+        item: Some(Item::Known(KnownUrlItem {
+            info: Some(UrlInfo {
+                url: url.to_owned(),
+                metadata: [(
+                    "note".to_owned(),
+                    StringList {
+                        values: vec!["x".repeat(metadata_bytes)],
+                    },
+                )]
+                .into(),
+                ..UrlInfo::default()
+            }),
+            refetchable_from_date: 1,
+        })),
+        ..UrlItem::default()
+    };
+    let items = vec![
+        known("http://169.254.169.254/latest/meta-data/", 10),
+        known("http://site.example/page", 10),
+        known("http://site.example/heavy", 100_000),
+    ];
+    let mut acks = frontier
+        .client()
+        .await
+        .put_ur_ls(futures::stream::iter(items))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut statuses = Vec::new();
+    while let Some(ack) = acks.message().await.unwrap() {
+        let status = ack.status();
+        statuses.push((ack.id, status));
+    }
+    assert_eq!(
+        statuses,
+        [
+            (
+                "http://169.254.169.254/latest/meta-data/".to_owned(),
+                Ack::Skipped
+            ),
+            ("http://site.example/page".to_owned(), Ack::Ok),
+            ("http://site.example/heavy".to_owned(), Ack::Skipped),
+        ]
+    );
+    let mut client = frontier.client().await;
+    for (url, held) in [
+        ("http://169.254.169.254/latest/meta-data/", false),
+        ("http://site.example/page", true),
+        ("http://site.example/heavy", false),
+    ] {
+        let answer = client
+            .get_url_status(UrlStatusRequest {
+                url: url.into(),
+                ..UrlStatusRequest::default()
+            })
+            .await;
+        assert_eq!(answer.is_ok(), held, "{url}: {answer:?}");
+    }
+}
