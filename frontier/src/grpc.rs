@@ -173,8 +173,8 @@ pub type LogControl = Arc<dyn Fn(&str, &str) -> Result<(), String> + Send + Sync
 /// What the services need besides the frontier.
 #[derive(Clone, Default)]
 pub struct ServerOptions {
-    /// Who may call mutating methods.
-    pub access: Access,
+    /// Who may call what.
+    pub access: crate::auth::Access,
     /// This node's address, for ListNodes (empty: the listener's).
     pub node: String,
     /// Run-time log levels; `None`: SetLogLevel answers UNIMPLEMENTED.
@@ -199,80 +199,24 @@ impl ServerOptions {
     }
 }
 
-/// Who may call mutating methods: with a token set, only requests with
-/// `authorization: Bearer TOKEN`.
-#[derive(Debug, Clone, Default)]
-pub struct Access {
-    token: Option<Arc<str>>,
-}
-
-impl Access {
-    /// Everyone (no token configured).
-    #[must_use]
-    pub fn open() -> Self {
-        Self::default()
-    }
-
-    /// Only holders of `token`.
-    #[must_use]
-    pub fn token(token: &str) -> Self {
-        Self {
-            token: Some(Arc::from(token)),
-        }
-    }
-
-    /// Refuses a mutating call without the token.
-    pub fn check<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        let Some(token) = &self.token else {
-            return Ok(());
-        };
-        let presented = request
-            .metadata()
-            .get("authorization")
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "));
-        match presented {
-            Some(presented) if constant_time_eq(presented.as_bytes(), token.as_bytes()) => Ok(()),
-            Some(_) => Err(Status::permission_denied("wrong admin token")),
-            None => Err(Status::unauthenticated(
-                "this call changes the frontier: send the admin token as `authorization: Bearer TOKEN`",
-            )),
-        }
-    }
-}
-
-/// Compares without an early exit, so the time taken does not tell how
-/// much of a guess was right.
-fn constant_time_eq(presented: &[u8], expected: &[u8]) -> bool {
-    // The loop runs over the expected token whatever is presented, so the
-    // time taken says nothing of the presented token's length or of where
-    // it first differs.
-    let mut difference = u8::from(presented.len() != expected.len());
-    for (i, byte) in expected.iter().enumerate() {
-        difference |= presented.get(i).map_or(0xff, |p| p ^ byte);
-    }
-    std::hint::black_box(difference) == 0
-}
-
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// The URL Frontier API v2.6.
 #[derive(Debug, Clone)]
 pub struct UrlFrontierService {
     frontier: Arc<Frontier>,
-    access: Access,
     options: ServerOptions,
     /// Shared by every write call (see [`WRITE_SLOTS`]).
     write_slots: Arc<Semaphore>,
 }
 
 impl UrlFrontierService {
-    /// The service over a frontier; control calls need `options.access`.
+    /// The service over a frontier (the token is checked in front of it,
+    /// [`crate::auth::AuthLayer`]).
     #[must_use]
     pub fn new(frontier: Arc<Frontier>, options: ServerOptions) -> Self {
         Self {
             frontier,
-            access: options.access.clone(),
             options,
             write_slots: Arc::new(Semaphore::new(WRITE_SLOTS)),
         }
@@ -441,7 +385,6 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::DeleteCrawlMessage>,
     ) -> Result<Response<uf::Long>, Status> {
-        self.access.check(&request)?;
         let crawl = request.into_inner().value;
         let value = blocking(&self.frontier, move |f| f.delete(&crawl, None, None)).await?;
         Ok(Response::new(uf::Long { value }))
@@ -633,7 +576,6 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::QueueWithinCrawlParams>,
     ) -> Result<Response<uf::Long>, Status> {
-        self.access.check(&request)?;
         let params = request.into_inner();
         if params.key.is_empty() {
             return Err(Status::invalid_argument(
@@ -651,7 +593,6 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::BlockQueueParams>,
     ) -> Result<Response<uf::Empty>, Status> {
-        self.access.check(&request)?;
         let params = request.into_inner();
         if params.key.is_empty() {
             return Err(Status::invalid_argument(
@@ -673,7 +614,6 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::Active>,
     ) -> Result<Response<uf::Empty>, Status> {
-        self.access.check(&request)?;
         let state = request.into_inner().state;
         blocking(&self.frontier, move |f| {
             Ok(f.scheduler().set_active(state)?)
@@ -692,7 +632,6 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::QueueDelayParams>,
     ) -> Result<Response<uf::Empty>, Status> {
-        self.access.check(&request)?;
         let params = request.into_inner();
         blocking(&self.frontier, move |f| {
             Ok(f.scheduler().set_delay(
@@ -709,7 +648,6 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::LogLevelParams>,
     ) -> Result<Response<uf::Empty>, Status> {
-        self.access.check(&request)?;
         let Some(control) = &self.options.log_control else {
             return Err(Status::unimplemented(
                 "this frontier's log levels cannot change at run time",
@@ -732,7 +670,6 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::CrawlLimitParams>,
     ) -> Result<Response<uf::Empty>, Status> {
-        self.access.check(&request)?;
         let params = request.into_inner();
         if params.key.is_empty() {
             return Err(Status::invalid_argument("SetCrawlLimit needs a queue key"));
@@ -846,7 +783,6 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::PurgeUrlParams>,
     ) -> Result<Response<uf::Long>, Status> {
-        self.access.check(&request)?;
         let params = request.into_inner();
         let before =
             (crate::service::now_ms() / 1000).saturating_sub(u64::from(params.days) * 86_400);
@@ -907,14 +843,14 @@ fn batch_statuses(frontier: &Frontier, batch: &uf::DiscoveredBatch) -> Vec<i32> 
 #[derive(Debug, Clone)]
 pub struct AdminService {
     frontier: Arc<Frontier>,
-    access: Access,
 }
 
 impl AdminService {
-    /// The service over a frontier; mutating calls need `access`.
+    /// The service over a frontier (the token is checked in front of it,
+    /// [`crate::auth::AuthLayer`]).
     #[must_use]
-    pub fn new(frontier: Arc<Frontier>, access: Access) -> Self {
-        Self { frontier, access }
+    pub fn new(frontier: Arc<Frontier>) -> Self {
+        Self { frontier }
     }
 }
 
@@ -1021,7 +957,6 @@ impl adm::admin_server::Admin for AdminService {
         &self,
         request: Request<adm::RebuildFiltersRequest>,
     ) -> Result<Response<adm::RebuildFiltersResponse>, Status> {
-        self.access.check(&request)?;
         let request = request.into_inner();
         let count = self.frontier.ingest().filters().partition_count();
         let partition = request.partition.map(|p| p as usize);
@@ -1066,7 +1001,6 @@ impl adm::admin_server::Admin for AdminService {
         &self,
         request: Request<adm::AddSeedsRequest>,
     ) -> Result<Response<adm::AddSeedsResponse>, Status> {
-        self.access.check(&request)?;
         let request = request.into_inner();
         let crawl = crawl_or_default(&request.crawl_id).to_owned();
         let urls = request.urls;

@@ -4,6 +4,8 @@
 //!
 //! # Layout
 //!
+//! - [`auth`]: the admin token, checked by one layer in front of both
+//!   services, and which calls it guards.
 //! - [`canonical`]: URL canonicalisation (RFC 3986 6.2.2 / 6.2.3 on top of
 //!   WHATWG parsing), the queue key, and the path-repeat trap measure.
 //! - [`scope`]: admission rules (host scope from the seeds, include/exclude
@@ -37,6 +39,7 @@
 //!
 //! `src/main.rs` is the `frontier` binary: `serve` and the admin client.
 
+pub mod auth;
 pub mod canonical;
 pub mod commit;
 pub mod grpc;

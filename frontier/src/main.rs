@@ -277,10 +277,16 @@ struct ServeArgs {
     /// Serve Prometheus metrics on this address (`GET /metrics`).
     #[arg(long, env = "FRONTIER_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
-    /// When set, mutating admin calls and URL Frontier control calls need
-    /// `authorization: Bearer TOKEN`.
+    /// When set, calls that change the frontier (other than the data
+    /// plane: GetURLs, PutURLs, PutDiscovered) need `authorization: Bearer
+    /// TOKEN`.
     #[arg(long, env = "FRONTIER_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Every call of the URL Frontier and admin services needs the admin
+    /// token, reads and the data plane too (health and reflection stay
+    /// open); workers then need `--token`.
+    #[arg(long, env = "FRONTIER_TOKEN_FOR_ALL")]
+    token_for_all: bool,
     /// Milliseconds between two serves of one queue, unless SetDelay set
     /// the queue's or the crawl's own.
     #[arg(long, env = "FRONTIER_DEFAULT_DELAY_MS", default_value_t = 1000)]
@@ -491,8 +497,16 @@ async fn serve(
     println!("listening on {address}{metrics_note}");
     let access = match &args.admin_token {
         Some(token) if token.is_empty() => bail!("--admin-token must not be empty"),
-        Some(token) => frontier::grpc::Access::token(token),
-        None => frontier::grpc::Access::open(),
+        Some(token) => frontier::auth::Access::token(
+            token,
+            if args.token_for_all {
+                frontier::auth::TokenScope::All
+            } else {
+                frontier::auth::TokenScope::Control
+            },
+        ),
+        None if args.token_for_all => bail!("--token-for-all needs --admin-token"),
+        None => frontier::auth::Access::open(),
     };
     let options = frontier::grpc::ServerOptions {
         access,

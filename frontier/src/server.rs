@@ -178,6 +178,7 @@ pub async fn run(
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
+        .layer(crate::auth::AuthLayer(options.access.clone()))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha)
@@ -187,7 +188,7 @@ pub async fn run(
             ),
         )
         .add_service(proto::admin::admin_server::AdminServer::new(
-            AdminService::new(frontier, options.access),
+            AdminService::new(frontier),
         ))
         .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await;

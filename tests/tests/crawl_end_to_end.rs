@@ -392,3 +392,54 @@ async fn a_worker_serves_prometheus_metrics() {
         assert!(text.contains(&expected), "{expected} missing:\n{text}");
     }
 }
+
+/// A frontier that requires its token on every call is crawled by workers
+/// that send it: the whole site, each page once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_with_the_token_crawl_a_frontier_that_requires_it_everywhere() {
+    let site = MockSite::start(SiteConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let depth = MAX_DEPTH.to_string();
+    let frontier = FrontierProcess::start(
+        &dir.path().join("data"),
+        &[
+            "--default-delay-ms",
+            "0",
+            "--max-depth",
+            &depth,
+            "--admin-token",
+            "s3cret",
+            "--token-for-all",
+        ],
+    );
+    let endpoint = frontier.endpoint();
+    let out = dir.path().join("out");
+    let mut args = WORKER_ARGS.to_vec();
+    args.extend(["--token", "s3cret"]);
+    let _workers: Vec<WorkerProcess> = (1..=2)
+        .map(|i| WorkerProcess::start(&endpoint, &out, &format!("w{i}"), &args))
+        .collect();
+    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
+    assert!(
+        !status.success(),
+        "seeding without the token worked: {text}"
+    );
+    let (status, text) = frontier_cli(
+        &endpoint,
+        &["seed", "--token", "s3cret", &format!("{}/", site.base())],
+    );
+    assert!(status.success(), "{text}");
+    let (status, text) = frontier_cli(
+        &endpoint,
+        &[
+            "status",
+            "--token",
+            "s3cret",
+            "--wait",
+            "--timeout-secs",
+            "180",
+        ],
+    );
+    assert!(status.success(), "crawl did not finish: {text}");
+    check_with_fault(&site, 0);
+}

@@ -748,54 +748,6 @@ async fn prometheus_metrics_count_puts_leases_commits_and_fill() {
     assert!(frontier.terminate().success());
 }
 
-/// Sends and receives raw message bytes, so a test can put on the wire what
-/// no well-behaved client would encode.
-#[derive(Debug, Clone, Copy, Default)]
-struct RawCodec;
-
-impl tonic::codec::Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        RawCodec
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        RawCodec
-    }
-}
-
-impl tonic::codec::Encoder for RawCodec {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn encode(
-        &mut self,
-        item: Vec<u8>,
-        dst: &mut tonic::codec::EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
-        bytes::BufMut::put_slice(dst, &item);
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for RawCodec {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn decode(
-        &mut self,
-        src: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<Vec<u8>>, tonic::Status> {
-        let mut bytes = vec![0; bytes::Buf::remaining(src)];
-        bytes::Buf::copy_to_slice(src, &mut bytes);
-        Ok(Some(bytes))
-    }
-}
-
 /// `message` encoded, with every `marker` in it replaced by bytes that are
 /// not UTF-8 (of the same length, so every length prefix stays right).
 fn with_invalid_utf8(message: &impl prost::Message, marker: &str) -> Vec<u8> {
@@ -847,7 +799,7 @@ async fn invalid_utf8_from_a_raw_client_is_invalid_argument_and_loses_nothing() 
             tonic::codegen::http::uri::PathAndQuery::from_static(
                 "/urlfrontier.URLFrontier/PutURLs",
             ),
-            RawCodec,
+            crawl_tests::RawCodec,
         )
         .await
         .unwrap()
@@ -872,7 +824,7 @@ async fn invalid_utf8_from_a_raw_client_is_invalid_argument_and_loses_nothing() 
             tonic::codegen::http::uri::PathAndQuery::from_static(
                 "/urlfrontier.URLFrontier/GetURLStatus",
             ),
-            RawCodec,
+            crawl_tests::RawCodec,
         )
         .await
         .unwrap_err();

@@ -39,6 +39,9 @@ use crate::sitemap::parse_sitemap;
 pub struct WorkerConfig {
     /// The frontier's gRPC address.
     pub frontier: String,
+    /// Sent as `authorization: Bearer TOKEN` on every call, for a frontier
+    /// that requires its token on every call.
+    pub token: Option<String>,
     /// Lease from this crawl only; `None`: any crawl.
     pub crawl: Option<String>,
     /// Most fetches in flight.
@@ -81,6 +84,7 @@ impl WorkerConfig {
     pub fn new(frontier: &str) -> Self {
         Self {
             frontier: frontier.to_owned(),
+            token: None,
             crawl: None,
             concurrency: 64,
             per_host: 1,
@@ -211,7 +215,7 @@ pub async fn run(
         None => None,
     };
     let context = Arc::new(Context {
-        link: FrontierLink::new(&config.frontier)?,
+        link: FrontierLink::new(&config.frontier, config.token.as_deref())?,
         fetcher: Fetcher::new(config.fetch.clone())?,
         robots: RobotsCache::new(
             product_token(&config.fetch.user_agent),

@@ -9,6 +9,7 @@ use proto::urlfrontier::{
     self as uf, DiscoveredBatch, GetParams, UrlInfo, UrlItem, ack_message::Status as Ack,
     url_frontier_client::UrlFrontierClient,
 };
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 /// Why the link cannot be set up.
@@ -19,10 +20,31 @@ pub struct LinkError {
     reason: String,
 }
 
+/// Adds the frontier's token to every call, when there is one.
+#[derive(Debug, Clone)]
+pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// The client the link calls through.
+pub type Client = UrlFrontierClient<InterceptedService<Channel, Bearer>>;
+
 /// A connection to a frontier; reconnects by itself.
 #[derive(Debug, Clone)]
 pub struct FrontierLink {
-    client: UrlFrontierClient<Channel>,
+    client: Client,
 }
 
 /// Delay before the `attempt`-th retry: doubling from 100 ms, at most 10 s.
@@ -32,9 +54,19 @@ pub fn retry_delay(attempt: u32) -> Duration {
 }
 
 impl FrontierLink {
-    /// A link to `address` (e.g. `http://127.0.0.1:7071`); connects on
-    /// first use and again after any failure.
-    pub fn new(address: &str) -> Result<Self, LinkError> {
+    /// A link to `address` (e.g. `http://127.0.0.1:7071`), sending
+    /// `token` on every call when given; connects on first use and again
+    /// after any failure.
+    pub fn new(address: &str, token: Option<&str>) -> Result<Self, LinkError> {
+        let bearer = match token {
+            Some(token) => Bearer(Some(format!("Bearer {token}").parse().map_err(|_| {
+                LinkError {
+                    address: address.to_owned(),
+                    reason: "the token must be printable ASCII".to_owned(),
+                }
+            })?)),
+            None => Bearer(None),
+        };
         let endpoint = Channel::from_shared(address.to_owned()).map_err(|e| LinkError {
             address: address.to_owned(),
             reason: e.to_string(),
@@ -44,7 +76,8 @@ impl FrontierLink {
             .tcp_nodelay(true)
             .connect_lazy();
         Ok(Self {
-            client: UrlFrontierClient::new(channel).max_decoding_message_size(64 * 1024 * 1024),
+            client: UrlFrontierClient::with_interceptor(channel, bearer)
+                .max_decoding_message_size(64 * 1024 * 1024),
         })
     }
 
@@ -126,7 +159,7 @@ impl FrontierLink {
         final_ack: impl Fn(&A) -> bool,
     ) -> A
     where
-        F: Fn(UrlFrontierClient<Channel>) -> Fut,
+        F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<A, tonic::Status>>,
     {
         let mut attempt = 0;
@@ -177,7 +210,7 @@ impl FrontierLink {
     /// a result.
     async fn control<F, Fut>(&self, name: &str, queue: &str, call: F)
     where
-        F: Fn(UrlFrontierClient<Channel>) -> Fut,
+        F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<(), tonic::Status>>,
     {
         for attempt in 0..5 {

@@ -22,6 +22,10 @@ struct Args {
     /// Lease from this crawl only (default: any crawl).
     #[arg(long, env = "WORKER_CRAWL")]
     crawl: Option<String>,
+    /// The frontier's token, sent on every call (for a frontier started
+    /// with --token-for-all).
+    #[arg(long, env = "WORKER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Most fetches in flight.
     #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 64)]
     concurrency: usize,
@@ -103,6 +107,7 @@ fn main_result() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut config = WorkerConfig::new(&args.frontier);
     config.crawl = args.crawl;
+    config.token = args.token;
     config.concurrency = args.concurrency;
     config.per_host = args.per_host;
     config.lease_secs = args.lease_secs;
