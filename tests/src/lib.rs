@@ -228,13 +228,29 @@ impl WorkerProcess {
     /// Starts `worker --frontier ENDPOINT --allow-private --output DIR
     /// --worker-id ID ARGS...`.
     pub fn start(frontier: &str, output: &Path, id: &str, args: &[&str]) -> Self {
+        let mut all = vec!["--allow-private"];
+        all.extend(args);
+        Self::start_with_env(frontier, output, id, &all, &[])
+    }
+
+    /// Starts `worker --frontier ENDPOINT --output DIR --worker-id ID
+    /// ARGS...` (no `--allow-private` unless in ARGS) with these
+    /// environment variables added.
+    pub fn start_with_env(
+        frontier: &str,
+        output: &Path,
+        id: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         std::fs::create_dir_all(output).expect("output directory");
         let log = output.join(format!("{id}.stderr.log"));
         let child = Command::new(binary("worker"))
-            .args(["--frontier", frontier, "--allow-private", "--worker-id", id])
+            .args(["--frontier", frontier, "--worker-id", id])
             .arg("--output")
             .arg(output)
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -21,6 +21,9 @@
 //! - `/nofollow.html` and `/meta-nofollow.html` (links a polite crawler
 //!   does not follow), `/base/page.html` (`<base href>`), `/hidden.html`
 //!   (links only inside a comment and a script).
+//! - `/chain/{n}`: a redirect to `/chain/{n + 1}`, without end, each
+//!   target a new URL; linked from nowhere (a hostile site's trap, for the
+//!   redirect limit).
 //! - `/calendar/{year}/{month}`: an infinite chain of "next month" links,
 //!   reachable only from `/`, so the page at month k is at depth k + 1:
 //!   the depth limit bounds it exactly.
@@ -451,6 +454,11 @@ impl MockSite {
     }
 
     fn dynamic(&self, path: &str) -> Response<Full<Bytes>> {
+        if let Some(rest) = path.strip_prefix("/chain/")
+            && let Ok(n) = rest.parse::<u64>()
+        {
+            return self.redirect(StatusCode::FOUND, &format!("/chain/{}", n + 1));
+        }
         if let Some(rest) = path.strip_prefix("/page/")
             && let Some(number) = rest.strip_suffix(".html")
             && let Ok(i) = number.parse::<usize>()

@@ -58,6 +58,9 @@ pub struct WorkerConfig {
     pub fetch: FetchConfig,
     /// Transient failures retried this many times before giving up.
     pub max_retries: u32,
+    /// Most redirects followed in a row: the target of one more is not
+    /// sent (a chain of ever new URLs would otherwise run on).
+    pub max_redirects: u32,
     /// First retry after this long; doubling after.
     pub retry_base: Duration,
     /// Crawl-delay values above this are capped.
@@ -96,8 +99,10 @@ impl WorkerConfig {
                 timeout: Duration::from_secs(30),
                 max_body_bytes: 10 * 1024 * 1024,
                 allow_private: false,
+                proxy: None,
             },
             max_retries: 3,
+            max_redirects: 10,
             retry_base: Duration::from_secs(30),
             max_crawl_delay_secs: 30,
             robots_ttl: Duration::from_secs(24 * 3600),
@@ -435,6 +440,12 @@ async fn fetch_and_parse(
             tracing::info!(url = %url, reason, "robots.txt unavailable; retrying later");
             return (Outcome::Retry("robots_unavailable", None), None);
         }
+        Verdict::Refused(reason) => {
+            tracing::info!(url = %url, reason, "refused by the SSRF guard");
+            context.stats.failures.fetch_add(1, Ordering::Relaxed);
+            log["error"] = reason.into();
+            return (Outcome::Done("refused"), None);
+        }
     }
     let fetch_started = std::time::Instant::now();
     let fetched = context.fetcher.get(url).await;
@@ -500,10 +511,25 @@ async fn fetch_and_parse(
                 .header("location")
                 .and_then(|location| resolve(url, location));
             log["redirect"] = target.clone().into();
-            if let Some(target) = target {
-                send_outlinks(context, info, url, depth, vec![target]).await;
+            let hops = meta_first(&info.metadata, REDIRECT_HOPS)
+                .and_then(|hops| hops.parse::<u32>().ok())
+                .unwrap_or(0)
+                .saturating_add(1);
+            match target {
+                Some(_) if hops > context.config.max_redirects => {
+                    log["error"] = format!(
+                        "more than {} redirects in a row",
+                        context.config.max_redirects
+                    )
+                    .into();
+                    Outcome::Done("too_many_redirects")
+                }
+                Some(target) => {
+                    send_links(context, info, url, depth, vec![target], Some(hops)).await;
+                    Outcome::Done("redirect")
+                }
+                None => Outcome::Done("redirect"),
             }
-            Outcome::Done("redirect")
         }
         429 | 503 => {
             let until = retry_after(&fetched);
@@ -560,19 +586,42 @@ async fn send_outlinks(
     depth: u32,
     outlinks: Vec<String>,
 ) {
-    if outlinks.is_empty() {
+    send_links(context, info, url, depth, outlinks, None).await;
+}
+
+/// The metadata key that carries how many redirects in a row led to a
+/// URL.
+const REDIRECT_HOPS: &str = "redirect_hops";
+
+/// Sends links found at `url`; a redirect's target carries the length of
+/// the chain that led to it.
+async fn send_links(
+    context: &Context,
+    info: &UrlInfo,
+    url: &Url,
+    depth: u32,
+    links: Vec<String>,
+    redirect_hops: Option<u32>,
+) {
+    if links.is_empty() {
         return;
     }
-    let items: Vec<UrlInfo> = outlinks
+    let items: Vec<UrlInfo> = links
         .into_iter()
-        .map(|link| UrlInfo {
-            url: link,
-            key: String::new(),
-            metadata: HashMap::from([
+        .map(|link| {
+            let mut metadata = HashMap::from([
                 ("depth".to_owned(), meta_value((depth + 1).to_string())),
                 ("parent".to_owned(), meta_value(url.as_str())),
-            ]),
-            crawl_id: info.crawl_id.clone(),
+            ]);
+            if let Some(hops) = redirect_hops {
+                metadata.insert(REDIRECT_HOPS.to_owned(), meta_value(hops.to_string()));
+            }
+            UrlInfo {
+                url: link,
+                key: String::new(),
+                metadata,
+                crawl_id: info.crawl_id.clone(),
+            }
         })
         .collect();
     let new = context.link.put_outlinks(url.to_string(), items).await;

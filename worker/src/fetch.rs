@@ -1,8 +1,8 @@
 //! HTTP fetching: one reqwest client with timeouts, transparent
 //! decompression, no redirects followed (the frontier dedups their
 //! targets), a body cap applied to the decoded bytes (so a decompression
-//! bomb stops at the cap), and an SSRF guard that refuses private,
-//! loopback, link-local and metadata addresses unless allowed.
+//! bomb stops at the cap), and an SSRF guard that refuses every address
+//! that is not public ([`crate::ssrf`]) unless allowed, proxied or not.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -25,6 +25,10 @@ pub struct FetchConfig {
     pub max_body_bytes: usize,
     /// Allow private, loopback and link-local addresses.
     pub allow_private: bool,
+    /// Fetch through this proxy (`http://`, `https://` or `socks5://`).
+    /// Without it the proxy environment variables are ignored, so that no
+    /// request reaches an internal name through a proxy the guard never saw.
+    pub proxy: Option<String>,
 }
 
 /// A fetched response.
@@ -131,40 +135,7 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// Whether an address is on the public internet (the SSRF guard's test).
-#[must_use]
-pub fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            !(v4.is_private()
-                || v4.is_loopback()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || a == 0
-                // Shared address space (carrier-grade NAT), 100.64.0.0/10.
-                || (a == 100 && (64..128).contains(&b))
-                // Benchmarking, 198.18.0.0/15.
-                || (a == 198 && (b == 18 || b == 19))
-                || a >= 240)
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public(IpAddr::V4(v4));
-            }
-            let first = v6.segments()[0];
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                // Unique local fc00::/7 and link-local fe80::/10.
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80)
-        }
-    }
-}
+pub use crate::ssrf::is_public;
 
 /// Resolves names and drops non-public addresses, so the guard also holds
 /// for names that resolve to internal hosts (DNS rebinding included: the
@@ -209,8 +180,20 @@ impl Fetcher {
             .brotli(true)
             .deflate(true)
             .pool_max_idle_per_host(4);
-        if !config.allow_private {
-            builder = builder.dns_resolver(Arc::new(PublicOnly));
+        match &config.proxy {
+            // The proxy resolves targets; the guard checks them itself
+            // first (`get`), and the resolver must still reach the proxy.
+            Some(proxy) => {
+                let proxy = reqwest::Proxy::all(proxy.as_str())
+                    .map_err(|error| FetchError::Other(format!("--proxy {proxy}: {error}")))?;
+                builder = builder.proxy(proxy);
+            }
+            None => {
+                builder = builder.no_proxy();
+                if !config.allow_private {
+                    builder = builder.dns_resolver(Arc::new(PublicOnly));
+                }
+            }
         }
         let client = builder
             .build()
@@ -234,6 +217,20 @@ impl Fetcher {
             };
             if literal.is_some_and(|ip| !is_public(ip)) {
                 return Err(FetchError::PrivateAddress(url.to_string()));
+            }
+            // Through a proxy no resolver of ours sees the target: every
+            // address its name has must be public.
+            if let (Some(_), url::Host::Domain(name)) = (&self.config.proxy, host) {
+                let port = url.port_or_known_default().unwrap_or(80);
+                let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name, port))
+                    .await
+                    .map_err(|error| FetchError::Connect(format!("{name}: {error}")))?
+                    .collect();
+                if addresses.iter().any(|address| !is_public(address.ip())) {
+                    return Err(FetchError::PrivateAddress(format!(
+                        "{url} ({name} resolves to a private, loopback or link-local address)"
+                    )));
+                }
             }
         }
         let started = Instant::now();
@@ -281,35 +278,6 @@ impl Fetcher {
 mod tests {
     use super::*;
 
-    #[test]
-    fn private_and_special_addresses_are_not_public() {
-        for private in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "0.0.0.0",
-            "255.255.255.255",
-            "::1",
-            "fe80::1",
-            "fd00::1",
-            "::ffff:127.0.0.1",
-            "::ffff:10.0.0.1",
-        ] {
-            assert!(!is_public(private.parse().unwrap()), "{private}");
-        }
-        for public in [
-            "93.184.216.34",
-            "8.8.8.8",
-            "2606:4700::1111",
-            "::ffff:1.1.1.1",
-        ] {
-            assert!(is_public(public.parse().unwrap()), "{public}");
-        }
-    }
-
     #[tokio::test]
     async fn the_guard_refuses_loopback_literals_and_names() {
         let fetcher = Fetcher::new(FetchConfig {
@@ -317,6 +285,7 @@ mod tests {
             timeout: Duration::from_secs(5),
             max_body_bytes: 100,
             allow_private: false,
+            proxy: None,
         })
         .unwrap();
         for url in [

@@ -5,6 +5,7 @@
 //!
 //! - [`links`]: streaming link extraction from HTML.
 //! - [`fetch`]: the HTTP client: timeouts, decoding, body cap, SSRF guard.
+//! - [`ssrf`]: which addresses are public (IANA special-purpose blocks).
 //! - [`robots`]: robots.txt per origin, cached, RFC 9309 answers.
 //! - [`sitemap`]: sitemap and sitemap index reading, gzip included.
 //! - [`output`]: WARC 1.1 files and the crawl log.
@@ -17,3 +18,4 @@ pub mod links;
 pub mod output;
 pub mod robots;
 pub mod sitemap;
+pub mod ssrf;

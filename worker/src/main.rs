@@ -64,6 +64,15 @@ struct Args {
     /// intranets).
     #[arg(long, env = "WORKER_ALLOW_PRIVATE")]
     allow_private: bool,
+    /// Fetch through this proxy (http://, https:// or socks5://). Without
+    /// it HTTP_PROXY and the like are ignored; with it the SSRF guard still
+    /// checks every target's addresses before the request goes out.
+    #[arg(long, env = "WORKER_PROXY")]
+    proxy: Option<String>,
+    /// Most redirects followed in a row (each target is a new URL for the
+    /// frontier; the chain's length travels in its metadata).
+    #[arg(long, env = "WORKER_MAX_REDIRECTS", default_value_t = 10)]
+    max_redirects: u32,
     /// Follow nofollow links and pages.
     #[arg(long, env = "WORKER_IGNORE_NOFOLLOW")]
     ignore_nofollow: bool,
@@ -119,6 +128,8 @@ fn main_result() -> anyhow::Result<()> {
     config.fetch.timeout = Duration::from_secs(args.timeout_secs.max(1));
     config.fetch.max_body_bytes = args.max_body_bytes;
     config.fetch.allow_private = args.allow_private;
+    config.fetch.proxy = args.proxy;
+    config.max_redirects = args.max_redirects;
     config.max_retries = args.max_retries;
     config.retry_base = Duration::from_secs(args.retry_base_secs);
     config.max_crawl_delay_secs = args.max_crawl_delay;

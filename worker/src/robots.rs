@@ -25,6 +25,9 @@ pub enum Rules {
     /// The server could not answer (5xx, unreachable): nothing allowed
     /// until the entry expires.
     Unavailable(String),
+    /// The SSRF guard refuses the origin's address: nothing is fetched
+    /// from it, and nothing is retried.
+    Refused(String),
     /// A parsed robots.txt.
     Parsed(Box<Robot>),
 }
@@ -38,6 +41,8 @@ pub enum Verdict {
     Disallowed,
     /// robots.txt could not be read: try again later.
     Unavailable(String),
+    /// The origin's address is refused: never fetch it.
+    Refused(String),
 }
 
 /// One origin's rules and what else its robots.txt said.
@@ -59,6 +64,7 @@ impl OriginRobots {
         match &self.rules {
             Rules::AllowAll => Verdict::Allowed,
             Rules::Unavailable(reason) => Verdict::Unavailable(reason.clone()),
+            Rules::Refused(reason) => Verdict::Refused(reason.clone()),
             Rules::Parsed(robot) => {
                 if robot.allowed(url.as_str()) {
                     Verdict::Allowed
@@ -66,6 +72,17 @@ impl OriginRobots {
                     Verdict::Disallowed
                 }
             }
+        }
+    }
+
+    /// An origin whose address the SSRF guard refuses.
+    #[must_use]
+    pub fn refused(reason: String) -> Self {
+        Self {
+            rules: Rules::Refused(reason),
+            crawl_delay: None,
+            sitemaps: Vec::new(),
+            fetched_at: Instant::now(),
         }
     }
 
@@ -146,7 +163,7 @@ impl RobotsCache {
         let cell = entries.entry(origin.to_owned()).or_default();
         if let Some(robots) = cell.get() {
             let ttl = match robots.rules {
-                Rules::Unavailable(_) => self.unavailable_ttl,
+                Rules::Unavailable(_) | Rules::Refused(_) => self.unavailable_ttl,
                 _ => self.ttl,
             };
             if robots.fetched_at.elapsed() >= ttl {
@@ -167,12 +184,17 @@ impl RobotsCache {
                 async {
                     let answer = match Url::parse(&format!("{origin}/robots.txt")) {
                         Ok(robots_url) => fetch_following(fetcher, robots_url).await,
-                        Err(_) => None,
+                        Err(_) => Ok(None),
                     };
-                    let answer = answer
-                        .as_ref()
-                        .map(|(status, body)| (*status, body.as_ref()));
-                    Arc::new(OriginRobots::from_answer(&self.agent, answer))
+                    Arc::new(match answer {
+                        Ok(answer) => OriginRobots::from_answer(
+                            &self.agent,
+                            answer
+                                .as_ref()
+                                .map(|(status, body)| (*status, body.as_ref())),
+                        ),
+                        Err(refused) => OriginRobots::refused(refused),
+                    })
                 }
             })
             .await;
@@ -183,20 +205,34 @@ impl RobotsCache {
     }
 }
 
-/// Fetches robots.txt following up to five redirects (RFC 9309 2.3.1.2).
-async fn fetch_following(fetcher: &Fetcher, mut url: Url) -> Option<(u16, bytes::Bytes)> {
+/// Fetches robots.txt following up to five redirects (RFC 9309 2.3.1.2):
+/// the answer, `None` when there is none to be had, or why the SSRF guard
+/// refused an address on the way.
+async fn fetch_following(
+    fetcher: &Fetcher,
+    mut url: Url,
+) -> Result<Option<(u16, bytes::Bytes)>, String> {
     for _ in 0..=5 {
-        let fetched = fetcher.get(&url).await.ok()?;
+        let fetched = match fetcher.get(&url).await {
+            Ok(fetched) => fetched,
+            Err(error) if !error.is_transient() => return Err(error.to_string()),
+            Err(_) => return Ok(None),
+        };
         if (300..400).contains(&fetched.status) {
-            let location = fetched.header("location")?;
-            url = url.join(location).ok()?;
+            let Some(next) = fetched
+                .header("location")
+                .and_then(|location| url.join(location).ok())
+            else {
+                return Ok(None);
+            };
+            url = next;
             continue;
         }
-        return Some((fetched.status, fetched.body));
+        return Ok(Some((fetched.status, fetched.body)));
     }
     // Too many redirects: as unavailable (RFC 9309 2.3.1.2 allows treating
     // it as a 4xx; refusing is the cautious choice).
-    None
+    Ok(None)
 }
 
 #[cfg(test)]
