@@ -66,9 +66,14 @@ fn is_public_v6(v6: Ipv6Addr) -> bool {
     if s[0] == 0x2002 {
         return is_public_v4(embedded(s[1], s[2]));
     }
-    !((s[0] == 0x2001 && s[1] < 0x0200) // IETF protocol assignments (Teredo, ORCHID, ...)
-        || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
-        || (s[0] == 0x3fff && s[1] < 0x1000)) // documentation, 3fff::/20
+    match s[0] {
+        // IETF protocol assignments (Teredo, ORCHID, ...), 2001::/23, and
+        // documentation, 2001:db8::/32.
+        0x2001 => s[1] >= 0x0200 && s[1] != 0x0db8,
+        // Documentation, 3fff::/20.
+        0x3fff => s[1] >= 0x1000,
+        _ => true,
+    }
 }
 
 #[cfg(test)]
