@@ -98,6 +98,7 @@ impl WorkerConfig {
                 user_agent: default_user_agent(),
                 timeout: Duration::from_secs(30),
                 max_body_bytes: 10 * 1024 * 1024,
+                max_inflight_bytes: 256 * 1024 * 1024,
                 allow_private: false,
                 proxy: None,
             },

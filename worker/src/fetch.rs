@@ -25,6 +25,9 @@ pub struct FetchConfig {
     pub max_body_bytes: usize,
     /// Allow private, loopback and link-local addresses.
     pub allow_private: bool,
+    /// Most body bytes all fetches hold at once (bodies are kept until
+    /// their page is written and parsed); see [`Fetcher::get`].
+    pub max_inflight_bytes: usize,
     /// Fetch through this proxy (`http://`, `https://` or `socks5://`).
     /// Without it the proxy environment variables are ignored, so that no
     /// request reaches an internal name through a proxy the guard never saw.
@@ -48,6 +51,9 @@ pub struct Fetched {
     pub peer: Option<SocketAddr>,
     /// From sending the request to the end of the body.
     pub duration: Duration,
+    /// The share of the fetcher's in-flight budget the body holds; given
+    /// back when the last copy of this response goes.
+    pub budget: Option<Arc<tokio::sync::OwnedSemaphorePermit>>,
 }
 
 impl Fetched {
@@ -161,11 +167,23 @@ impl Resolve for PublicOnly {
     }
 }
 
+/// What a body of unknown length reserves of the in-flight budget before
+/// its first byte; it grows in steps of this as the body does.
+const BUDGET_STEP: usize = 1 << 20;
+
+/// The in-flight budget counts KiB, so that a `u32` of permits covers it.
+fn kib(bytes: usize) -> u32 {
+    u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
+}
+
 /// Fetches pages.
 #[derive(Debug, Clone)]
 pub struct Fetcher {
     client: reqwest::Client,
     config: Arc<FetchConfig>,
+    /// Body bytes in flight across all fetches, in KiB.
+    budget: Arc<tokio::sync::Semaphore>,
+    budget_kib: u32,
 }
 
 impl Fetcher {
@@ -198,10 +216,19 @@ impl Fetcher {
         let client = builder
             .build()
             .map_err(|error| FetchError::Other(error_chain(&error)))?;
+        let budget_kib = kib(config.max_inflight_bytes).max(1);
         Ok(Self {
             client,
+            budget: Arc::new(tokio::sync::Semaphore::new(budget_kib as usize)),
+            budget_kib,
             config: Arc::new(config),
         })
+    }
+
+    /// Bytes of the in-flight budget free now.
+    #[must_use]
+    pub fn budget_free_bytes(&self) -> usize {
+        self.budget.available_permits() * 1024
     }
 
     /// GETs a URL; a non-2xx status is a response, not an error.
@@ -248,19 +275,46 @@ impl Fetcher {
             .iter()
             .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
             .collect();
+        // Bodies are bounded in all, not only one by one: a body first
+        // reserves its declared length (or a step when it is unknown or
+        // compressed), waiting for room while it holds nothing, and grows
+        // only into room that is free at once. A body that finds none is
+        // cut there, marked truncated: never waiting while holding, no
+        // two fetches can wait on each other.
         let cap = self.config.max_body_bytes;
+        let declared = response.content_length().map_or(BUDGET_STEP, |length| {
+            usize::try_from(length).unwrap_or(usize::MAX)
+        });
+        let first = kib(declared.min(cap).max(1)).min(self.budget_kib);
+        let mut permit = Arc::clone(&self.budget)
+            .acquire_many_owned(first)
+            .await
+            .map_err(|_| FetchError::Other("the fetcher is shutting down".into()))?;
+        let mut reserved = first as usize * 1024;
         let mut body = BytesMut::new();
         let mut truncated = false;
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| FetchError::of(&e))?;
-            let room = cap - body.len();
-            if chunk.len() > room {
-                body.extend_from_slice(&chunk[..room]);
+            let mut take = chunk.len().min(cap - body.len());
+            if body.len() + take > reserved {
+                let more = kib(body.len() + take - reserved).max(kib(BUDGET_STEP));
+                match Arc::clone(&self.budget).try_acquire_many_owned(more) {
+                    Ok(extra) => {
+                        permit.merge(extra);
+                        reserved += more as usize * 1024;
+                    }
+                    Err(_) => {
+                        metrics::counter!("worker_bodies_cut_for_memory_total").increment(1);
+                        take = reserved.saturating_sub(body.len()).min(take);
+                    }
+                }
+            }
+            body.extend_from_slice(&chunk[..take]);
+            if take < chunk.len() {
                 truncated = true;
                 break;
             }
-            body.extend_from_slice(&chunk);
         }
         Ok(Fetched {
             status,
@@ -270,6 +324,7 @@ impl Fetcher {
             truncated,
             peer,
             duration: started.elapsed(),
+            budget: Some(Arc::new(permit)),
         })
     }
 }
@@ -284,6 +339,7 @@ mod tests {
             user_agent: "t".into(),
             timeout: Duration::from_secs(5),
             max_body_bytes: 100,
+            max_inflight_bytes: 1 << 20,
             allow_private: false,
             proxy: None,
         })
@@ -300,5 +356,58 @@ mod tests {
             );
             assert!(!error.is_transient());
         }
+    }
+
+    /// Serves one answer of `length` bytes to every connection.
+    async fn server_of(length: usize) -> String {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0_u8; 4096];
+                    let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut request).await;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {length}\r\n\r\n"
+                    );
+                    let _ = stream.write_all(head.as_bytes()).await;
+                    let _ = stream.write_all(&vec![b'x'; length]).await;
+                });
+            }
+        });
+        format!("http://{address}/")
+    }
+
+    /// Bodies held at once never pass the budget: a body larger than the
+    /// room left is cut there, and its share comes back when it goes.
+    #[tokio::test]
+    async fn bodies_in_flight_stay_within_the_budget() {
+        let budget = 1 << 20;
+        let fetcher = Fetcher::new(FetchConfig {
+            user_agent: "t".into(),
+            timeout: Duration::from_secs(10),
+            max_body_bytes: 4 << 20,
+            max_inflight_bytes: budget,
+            allow_private: true,
+            proxy: None,
+        })
+        .unwrap();
+        let url = Url::parse(&server_of(2 << 20).await).unwrap();
+        let big = fetcher.get(&url).await.unwrap();
+        assert!(big.truncated);
+        assert_eq!(big.body.len(), budget);
+        assert_eq!(fetcher.budget_free_bytes(), 0);
+        let copy = big.clone();
+        drop(big);
+        assert_eq!(fetcher.budget_free_bytes(), 0, "a copy still holds it");
+        drop(copy);
+        assert_eq!(fetcher.budget_free_bytes(), budget);
+        // Small bodies share the budget.
+        let small = Url::parse(&server_of(100 << 10).await).unwrap();
+        let first = fetcher.get(&small).await.unwrap();
+        let second = fetcher.get(&small).await.unwrap();
+        assert!(!first.truncated && !second.truncated);
+        assert_eq!(fetcher.budget_free_bytes(), budget - 2 * (100 << 10));
     }
 }

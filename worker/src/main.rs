@@ -51,6 +51,11 @@ struct Args {
     /// truncated).
     #[arg(long, env = "WORKER_MAX_BODY_BYTES", default_value_t = 10 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// MiB of response bodies all fetches hold at once (pages and sitemaps
+    /// until they are written and parsed); a body that finds no room is
+    /// cut and marked truncated.
+    #[arg(long, env = "WORKER_MAX_INFLIGHT_MB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    max_inflight_mb: u64,
     /// Transient failures retried this many times.
     #[arg(long, env = "WORKER_MAX_RETRIES", default_value_t = 3)]
     max_retries: u32,
@@ -127,6 +132,8 @@ fn main_result() -> anyhow::Result<()> {
     config.fetch.user_agent = args.user_agent.unwrap_or_else(default_user_agent);
     config.fetch.timeout = Duration::from_secs(args.timeout_secs.max(1));
     config.fetch.max_body_bytes = args.max_body_bytes;
+    config.fetch.max_inflight_bytes =
+        usize::try_from(args.max_inflight_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
     config.fetch.allow_private = args.allow_private;
     config.fetch.proxy = args.proxy;
     config.max_redirects = args.max_redirects;

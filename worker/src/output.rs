@@ -306,6 +306,7 @@ mod tests {
             truncated: false,
             peer: None,
             duration: Duration::from_millis(3),
+            budget: None,
         }
     }
 

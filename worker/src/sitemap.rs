@@ -33,20 +33,29 @@ pub enum SitemapError {
     Xml(String),
 }
 
-/// Reads a sitemap, plain or gzip-compressed.
+/// Reads a sitemap, plain or gzip-compressed. A compressed one is parsed
+/// as it is inflated, never inflated whole: what it holds in memory is its
+/// compressed bytes and the URLs it lists.
 pub fn parse_sitemap(bytes: &[u8]) -> Result<Sitemap, SitemapError> {
-    let inflated;
-    let xml = if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes)
-            .take(MAX_SITEMAP_BYTES as u64)
-            .read_to_end(&mut out)
-            .map_err(SitemapError::Gzip)?;
-        inflated = out;
-        &inflated[..]
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        let inflating = flate2::read::MultiGzDecoder::new(bytes).take(MAX_SITEMAP_BYTES as u64);
+        parse_xml(std::io::BufReader::new(inflating))
     } else {
-        &bytes[..bytes.len().min(MAX_SITEMAP_BYTES)]
-    };
+        parse_xml(&bytes[..bytes.len().min(MAX_SITEMAP_BYTES)])
+    }
+}
+
+/// A reading error: the inflater's (damaged gzip) or the XML's.
+fn read_error(error: quick_xml::Error) -> SitemapError {
+    match error {
+        quick_xml::Error::Io(io) => {
+            SitemapError::Gzip(std::io::Error::new(io.kind(), io.to_string()))
+        }
+        error => SitemapError::Xml(error.to_string()),
+    }
+}
+
+fn parse_xml(xml: impl std::io::BufRead) -> Result<Sitemap, SitemapError> {
     let mut reader = quick_xml::Reader::from_reader(xml);
     let mut sitemap = Sitemap::default();
     // Element names from the root down (local names, namespaces ignored).
@@ -54,9 +63,7 @@ pub fn parse_sitemap(bytes: &[u8]) -> Result<Sitemap, SitemapError> {
     let mut text = String::new();
     let mut buffer = Vec::new();
     loop {
-        let event = reader
-            .read_event_into(&mut buffer)
-            .map_err(|e| SitemapError::Xml(e.to_string()))?;
+        let event = reader.read_event_into(&mut buffer).map_err(read_error)?;
         match event {
             Event::Start(start) => {
                 path.push(start.local_name().as_ref().to_ascii_lowercase());
