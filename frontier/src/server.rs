@@ -204,7 +204,8 @@ const WRITE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs
 /// Keeps the health service's answer in step with the store: NOT_SERVING
 /// while it refuses writes (a full disk, or a failure that halted them), so
 /// that probes and load balancers see it, SERVING again when writes resume.
-/// Reads are served all along.
+/// It is also what reopens the store's files after a failed write, once
+/// the disk has room ([`crate::store::Store::recover_if_needed`]).
 async fn watch_writes(health: tonic_health::server::HealthReporter, frontier: Arc<Frontier>) {
     use tonic_health::ServingStatus;
     const SERVICES: [&str; 2] = ["", "urlfrontier.URLFrontier"];
@@ -213,8 +214,14 @@ async fn watch_writes(health: tonic_health::server::HealthReporter, frontier: Ar
     loop {
         interval.tick().await;
         let frontier = Arc::clone(&frontier);
-        let Ok(state) =
-            tokio::task::spawn_blocking(move || frontier.ingest().store().write_state()).await
+        let Ok(state) = tokio::task::spawn_blocking(move || {
+            let store = frontier.ingest().store();
+            if let Err(error) = store.recover_if_needed() {
+                tracing::debug!(%error, "store files not reopened yet");
+            }
+            store.write_state()
+        })
+        .await
         else {
             continue;
         };

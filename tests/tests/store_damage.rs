@@ -9,7 +9,7 @@ use std::process::Command;
 
 use crawl_tests::{FrontierProcess, binary};
 use proto::urlfrontier::{
-    CountUrlParams, DiscoveredBatch, QueueWithinCrawlParams, UrlInfo, UrlStatusRequest,
+    CountUrlParams, DiscoveredBatch, ListUrlParams, QueueWithinCrawlParams, UrlInfo,
     ack_message::Status as Ack,
 };
 
@@ -71,19 +71,30 @@ async fn count_urls(frontier: &FrontierProcess) -> u64 {
         .value
 }
 
-/// Every URL of `urls` is stored.
+/// Every URL of `urls` is stored (read in one ListURLs stream).
 async fn assert_stored(frontier: &FrontierProcess, urls: &[String]) {
-    let mut client = frontier.client().await;
-    for url in urls {
-        client
-            .get_url_status(UrlStatusRequest {
-                url: url.clone(),
-                crawl_id: CRAWL.into(),
-                ..UrlStatusRequest::default()
-            })
-            .await
-            .unwrap_or_else(|status| panic!("acknowledged {url} is missing: {status}"));
+    let mut stream = frontier
+        .client()
+        .await
+        .list_ur_ls(ListUrlParams {
+            size: u32::MAX,
+            crawl_id: CRAWL.into(),
+            ..ListUrlParams::default()
+        })
+        .await
+        .expect("ListURLs")
+        .into_inner();
+    let mut stored = std::collections::HashSet::new();
+    while let Some(item) = stream.message().await.expect("a URL item") {
+        stored.insert(item.id);
     }
+    let missing: Vec<&String> = urls.iter().filter(|url| !stored.contains(*url)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged URLs missing, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
 }
 
 /// A store killed right after acknowledging 3,000 URLs: they are in its
@@ -389,6 +400,81 @@ async fn a_full_disk_stops_writes_and_they_resume_when_there_is_room() {
     let frontier = FrontierProcess::start(&data, &["--partitions", "8", "--min-free-mb", "24"]);
     assert_stored(&frontier, &before).await;
     assert_stored(&frontier, &during).await;
+    drop(frontier);
+    drop(mount);
+}
+
+/// Fills `dir`'s file system to the last byte; answers the filler.
+fn fill_completely(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let filler = dir.join("filler-full");
+    let mut file = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![1_u8; 1 << 20];
+    loop {
+        if file.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    let mut byte = [1_u8];
+    while file.write_all(&byte).is_ok() {
+        byte[0] = 1;
+    }
+    filler
+}
+
+/// With no floor, the disk fills under redb itself: its files refuse every
+/// call after the failed write. The frontier reopens them in place once
+/// there is room, replays its log, and loses nothing acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_filled_under_redb_is_recovered_without_a_restart() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let root = tempfile::tempdir().unwrap();
+    let Some(mount) = Mount::tmpfs(&root.path().join("disk"), 64) else {
+        eprintln!("SKIPPED: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let data = mount.0.join("data");
+    let args = ["--partitions", "8", "--min-free-mb", "0"];
+    let frontier = FrontierProcess::start(&data, &args);
+    let mut acked = Vec::new();
+    let first: Vec<String> = (0..1_000).map(url).collect();
+    let (ok, _) = put_discovered(&frontier, &first).await;
+    acked.extend(ok);
+    let filler = fill_completely(&mount.0);
+    // Writes go on into the log's allocated room until a redb write (a
+    // checkpoint, every few seconds) meets the full disk.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut next = 1_000;
+    loop {
+        let batch: Vec<String> = (next..next + 100).map(url).collect();
+        next += 100;
+        let (ok, failed) = put_discovered(&frontier, &batch).await;
+        acked.extend(ok);
+        if failed > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "writes never failed on a full disk"
+        );
+    }
+    wait_for_health(&frontier, ServingStatus::NotServing as i32).await;
+    std::fs::remove_file(&filler).unwrap();
+    wait_for_health(&frontier, ServingStatus::Serving as i32).await;
+    assert!(
+        frontier.log_text().contains("store files reopened"),
+        "{}",
+        frontier.log_text()
+    );
+    assert_stored(&frontier, &acked).await;
+    let after: Vec<String> = (next..next + 500).map(url).collect();
+    let (ok, failed) = put_discovered(&frontier, &after).await;
+    assert_eq!((ok.len(), failed), (after.len(), 0));
+    acked.extend(ok);
+    frontier.kill();
+    let frontier = FrontierProcess::start(&data, &args);
+    assert_stored(&frontier, &acked).await;
+    assert_eq!(count_urls(&frontier).await, acked.len() as u64);
     drop(frontier);
     drop(mount);
 }

@@ -70,6 +70,7 @@
 
 pub mod inspect;
 mod open;
+mod recover;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
@@ -86,6 +87,10 @@ pub const SCHEMA_VERSION: u64 = 4;
 
 /// redb's page cache unless configured otherwise: redb's own default.
 pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
+
+/// How the operating system words a full disk (ENOSPC), in a failure's
+/// text.
+const NO_SPACE_TEXT: &str = "No space left on device";
 
 /// The store's main file name inside the data directory.
 pub const FILE_NAME: &str = "frontier.redb";
@@ -386,6 +391,22 @@ pub enum StoreError {
         /// What `urls.redb` holds.
         urls_lsn: u64,
     },
+    /// A write to the store's files failed; redb refuses every call on
+    /// them until they are reopened.
+    #[error(
+        "a write to the store's files failed ({reason}); writes are refused until they are reopened, which the server does by itself once the disk has room again. Nothing acknowledged is lost: the write-ahead log holds it"
+    )]
+    Poisoned {
+        /// What failed.
+        reason: String,
+        /// Whether it failed for lack of room.
+        disk_full: bool,
+    },
+    /// A reopening of the files failed, and they are closed.
+    #[error(
+        "the store's files could not be reopened ({0}); restart the server: the write-ahead log replays everything acknowledged"
+    )]
+    Closed(String),
     /// A group could not be applied to `frontier.redb` after `urls.redb`
     /// took it; writes stop until a restart replays the log.
     #[error("writes halted until restart: {0}")]
@@ -424,8 +445,18 @@ impl StoreError {
             Self::DiskFull { .. } => true,
             Self::Wal(error) => error.is_disk_full(),
             Self::Storage(redb::Error::Io(error)) => error.raw_os_error() == Some(NO_SPACE),
+            Self::Poisoned { disk_full, .. } => *disk_full,
             _ => false,
         }
+    }
+
+    /// Whether this is a failed read or write of a file, after which redb
+    /// refuses every call until the file is reopened.
+    fn poisons(&self) -> bool {
+        matches!(
+            self,
+            Self::Storage(redb::Error::Io(_) | redb::Error::PreviousIo)
+        )
     }
 }
 
@@ -498,10 +529,14 @@ fn open_if_exists<K: redb::Key + 'static, V: redb::Value + 'static>(
 
 /// An open store.
 pub struct Store {
-    /// `frontier.redb`: everything but the `urls` table.
-    db: Database,
-    /// `urls.redb`: the `urls` table.
-    urls_db: Database,
+    /// The two redb files; `None` only while a recovery that failed left
+    /// them closed (module `recover`).
+    files: std::sync::RwLock<Option<Files>>,
+    /// Set when a write to the files failed: redb then refuses every call
+    /// until they are reopened ([`Store::recover`]).
+    poisoned: std::sync::Mutex<Option<String>>,
+    /// redb's page cache per file, for a reopening.
+    cache_bytes: usize,
     path: PathBuf,
     /// Writes are refused while less is free (see [`StoreOptions`]).
     min_free_bytes: u64,
@@ -513,6 +548,27 @@ pub struct Store {
     /// second stage.
     due_side: Mutex<DueSide>,
     due_applied: Condvar,
+}
+
+/// The store's two redb files.
+struct Files {
+    /// `frontier.redb`: everything but the `urls` table.
+    db: Database,
+    /// `urls.redb`: the `urls` table.
+    urls_db: Database,
+}
+
+/// The files, read-locked for a call (a recovery takes them whole).
+struct FilesGuard<'a>(std::sync::RwLockReadGuard<'a, Option<Files>>);
+
+impl std::ops::Deref for FilesGuard<'_> {
+    type Target = Files;
+
+    fn deref(&self) -> &Files {
+        self.0
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("checked when the guard was made"))
+    }
 }
 
 /// What writes share under the store's lock.
@@ -650,9 +706,53 @@ impl Store {
     /// Whether writes are taken now: `Err` says why not (the disk is full,
     /// or a failure halted writes until a restart).
     pub fn write_state(&self) -> Result<(), StoreError> {
+        self.check_poisoned()?;
         self.lock_writer().wal.check_writable()?;
         Self::check_due_side(&self.lock_due_side())?;
         self.check_space()
+    }
+
+    /// The files, for one call.
+    fn files(&self) -> Result<FilesGuard<'_>, StoreError> {
+        let files = self
+            .files
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if files.is_none() {
+            return Err(StoreError::Closed("an earlier reopening failed".to_owned()));
+        }
+        Ok(FilesGuard(files))
+    }
+
+    /// Fails while a failed write keeps the files unusable.
+    fn check_poisoned(&self) -> Result<(), StoreError> {
+        match &*self
+            .poisoned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            Some(reason) => Err(StoreError::Poisoned {
+                reason: reason.clone(),
+                disk_full: reason.contains(NO_SPACE_TEXT),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Records that a failed write left the files unusable until reopened.
+    fn note_failure(&self, error: &StoreError) {
+        if error.poisons() {
+            let mut reason = error.to_string();
+            if error.is_disk_full() && !reason.contains(NO_SPACE_TEXT) {
+                reason.push_str(": ");
+                reason.push_str(NO_SPACE_TEXT);
+            }
+            tracing::error!(%error, "a write to the store's files failed; writes refused until they are reopened");
+            self.poisoned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get_or_insert(reason);
+        }
     }
 
     /// Fails once a second stage has failed.
@@ -674,12 +774,19 @@ impl Store {
         writer.wal.check_writable()?;
         let due_side = self.lock_due_side();
         Self::check_due_side(&due_side)?;
+        self.check_poisoned()?;
         self.check_space()?;
-        let mut write = self.db.begin_write()?;
-        write.set_quick_repair(true);
-        let out = change(&write)?;
-        write.commit()?;
-        Ok(out)
+        let written = self.files().and_then(|files| {
+            let mut write = files.db.begin_write()?;
+            write.set_quick_repair(true);
+            let out = change(&write)?;
+            write.commit()?;
+            Ok(out)
+        });
+        if let Err(error) = &written {
+            self.note_failure(error);
+        }
+        written
     }
 
     /// Commits both files durably, `frontier.redb` first (with the held
@@ -769,7 +876,8 @@ impl Store {
         let mut writer = self.lock_drained_writer()?;
         let Writer { wal, queue_counts } = &mut *writer;
         let _due_side = self.lock_due_side();
-        Self::make_durable(&self.db, &self.urls_db, queue_counts, wal.last_lsn())?;
+        let files = self.files()?;
+        Self::make_durable(&files.db, &files.urls_db, queue_counts, wal.last_lsn())?;
         *queue_counts = QueueCounts::default();
         wal.checkpointed();
         Ok(())
@@ -789,7 +897,7 @@ impl Store {
 
     /// The schema version recorded in the file.
     pub fn schema_version(&self) -> Result<u64, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.files()?.db.begin_read()?;
         let meta = read.open_table(META)?;
         Ok(meta
             .get(SCHEMA_VERSION_KEY)?
@@ -800,7 +908,7 @@ impl Store {
     /// The token a clean shutdown recorded after writing filter snapshots,
     /// if the store has not been written since.
     pub fn clean_shutdown_token(&self) -> Result<Option<u64>, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.files()?.db.begin_read()?;
         let meta = read.open_table(META)?;
         Ok(meta.get(CLEAN_TOKEN_KEY)?.map(|v| v.value()))
     }
@@ -870,6 +978,7 @@ impl Store {
         let Writer { wal, queue_counts } = &mut *writer;
         wal.check_writable()?;
         Self::check_due_side(&self.lock_due_side())?;
+        self.check_poisoned()?;
         self.check_space()?;
         let lsn = wal.last_lsn() + 1;
         let record_start = wal.end();
@@ -878,7 +987,8 @@ impl Store {
             wal.unappend(record_start);
             return Err(error.into());
         }
-        let (results, changes, counts) = match Self::commit_urls(&self.urls_db, ops, lsn) {
+        let committed = Self::commit_urls(&self.files()?.urls_db, ops, lsn);
+        let (results, changes, counts) = match committed {
             Ok(applied) => applied,
             Err(error) => {
                 // The group is not in redb: its record goes, so that a
@@ -888,6 +998,7 @@ impl Store {
                 // have done).
                 wal.unappend(record_start);
                 let _ = wal.sync();
+                self.note_failure(&error);
                 return Err(error);
             }
         };
@@ -901,15 +1012,27 @@ impl Store {
             });
         }
         let mut due_side = self.lock_due_side();
-        let finished = Self::commit_due(&self.db, &changes, lsn)
-            .and_then(|()| Self::make_durable(&self.db, &self.urls_db, queue_counts, lsn));
-        if let Err(error) = finished {
+        let files = self.files()?;
+        if let Err(error) = Self::commit_due(&files.db, &changes, lsn) {
+            self.note_failure(&error);
             self.halt(&mut due_side, &error, lsn);
             return Err(error);
         }
+        // The group is applied and its record synced: it stands whether or
+        // not the checkpoint does. A checkpoint that fails keeps the log as
+        // it is (it still holds every group since the last one), and the
+        // files are reopened and the log replayed once they can be written.
         due_side.lsn = lsn;
-        *queue_counts = QueueCounts::default();
-        wal.checkpointed();
+        match Self::make_durable(&files.db, &files.urls_db, queue_counts, lsn) {
+            Ok(()) => {
+                *queue_counts = QueueCounts::default();
+                wal.checkpointed();
+            }
+            Err(error) => {
+                tracing::warn!(%error, "checkpoint failed; the write-ahead log keeps the groups since the last one");
+                self.note_failure(&error);
+            }
+        }
         Ok(StagedGroup {
             lsn,
             changes: None,
@@ -930,9 +1053,12 @@ impl Store {
         // group can be staged meanwhile: redb runs one write transaction of
         // a file at a time, which orders this one and settings writes.
         Self::check_due_side(&self.lock_due_side())?;
-        let finished = Self::commit_due(&self.db, &changes, staged.lsn);
+        let finished = self
+            .files()
+            .and_then(|files| Self::commit_due(&files.db, &changes, staged.lsn));
         let mut due_side = self.lock_due_side();
         if let Err(error) = finished {
+            self.note_failure(&error);
             self.halt(&mut due_side, &error, staged.lsn);
             return Err(error);
         }
@@ -1277,7 +1403,7 @@ impl Store {
         partitions: u32,
         mut visit: impl FnMut(u32, &str, UrlRecord) -> bool,
     ) -> Result<(), StoreError> {
-        let read = self.urls_db.begin_read()?;
+        let read = self.files()?.urls_db.begin_read()?;
         let Some(table) = open_if_exists(&read, URLS)? else {
             return Ok(());
         };
@@ -1307,7 +1433,7 @@ impl Store {
         // is counted twice or missed.
         let (read, held) = {
             let writer = self.lock_drained_writer()?;
-            (self.db.begin_read()?, writer.queue_counts.clone())
+            (self.files()?.db.begin_read()?, writer.queue_counts.clone())
         };
         let mut records = std::collections::BTreeMap::new();
         if let Some(table) = open_if_exists(&read, QUEUES)? {
@@ -1360,7 +1486,7 @@ impl Store {
         &self,
         mut visit: impl FnMut(&str, u32),
     ) -> Result<(), StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.files()?.db.begin_read()?;
         let Some(table) = open_if_exists(&read, CRAWL_SETTINGS)? else {
             return Ok(());
         };
@@ -1373,7 +1499,7 @@ impl Store {
 
     /// Whether serving is paused (SetActive(false)).
     pub fn serving_paused(&self) -> Result<bool, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.files()?.db.begin_read()?;
         let meta = read.open_table(META)?;
         Ok(meta
             .get(SERVING_PAUSED_KEY)?
@@ -1399,7 +1525,7 @@ impl Store {
         after: Option<(u64, &str)>,
         limit: usize,
     ) -> Result<Vec<(u64, String, u32)>, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.files()?.db.begin_read()?;
         let Some(table) = open_if_exists(&read, DUE)? else {
             return Ok(Vec::new());
         };
@@ -1424,7 +1550,7 @@ impl Store {
 
     /// A crawl's not-completed URLs split into due by `now` and later.
     pub fn count_due(&self, crawl: &str, now: u64) -> Result<(u64, u64), StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.files()?.db.begin_read()?;
         let Some(table) = open_if_exists(&read, DUE)? else {
             return Ok((0, 0));
         };
@@ -1457,7 +1583,7 @@ impl Store {
 
     /// Calls `visit(crawl, host)` for every registered seed host.
     pub fn for_each_seed_host(&self, mut visit: impl FnMut(&str, &str)) -> Result<(), StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.files()?.db.begin_read()?;
         let Some(table) = open_if_exists(&read, SEED_HOSTS)? else {
             return Ok(());
         };
@@ -1476,7 +1602,7 @@ impl Store {
         crawl: &str,
         url: &str,
     ) -> Result<Option<UrlRecord>, StoreError> {
-        let read = self.urls_db.begin_read()?;
+        let read = self.files()?.urls_db.begin_read()?;
         let Some(table) = open_if_exists(&read, URLS)? else {
             return Ok(None);
         };
@@ -1493,7 +1619,7 @@ impl Store {
         &self,
         keys: impl IntoIterator<Item = (u32, &'a str, &'a str)>,
     ) -> Result<Vec<bool>, StoreError> {
-        let read = self.urls_db.begin_read()?;
+        let read = self.files()?.urls_db.begin_read()?;
         let table = open_if_exists(&read, URLS)?;
         keys.into_iter()
             .map(|key| match &table {
@@ -1527,7 +1653,7 @@ impl Store {
         &self,
         mut visit: impl FnMut(u32, &str, &str, &UrlRecord),
     ) -> Result<u64, StoreError> {
-        let read = self.urls_db.begin_read()?;
+        let read = self.files()?.urls_db.begin_read()?;
         let Some(table) = open_if_exists(&read, URLS)? else {
             return Ok(0);
         };
@@ -1549,7 +1675,7 @@ impl Store {
         partition: u32,
         mut visit: impl FnMut(&str, &str),
     ) -> Result<u64, StoreError> {
-        let read = self.urls_db.begin_read()?;
+        let read = self.files()?.urls_db.begin_read()?;
         let Some(table) = open_if_exists(&read, URLS)? else {
             return Ok(0);
         };
@@ -1566,7 +1692,7 @@ impl Store {
     /// The last log record `urls.redb` holds.
     #[cfg(test)]
     fn applied_lsn(&self) -> Result<u64, StoreError> {
-        open::urls_lsn(&self.urls_db.begin_read()?)
+        open::urls_lsn(&self.files()?.urls_db.begin_read()?)
     }
 
     #[cfg(test)]
@@ -1940,7 +2066,7 @@ mod tests {
         assert_eq!(store.applied_lsn().unwrap(), 10);
         assert_eq!(queue_counts(&store), [("q".to_owned(), 4, 1)]);
         // The main file no longer holds a copy.
-        let read = store.db.begin_read().unwrap();
+        let read = store.files().unwrap().db.begin_read().unwrap();
         assert!(open_if_exists(&read, URLS).unwrap().is_none());
     }
 

@@ -14,8 +14,9 @@ use std::sync::{Condvar, Mutex};
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::{
-    APPLIED_LSN_KEY, COUNTS_LSN_KEY, DEFAULT_CACHE_BYTES, DueSide, FILE_NAME, META, SCHEMA_VERSION,
-    SCHEMA_VERSION_KEY, Store, StoreError, URLS, URLS_FILE_NAME, URLS_META, Writer, open_if_exists,
+    APPLIED_LSN_KEY, COUNTS_LSN_KEY, DEFAULT_CACHE_BYTES, DueSide, FILE_NAME, Files, META,
+    SCHEMA_VERSION, SCHEMA_VERSION_KEY, Store, StoreError, URLS, URLS_FILE_NAME, URLS_META, Writer,
+    open_if_exists,
 };
 use crate::queue_counts::QueueCounts;
 use crate::wal::{self, LogRecord, Wal, WalError};
@@ -275,8 +276,9 @@ impl Store {
         wal.set_last_lsn(last);
         wal.checkpointed();
         Ok(Self {
-            db,
-            urls_db,
+            files: std::sync::RwLock::new(Some(Files { db, urls_db })),
+            poisoned: Mutex::new(None),
+            cache_bytes: cache,
             path,
             min_free_bytes: options.min_free_bytes,
             writer: Mutex::new(Writer {
@@ -343,7 +345,7 @@ impl Store {
     }
 
     /// Opens an existing file (never creates one).
-    fn open_file(path: &Path, cache_bytes: usize) -> Result<Database, StoreError> {
+    pub(super) fn open_file(path: &Path, cache_bytes: usize) -> Result<Database, StoreError> {
         Database::builder()
             .set_cache_size(cache_bytes)
             .open(path)
@@ -477,7 +479,7 @@ impl Store {
         log_required: bool,
     ) -> Result<(), StoreError> {
         let path = data_dir.join(FILE_NAME);
-        let records = match wal::read_for_upgrade(data_dir, urls_lsn(&urls_db.begin_read()?)?) {
+        let records = match wal::read_records(data_dir, urls_lsn(&urls_db.begin_read()?)?) {
             Ok(recovered) => recovered.records,
             Err(WalError::Missing { .. }) if !log_required => Vec::new(),
             Err(error) => return Err(error.into()),
@@ -502,7 +504,7 @@ impl Store {
     /// after those the `queues` table holds. Every record from the one
     /// after `urls.redb`'s up to the one `frontier.redb` holds must be in
     /// the log: a log that lacks them lost acknowledged writes.
-    fn replay(
+    pub(super) fn replay(
         db: &Database,
         urls_db: &Database,
         path: &Path,

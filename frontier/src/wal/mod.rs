@@ -527,10 +527,12 @@ pub fn inspect(data_dir: &Path, durable_lsn: u64) -> Result<Inspection, WalError
     inspect_bytes(&path, &bytes, durable_lsn)
 }
 
-/// The records of a log of a store being upgraded from schema 3 (a log of
-/// format 1, or of format 2 when an earlier upgrade stopped after replacing
-/// it), judged as [`Wal::open`] judges.
-pub fn read_for_upgrade(data_dir: &Path, durable_lsn: u64) -> Result<Recovered, WalError> {
+/// The records of the log in `data_dir`, of either format, judged as
+/// [`Wal::open`] judges, without opening it for writing: for a store being
+/// upgraded from schema 3 (a log of format 1, or of format 2 when an
+/// earlier upgrade stopped after replacing it), and for files reopened in
+/// place.
+pub fn read_records(data_dir: &Path, durable_lsn: u64) -> Result<Recovered, WalError> {
     let path = path_in(data_dir);
     let inspection = inspect(data_dir, durable_lsn)?;
     Ok(judge(&path, inspection.scan)?.0)
@@ -976,12 +978,12 @@ mod tests {
             bytes.extend_from_slice(&payload);
         }
         rewrite(dir.path(), &bytes);
-        let recovered = read_for_upgrade(dir.path(), 0).unwrap();
+        let recovered = read_records(dir.path(), 0).unwrap();
         assert_eq!(recovered.records.len(), 2);
         bytes[MAGIC_V1.len() + 20] ^= 0x40;
         rewrite(dir.path(), &bytes);
         assert!(matches!(
-            read_for_upgrade(dir.path(), 0),
+            read_records(dir.path(), 0),
             Err(WalError::Corrupt { .. })
         ));
         assert!(matches!(

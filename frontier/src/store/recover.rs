@@ -1,0 +1,80 @@
+//! Reopening the store's files in place after a failed write.
+//!
+//! redb refuses every call on a file once one of its writes failed (a full
+//! disk, say) until the file is reopened. The files are then closed and
+//! opened again, which takes them back to their last durable commit, and
+//! the write-ahead log's records after it are replayed: every group
+//! acknowledged is back, with no restart. This is done only when it is
+//! exact: when every group the log holds was applied to both files and
+//! seen by the scheduler (a group that failed on its way was taken out of
+//! the log, and a checkpoint that failed left the log whole). After a
+//! failure between the two files' stages, or a failed sync of the log, a
+//! restart is what mends the store.
+
+use redb::ReadableDatabase;
+
+use super::open::urls_lsn;
+use super::{Files, QueueCounts, Store, StoreError, URLS_FILE_NAME};
+use crate::wal;
+
+impl Store {
+    /// Reopens the files if a failed write left them unusable and the disk
+    /// has room again; answers whether it did.
+    pub fn recover_if_needed(&self) -> Result<bool, StoreError> {
+        if self.check_poisoned().is_ok() {
+            return Ok(false);
+        }
+        self.check_space()?;
+        self.recover()?;
+        Ok(true)
+    }
+
+    fn recover(&self) -> Result<(), StoreError> {
+        let mut writer = self.lock_writer();
+        writer.wal.check_writable()?;
+        let mut due_side = self.lock_due_side();
+        Self::check_due_side(&due_side)?;
+        if due_side.lsn != writer.wal.last_lsn() {
+            return Err(StoreError::Closed(format!(
+                "group {} was applied to one file only; restart the server",
+                due_side.lsn + 1
+            )));
+        }
+        let mut files = self
+            .files
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Closed first: a file's lock goes with its last handle.
+        drop(files.take());
+        let data_dir = self.data_dir().to_owned();
+        let reopened = (|| -> Result<(Files, u64), StoreError> {
+            let db = Self::open_file(&self.path, self.cache_bytes)?;
+            let urls_db = Self::open_file(&data_dir.join(URLS_FILE_NAME), self.cache_bytes)?;
+            let durable = urls_lsn(&urls_db.begin_read()?)?;
+            let records = wal::read_records(&data_dir, durable)?.records;
+            let last = Self::replay(&db, &urls_db, &self.path, writer.wal.path(), &records)?;
+            Ok((Files { db, urls_db }, last))
+        })();
+        let (reopened, last) = reopened.map_err(|error| StoreError::Closed(error.to_string()))?;
+        if last != writer.wal.last_lsn() {
+            return Err(StoreError::Closed(format!(
+                "the log replays up to group {last}, but groups up to {} were applied",
+                writer.wal.last_lsn()
+            )));
+        }
+        *files = Some(reopened);
+        // The replay made every group durable, queue counts included.
+        writer.queue_counts = QueueCounts::default();
+        writer.wal.checkpointed();
+        due_side.lsn = last;
+        *self
+            .poisoned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        tracing::info!(
+            last,
+            "store files reopened and the write-ahead log replayed; writes resume"
+        );
+        Ok(())
+    }
+}
