@@ -14,6 +14,7 @@ use frontier::ingest::{DedupMode, FilterConfig, FiltersFrom};
 use frontier::scope::{Rules, ScopeMode};
 use frontier::service::{Frontier, FrontierConfig};
 use proto::admin::admin_client::AdminClient;
+use proto::bearer::Bearer;
 use proto::urlfrontier::url_frontier_client::UrlFrontierClient;
 use tonic::transport::Channel;
 
@@ -165,36 +166,11 @@ struct ClientArgs {
     token: Option<String>,
 }
 
-/// Adds the admin token to every call.
-#[derive(Clone)]
-struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
-        Ok(request)
-    }
-}
-
 type Intercepted = tonic::service::interceptor::InterceptedService<Channel, Bearer>;
 
 impl ClientArgs {
     async fn channel(&self) -> anyhow::Result<(Channel, Bearer)> {
-        let bearer = match &self.token {
-            Some(token) => Bearer(Some(
-                format!("Bearer {token}")
-                    .parse()
-                    .context("the admin token must be printable ASCII")?,
-            )),
-            None => Bearer(None),
-        };
+        let bearer = Bearer::new(self.token.as_deref()).context("--token")?;
         Ok((connect(&self.addr).await?, bearer))
     }
 

@@ -9,6 +9,7 @@
 //!   ([`urlfrontier::url_frontier_server`]).
 //! - [`admin`]: the frontier's own admin API (package `frontier.admin.v1`,
 //!   service `Admin`): filter health, rebuilds, seeds, progress, URL checks.
+//! - [`bearer`]: the client-side interceptor that sends the admin token.
 //! - [`codec`]: prost's codec, with undecodable messages answered as
 //!   INVALID_ARGUMENT.
 //! - [`metrics_endpoint`]: the Prometheus `GET /metrics` endpoint both
@@ -16,6 +17,7 @@
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server
 //!   reflection.
 
+pub mod bearer;
 pub mod codec;
 pub mod metrics_endpoint;
 

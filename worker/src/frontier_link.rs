@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use proto::bearer::Bearer;
 use proto::urlfrontier::{
     self as uf, DiscoveredBatch, GetParams, UrlInfo, UrlItem, ack_message::Status as Ack,
     url_frontier_client::UrlFrontierClient,
@@ -18,24 +19,6 @@ use tonic::transport::Channel;
 pub struct LinkError {
     address: String,
     reason: String,
-}
-
-/// Adds the frontier's token to every call, when there is one.
-#[derive(Debug, Clone)]
-pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
-        Ok(request)
-    }
 }
 
 /// The client the link calls through.
@@ -58,15 +41,10 @@ impl FrontierLink {
     /// `token` on every call when given; connects on first use and again
     /// after any failure.
     pub fn new(address: &str, token: Option<&str>) -> Result<Self, LinkError> {
-        let bearer = match token {
-            Some(token) => Bearer(Some(format!("Bearer {token}").parse().map_err(|_| {
-                LinkError {
-                    address: address.to_owned(),
-                    reason: "the token must be printable ASCII".to_owned(),
-                }
-            })?)),
-            None => Bearer(None),
-        };
+        let bearer = Bearer::new(token).map_err(|error| LinkError {
+            address: address.to_owned(),
+            reason: error.to_string(),
+        })?;
         let endpoint = Channel::from_shared(address.to_owned()).map_err(|e| LinkError {
             address: address.to_owned(),
             reason: e.to_string(),
