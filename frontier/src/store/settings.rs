@@ -1,0 +1,80 @@
+//! Settings written outside groups (queue settings, default delays, the
+//! paused flag, seeds, the partition count): durable commits of
+//! `frontier.redb` under the writer's lock, so the log and the file agree
+//! on order.
+
+use redb::ReadableTable;
+
+use super::{
+    CRAWL_SETTINGS, META, PARTITIONS_KEY, QUEUES, QueueRecord, SEED_HOSTS, SERVING_PAUSED_KEY,
+    Store, StoreError, decode_queue,
+};
+
+impl Store {
+    /// Changes a queue's settings (not its counts, which stay held in
+    /// memory until the next checkpoint), durably.
+    pub fn update_queue_settings(
+        &self,
+        crawl: &str,
+        queue: &str,
+        change: impl FnOnce(&mut QueueRecord),
+    ) -> Result<(), StoreError> {
+        self.write_durably(|write| {
+            let mut queues = write.open_table(QUEUES)?;
+            let mut record = match queues.get((crawl, queue))? {
+                Some(bytes) => decode_queue(crawl, queue, bytes.value())?,
+                None => QueueRecord::default(),
+            };
+            change(&mut record);
+            queues.insert((crawl, queue), record.encode().as_slice())?;
+            Ok(())
+        })
+    }
+
+    /// Sets the default delay of a crawl's queues, durably.
+    pub fn set_default_delay(&self, crawl: &str, secs: u32) -> Result<(), StoreError> {
+        self.write_durably(|write| {
+            write.open_table(CRAWL_SETTINGS)?.insert(crawl, secs)?;
+            Ok(())
+        })
+    }
+
+    /// Records whether serving is paused, durably.
+    pub fn set_serving_paused(&self, paused: bool) -> Result<(), StoreError> {
+        self.write_durably(|write| {
+            write
+                .open_table(META)?
+                .insert(SERVING_PAUSED_KEY, u64::from(paused))?;
+            Ok(())
+        })
+    }
+
+    /// Registers hosts as seeds of a crawl, durably.
+    pub fn add_seed_hosts(&self, crawl: &str, hosts: &[String]) -> Result<(), StoreError> {
+        self.write_durably(|write| {
+            let mut table = write.open_table(SEED_HOSTS)?;
+            for host in hosts {
+                table.insert((crawl, host.as_str()), ())?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The partition count URL keys were made with; recorded on first use.
+    pub fn partitions(&self, configured: u32) -> Result<u32, StoreError> {
+        let recorded = self.write_durably(|write| {
+            let mut meta = write.open_table(META)?;
+            let recorded = meta.get(PARTITIONS_KEY)?.map(|v| v.value());
+            Ok(match recorded {
+                Some(recorded) => recorded,
+                None => {
+                    meta.insert(PARTITIONS_KEY, u64::from(configured))?;
+                    u64::from(configured)
+                }
+            })
+        })?;
+        u32::try_from(recorded).map_err(|_| StoreError::NotAFrontierStore {
+            path: self.path.clone(),
+        })
+    }
+}

@@ -1,0 +1,167 @@
+//! What the store takes and answers: the writes a group holds, what each
+//! did, and a queue's stored record.
+
+use crate::record::{RecordError, UrlRecord};
+
+/// A queue's persistent state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueRecord {
+    /// URLs the queue holds (completed or not).
+    pub urls: u64,
+    /// Of those, completed.
+    pub completed: u64,
+    /// Served from again at this UTC epoch second; 0: not blocked.
+    pub blocked_until: u64,
+    /// Own minimum seconds between serves; `None`: the crawl's default.
+    pub delay_secs: Option<u32>,
+    /// Not served once this many URLs are completed; 0: no limit.
+    pub crawl_limit: u32,
+}
+
+const QUEUE_RECORD_VERSION: u8 = 1;
+const QUEUE_RECORD_LEN: usize = 1 + 8 + 8 + 8 + 4 + 4;
+
+impl QueueRecord {
+    /// The binary form: version, then little-endian urls, completed,
+    /// blocked_until, delay (`u32::MAX`: the crawl's default), crawl_limit.
+    #[must_use]
+    pub fn encode(&self) -> [u8; QUEUE_RECORD_LEN] {
+        let mut out = [0_u8; QUEUE_RECORD_LEN];
+        out[0] = QUEUE_RECORD_VERSION;
+        out[1..9].copy_from_slice(&self.urls.to_le_bytes());
+        out[9..17].copy_from_slice(&self.completed.to_le_bytes());
+        out[17..25].copy_from_slice(&self.blocked_until.to_le_bytes());
+        out[25..29].copy_from_slice(&self.delay_secs.unwrap_or(u32::MAX).to_le_bytes());
+        out[29..33].copy_from_slice(&self.crawl_limit.to_le_bytes());
+        out
+    }
+
+    /// Reads the binary form.
+    pub fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
+        if bytes.first() != Some(&QUEUE_RECORD_VERSION) {
+            return Err(RecordError::UnknownVersion(
+                bytes.first().copied().unwrap_or(0),
+            ));
+        }
+        if bytes.len() != QUEUE_RECORD_LEN {
+            return Err(RecordError::Truncated);
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap_or([0; 4]));
+        let delay = u32_at(25);
+        Ok(Self {
+            urls: u64_at(1),
+            completed: u64_at(9),
+            blocked_until: u64_at(17),
+            delay_secs: (delay != u32::MAX).then_some(delay),
+            crawl_limit: u32_at(29),
+        })
+    }
+}
+
+/// A URL whose state a client reports (a URL Frontier "known" item): its
+/// record is overwritten, or created when the crawl does not know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownUrl {
+    /// The crawl.
+    pub crawl: String,
+    /// The canonical URL.
+    pub url: String,
+    /// The filter partition of its host.
+    pub partition: u32,
+    /// The queue the client named; `None`: the stored one (for a new URL,
+    /// `default_queue`).
+    pub queue_key: Option<String>,
+    /// The queue of a URL the crawl does not know yet, when the client named
+    /// none (its host).
+    pub default_queue: String,
+    /// Next due date; 0: completed.
+    pub due_at: u64,
+    /// The client's metadata, replacing what was stored.
+    pub metadata: std::collections::BTreeMap<String, Vec<String>>,
+    /// Creation date, for a URL the crawl does not know yet.
+    pub now: u64,
+}
+
+/// One write of a group transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Store a discovered URL unless its crawl knows it.
+    Discover(NewUrl),
+    /// Overwrite (or create) a URL's state.
+    Known(KnownUrl),
+    /// Remove URLs.
+    Delete(Deletion),
+}
+
+/// Which URLs a [`WriteOp::Delete`] removes: those of a crawl, optionally
+/// only of one queue, optionally only those created before a date.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    /// The crawl.
+    pub crawl: String,
+    /// Only this queue's URLs.
+    pub queue: Option<String>,
+    /// Only URLs created before this UTC epoch second.
+    pub created_before: Option<u64>,
+    /// The store's partition count (URL keys start with the partition).
+    pub partitions: u32,
+}
+
+impl Deletion {
+    /// Whether whole queues (and, without a queue, the crawl) go: settings
+    /// included, not only URLs.
+    #[must_use]
+    pub fn removes_queues(&self) -> bool {
+        self.created_before.is_none()
+    }
+}
+
+/// What a deletion removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Removed {
+    /// URLs removed.
+    pub urls: u64,
+    /// Per partition, URLs removed.
+    pub per_partition: std::collections::BTreeMap<u32, u64>,
+    /// Per queue, (URLs, completed URLs) removed.
+    pub per_queue: std::collections::BTreeMap<String, (u64, u64)>,
+}
+
+/// What one [`WriteOp`] did, for the scheduler's memory and the caller's
+/// answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// A discovered URL: stored (`true`) or already known.
+    Discovered {
+        /// Whether it was stored.
+        stored: bool,
+    },
+    /// A known URL's new state.
+    Known {
+        /// The queue and due date it had, if the crawl knew it (due 0:
+        /// completed).
+        previous: Option<(String, u64)>,
+        /// The queue it is in now.
+        queue_key: String,
+    },
+    /// What a deletion removed.
+    Deleted(Removed),
+}
+
+/// A URL to store if its crawl does not know it yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewUrl {
+    /// The crawl.
+    pub crawl: String,
+    /// The canonical URL.
+    pub url: String,
+    /// The filter partition of its host.
+    pub partition: u32,
+    /// Whether the filter said "maybe". A "no" is certain, so the URL is
+    /// inserted without a lookup first (one B-tree descent instead of two);
+    /// a "maybe" is looked up first, since it is usually known.
+    pub maybe_known: bool,
+    /// What to store for it.
+    pub record: UrlRecord,
+}
