@@ -24,7 +24,7 @@ pub enum ServeError {
 }
 
 /// Connections served at once; more are closed as they arrive (each
-/// holds HTTP/2 buffers: see [`STREAM_WINDOW`]).
+/// holds HTTP/2 buffers, up to its streams times their window).
 pub const MAX_CONNECTIONS: usize = 512;
 
 /// Calls open at once on one connection. A worker needs a handful (its
