@@ -30,11 +30,14 @@ pub const MAX_CONNECTIONS: usize = 512;
 /// Calls open at once on one connection. A worker needs a handful (its
 /// lease loop and its put streams); the bound keeps one connection from
 /// holding thousands of idle streams' buffers.
-pub const MAX_STREAMS_PER_CONNECTION: u32 = 64;
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 32;
 
 /// Flow-control window of one call: what a client may send ahead of what
-/// the handler has read.
-const STREAM_WINDOW: u32 = 64 << 10;
+/// the handler has read. A PutURLs call of a thousand items is about
+/// 100 KiB; a window under that makes each such call wait a round trip for
+/// a window update (measured: BENCHMARKS.md, "the hardened store and
+/// server").
+const STREAM_WINDOW: u32 = 256 << 10;
 
 /// Flow-control window of a connection. The HTTP/2 library budgets small
 /// DATA frames per connection at half this window and answers a client
@@ -43,9 +46,9 @@ const STREAM_WINDOW: u32 = 64 << 10;
 /// a DATA frame of its own, and while a handler commits a batch the frames
 /// wait in the library's buffers; with the default windows (1 MiB each)
 /// a stream's backlog alone outgrew the budget. Here every stream of a
-/// connection can be backed up at once (64 streams x 64 KiB = 4 MiB)
-/// within the budget (16 MiB) for messages down to about 50 bytes.
-const CONNECTION_WINDOW: u32 = 32 << 20;
+/// connection can be backed up at once (32 streams x 256 KiB = 8 MiB)
+/// within the budget (32 MiB) for messages down to about 52 bytes.
+const CONNECTION_WINDOW: u32 = 64 << 20;
 
 /// An accepted connection and its place among [`MAX_CONNECTIONS`].
 struct Admitted {

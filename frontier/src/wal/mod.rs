@@ -295,15 +295,25 @@ fn header(store_id: u64, capacity: u64) -> [u8; HEADER_LEN as usize] {
     out
 }
 
-/// Allocates the file up to `capacity` bytes; where the file system cannot
-/// allocate ahead, the length is set instead (the file is then sparse, and
-/// a full disk shows at the write rather than here).
-fn allocate(file: &File, capacity: u64) -> std::io::Result<()> {
-    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, capacity) {
-        Ok(()) => Ok(()),
-        Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => file.set_len(capacity),
-        Err(errno) => Err(errno.into()),
+/// Allocates the file's bytes from `from` to `to` and writes zeros over
+/// them. Written (not merely allocated) blocks are what make a record's
+/// `fdatasync` a flush of data alone: a write into allocated but unwritten
+/// blocks, like one that extends the file, also has the file system commit
+/// its journal. Where the file system cannot allocate ahead, the zeros
+/// are written all the same.
+fn allocate(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), from, to - from) {
+        Ok(()) | Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {}
+        Err(errno) => return Err(errno.into()),
     }
+    const ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+    let mut at = from;
+    while at < to {
+        let length = (to - at).min(ZEROS.len() as u64) as usize;
+        file.write_all_at(&ZEROS[..length], at)?;
+        at += length as u64;
+    }
+    Ok(())
 }
 
 /// Syncs a directory, so that a file created or renamed in it stays.
@@ -324,7 +334,7 @@ impl Wal {
                 .create(true)
                 .truncate(true)
                 .open(&staging)?;
-            allocate(&file, INITIAL_CAPACITY)?;
+            allocate(&file, 0, INITIAL_CAPACITY)?;
             file.write_all_at(&header(store_id, INITIAL_CAPACITY), 0)?;
             file.sync_all()?;
             std::fs::rename(&staging, &path)?;
@@ -439,7 +449,7 @@ impl Wal {
     /// file has.
     fn grow(&mut self, needed: u64) -> Result<(), WalError> {
         let capacity = needed.max(self.capacity.saturating_mul(2));
-        allocate(&self.file, capacity)
+        allocate(&self.file, self.capacity, capacity)
             .and_then(|()| self.file.sync_all())
             .map_err(|source| io_error(&self.path, source))?;
         self.file
