@@ -306,7 +306,7 @@ fn allocate(file: &File, from: u64, to: u64) -> std::io::Result<()> {
         Ok(()) | Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {}
         Err(errno) => return Err(errno.into()),
     }
-    const ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+    static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
     let mut at = from;
     while at < to {
         let length = (to - at).min(ZEROS.len() as u64) as usize;
