@@ -179,6 +179,8 @@ pub struct ServerOptions {
     pub node: String,
     /// Run-time log levels; `None`: SetLogLevel answers UNIMPLEMENTED.
     pub log_control: Option<LogControl>,
+    /// Connections served at once; 0: [`crate::server::MAX_CONNECTIONS`].
+    pub max_connections: usize,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -186,6 +188,7 @@ impl std::fmt::Debug for ServerOptions {
         f.debug_struct("ServerOptions")
             .field("access", &self.access)
             .field("node", &self.node)
+            .field("max_connections", &self.max_connections)
             .field("log_control", &self.log_control.is_some())
             .finish()
     }
@@ -1062,6 +1065,7 @@ impl adm::admin_server::Admin for AdminService {
                 invalid: skipped("invalid"),
                 too_long: skipped("too_long"),
                 trap: skipped("trap"),
+                metadata_too_large: skipped("metadata_too_large"),
             }),
             queues: progress.counts.queues,
             active_queues: progress.counts.active_queues,

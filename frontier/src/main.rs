@@ -246,6 +246,9 @@ struct ServeArgs {
     /// limit"; a call still never leases more than this).
     #[arg(long, env = "FRONTIER_MAX_URLS_PER_GET", default_value_t = frontier::service::DEFAULT_MAX_URLS_PER_GET, value_parser = clap::value_parser!(u32).range(1..))]
     max_urls_per_get: u32,
+    /// Connections served at once; one more is closed as it arrives.
+    #[arg(long, env = "FRONTIER_MAX_CONNECTIONS", default_value_t = frontier::server::MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: u64,
     /// The address other nodes and clients reach this one by (ListNodes;
     /// default: the listening address).
     #[arg(long, env = "FRONTIER_ADVERTISE")]
@@ -488,6 +491,7 @@ async fn serve(
         access,
         node: args.advertise.clone().unwrap_or_default(),
         log_control: Some(log_control),
+        max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
     };
     frontier::server::run(listener, Arc::clone(&frontier), options, shutdown_signal()).await?;
     let _ = stop_metrics.send(());
@@ -664,6 +668,7 @@ fn progress_json(progress: &proto::admin::Progress) -> serde_json::Value {
             "invalid": skipped.invalid,
             "too_long": skipped.too_long,
             "trap": skipped.trap,
+            "metadata_too_large": skipped.metadata_too_large,
         },
         "per_second_last_minute": {
             "discovered": rates.discovered,
@@ -717,13 +722,14 @@ fn print_progress(progress: &proto::admin::Progress) {
         progress.queues, progress.active_queues
     );
     println!(
-        "  skipped: duplicate {}  out of scope {}  too deep {}  invalid {}  too long {}  trap {}",
+        "  skipped: duplicate {}  out of scope {}  too deep {}  invalid {}  too long {}  trap {}  metadata too large {}",
         skipped.duplicate,
         skipped.out_of_scope,
         skipped.too_deep,
         skipped.invalid,
         skipped.too_long,
-        skipped.trap
+        skipped.trap,
+        skipped.metadata_too_large
     );
     println!(
         "  last minute, per second: discovered {:.1}  leased {:.1}  completed {:.1}",

@@ -23,8 +23,9 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
 }
 
-/// Connections served at once; more are closed as they arrive (each
-/// holds HTTP/2 buffers, up to its streams times their window).
+/// Connections served at once unless configured otherwise; more are closed
+/// as they arrive (each holds HTTP/2 buffers, up to its streams times their
+/// window).
 pub const MAX_CONNECTIONS: usize = 512;
 
 /// Calls open at once on one connection. A worker needs a handful (its
@@ -50,7 +51,7 @@ const STREAM_WINDOW: u32 = 256 << 10;
 /// within the budget (32 MiB) for messages down to about 52 bytes.
 const CONNECTION_WINDOW: u32 = 64 << 20;
 
-/// An accepted connection and its place among [`MAX_CONNECTIONS`].
+/// An accepted connection and its place among those served at once.
 struct Admitted {
     stream: tokio::net::TcpStream,
     _permit: tokio::sync::OwnedSemaphorePermit,
@@ -113,12 +114,15 @@ impl tokio::io::AsyncWrite for Admitted {
 /// Accepted connections with Nagle's algorithm off (calls are small
 /// request/answer exchanges, and Nagle's wait for an ACK, which the peer
 /// delays, would add tens of milliseconds to each one), at most
-/// [`MAX_CONNECTIONS`] at once: one past it is closed at once.
-fn incoming(listener: TcpListener) -> impl futures::Stream<Item = std::io::Result<Admitted>> {
+/// `limit` at once: one past it is closed at once.
+fn incoming(
+    listener: TcpListener,
+    limit: usize,
+) -> impl futures::Stream<Item = std::io::Result<Admitted>> {
     use futures::StreamExt;
     static REFUSED: crate::throttle::Throttle =
         crate::throttle::Throttle::new(std::time::Duration::from_secs(10));
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(tokio::sync::Semaphore::new(limit));
     TcpListenerStream::new(listener).filter_map(move |accepted| {
         let admitted = match accepted {
             Ok(stream) => match Arc::clone(&slots).try_acquire_owned() {
@@ -132,7 +136,7 @@ fn incoming(listener: TcpListener) -> impl futures::Stream<Item = std::io::Resul
                 Err(_) => {
                     if let Some(suppressed) = REFUSED.admit() {
                         tracing::warn!(
-                            limit = MAX_CONNECTIONS,
+                            limit,
                             suppressed,
                             "too many connections; closing a new one"
                         );
@@ -176,6 +180,10 @@ pub async fn run(
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
+    let max_connections = match options.max_connections {
+        0 => MAX_CONNECTIONS,
+        limit => limit,
+    };
     let watcher = tokio::spawn(watch_writes(health.clone(), Arc::clone(&frontier)));
     let served = tonic::transport::Server::builder()
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
@@ -193,7 +201,7 @@ pub async fn run(
         .add_service(proto::admin::admin_server::AdminServer::new(
             AdminService::new(frontier),
         ))
-        .serve_with_incoming_shutdown(incoming(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming(listener, max_connections), shutdown)
         .await;
     watcher.abort();
     let _ = watcher.await;

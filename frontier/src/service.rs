@@ -398,19 +398,25 @@ impl Frontier {
     fn record_outcomes(&self, crawl: &str, outcomes: &[Outcome]) {
         let now = now_ms() / 1000;
         self.with_activity(crawl, |activity| {
-            let mut stored = 0;
-            for outcome in outcomes {
-                match outcome {
-                    Outcome::Stored => stored += 1,
-                    Outcome::Skipped(reason) => {
-                        *activity.skipped.entry(*reason).or_default() += 1;
-                        metrics::counter!("frontier_skipped_urls_total", "reason" => reason.as_str())
-                            .increment(1);
-                    }
-                }
-            }
+            let stored = Self::count_skips(activity, outcomes);
             activity.discovered.add(now, stored);
         });
+    }
+
+    /// Counts the skipped outcomes by reason; answers how many were stored.
+    fn count_skips(activity: &mut CrawlActivity, outcomes: &[Outcome]) -> u64 {
+        let mut stored = 0;
+        for outcome in outcomes {
+            match outcome {
+                Outcome::Stored => stored += 1,
+                Outcome::Skipped(reason) => {
+                    *activity.skipped.entry(*reason).or_default() += 1;
+                    metrics::counter!("frontier_skipped_urls_total", "reason" => reason.as_str())
+                        .increment(1);
+                }
+            }
+        }
+        stored
     }
 
     /// Stores the discovered URLs the crawl does not know (see
@@ -441,7 +447,10 @@ impl Frontier {
             .filter(|(item, outcome)| item.due_at == 0 && **outcome == Outcome::Stored)
             .count() as u64;
         let now = now_ms() / 1000;
-        self.with_activity(crawl, |activity| activity.completed.add(now, completed));
+        self.with_activity(crawl, |activity| {
+            Self::count_skips(activity, &outcomes);
+            activity.completed.add(now, completed);
+        });
         self.signal_rebuild();
         Ok(outcomes)
     }

@@ -134,6 +134,15 @@ async fn known_items_and_metadata_cannot_bring_in_what_discovery_refuses() {
             ("http://site.example/heavy".to_owned(), Ack::Skipped),
         ]
     );
+    let progress = frontier
+        .admin()
+        .await
+        .get_progress(proto::admin::GetProgressRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let skipped = progress.skipped.unwrap();
+    assert_eq!((skipped.out_of_scope, skipped.metadata_too_large), (1, 1));
     let mut client = frontier.client().await;
     for (url, held) in [
         ("http://169.254.169.254/latest/meta-data/", false),
@@ -180,4 +189,63 @@ async fn one_connection_is_held_to_a_bounded_number_of_streams() {
         send.current_max_send_streams(),
         frontier::server::MAX_STREAMS_PER_CONNECTION as usize
     );
+}
+
+/// An HTTP/2 connection served by the frontier: handshake done, so the
+/// server has taken it among those it serves.
+async fn served_connection(
+    frontier: &FrontierProcess,
+) -> Result<h2::client::SendRequest<bytes::Bytes>, h2::Error> {
+    let tcp = tokio::net::TcpStream::connect(frontier.addr).await.unwrap();
+    let (send, connection) = h2::client::handshake(tcp).await?;
+    tokio::spawn(connection);
+    let mut send = send.ready().await?;
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "{}/grpc.health.v1.Health/Check",
+            frontier.endpoint()
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut body) = send.send_request(request, false)?;
+    body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)?;
+    response.await?;
+    Ok(send)
+}
+
+/// Connections past `--max-connections` are closed as they arrive; one
+/// that ends makes room for the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_limit_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(&dir.path().join("data"), &["--max-connections", "3"]);
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(
+            served_connection(&frontier)
+                .await
+                .expect("within the limit"),
+        );
+    }
+    let refused = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        served_connection(&frontier),
+    )
+    .await
+    .expect("the fourth connection is answered at once");
+    assert!(refused.is_err(), "a fourth connection was served");
+    // The server sees a connection end asynchronously: ask until one is
+    // served, within a bound.
+    drop(held.pop());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while served_connection(&frontier).await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no room after a connection ended"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
