@@ -577,11 +577,7 @@ fn judge(path: &Path, scan: Scan) -> Result<(Recovered, u64), WalError> {
 
 /// Reads a log's bytes (as [`inspect`] reads its file); `path` only names
 /// it in errors.
-pub fn inspect_bytes(
-    path: &Path,
-    bytes: &[u8],
-    durable_lsn: u64,
-) -> Result<Inspection, WalError> {
+pub fn inspect_bytes(path: &Path, bytes: &[u8], durable_lsn: u64) -> Result<Inspection, WalError> {
     let not_a_log = || WalError::NotALog {
         path: path.to_owned(),
     };
