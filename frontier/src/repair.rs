@@ -291,13 +291,13 @@ fn verify_log(
     }
     if let Some(urls) = urls {
         if let Some(first) = pending.first()
-            && first.lsn != urls.applied_lsn + 1
+            && first.lsn != urls.applied_lsn.saturating_add(1)
         {
             report.problem(format!(
                 "{} lacks records {} to {}, which {} needs",
                 path.display(),
-                urls.applied_lsn + 1,
-                first.lsn - 1,
+                urls.applied_lsn.saturating_add(1),
+                first.lsn.saturating_sub(1),
                 store::URLS_FILE_NAME
             ));
         }
@@ -311,7 +311,7 @@ fn verify_log(
                 last,
                 store::FILE_NAME,
                 main.applied_lsn,
-                last + 1,
+                last.saturating_add(1),
                 main.applied_lsn
             ));
         }

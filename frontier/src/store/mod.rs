@@ -637,7 +637,10 @@ impl Store {
         Self::check_due_side(&self.lock_due_side())?;
         self.check_poisoned()?;
         self.check_space()?;
-        let lsn = wal.last_lsn() + 1;
+        let lsn = wal
+            .last_lsn()
+            .checked_add(1)
+            .ok_or_else(|| StoreError::Halted("the log's sequence numbers are used up".into()))?;
         let record_start = wal.end();
         wal.append(lsn, ops)?;
         if let Err(error) = wal.sync() {

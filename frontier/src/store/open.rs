@@ -181,13 +181,13 @@ fn check_coverage<'a>(
         first,
     };
     if let Some(first) = pending.first()
-        && first.lsn != urls_lsn + 1
+        && first.lsn != urls_lsn.saturating_add(1)
     {
-        return Err(gap(urls_lsn, urls_lsn + 1).into());
+        return Err(gap(urls_lsn, urls_lsn.saturating_add(1)).into());
     }
     let last = pending.last().map_or(urls_lsn, |record| record.lsn);
     if last < due_lsn {
-        return Err(gap(due_lsn, last + 1).into());
+        return Err(gap(due_lsn, last.saturating_add(1)).into());
     }
     Ok(pending)
 }

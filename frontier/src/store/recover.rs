@@ -37,7 +37,7 @@ impl Store {
         if due_side.lsn != writer.wal.last_lsn() {
             return Err(StoreError::Closed(format!(
                 "group {} was applied to one file only; restart the server",
-                due_side.lsn + 1
+                due_side.lsn.saturating_add(1)
             )));
         }
         let mut files = self

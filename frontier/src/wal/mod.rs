@@ -656,7 +656,12 @@ fn scan(bytes: &[u8], first: u64, durable_lsn: u64) -> Scan {
     result.end = offset as u64;
     let run_last = result.records.last().map_or(0, |r| r.lsn);
     let above = run_last.max(durable_lsn);
-    let next = result.records.last().map_or(durable_lsn + 1, |r| r.lsn + 1);
+    // LSNs come from damaged bytes too: none may overflow.
+    let next = result
+        .records
+        .last()
+        .map_or(durable_lsn, |r| r.lsn)
+        .saturating_add(1);
     result.next_lsn = next;
     result.torn_tail = bytes
         .get(offset + 8..offset + 16)
@@ -960,6 +965,23 @@ mod tests {
         assert!(length > INITIAL_CAPACITY);
         let (_, recovered) = Wal::open(dir.path(), STORE, 0).unwrap();
         assert_eq!(recovered.records[0].ops, big);
+    }
+
+    /// Found by the fuzzer: LSNs come from damaged bytes too, and the
+    /// largest one must not overflow the next one's arithmetic.
+    #[test]
+    fn a_record_with_the_largest_lsn_is_read_without_overflow() {
+        let mut bytes = header(STORE, 0).to_vec();
+        let payload = encode_ops(&deletion("a"));
+        bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&checksum(u64::MAX, &payload).to_le_bytes());
+        bytes.extend_from_slice(&u64::MAX.to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        for durable in [0, u64::MAX - 1, u64::MAX] {
+            let inspection = inspect_bytes(Path::new("t"), &bytes, durable).unwrap();
+            assert_eq!(inspection.scan.records.len(), 1);
+            assert_eq!(inspection.scan.next_lsn, u64::MAX);
+        }
     }
 
     #[test]
