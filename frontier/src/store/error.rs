@@ -208,3 +208,17 @@ storage_error_from!(
     redb::StorageError,
     redb::CommitError
 );
+
+/// How a file that redb could not open is reported: another opener, or
+/// the file and redb's reason.
+pub(super) fn open_error(path: &Path) -> impl FnOnce(redb::DatabaseError) -> StoreError + '_ {
+    move |source| match source {
+        redb::DatabaseError::DatabaseAlreadyOpen => StoreError::AlreadyOpen {
+            path: path.to_owned(),
+        },
+        source => StoreError::Open {
+            path: path.to_owned(),
+            source,
+        },
+    }
+}

@@ -31,6 +31,7 @@ impl Handle {
     }
 }
 
+use super::error::open_error;
 use super::open::{STORE_ID_KEY, main_lsns, require_file, urls_lsn};
 use super::{
     CRAWL_SETTINGS, DUE, FILE_NAME, META, PARTITIONS_KEY, QUEUES, QueueRecord, SCHEMA_VERSION_KEY,
@@ -64,18 +65,6 @@ pub struct UrlsFile {
     pub store_id: Option<u64>,
     /// The last log record it holds.
     pub applied_lsn: u64,
-}
-
-fn open_error(path: &Path) -> impl FnOnce(redb::DatabaseError) -> StoreError + '_ {
-    move |source| match source {
-        redb::DatabaseError::DatabaseAlreadyOpen => StoreError::AlreadyOpen {
-            path: path.to_owned(),
-        },
-        source => StoreError::Open {
-            path: path.to_owned(),
-            source,
-        },
-    }
 }
 
 fn open_for_reading(path: &Path) -> Result<Handle, StoreError> {

@@ -349,15 +349,7 @@ impl Store {
         Database::builder()
             .set_cache_size(cache_bytes)
             .open(path)
-            .map_err(|source| match source {
-                redb::DatabaseError::DatabaseAlreadyOpen => StoreError::AlreadyOpen {
-                    path: path.to_owned(),
-                },
-                source => StoreError::Open {
-                    path: path.to_owned(),
-                    source,
-                },
-            })
+            .map_err(super::error::open_error(path))
     }
 
     /// Writes `urls.redb`'s store ID and applied LSN, durably.
