@@ -165,26 +165,8 @@ async fn known_items_and_metadata_cannot_bring_in_what_discovery_refuses() {
 async fn one_connection_is_held_to_a_bounded_number_of_streams() {
     let dir = tempfile::tempdir().unwrap();
     let frontier = FrontierProcess::start(&dir.path().join("data"), &[]);
-    let tcp = tokio::net::TcpStream::connect(frontier.addr).await.unwrap();
-    let (send, connection) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(connection);
-    let mut send = send.ready().await.unwrap();
-    // One call, so the server's settings have been read.
-    let request = http::Request::builder()
-        .method("POST")
-        .uri(format!(
-            "{}/grpc.health.v1.Health/Check",
-            frontier.endpoint()
-        ))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
-    let (response, mut body) = send.send_request(request, false).unwrap();
-    body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
-        .unwrap();
-    let response = response.await.unwrap();
-    assert_eq!(response.status(), 200);
+    // After one call the server's settings have been read.
+    let send = served_connection(&frontier).await.unwrap();
     assert_eq!(
         send.current_max_send_streams(),
         frontier::server::MAX_STREAMS_PER_CONNECTION as usize
@@ -212,7 +194,7 @@ async fn served_connection(
         .unwrap();
     let (response, mut body) = send.send_request(request, false)?;
     body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)?;
-    response.await?;
+    assert_eq!(response.await?.status(), 200);
     Ok(send)
 }
 
