@@ -1,0 +1,295 @@
+//! The admin API (`frontier.admin.v1.Admin`): filter health, rebuilds,
+//! seeds, progress and URL checks, over the same frontier as the URL
+//! Frontier service.
+
+use std::sync::Arc;
+
+use proto::admin as adm;
+use tonic::{Request, Response, Status};
+
+use super::{blocking, status_of};
+use crate::ingest::{DedupMode, Outcome, UrlCheck};
+use crate::service::{Frontier, FrontierError, crawl_or_default};
+
+/// The admin API.
+#[derive(Debug, Clone)]
+pub struct AdminService {
+    frontier: Arc<Frontier>,
+}
+
+impl AdminService {
+    /// The service over a frontier (the token is checked in front of it,
+    /// [`crate::auth::AuthLayer`]).
+    #[must_use]
+    pub fn new(frontier: Arc<Frontier>) -> Self {
+        Self { frontier }
+    }
+}
+
+fn ms_since_epoch(time: std::time::SystemTime) -> u64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn rebuild_report(report: &bloom_core::RebuildReport) -> adm::RebuildReport {
+    adm::RebuildReport {
+        partition: report.partition as u32,
+        finished_at_ms: ms_since_epoch(report.finished_at),
+        duration_ms: report.duration.as_millis() as u64,
+        bits_before: report.bits_before,
+        bits_after: report.bits_after,
+        keys: report.keys_fed,
+    }
+}
+
+#[tonic::async_trait]
+impl adm::admin_server::Admin for AdminService {
+    async fn get_filter_health(
+        &self,
+        _: Request<adm::GetFilterHealthRequest>,
+    ) -> Result<Response<adm::FilterHealth>, Status> {
+        let report = blocking(&self.frontier, |f| Ok(f.filter_report())).await?;
+        let mut total = adm::PartitionHealth::default();
+        let partitions: Vec<adm::PartitionHealth> = report
+            .set
+            .partitions
+            .iter()
+            .zip(&report.partitions)
+            .map(|(health, &(stored, refuted, lookups))| {
+                let filter = &health.filter;
+                total.items_inserted += stored;
+                total.refuted_maybes += refuted;
+                total.absent_lookups += lookups;
+                adm::PartitionHealth {
+                    partition: Some(health.partition as u32),
+                    layout: filter.layout.to_string(),
+                    bits: filter.bits,
+                    hashes: filter.hashes,
+                    items_inserted: stored,
+                    estimated_items: filter.estimated_items,
+                    ones: filter.ones,
+                    fill_ratio: filter.fill_ratio,
+                    estimated_fp_rate: filter.estimated_fp_rate,
+                    observed_fp_rate: if lookups == 0 {
+                        0.0
+                    } else {
+                        refuted as f64 / lookups as f64
+                    },
+                    refuted_maybes: refuted,
+                    absent_lookups: lookups,
+                    memory_bytes: filter.memory_bytes,
+                    rebuild_count: health.rebuilds,
+                    last_rebuild: health.last_rebuild.as_ref().map(rebuild_report),
+                    state: if health.rebuilding {
+                        adm::PartitionState::Rebuilding as i32
+                    } else {
+                        adm::PartitionState::Ok as i32
+                    },
+                    rebuild_fed: health.rebuild_fed,
+                    rebuild_total: if health.rebuilding { stored } else { 0 },
+                }
+            })
+            .collect();
+        let set = &report.set.total;
+        total.layout = partitions
+            .first()
+            .map(|p| p.layout.clone())
+            .unwrap_or_default();
+        total.bits = set.bits;
+        total.ones = set.ones;
+        total.fill_ratio = set.fill_ratio;
+        total.estimated_fp_rate = set.estimated_fp_rate;
+        total.estimated_items = set.estimated_items;
+        total.memory_bytes = set.memory_bytes;
+        total.rebuild_count = set.rebuilds;
+        total.observed_fp_rate = if total.absent_lookups == 0 {
+            0.0
+        } else {
+            total.refuted_maybes as f64 / total.absent_lookups as f64
+        };
+        total.state = if set.rebuilding > 0 {
+            adm::PartitionState::Rebuilding as i32
+        } else {
+            adm::PartitionState::Ok as i32
+        };
+        total.hashes = partitions.first().map_or(0, |p| p.hashes);
+        Ok(Response::new(adm::FilterHealth {
+            partitions,
+            total: Some(total),
+            rebuild_fill_threshold: report.rebuild_fill_threshold,
+            target_fp_rate: report.target_fp_rate,
+            dedup_mode: match report.dedup {
+                DedupMode::Exact => adm::DedupMode::Exact as i32,
+                DedupMode::Bloom => adm::DedupMode::Bloom as i32,
+            },
+        }))
+    }
+
+    async fn rebuild_filters(
+        &self,
+        request: Request<adm::RebuildFiltersRequest>,
+    ) -> Result<Response<adm::RebuildFiltersResponse>, Status> {
+        let request = request.into_inner();
+        let count = self.frontier.ingest().filters().partition_count();
+        let partition = request.partition.map(|p| p as usize);
+        if partition.is_some_and(|p| p >= count) {
+            return Err(status_of(FrontierError::InvalidArgument(format!(
+                "partition {} does not exist (there are {count})",
+                request.partition.unwrap_or_default()
+            ))));
+        }
+        let started: Vec<u32> = match partition {
+            Some(p) => vec![p as u32],
+            None => (0..count as u32).collect(),
+        };
+        let work = {
+            let frontier = Arc::clone(&self.frontier);
+            tokio::task::spawn_blocking(move || frontier.rebuild(partition))
+        };
+        if request.no_wait {
+            tokio::spawn(async move {
+                match work.await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => tracing::error!(%error, "asked-for rebuild failed"),
+                    Err(error) => tracing::error!(%error, "asked-for rebuild panicked"),
+                }
+            });
+            return Ok(Response::new(adm::RebuildFiltersResponse {
+                started,
+                finished: Vec::new(),
+            }));
+        }
+        let reports = work
+            .await
+            .map_err(|error| Status::internal(error.to_string()))?
+            .map_err(status_of)?;
+        Ok(Response::new(adm::RebuildFiltersResponse {
+            started,
+            finished: reports.iter().map(rebuild_report).collect(),
+        }))
+    }
+
+    async fn add_seeds(
+        &self,
+        request: Request<adm::AddSeedsRequest>,
+    ) -> Result<Response<adm::AddSeedsResponse>, Status> {
+        let request = request.into_inner();
+        let crawl = crawl_or_default(&request.crawl_id).to_owned();
+        let urls = request.urls;
+        let (outcomes, urls, scope_hosts) = {
+            let crawl = crawl.clone();
+            blocking(&self.frontier, move |f| {
+                let outcomes = f.add_seeds(&crawl, &urls)?;
+                let hosts = f
+                    .ingest()
+                    .seeds_of(&crawl)
+                    .hosts()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>();
+                Ok((outcomes, urls, hosts))
+            })
+            .await?
+        };
+        let mut response = adm::AddSeedsResponse {
+            scope_hosts,
+            ..adm::AddSeedsResponse::default()
+        };
+        response.scope_hosts.sort();
+        for (url, outcome) in urls.into_iter().zip(outcomes) {
+            match outcome {
+                Outcome::Stored => response.added += 1,
+                Outcome::Skipped(crate::scope::SkipReason::Duplicate) => {
+                    response.already_known += 1;
+                }
+                Outcome::Skipped(reason) => response.refused.push(adm::RefusedUrl {
+                    url,
+                    reason: reason.as_str().to_owned(),
+                }),
+            }
+        }
+        Ok(Response::new(response))
+    }
+
+    async fn get_progress(
+        &self,
+        request: Request<adm::GetProgressRequest>,
+    ) -> Result<Response<adm::Progress>, Status> {
+        let crawl = crawl_or_default(&request.into_inner().crawl_id).to_owned();
+        let progress = {
+            let crawl = crawl.clone();
+            blocking(&self.frontier, move |f| f.progress(&crawl)).await?
+        };
+        let skipped = |reason: &str| progress.skipped.get(reason).copied().unwrap_or(0);
+        Ok(Response::new(adm::Progress {
+            crawl_id: crawl,
+            discovered: progress.counts.urls,
+            due_now: progress.due_now,
+            scheduled_later: progress.scheduled_later,
+            leased: progress.counts.leased,
+            completed: progress.counts.completed,
+            skipped: Some(adm::SkipCounts {
+                duplicate: skipped("duplicate"),
+                out_of_scope: skipped("out_of_scope"),
+                too_deep: skipped("too_deep"),
+                invalid: skipped("invalid"),
+                too_long: skipped("too_long"),
+                trap: skipped("trap"),
+                metadata_too_large: skipped("metadata_too_large"),
+            }),
+            queues: progress.counts.queues,
+            active_queues: progress.counts.active_queues,
+            last_minute: Some(adm::Rates {
+                discovered: progress.rates.0,
+                leased: progress.rates.1,
+                completed: progress.rates.2,
+            }),
+        }))
+    }
+
+    async fn check_url(
+        &self,
+        request: Request<adm::CheckUrlRequest>,
+    ) -> Result<Response<adm::CheckUrlResponse>, Status> {
+        let request = request.into_inner();
+        let (check, lease) = blocking(&self.frontier, move |f| {
+            f.check_url(&request.crawl_id, &request.url)
+        })
+        .await?;
+        let response = match check {
+            UrlCheck::Refused(error) => adm::CheckUrlResponse {
+                refused_reason: error.to_string(),
+                ..adm::CheckUrlResponse::default()
+            },
+            UrlCheck::Checked {
+                canonical,
+                queue_key,
+                partition,
+                filter_maybe,
+                stored,
+            } => adm::CheckUrlResponse {
+                refused_reason: String::new(),
+                canonical_url: canonical,
+                queue_key,
+                partition: partition as u32,
+                filter_answer: if filter_maybe {
+                    adm::FilterAnswer::Maybe as i32
+                } else {
+                    adm::FilterAnswer::No as i32
+                },
+                stored: stored.map(|record| adm::StoredUrl {
+                    created_at: record.created_at,
+                    completed: record.is_completed(),
+                    due_at: record.due_at,
+                    leased_until: lease.map_or(0, |ms| ms.div_ceil(1000)),
+                    depth: record.depth,
+                    metadata: record
+                        .metadata
+                        .iter()
+                        .map(|(k, v)| (k.clone(), adm::MetadataValues { values: v.clone() }))
+                        .collect(),
+                }),
+            },
+        };
+        Ok(Response::new(response))
+    }
+}
