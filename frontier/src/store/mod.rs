@@ -109,10 +109,6 @@ pub const SCHEMA_VERSION: u64 = 4;
 /// redb's page cache unless configured otherwise: redb's own default.
 pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
 
-/// How the operating system words a full disk (ENOSPC), in a failure's
-/// text.
-const NO_SPACE_TEXT: &str = "No space left on device";
-
 /// The store's main file name inside the data directory.
 pub const FILE_NAME: &str = "frontier.redb";
 
@@ -191,7 +187,7 @@ pub struct Store {
     files: std::sync::RwLock<Option<Files>>,
     /// Set when a write to the files failed: redb then refuses every call
     /// until they are reopened ([`Store::recover`]).
-    poisoned: std::sync::Mutex<Option<String>>,
+    poisoned: std::sync::Mutex<Option<Poison>>,
     /// redb's page cache per file, for a reopening.
     cache_bytes: usize,
     path: PathBuf,
@@ -205,6 +201,13 @@ pub struct Store {
     /// second stage.
     due_side: Mutex<DueSide>,
     due_applied: Condvar,
+}
+
+/// What failed when a write left the files unusable.
+#[derive(Debug, Clone)]
+struct Poison {
+    reason: String,
+    disk_full: bool,
 }
 
 /// The store's two redb files.
@@ -388,9 +391,9 @@ impl Store {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
         {
-            Some(reason) => Err(StoreError::Poisoned {
-                reason: reason.clone(),
-                disk_full: reason.contains(NO_SPACE_TEXT),
+            Some(poison) => Err(StoreError::Poisoned {
+                reason: poison.reason.clone(),
+                disk_full: poison.disk_full,
             }),
             None => Ok(()),
         }
@@ -399,16 +402,15 @@ impl Store {
     /// Records that a failed write left the files unusable until reopened.
     fn note_failure(&self, error: &StoreError) {
         if error.poisons() {
-            let mut reason = error.to_string();
-            if error.is_disk_full() && !reason.contains(NO_SPACE_TEXT) {
-                reason.push_str(": ");
-                reason.push_str(NO_SPACE_TEXT);
-            }
+            let poison = Poison {
+                reason: error.to_string(),
+                disk_full: error.is_disk_full(),
+            };
             tracing::error!(%error, "a write to the store's files failed; writes refused until they are reopened");
             self.poisoned
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get_or_insert(reason);
+                .get_or_insert(poison);
         }
     }
 
@@ -821,7 +823,7 @@ mod tests {
         );
     }
 
-    fn discovered(url: &str) -> WriteOp {
+    pub(super) fn discovered(url: &str) -> WriteOp {
         WriteOp::Discover(NewUrl {
             crawl: "c".into(),
             url: url.into(),

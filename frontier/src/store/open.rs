@@ -531,27 +531,9 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use super::super::{NewUrl, WriteOp, inspect};
+    use super::super::inspect;
+    use super::super::tests::discovered;
     use super::*;
-    use crate::record::UrlRecord;
-
-    fn discovered(url: &str) -> WriteOp {
-        WriteOp::Discover(NewUrl {
-            crawl: "c".into(),
-            url: url.into(),
-            partition: 1,
-            maybe_known: false,
-            record: UrlRecord {
-                created_at: 1,
-                due_at: 1,
-                depth: 0,
-                queue_key: "q".into(),
-                metadata: BTreeMap::new(),
-            },
-        })
-    }
 
     /// A store killed after acknowledging `urls` (so they are in the log
     /// only), as a copy of its files at that moment.
