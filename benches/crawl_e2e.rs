@@ -9,7 +9,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crawl_tests::mock_site::{MockSite, SiteConfig};
+use mock_site::{MockSite, SiteConfig};
 
 fn arg(args: &[String], name: &str, default: u64) -> u64 {
     args.iter()

@@ -22,7 +22,7 @@ case "$profile" in
 esac
 
 binaries=(frontier worker mock-site)
-(cd "$root_dir" && cargo build --locked "${cargo_flags[@]}" -p frontier -p worker -p crawl-tests --bins >&2)
+(cd "$root_dir" && cargo build --locked "${cargo_flags[@]}" -p frontier -p worker -p mock-site --bins >&2)
 
 rm -rf "$staging"
 mkdir -p "$staging/rootfs/usr/local/bin" "$staging/rootfs/etc" "$staging/rootfs/data" \

@@ -38,7 +38,8 @@ async fn run(total: usize, streams: usize, round_trips: usize) {
     let mut config = FrontierConfig::new(dir.path().join("data"));
     config.filters.expected_urls_per_partition = (total as u64 / 64).max(1) * 2;
     config.default_delay_ms = 0;
-    let frontier = Arc::new(Frontier::open(config).expect("frontier opens"));
+    let (frontier, returned) =
+        frontier::handback::Handback::share(Frontier::open(config).expect("frontier opens"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -133,7 +134,11 @@ async fn run(total: usize, streams: usize, round_trips: usize) {
     );
     let _ = stop.send(());
     server.await.unwrap().unwrap();
-    let frontier = Arc::try_unwrap(frontier).expect("the server let go");
+    drop(frontier);
+    let frontier = returned
+        .within(std::time::Duration::from_secs(5))
+        .await
+        .expect("the server let go");
     let started = Instant::now();
     frontier.shutdown().expect("clean shutdown");
     println!();

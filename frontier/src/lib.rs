@@ -33,6 +33,8 @@
 //! - [`grpc`]: the URL Frontier v2.6 and admin services, errors to statuses
 //!   in one place, the admin token.
 //! - [`server`]: both services with health and reflection on a listener.
+//! - [`handback`]: the frontier shared by the server's tasks, handed back
+//!   for a clean shutdown when the last of them lets go.
 //! - [`metrics`]: Prometheus metrics and their endpoint.
 //! - `throttle`: warnings that repeat while a condition lasts, logged at
 //!   most once per interval.
@@ -43,6 +45,7 @@ pub mod auth;
 pub mod canonical;
 pub mod commit;
 pub mod grpc;
+pub mod handback;
 pub mod ingest;
 pub mod metrics;
 mod queue_counts;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 
-use crate::service::Frontier;
+use crate::service::{Frontier, SharedFrontier};
 
 /// Installs the process-wide Prometheus recorder; answers its handle, or
 /// `None` when a recorder is installed already (the first one stays).
@@ -80,7 +80,7 @@ fn refresh(frontier: &Frontier) {
 pub async fn serve(
     listener: TcpListener,
     handle: PrometheusHandle,
-    frontier: Arc<Frontier>,
+    frontier: SharedFrontier,
     shutdown: impl Future<Output = ()>,
 ) {
     // Scrapes hold the frontier weakly, so that a clean shutdown can take

@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::grpc::{AdminService, ServerOptions, UrlFrontierService};
-use crate::service::Frontier;
+use crate::service::SharedFrontier;
 
 /// Why serving stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -156,7 +156,7 @@ fn incoming(
 /// `options.access`.
 pub async fn run(
     listener: TcpListener,
-    frontier: Arc<Frontier>,
+    frontier: SharedFrontier,
     mut options: ServerOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
@@ -217,7 +217,7 @@ const WRITE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs
 /// that probes and load balancers see it, SERVING again when writes resume.
 /// It is also what reopens the store's files after a failed write, once
 /// the disk has room ([`crate::store::Store::recover_if_needed`]).
-async fn watch_writes(health: tonic_health::server::HealthReporter, frontier: Arc<Frontier>) {
+async fn watch_writes(health: tonic_health::server::HealthReporter, frontier: SharedFrontier) {
     use tonic_health::ServingStatus;
     const SERVICES: [&str; 2] = ["", "urlfrontier.URLFrontier"];
     let mut serving = true;

@@ -259,6 +259,10 @@ pub struct UrlStatus {
     pub record: UrlRecord,
 }
 
+/// The frontier as the server's tasks share it: the last of them to let
+/// go hands it back (see [`crate::handback`]) for [`Frontier::shutdown`].
+pub type SharedFrontier = std::sync::Arc<crate::handback::Handback<Frontier>>;
+
 /// The frontier.
 pub struct Frontier {
     ingest: Arc<Ingest>,

@@ -1,18 +1,23 @@
-//! Integration tests across the workspace's crates, and the mock web site
-//! they crawl.
+//! Integration tests across the workspace's crates: the real binaries over
+//! real sockets, crawling the `mock-site` crate's web site.
 //!
 //! # Layout
 //!
 //! - this file: helpers the tests share: building and locating the
 //!   workspace's binaries, running a `frontier serve` process on a free
 //!   port, killing it (SIGKILL) or stopping it (SIGTERM), and gRPC clients.
-//! - [`mock_site`]: the deterministic web site with its ground truth (also
-//!   the `mock-site` binary and `crawl --demo`).
 //! - `tests/frontier_process.rs`: the frontier as a real process: acks
 //!   survive kill -9, completed URLs stay completed, a second server on one
 //!   data directory is refused, a clean stop reuses its snapshots, rebuilds
 //!   under load, the token, bad input, metrics.
+//! - `tests/store_damage.rs`: missing, emptied, shortened and corrupted
+//!   store files are refused, never reset; a full disk loses nothing.
 //! - `tests/conformance.rs`: the URL Frontier API, method by method.
+//! - `tests/authorization.rs`: every method of both services, from their
+//!   descriptors, against the token.
+//! - `tests/hostile_clients.rs`, `tests/grpcio_client.rs`: the server's
+//!   limits on what one client can ask for; a grpcio (C core) client.
+//! - `tests/hostile_sites.rs`: the worker against sites that misbehave.
 //! - `tests/crawl_end_to_end.rs`: frontier + worker processes crawling the
 //!   mock site, exactly; worker and frontier kills; Crawl-delay.
 //! - `tests/crawl_command.rs`: `crawl --demo`, stop and resume.
@@ -24,8 +29,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
-pub mod mock_site;
-
 use proto::admin::admin_client::AdminClient;
 use proto::urlfrontier::url_frontier_client::UrlFrontierClient;
 use tonic::transport::Channel;
@@ -35,7 +38,7 @@ fn package_of(binary: &str) -> &'static str {
     match binary {
         "frontier" => "frontier",
         "worker" => "worker",
-        "mock-site" => "crawl-tests",
+        "mock-site" => "mock-site",
         "crawl" => "crawl",
         other => panic!("unknown binary {other}"),
     }
@@ -70,15 +73,13 @@ pub fn binary(name: &str) -> PathBuf {
         "building {name} failed:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let path = stdout
+    // One JSON message per line; the compiler-artifact of the binary names
+    // its executable.
+    let path = String::from_utf8_lossy(&output.stdout)
         .lines()
-        .filter(|line| line.contains("\"executable\":\""))
-        .filter_map(|line| {
-            let start = line.find("\"executable\":\"")? + "\"executable\":\"".len();
-            let end = line[start..].find('"')? + start;
-            Some(PathBuf::from(&line[start..end]))
-        })
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["reason"] == "compiler-artifact")
+        .filter_map(|message| message["executable"].as_str().map(PathBuf::from))
         .find(|path| path.file_stem().is_some_and(|stem| stem == name))
         .unwrap_or_else(|| panic!("cargo did not name the {name} executable"));
     built.insert(name.to_owned(), path.clone());
@@ -328,32 +329,11 @@ pub fn frontier_cli(endpoint: &str, args: &[&str]) -> (std::process::ExitStatus,
 /// Every WARC record in the `.warc.gz` files of a directory: (WARC-Type,
 /// target URI, body).
 pub fn read_warc_records(dir: &Path) -> Vec<(String, String, Vec<u8>)> {
-    let mut records = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("output directory")
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.to_string_lossy().ends_with(".warc.gz"))
-        .collect();
-    files.sort();
-    for file in files {
-        let reader = warc::WarcReader::new(std::io::BufReader::new(
-            flate2::read::MultiGzDecoder::new(std::fs::File::open(&file).expect("WARC file")),
-        ));
-        for record in reader.iter_records() {
-            let record =
-                record.unwrap_or_else(|e| panic!("{} does not parse: {e}", file.display()));
-            let target = record
-                .header(warc::WarcHeader::TargetURI)
-                .map(|t| t.into_owned())
-                .unwrap_or_default();
-            records.push((
-                record.warc_type().to_string(),
-                target,
-                record.body().to_vec(),
-            ));
-        }
-    }
-    records
+    worker::output::read_archive(dir)
+        .unwrap_or_else(|e| panic!("cannot read the WARC files in {}: {e}", dir.display()))
+        .into_iter()
+        .map(|record| (record.kind, record.target, record.block))
+        .collect()
 }
 
 /// GETs a URL over a plain TCP connection (HTTP/1.1, one request).

@@ -3,7 +3,7 @@
 use std::process::{Command, Stdio};
 
 use crawl_tests::binary;
-use crawl_tests::mock_site::{MockSite, SiteConfig, expected_fetches};
+use mock_site::{MockSite, SiteConfig, expected_fetches};
 
 #[test]
 fn the_demo_crawls_the_mock_site_and_checks_itself() {

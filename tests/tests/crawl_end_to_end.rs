@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crawl_tests::mock_site::{MockSite, NEVER_FETCHED, SiteConfig, expected_fetches};
 use crawl_tests::{FrontierProcess, WorkerProcess, frontier_cli, read_warc_records};
+use mock_site::{MockSite, NEVER_FETCHED, SiteConfig, expected_fetches};
 
 const MAX_DEPTH: u32 = 40;
 

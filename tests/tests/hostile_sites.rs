@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crawl_tests::mock_site::{MockSite, SiteConfig};
 use crawl_tests::{FrontierProcess, WorkerProcess, frontier_cli};
+use mock_site::{MockSite, SiteConfig};
 
 fn start_frontier(dir: &std::path::Path) -> FrontierProcess {
     FrontierProcess::start(&dir.join("data"), &["--default-delay-ms", "0"])

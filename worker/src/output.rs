@@ -287,6 +287,50 @@ impl Output {
     }
 }
 
+/// One record of a WARC file, as [`read_archive`] reads it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchivedRecord {
+    /// WARC-Type: `request`, `response`, `warcinfo`, ...
+    pub kind: String,
+    /// WARC-Target-URI (empty for records without one).
+    pub target: String,
+    /// The record block: the HTTP message as recorded.
+    pub block: Vec<u8>,
+}
+
+/// Reads every record of the `.warc.gz` files in `dir`, files in name
+/// order (so one worker's records come in the order written).
+pub fn read_archive(dir: &Path) -> io::Result<Vec<ArchivedRecord>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.to_string_lossy().ends_with(".warc.gz"))
+        .collect();
+    files.sort();
+    let mut records = Vec::new();
+    for file in files {
+        let reader = warc::WarcReader::new(io::BufReader::new(flate2::read::MultiGzDecoder::new(
+            File::open(&file)?,
+        )));
+        for record in reader.iter_records() {
+            let record = record.map_err(|error| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{} does not parse: {error}", file.display()),
+                )
+            })?;
+            records.push(ArchivedRecord {
+                kind: record.warc_type().to_string(),
+                target: record
+                    .header(WarcHeader::TargetURI)
+                    .map(|t| t.into_owned())
+                    .unwrap_or_default(),
+                block: record.body().to_vec(),
+            });
+        }
+    }
+    Ok(records)
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::BufReader;

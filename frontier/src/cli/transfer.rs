@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use crate::ClientArgs;
+use super::ClientArgs;
 
 /// The proto3 JSON form of a URL item (uint64 as strings, lowerCamel names
 /// as the API's JSON mapping gives them).

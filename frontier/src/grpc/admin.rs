@@ -9,19 +9,19 @@ use tonic::{Request, Response, Status};
 
 use super::{blocking, status_of};
 use crate::ingest::{DedupMode, Outcome, UrlCheck};
-use crate::service::{Frontier, FrontierError, crawl_or_default};
+use crate::service::{FrontierError, SharedFrontier, crawl_or_default};
 
 /// The admin API.
 #[derive(Debug, Clone)]
 pub struct AdminService {
-    frontier: Arc<Frontier>,
+    frontier: SharedFrontier,
 }
 
 impl AdminService {
     /// The service over a frontier (the token is checked in front of it,
     /// [`crate::auth::AuthLayer`]).
     #[must_use]
-    pub fn new(frontier: Arc<Frontier>) -> Self {
+    pub fn new(frontier: SharedFrontier) -> Self {
         Self { frontier }
     }
 }

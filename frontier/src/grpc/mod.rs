@@ -20,7 +20,7 @@ pub use self::admin::AdminService;
 use crate::ingest::{Discovered, Known, Outcome};
 use crate::record::UrlRecord;
 use crate::scheduler::ServeRequest;
-use crate::service::{Frontier, FrontierError, UrlFilter, crawl_or_default};
+use crate::service::{Frontier, FrontierError, SharedFrontier, UrlFilter, crawl_or_default};
 
 /// URLs of a GetURLs answer read ahead of the client.
 const LEASE_CHANNEL: usize = 256;
@@ -97,7 +97,7 @@ async fn blocking_write<T: Send + 'static>(
 
 /// Runs blocking frontier work off the async threads.
 async fn blocking<T: Send + 'static>(
-    frontier: &Arc<Frontier>,
+    frontier: &SharedFrontier,
     work: impl FnOnce(&Frontier) -> Result<T, FrontierError> + Send + 'static,
 ) -> Result<T, Status> {
     let frontier = Arc::clone(frontier);
@@ -211,7 +211,7 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 /// The URL Frontier API v2.6.
 #[derive(Debug, Clone)]
 pub struct UrlFrontierService {
-    frontier: Arc<Frontier>,
+    frontier: SharedFrontier,
     options: ServerOptions,
     /// Shared by every write call (see [`WRITE_SLOTS`]).
     write_slots: Arc<Semaphore>,
@@ -221,7 +221,7 @@ impl UrlFrontierService {
     /// The service over a frontier (the token is checked in front of it,
     /// [`crate::auth::AuthLayer`]).
     #[must_use]
-    pub fn new(frontier: Arc<Frontier>, options: ServerOptions) -> Self {
+    pub fn new(frontier: SharedFrontier, options: ServerOptions) -> Self {
         Self {
             frontier,
             options,

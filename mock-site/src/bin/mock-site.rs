@@ -1,11 +1,11 @@
-//! `mock-site`: serves the deterministic test site (see
-//! `crawl_tests::mock_site`) until killed.
+//! `mock-site`: serves the deterministic test site (see the `mock_site`
+//! library) until killed.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
-use crawl_tests::mock_site::{MockSite, SiteConfig, expected_fetches};
+use mock_site::{MockSite, SiteConfig, expected_fetches};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -1,0 +1,244 @@
+//! The operator's calls to a running frontier: seeding, progress, filter
+//! health, rebuilds, URL checks, pause and resume, the health probe.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use proto::admin::admin_client::AdminClient;
+
+use super::client::{ClientArgs, Intercepted};
+use super::output::{partition_json, print_progress, progress_json};
+
+pub async fn seed(
+    client: ClientArgs,
+    mut urls: Vec<String>,
+    file: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        urls.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty() && !line.starts_with('#'))
+                .map(str::to_owned),
+        );
+    }
+    if urls.is_empty() {
+        bail!("no seed URLs given (pass URLs or --file)");
+    }
+    let mut admin = client.admin().await?;
+    let response = admin
+        .add_seeds(proto::admin::AddSeedsRequest {
+            crawl_id: client.crawl,
+            urls,
+        })
+        .await?
+        .into_inner();
+    println!(
+        "added {}, already known {}, refused {}",
+        response.added,
+        response.already_known,
+        response.refused.len()
+    );
+    for refused in &response.refused {
+        println!("  refused {} ({})", refused.url, refused.reason);
+    }
+    println!("scope hosts: {}", response.scope_hosts.join(" "));
+    Ok(if response.refused.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}
+
+pub async fn status(
+    client: ClientArgs,
+    wait: bool,
+    timeout_secs: Option<u64>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let show = |progress: &proto::admin::Progress| {
+        if json {
+            println!("{}", progress_json(progress));
+        } else {
+            print_progress(progress);
+        }
+    };
+    let admin = client.admin().await?;
+    let progress = |mut admin: AdminClient<Intercepted>, crawl: String| async move {
+        anyhow::Ok(
+            admin
+                .get_progress(proto::admin::GetProgressRequest { crawl_id: crawl })
+                .await?
+                .into_inner(),
+        )
+    };
+    if !wait {
+        show(&progress(admin, client.crawl.clone()).await?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Waiting polls GetStats, which the frontier answers from memory;
+    // GetProgress reads the crawl's due index, so it is asked once, at the
+    // end.
+    let mut frontier = client.frontier().await?;
+    let started = Instant::now();
+    loop {
+        let stats = frontier
+            .get_stats(proto::urlfrontier::QueueWithinCrawlParams {
+                key: String::new(),
+                crawl_id: client.crawl.clone(),
+                local: false,
+            })
+            .await?
+            .into_inner();
+        let completed = stats.counts.get("completed").copied().unwrap_or(0);
+        if completed > 0 && stats.size == 0 {
+            show(&progress(admin, client.crawl.clone()).await?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        if timeout_secs.is_some_and(|limit| started.elapsed() >= Duration::from_secs(limit)) {
+            show(&progress(admin.clone(), client.crawl.clone()).await?);
+            eprintln!("crawl not finished after {} s", started.elapsed().as_secs());
+            return Ok(ExitCode::from(2));
+        }
+        // Polling an operator's view; nothing here synchronises with it.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+pub async fn health(client: ClientArgs, partitions: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let mut admin = client.admin().await?;
+    let health = admin
+        .get_filter_health(proto::admin::GetFilterHealthRequest {})
+        .await?
+        .into_inner();
+    if json {
+        let value = serde_json::json!({
+            "dedup_mode": format!("{:?}", health.dedup_mode()).to_lowercase(),
+            "target_fp_rate": health.target_fp_rate,
+            "rebuild_fill_threshold": health.rebuild_fill_threshold,
+            "total": health.total.as_ref().map(partition_json),
+            "partitions": health.partitions.iter().map(partition_json).collect::<Vec<_>>(),
+        });
+        println!("{value}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "dedup {:?}  target fp {}  rebuild at fill {}",
+        health.dedup_mode(),
+        health.target_fp_rate,
+        health.rebuild_fill_threshold
+    );
+    let print = |name: String, p: &proto::admin::PartitionHealth| {
+        println!(
+            "{name:>8}  items {:>10}  est {:>12.0}  bits {:>12}  k {:>2}  fill {:.4}  est fp {:.2e}  observed fp {:.2e} ({}/{})  {} B  rebuilds {}  {:?}",
+            p.items_inserted,
+            p.estimated_items,
+            p.bits,
+            p.hashes,
+            p.fill_ratio,
+            p.estimated_fp_rate,
+            p.observed_fp_rate,
+            p.refuted_maybes,
+            p.absent_lookups,
+            p.memory_bytes,
+            p.rebuild_count,
+            p.state()
+        );
+    };
+    if partitions {
+        for p in &health.partitions {
+            print(format!("p{}", p.partition.unwrap_or_default()), p);
+        }
+    }
+    if let Some(total) = &health.total {
+        print("total".into(), total);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn rebuild(
+    client: ClientArgs,
+    partition: Option<u32>,
+    no_wait: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut admin = client.admin().await?;
+    let response = admin
+        .rebuild_filters(proto::admin::RebuildFiltersRequest { partition, no_wait })
+        .await?
+        .into_inner();
+    println!("started {} partition rebuild(s)", response.started.len());
+    for report in response.finished {
+        println!(
+            "  p{}: {} keys, {} -> {} bits, {} ms",
+            report.partition,
+            report.keys,
+            report.bits_before,
+            report.bits_after,
+            report.duration_ms
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn check(client: ClientArgs, url: String) -> anyhow::Result<ExitCode> {
+    let mut admin = client.admin().await?;
+    let response = admin
+        .check_url(proto::admin::CheckUrlRequest {
+            url,
+            crawl_id: client.crawl,
+            queue_key: String::new(),
+        })
+        .await?
+        .into_inner();
+    if !response.refused_reason.is_empty() {
+        println!("refused: {}", response.refused_reason);
+        return Ok(ExitCode::from(3));
+    }
+    println!("canonical  {}", response.canonical_url);
+    println!("queue      {}", response.queue_key);
+    println!("partition  {}", response.partition);
+    println!("filter     {:?}", response.filter_answer());
+    match response.stored {
+        Some(stored) => println!(
+            "stored     created {} completed {} due {} depth {} leased until {}",
+            stored.created_at, stored.completed, stored.due_at, stored.depth, stored.leased_until
+        ),
+        None => println!("stored     no"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn set_active(client: ClientArgs, active: bool) -> anyhow::Result<ExitCode> {
+    let mut frontier = client.frontier().await?;
+    frontier
+        .set_active(proto::urlfrontier::Active {
+            state: active,
+            local: false,
+        })
+        .await?;
+    println!("{}", if active { "serving" } else { "paused" });
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn probe(client: ClientArgs) -> anyhow::Result<ExitCode> {
+    let (channel, _) = client.channel().await?;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let answer = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "urlfrontier.URLFrontier".into(),
+        })
+        .await?
+        .into_inner();
+    let serving =
+        answer.status() == tonic_health::pb::health_check_response::ServingStatus::Serving;
+    println!("{}", if serving { "serving" } else { "not serving" });
+    Ok(if serving {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,309 @@
+//! `frontier serve`: the service's options, logging, and its life from
+//! opening the store to a clean shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use frontier::handback::Handback;
+use frontier::ingest::{DedupMode, FilterConfig, FiltersFrom};
+use frontier::scope::{Rules, ScopeMode};
+use frontier::service::{Frontier, FrontierConfig};
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Directory of the store and filter snapshots.
+    #[arg(long, env = "FRONTIER_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Address to listen on (port 0: any free port; the chosen address is
+    /// printed).
+    #[arg(long, env = "FRONTIER_LISTEN", default_value = "127.0.0.1:7071")]
+    listen: SocketAddr,
+    /// Filter partitions (fixed when the store is created).
+    #[arg(long, env = "FRONTIER_PARTITIONS", default_value_t = 64)]
+    partitions: usize,
+    /// URLs the filters are sized for at first, over all partitions; a
+    /// partition past --rebuild-fill is rebuilt larger.
+    #[arg(long, env = "FRONTIER_EXPECTED_URLS", default_value_t = 1_000_000)]
+    expected_urls: u64,
+    /// Target false-positive rate of the filters.
+    #[arg(long, env = "FRONTIER_FP_RATE", default_value_t = 0.001)]
+    fp_rate: f64,
+    /// Filter layout: standard, blocked, split-block or split-block-256.
+    #[arg(long, env = "FRONTIER_LAYOUT", default_value = "standard")]
+    layout: String,
+    /// exact: the store confirms a filter "maybe"; bloom: a "maybe" is a
+    /// duplicate.
+    #[arg(long, env = "FRONTIER_DEDUP", default_value = "exact")]
+    dedup: String,
+    /// Fill ratio past which a partition's filter is rebuilt larger.
+    #[arg(long, env = "FRONTIER_REBUILD_FILL", default_value_t = 0.5)]
+    rebuild_fill: f64,
+    /// Longest URL accepted, in bytes.
+    #[arg(long, env = "FRONTIER_MAX_URL_LENGTH", default_value_t = 2048)]
+    max_url_length: usize,
+    /// Host scope: seeds, domain or any.
+    #[arg(long, env = "FRONTIER_SCOPE", default_value = "seeds")]
+    scope: ScopeMode,
+    /// Regexes a URL must match one of (repeatable).
+    #[arg(long, env = "FRONTIER_INCLUDE", value_delimiter = ',')]
+    include: Vec<String>,
+    /// Regexes a URL must match none of (repeatable).
+    #[arg(long, env = "FRONTIER_EXCLUDE", value_delimiter = ',')]
+    exclude: Vec<String>,
+    /// Deepest link depth taken (seeds are 0).
+    #[arg(long, env = "FRONTIER_MAX_DEPTH")]
+    max_depth: Option<u32>,
+    /// Most times one path segment may repeat (a crawler-trap guard).
+    #[arg(long, env = "FRONTIER_MAX_PATH_REPEAT", default_value_t = 3)]
+    max_path_repeat: usize,
+    /// Lease length when a GetURLs call gives none, in seconds.
+    #[arg(long, env = "FRONTIER_LEASE_SECS", default_value_t = 30)]
+    lease_secs: u32,
+    /// Most bytes of metadata one URL may carry (keys and values); an item
+    /// with more is answered SKIPPED.
+    #[arg(long, env = "FRONTIER_MAX_METADATA_BYTES", default_value_t = frontier::ingest::DEFAULT_MAX_METADATA_BYTES)]
+    max_metadata_bytes: usize,
+    /// Longest lease a GetURLs call gets, in seconds, whatever it asks for.
+    #[arg(long, env = "FRONTIER_MAX_LEASE_SECS", default_value_t = frontier::service::DEFAULT_MAX_LEASE_SECS)]
+    max_lease_secs: u32,
+    /// Most URLs one GetURLs call hands out (the API's 0 limits mean "no
+    /// limit"; a call still never leases more than this).
+    #[arg(long, env = "FRONTIER_MAX_URLS_PER_GET", default_value_t = frontier::service::DEFAULT_MAX_URLS_PER_GET, value_parser = clap::value_parser!(u32).range(1..))]
+    max_urls_per_get: u32,
+    /// Connections served at once; one more is closed as it arrives.
+    #[arg(long, env = "FRONTIER_MAX_CONNECTIONS", default_value_t = frontier::server::MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: u64,
+    /// The address other nodes and clients reach this one by (ListNodes;
+    /// default: the listening address).
+    #[arg(long, env = "FRONTIER_ADVERTISE")]
+    advertise: Option<String>,
+    /// Serve Prometheus metrics on this address (`GET /metrics`).
+    #[arg(long, env = "FRONTIER_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// When set, calls that change the frontier (other than the data
+    /// plane: GetURLs, PutURLs, PutDiscovered) need `authorization: Bearer
+    /// TOKEN`.
+    #[arg(long, env = "FRONTIER_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Every call of the URL Frontier and admin services needs the admin
+    /// token, reads and the data plane too (health and reflection stay
+    /// open); workers then need `--token`.
+    #[arg(long, env = "FRONTIER_TOKEN_FOR_ALL")]
+    token_for_all: bool,
+    /// Milliseconds between two serves of one queue, unless SetDelay set
+    /// the queue's or the crawl's own.
+    #[arg(long, env = "FRONTIER_DEFAULT_DELAY_MS", default_value_t = 1000)]
+    default_delay_ms: u64,
+    /// MiB of memory for the store's page cache (redb). Pages beyond it are
+    /// read through the OS page cache: less memory, slower ingest once the
+    /// store outgrows it.
+    #[arg(long, env = "FRONTIER_CACHE_MB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    cache_mb: u64,
+    /// MiB that must stay free on the data directory's disk: below it
+    /// writes are refused (RESOURCE_EXHAUSTED, health NOT_SERVING) and
+    /// resume by themselves once there is room.
+    #[arg(long, env = "FRONTIER_MIN_FREE_MB", default_value_t = 256)]
+    min_free_mb: u64,
+}
+
+/// Logging to stderr, `RUST_LOG` levels (default info), changeable at run
+/// time through SetLogLevel.
+pub fn init_logging() -> frontier::grpc::LogControl {
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .init();
+    Arc::new(move |module: &str, level: &str| {
+        let directive = if module.is_empty() {
+            level.to_owned()
+        } else {
+            format!("{module}={level}")
+        };
+        let directive = directive
+            .parse::<tracing_subscriber::filter::Directive>()
+            .map_err(|e| format!("{module:?} is not a module path: {e}"))?;
+        handle
+            .modify(|filter| {
+                let current = std::mem::replace(filter, tracing_subscriber::EnvFilter::new(""));
+                *filter = current.add_directive(directive);
+            })
+            .map_err(|e| e.to_string())
+    })
+}
+
+fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
+    let layout: bloom_core::Layout = args
+        .layout
+        .parse()
+        .with_context(|| format!("--layout {:?}", args.layout))?;
+    let dedup = match args.dedup.as_str() {
+        "exact" => DedupMode::Exact,
+        "bloom" => DedupMode::Bloom,
+        other => bail!("--dedup must be exact or bloom, not {other:?}"),
+    };
+    if !(args.fp_rate > 0.0 && args.fp_rate < 1.0) {
+        bail!("--fp-rate must be between 0 and 1, not {}", args.fp_rate);
+    }
+    if !(args.rebuild_fill > 0.0 && args.rebuild_fill < 1.0) {
+        bail!(
+            "--rebuild-fill must be between 0 and 1, not {}",
+            args.rebuild_fill
+        );
+    }
+    if args.partitions == 0 {
+        bail!("--partitions must be at least 1");
+    }
+    let rules = Rules::new(
+        args.scope,
+        &args.include,
+        &args.exclude,
+        args.max_depth,
+        args.max_path_repeat,
+    )?;
+    Ok(FrontierConfig {
+        data_dir: args.data_dir.clone(),
+        filters: FilterConfig {
+            partitions: args.partitions,
+            expected_urls_per_partition: (args.expected_urls / args.partitions as u64).max(1),
+            fp_rate: args.fp_rate,
+            layout,
+        },
+        dedup,
+        max_url_length: args.max_url_length,
+        max_metadata_bytes: args.max_metadata_bytes,
+        rules,
+        rebuild_fill_threshold: args.rebuild_fill,
+        default_lease_secs: args.lease_secs.max(1),
+        max_lease_secs: args.max_lease_secs.max(1),
+        max_urls_per_get: args.max_urls_per_get,
+        default_delay_ms: args.default_delay_ms,
+        cache_bytes: usize::try_from(args.cache_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
+        min_free_bytes: args.min_free_mb.saturating_mul(1 << 20),
+    })
+}
+
+/// How long a clean shutdown waits for the last calls to let go of the
+/// frontier before giving up on writing the filter snapshots.
+const HOLDERS_GRACE: Duration = Duration::from_secs(5);
+
+pub async fn serve(
+    args: ServeArgs,
+    log_control: frontier::grpc::LogControl,
+) -> anyhow::Result<ExitCode> {
+    let config = config_of(&args)?;
+    let started = Instant::now();
+    let frontier = tokio::task::spawn_blocking(move || Frontier::open(config))
+        .await?
+        .with_context(|| format!("cannot open the frontier in {}", args.data_dir.display()))?;
+    match &frontier.ingest().startup().filters_from {
+        FiltersFrom::Snapshots => tracing::info!("filters loaded from snapshots"),
+        FiltersFrom::Store { keys, reason } => {
+            tracing::info!(keys, reason = %reason, "filters rebuilt from the store");
+        }
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let address = listener.local_addr()?;
+    tracing::info!(
+        %address,
+        startup_ms = started.elapsed().as_millis() as u64,
+        data_dir = %args.data_dir.display(),
+        "frontier listening"
+    );
+    let (frontier, returned) = Handback::share(frontier);
+    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut metrics_task = None;
+    let mut metrics_note = String::new();
+    if let Some(metrics_address) = args.metrics_listen {
+        let handle = frontier::metrics::install()
+            .ok_or_else(|| anyhow::anyhow!("cannot install the metrics recorder"))?;
+        let metrics_listener = tokio::net::TcpListener::bind(metrics_address)
+            .await
+            .with_context(|| format!("cannot listen on {metrics_address} for metrics"))?;
+        let bound = metrics_listener.local_addr()?;
+        metrics_note = format!(" metrics http://{bound}/metrics");
+        metrics_task = Some(tokio::spawn(frontier::metrics::serve(
+            metrics_listener,
+            handle,
+            Arc::clone(&frontier),
+            async {
+                let _ = metrics_stopped.await;
+            },
+        )));
+    }
+    // Scripts and tests read the chosen addresses from this line.
+    println!("listening on {address}{metrics_note}");
+    let access = match &args.admin_token {
+        Some(token) if token.is_empty() => bail!("--admin-token must not be empty"),
+        Some(token) => frontier::auth::Access::token(
+            token,
+            if args.token_for_all {
+                frontier::auth::TokenScope::All
+            } else {
+                frontier::auth::TokenScope::Control
+            },
+        ),
+        None if args.token_for_all => bail!("--token-for-all needs --admin-token"),
+        None => frontier::auth::Access::open(),
+    };
+    let options = frontier::grpc::ServerOptions {
+        access,
+        node: args.advertise.clone().unwrap_or_default(),
+        log_control: Some(log_control),
+        max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+    };
+    frontier::server::run(listener, Arc::clone(&frontier), options, shutdown_signal()).await?;
+    let _ = stop_metrics.send(());
+    if let Some(task) = metrics_task {
+        let _ = task.await;
+    }
+    tracing::info!("stopped serving; writing filter snapshots");
+    drop(frontier);
+    // Calls cut off by the shutdown may still be finishing their blocking
+    // work, and a scrape may be reading; they let go within moments.
+    let frontier = returned
+        .within(HOLDERS_GRACE)
+        .await
+        .ok_or_else(|| anyhow::anyhow!("calls still hold the frontier after shutdown"))?;
+    tokio::task::spawn_blocking(move || frontier.shutdown())
+        .await?
+        .context(
+            "clean shutdown failed (the store is intact; the next start rebuilds the filters)",
+        )?;
+    tracing::info!("clean shutdown");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(error) => {
+                    tracing::error!(%error, "cannot listen for SIGTERM");
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("shutdown signal received");
+}
