@@ -73,10 +73,12 @@ pub fn summarize(
     let progress = frontier.progress(DEFAULT_CRAWL)?;
     let health = frontier.filter_report();
     let total = &health.set.total;
-    let (refuted, lookups) = health
-        .partitions
-        .iter()
-        .fold((0, 0), |acc, p| (acc.0 + p.1, acc.1 + p.2));
+    let (refuted, lookups) = health.partitions.iter().fold((0, 0), |acc, p| {
+        (
+            acc.0 + p.observed.refuted_maybes,
+            acc.1 + p.observed.absent_lookups,
+        )
+    });
     let class = |i: usize| stats.by_class[i].load(Ordering::Relaxed);
     let mut text = String::new();
     use std::fmt::Write;
@@ -118,7 +120,7 @@ pub fn summarize(
     let _ = writeln!(
         text,
         "  filters: {} keys in {} partitions, {} bytes, fill {:.4}, estimated FP {:.2e}, observed FP {}/{} maybes refuted, {} rebuilds",
-        health.partitions.iter().map(|p| p.0).sum::<u64>(),
+        health.partitions.iter().map(|p| p.stored).sum::<u64>(),
         health.set.partitions.len(),
         total.memory_bytes,
         total.fill_ratio,

@@ -218,6 +218,15 @@ struct PartitionCounters {
     stored_at_open: u64,
 }
 
+/// What a partition's filter got wrong since start-up, as the store showed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ObservedFalsePositives {
+    /// "Maybe" answers for keys the store did not hold.
+    pub refuted_maybes: u64,
+    /// Lookups of keys the store did not hold: the rate's denominator.
+    pub absent_lookups: u64,
+}
+
 /// The seen test and the store behind it.
 pub struct Ingest {
     store: Arc<Store>,
@@ -590,18 +599,18 @@ impl Ingest {
         self
     }
 
-    /// Observed false-positive figures of one partition: "maybe" answers the
-    /// store refuted, and lookups of keys the store did not hold.
+    /// Observed false-positive figures of one partition since start-up.
     #[must_use]
-    pub fn observed_false_positives(&self, partition: usize) -> Option<(u64, u64)> {
-        self.counters.get(partition).map(|c| {
-            (
-                c.refuted_maybes.load(Ordering::Relaxed),
-                c.stored
+    pub fn observed_false_positives(&self, partition: usize) -> Option<ObservedFalsePositives> {
+        self.counters
+            .get(partition)
+            .map(|c| ObservedFalsePositives {
+                refuted_maybes: c.refuted_maybes.load(Ordering::Relaxed),
+                absent_lookups: c
+                    .stored
                     .load(Ordering::Relaxed)
                     .saturating_sub(c.stored_at_open),
-            )
-        })
+            })
     }
 
     /// The canonical form of a URL a client sent, or why it is refused
@@ -1029,7 +1038,9 @@ mod tests {
         assert_eq!(exact.store().for_each_url(|_, _, _, _| {}).unwrap(), 2_000);
         let (refuted, lookups) = (0..2)
             .map(|p| exact.observed_false_positives(p).unwrap())
-            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+            .fold((0, 0), |a, b| {
+                (a.0 + b.refuted_maybes, a.1 + b.absent_lookups)
+            });
         assert_eq!(lookups, 2_000);
         assert!(
             refuted > 1_000,

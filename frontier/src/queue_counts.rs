@@ -12,11 +12,33 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::store::QueueRecord;
 
-/// Changes to (URLs, completed URLs) per crawl, then queue: nested so that
-/// a change to a queue already held is found without allocating its key.
+/// A change to one queue's counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CountDelta {
+    /// URLs the queue holds.
+    pub(crate) urls: i64,
+    /// Of those, completed ones.
+    pub(crate) completed: i64,
+}
+
+impl CountDelta {
+    pub(crate) fn is_zero(self) -> bool {
+        self.urls == 0 && self.completed == 0
+    }
+}
+
+impl std::ops::AddAssign for CountDelta {
+    fn add_assign(&mut self, other: Self) {
+        self.urls += other.urls;
+        self.completed += other.completed;
+    }
+}
+
+/// Count changes per crawl, then queue: nested so that a change to a queue
+/// already held is found without allocating its key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct QueueCounts {
-    changes: HashMap<String, HashMap<String, (i64, i64)>>,
+    changes: HashMap<String, HashMap<String, CountDelta>>,
 }
 
 /// What one group did to queue counts, in the order it matters: queues it
@@ -30,8 +52,8 @@ pub(crate) struct GroupCounts {
 
 impl QueueCounts {
     /// Adds a change to a queue's counts.
-    pub(crate) fn add(&mut self, crawl: &str, queue: &str, urls: i64, completed: i64) {
-        if urls == 0 && completed == 0 {
+    pub(crate) fn add(&mut self, crawl: &str, queue: &str, delta: CountDelta) {
+        if delta.is_zero() {
             return;
         }
         let queues = match self.changes.get_mut(crawl) {
@@ -42,8 +64,7 @@ impl QueueCounts {
             Some(entry) => entry,
             None => queues.entry(queue.to_owned()).or_default(),
         };
-        entry.0 += urls;
-        entry.1 += completed;
+        *entry += delta;
     }
 
     /// Takes a later group's changes in: its removals drop what is held for
@@ -64,10 +85,8 @@ impl QueueCounts {
         for (crawl, queues) in group.changes.changes {
             match self.changes.get_mut(&crawl) {
                 Some(held) => {
-                    for (queue, (urls, completed)) in queues {
-                        let entry = held.entry(queue).or_default();
-                        entry.0 += urls;
-                        entry.1 += completed;
+                    for (queue, delta) in queues {
+                        *held.entry(queue).or_default() += delta;
                     }
                 }
                 None => {
@@ -82,34 +101,32 @@ impl QueueCounts {
         self.changes.is_empty()
     }
 
-    /// Every held change, as (crawl, queue, URLs, completed).
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str, i64, i64)> {
+    /// Every held change, as (crawl, queue, change).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str, CountDelta)> {
         self.changes.iter().flat_map(|(crawl, queues)| {
             queues
                 .iter()
-                .filter(|(_, (urls, completed))| *urls != 0 || *completed != 0)
-                .map(|(queue, (urls, completed))| {
-                    (crawl.as_str(), queue.as_str(), *urls, *completed)
-                })
+                .filter(|(_, delta)| !delta.is_zero())
+                .map(|(queue, delta)| (crawl.as_str(), queue.as_str(), *delta))
         })
     }
 
     /// Applies the held changes to records read from the store (a queue
     /// with no record yet starts from the default one).
     pub(crate) fn apply_to(&self, records: &mut BTreeMap<(String, String), QueueRecord>) {
-        for (crawl, queue, urls, completed) in self.iter() {
+        for (crawl, queue, delta) in self.iter() {
             let record = records
                 .entry((crawl.to_owned(), queue.to_owned()))
                 .or_default();
-            apply(record, urls, completed);
+            apply(record, delta);
         }
     }
 }
 
 /// Adds count changes to a record; counts never go below zero.
-pub(crate) fn apply(record: &mut QueueRecord, urls: i64, completed: i64) {
-    record.urls = record.urls.saturating_add_signed(urls);
-    record.completed = record.completed.saturating_add_signed(completed);
+pub(crate) fn apply(record: &mut QueueRecord, delta: CountDelta) {
+    record.urls = record.urls.saturating_add_signed(delta.urls);
+    record.completed = record.completed.saturating_add_signed(delta.completed);
 }
 
 #[cfg(test)]
@@ -118,8 +135,8 @@ mod tests {
 
     fn group(removed: &[(&str, Option<&str>)], changes: &[(&str, &str, i64, i64)]) -> GroupCounts {
         let mut counts = QueueCounts::default();
-        for (crawl, queue, urls, completed) in changes {
-            counts.add(crawl, queue, *urls, *completed);
+        for &(crawl, queue, urls, completed) in changes {
+            counts.add(crawl, queue, delta(urls, completed));
         }
         GroupCounts {
             removed: removed
@@ -130,10 +147,14 @@ mod tests {
         }
     }
 
+    fn delta(urls: i64, completed: i64) -> CountDelta {
+        CountDelta { urls, completed }
+    }
+
     fn held(counts: &QueueCounts) -> Vec<(String, String, i64, i64)> {
         let mut out: Vec<_> = counts
             .iter()
-            .map(|(c, q, u, d)| (c.to_owned(), q.to_owned(), u, d))
+            .map(|(c, q, d)| (c.to_owned(), q.to_owned(), d.urls, d.completed))
             .collect();
         out.sort();
         out
@@ -177,7 +198,7 @@ mod tests {
         }
         let mut changes = QueueCounts::default();
         for ((crawl, queue), (urls, completed)) in local {
-            changes.add(crawl, queue, urls, completed);
+            changes.add(crawl, queue, delta(urls, completed));
         }
         GroupCounts { removed, changes }
     }
@@ -213,7 +234,7 @@ mod tests {
             }
             let held: BTreeMap<(String, String), (i64, i64)> = held
                 .iter()
-                .map(|(c, q, u, d)| ((c.to_owned(), q.to_owned()), (u, d)))
+                .map(|(c, q, d)| ((c.to_owned(), q.to_owned()), (d.urls, d.completed)))
                 .collect();
             proptest::prop_assert_eq!(held, model);
         }
@@ -275,8 +296,8 @@ mod tests {
             },
         );
         let mut counts = QueueCounts::default();
-        counts.add("c", "a", -3, -1);
-        counts.add("c", "new", 2, 1);
+        counts.add("c", "a", delta(-3, -1));
+        counts.add("c", "new", delta(2, 1));
         counts.apply_to(&mut records);
         assert_eq!(records[&("c".to_owned(), "a".to_owned())].urls, 0);
         assert_eq!(records[&("c".to_owned(), "a".to_owned())].completed, 0);

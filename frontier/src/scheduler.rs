@@ -54,7 +54,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
-use crate::store::{Applied, Deletion, QueueRecord, Removed, Store, StoreError, WriteOp};
+use crate::store::{
+    Applied, Deletion, PreviousPlace, QueueRecord, Removed, Store, StoreError, WriteOp,
+};
 
 /// Due URLs a refill reads from the store at once, and half the most a
 /// buffer holds before its tail goes back to being read from the store.
@@ -514,7 +516,11 @@ impl Scheduler {
                         queue_key,
                     },
                 ) => {
-                    if let Some((old_queue, old_due)) = previous {
+                    if let Some(PreviousPlace {
+                        queue_key: old_queue,
+                        due_at: old_due,
+                    }) = previous
+                    {
                         let queue = self.queue_or_new(&known.crawl, old_queue);
                         let mut state = queue.lock();
                         state.record.urls = state.record.urls.saturating_sub(1);
@@ -595,13 +601,13 @@ impl Scheduler {
                 // again from the store (leases stay; a lease of a removed
                 // URL ends without it coming back, as nothing is buffered
                 // before a refill reads the store).
-                for (key, (urls, completed)) in &removed.per_queue {
+                for (key, gone) in &removed.per_queue {
                     let Some(queue) = self.queue(crawl, key) else {
                         continue;
                     };
                     let mut state = queue.lock();
-                    state.record.urls = state.record.urls.saturating_sub(*urls);
-                    state.record.completed = state.record.completed.saturating_sub(*completed);
+                    state.record.urls = state.record.urls.saturating_sub(gone.urls);
+                    state.record.completed = state.record.completed.saturating_sub(gone.completed);
                     state.buffer.clear();
                     state.cursor = Cursor::NotLoaded;
                     self.wake(&queue, &mut state, 0);

@@ -13,7 +13,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bloom_core::{RebuildReport, SetHealth};
 
 use crate::ingest::{
-    DedupMode, Discovered, FilterConfig, Ingest, IngestError, Known, Outcome, UrlCheck,
+    DedupMode, Discovered, FilterConfig, Ingest, IngestError, Known, ObservedFalsePositives,
+    Outcome, UrlCheck,
 };
 use crate::record::UrlRecord;
 use crate::scheduler::{QueueCounts, Scheduler, ServeRequest, Served};
@@ -196,8 +197,28 @@ pub struct Progress {
     pub scheduled_later: u64,
     /// URLs refused since start-up, by reason.
     pub skipped: BTreeMap<&'static str, u64>,
-    /// Per second over the last minute: stored, leased, completed.
-    pub rates: (f64, f64, f64),
+    /// Per second over the last minute.
+    pub rates: Rates,
+}
+
+/// A crawl's rates, per second over the last minute.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Rates {
+    /// URLs stored.
+    pub discovered: f64,
+    /// URLs leased.
+    pub leased: f64,
+    /// URLs completed.
+    pub completed: f64,
+}
+
+/// What the frontier knows of one partition beyond its filter's figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartitionFigures {
+    /// Keys the store holds.
+    pub stored: u64,
+    /// What the filter got wrong, as the store showed.
+    pub observed: ObservedFalsePositives,
 }
 
 /// Filter health with the figures only the frontier knows.
@@ -205,9 +226,8 @@ pub struct Progress {
 pub struct FilterReport {
     /// The filters' own figures.
     pub set: SetHealth,
-    /// Per partition: keys the store holds, refuted "maybe"s, lookups of
-    /// absent keys.
-    pub partitions: Vec<(u64, u64, u64)>,
+    /// Per partition, in partition order.
+    pub partitions: Vec<PartitionFigures>,
     /// The rebuild threshold.
     pub rebuild_fill_threshold: f64,
     /// The target FP rate.
@@ -563,11 +583,11 @@ impl Frontier {
                 progress.skipped.insert(reason.as_str(), *count);
             }
             let secs = now / 1000;
-            progress.rates = (
-                activity.discovered.per_second(secs),
-                activity.leased.per_second(secs),
-                activity.completed.per_second(secs),
-            );
+            progress.rates = Rates {
+                discovered: activity.discovered.per_second(secs),
+                leased: activity.leased.per_second(secs),
+                completed: activity.completed.per_second(secs),
+            };
         });
         Ok(progress)
     }
@@ -637,10 +657,9 @@ impl Frontier {
     pub fn filter_report(&self) -> FilterReport {
         let set = self.ingest.filters().health();
         let partitions = (0..set.partitions.len())
-            .map(|p| {
-                let stored = self.ingest.stored_in_partition(p).unwrap_or(0);
-                let (refuted, lookups) = self.ingest.observed_false_positives(p).unwrap_or((0, 0));
-                (stored, refuted, lookups)
+            .map(|p| PartitionFigures {
+                stored: self.ingest.stored_in_partition(p).unwrap_or(0),
+                observed: self.ingest.observed_false_positives(p).unwrap_or_default(),
             })
             .collect();
         FilterReport {

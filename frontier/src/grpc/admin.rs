@@ -55,7 +55,10 @@ impl adm::admin_server::Admin for AdminService {
             .partitions
             .iter()
             .zip(&report.partitions)
-            .map(|(health, &(stored, refuted, lookups))| {
+            .map(|(health, figures)| {
+                let stored = figures.stored;
+                let refuted = figures.observed.refuted_maybes;
+                let lookups = figures.observed.absent_lookups;
                 let filter = &health.filter;
                 total.items_inserted += stored;
                 total.refuted_maybes += refuted;
@@ -239,9 +242,9 @@ impl adm::admin_server::Admin for AdminService {
             queues: progress.counts.queues,
             active_queues: progress.counts.active_queues,
             last_minute: Some(adm::Rates {
-                discovered: progress.rates.0,
-                leased: progress.rates.1,
-                completed: progress.rates.2,
+                discovered: progress.rates.discovered,
+                leased: progress.rates.leased,
+                completed: progress.rates.completed,
             }),
         }))
     }

@@ -2,15 +2,51 @@
 //! out from the records found there the changes `frontier.redb` follows
 //! with, and those changes (module docs of [`super`]: why two files).
 
+use std::collections::HashMap;
+
 use super::{
-    APPLIED_LSN_KEY, Applied, CRAWL_SETTINGS, DUE, Deletion, DueChange, META, NewUrl, QUEUES,
-    Removed, SEED_HOSTS, Store, StoreError, URLS, URLS_META, WriteOp, apply_order, decode_record,
-    names_under,
+    APPLIED_LSN_KEY, Applied, CRAWL_SETTINGS, DUE, Deletion, KnownUrl, META, MainFileChange,
+    NewUrl, PreviousPlace, QUEUES, Removed, SEED_HOSTS, Store, StoreError, URLS, URLS_META,
+    WriteOp, apply_order, decode_record, names_under,
 };
 use redb::ReadableTable;
 
-use crate::queue_counts::{GroupCounts, QueueCounts};
+use crate::queue_counts::{CountDelta, GroupCounts, QueueCounts};
 use crate::record::UrlRecord;
+
+/// What applying a group's writes to `urls.redb` gathers for what follows:
+/// the changes `frontier.redb` must make, and the group's count changes.
+#[derive(Default)]
+struct GroupEffects<'a> {
+    changes: Vec<MainFileChange>,
+    /// Summed per (crawl, queue).
+    deltas: HashMap<(&'a str, String), CountDelta>,
+    /// Queues a deletion removed whole, in write order: (crawl, queue, or
+    /// `None` for all of the crawl's).
+    removed_queues: Vec<(String, Option<String>)>,
+}
+
+impl<'a> GroupEffects<'a> {
+    fn count(&mut self, crawl: &'a str, queue: &str, delta: CountDelta) {
+        *self.deltas.entry((crawl, queue.to_owned())).or_default() += delta;
+    }
+
+    fn into_counts(self) -> (Vec<MainFileChange>, GroupCounts) {
+        let mut counts = QueueCounts::default();
+        for ((crawl, queue), delta) in self.deltas {
+            counts.add(crawl, &queue, delta);
+        }
+        (
+            self.changes,
+            GroupCounts {
+                removed: self.removed_queues,
+                changes: counts,
+            },
+        )
+    }
+}
+
+type UrlsTable<'t> = redb::Table<'t, (u32, &'static str, &'static str), &'static [u8]>;
 
 impl Store {
     /// Applies a group's writes to `urls.redb` in `write` and records its
@@ -20,13 +56,12 @@ impl Store {
         write: &redb::WriteTransaction,
         ops: &[WriteOp],
         lsn: u64,
-    ) -> Result<(Vec<Applied>, Vec<DueChange>, GroupCounts), StoreError> {
+    ) -> Result<(Vec<Applied>, Vec<MainFileChange>, GroupCounts), StoreError> {
         write.open_table(URLS_META)?.insert(APPLIED_LSN_KEY, lsn)?;
-        let mut changes = Vec::with_capacity(ops.len());
-        // Queue count changes, summed per queue.
-        let mut removed_queues = Vec::new();
-        let mut deltas: std::collections::HashMap<(&str, String), (i64, i64)> =
-            std::collections::HashMap::new();
+        let mut effects = GroupEffects {
+            changes: Vec::with_capacity(ops.len()),
+            ..GroupEffects::default()
+        };
         let mut urls = write.open_table(URLS)?;
         let mut indexed_results = Vec::with_capacity(ops.len());
         for index in apply_order(ops, |op| match op {
@@ -36,136 +71,160 @@ impl Store {
             }
             WriteOp::Delete(_) => None,
         }) {
-            match &ops[index] {
-                WriteOp::Discover(new) => {
-                    let stored = Self::discover(&mut urls, new)?;
-                    if stored {
-                        changes.push(DueChange::Insert {
-                            crawl: new.crawl.clone(),
-                            queue: new.record.queue_key.clone(),
-                            due_at: new.record.due_at,
-                            url: new.url.clone(),
-                            partition: new.partition,
-                        });
-                        let delta = deltas
-                            .entry((new.crawl.as_str(), new.record.queue_key.clone()))
-                            .or_default();
-                        delta.0 += 1;
-                    }
-                    indexed_results.push((index, Applied::Discovered { stored }));
-                }
-                WriteOp::Known(known) => {
-                    let key = (known.partition, known.crawl.as_str(), known.url.as_str());
-                    let previous = match urls.get(key)? {
-                        Some(bytes) => {
-                            Some(decode_record(&known.crawl, &known.url, bytes.value())?)
-                        }
-                        None => None,
-                    };
-                    let queue_key = known
-                        .queue_key
-                        .clone()
-                        .or_else(|| previous.as_ref().map(|r| r.queue_key.clone()))
-                        .unwrap_or_else(|| known.default_queue.clone());
-                    let record = UrlRecord {
-                        created_at: previous.as_ref().map_or(known.now, |r| r.created_at),
-                        due_at: known.due_at,
-                        depth: previous.as_ref().map_or(0, |r| r.depth),
-                        queue_key: queue_key.clone(),
-                        metadata: known.metadata.clone(),
-                    };
-                    urls.insert(key, record.encode().as_slice())?;
-                    if let Some(old) = &previous {
-                        if !old.is_completed() {
-                            changes.push(DueChange::Remove {
-                                crawl: known.crawl.clone(),
-                                queue: old.queue_key.clone(),
-                                due_at: old.due_at,
-                                url: known.url.clone(),
-                            });
-                        }
-                        let delta = deltas
-                            .entry((known.crawl.as_str(), old.queue_key.clone()))
-                            .or_default();
-                        delta.0 -= 1;
-                        delta.1 -= i64::from(old.is_completed());
-                    }
-                    if !record.is_completed() {
-                        changes.push(DueChange::Insert {
-                            crawl: known.crawl.clone(),
-                            queue: queue_key.clone(),
-                            due_at: record.due_at,
-                            url: known.url.clone(),
-                            partition: known.partition,
-                        });
-                    }
-                    let delta = deltas
-                        .entry((known.crawl.as_str(), queue_key.clone()))
-                        .or_default();
-                    delta.0 += 1;
-                    delta.1 += i64::from(record.is_completed());
-                    indexed_results.push((
-                        index,
-                        Applied::Known {
-                            previous: previous.map(|old| (old.queue_key, old.due_at)),
-                            queue_key,
-                        },
-                    ));
-                }
+            let applied = match &ops[index] {
+                WriteOp::Discover(new) => Self::apply_discovered(&mut urls, new, &mut effects)?,
+                WriteOp::Known(known) => Self::apply_known(&mut urls, known, &mut effects)?,
                 WriteOp::Delete(deletion) => {
-                    let removed = Self::delete(&mut urls, deletion, &mut changes)?;
-                    for (queue, (urls_removed, completed_removed)) in &removed.per_queue {
-                        let delta = deltas
-                            .entry((deletion.crawl.as_str(), queue.clone()))
-                            .or_default();
-                        delta.0 -= *urls_removed as i64;
-                        delta.1 -= *completed_removed as i64;
-                    }
-                    if deletion.removes_queues() {
-                        // Whole queues go, settings and all (and with no
-                        // queue named, the crawl's scope and default delay),
-                        // in the order of the writes: a URL stored after the
-                        // deletion in the same group counts in a queue of
-                        // its own.
-                        let crawl = deletion.crawl.as_str();
-                        changes.push(DueChange::RemoveQueues {
-                            crawl: crawl.to_owned(),
-                            queue: deletion.queue.clone(),
-                        });
-                        deltas.retain(|(delta_crawl, queue), _| {
-                            *delta_crawl != crawl
-                                || deletion.queue.as_ref().is_some_and(|named| named != queue)
-                        });
-                        removed_queues.push((crawl.to_owned(), deletion.queue.clone()));
-                    }
-                    indexed_results.push((index, Applied::Deleted(removed)));
+                    Self::apply_deletion(&mut urls, deletion, &mut effects)?
                 }
-            }
+            };
+            indexed_results.push((index, applied));
         }
         indexed_results.sort_unstable_by_key(|(index, _)| *index);
         let results = indexed_results
             .into_iter()
             .map(|(_, applied)| applied)
             .collect();
-        let mut counts = QueueCounts::default();
-        for ((crawl, queue), (urls, completed)) in deltas {
-            counts.add(crawl, &queue, urls, completed);
+        let (changes, counts) = effects.into_counts();
+        Ok((results, changes, counts))
+    }
+
+    fn apply_discovered<'a>(
+        urls: &mut UrlsTable<'_>,
+        new: &'a NewUrl,
+        effects: &mut GroupEffects<'a>,
+    ) -> Result<Applied, StoreError> {
+        let stored = Self::discover(urls, new)?;
+        if stored {
+            effects.changes.push(MainFileChange::Insert {
+                crawl: new.crawl.clone(),
+                queue: new.record.queue_key.clone(),
+                due_at: new.record.due_at,
+                url: new.url.clone(),
+                partition: new.partition,
+            });
+            effects.count(
+                &new.crawl,
+                &new.record.queue_key,
+                CountDelta {
+                    urls: 1,
+                    completed: 0,
+                },
+            );
         }
-        Ok((
-            results,
-            changes,
-            GroupCounts {
-                removed: removed_queues,
-                changes: counts,
+        Ok(Applied::Discovered { stored })
+    }
+
+    /// A URL's new state: its record replaced (created, depth kept), its
+    /// `due` entry moved, counts moved from its old queue to its new one.
+    fn apply_known<'a>(
+        urls: &mut UrlsTable<'_>,
+        known: &'a KnownUrl,
+        effects: &mut GroupEffects<'a>,
+    ) -> Result<Applied, StoreError> {
+        let key = (known.partition, known.crawl.as_str(), known.url.as_str());
+        let previous = match urls.get(key)? {
+            Some(bytes) => Some(decode_record(&known.crawl, &known.url, bytes.value())?),
+            None => None,
+        };
+        let queue_key = known
+            .queue_key
+            .clone()
+            .or_else(|| previous.as_ref().map(|r| r.queue_key.clone()))
+            .unwrap_or_else(|| known.default_queue.clone());
+        let record = UrlRecord {
+            created_at: previous.as_ref().map_or(known.now, |r| r.created_at),
+            due_at: known.due_at,
+            depth: previous.as_ref().map_or(0, |r| r.depth),
+            queue_key: queue_key.clone(),
+            metadata: known.metadata.clone(),
+        };
+        urls.insert(key, record.encode().as_slice())?;
+        if let Some(old) = &previous {
+            if !old.is_completed() {
+                effects.changes.push(MainFileChange::Remove {
+                    crawl: known.crawl.clone(),
+                    queue: old.queue_key.clone(),
+                    due_at: old.due_at,
+                    url: known.url.clone(),
+                });
+            }
+            effects.count(
+                &known.crawl,
+                &old.queue_key,
+                CountDelta {
+                    urls: -1,
+                    completed: -i64::from(old.is_completed()),
+                },
+            );
+        }
+        if !record.is_completed() {
+            effects.changes.push(MainFileChange::Insert {
+                crawl: known.crawl.clone(),
+                queue: queue_key.clone(),
+                due_at: record.due_at,
+                url: known.url.clone(),
+                partition: known.partition,
+            });
+        }
+        effects.count(
+            &known.crawl,
+            &queue_key,
+            CountDelta {
+                urls: 1,
+                completed: i64::from(record.is_completed()),
             },
-        ))
+        );
+        Ok(Applied::Known {
+            previous: previous.map(|old| PreviousPlace {
+                queue_key: old.queue_key,
+                due_at: old.due_at,
+            }),
+            queue_key,
+        })
+    }
+
+    fn apply_deletion<'a>(
+        urls: &mut UrlsTable<'_>,
+        deletion: &'a Deletion,
+        effects: &mut GroupEffects<'a>,
+    ) -> Result<Applied, StoreError> {
+        let removed = Self::delete(urls, deletion, &mut effects.changes)?;
+        for (queue, gone) in &removed.per_queue {
+            effects.count(
+                &deletion.crawl,
+                queue,
+                CountDelta {
+                    urls: -(gone.urls as i64),
+                    completed: -(gone.completed as i64),
+                },
+            );
+        }
+        if deletion.removes_queues() {
+            // Whole queues go, settings and all (and with no queue named,
+            // the crawl's scope and default delay), in the order of the
+            // writes: a URL stored after the deletion in the same group
+            // counts in a queue of its own.
+            let crawl = deletion.crawl.as_str();
+            effects.changes.push(MainFileChange::RemoveQueues {
+                crawl: crawl.to_owned(),
+                queue: deletion.queue.clone(),
+            });
+            effects.deltas.retain(|(delta_crawl, queue), _| {
+                *delta_crawl != crawl || deletion.queue.as_ref().is_some_and(|named| named != queue)
+            });
+            effects
+                .removed_queues
+                .push((crawl.to_owned(), deletion.queue.clone()));
+        }
+        Ok(Applied::Deleted(removed))
     }
 
     /// Applies a group's changes to `frontier.redb` in `write` and records
     /// its log number.
-    pub(super) fn apply_due_in(
+    pub(super) fn apply_main_file_in(
         write: &redb::WriteTransaction,
-        changes: &[DueChange],
+        changes: &[MainFileChange],
         lsn: u64,
     ) -> Result<(), StoreError> {
         write.open_table(META)?.insert(APPLIED_LSN_KEY, lsn)?;
@@ -174,23 +233,23 @@ impl Store {
         let mut seed_hosts = write.open_table(SEED_HOSTS)?;
         let mut crawl_settings = write.open_table(CRAWL_SETTINGS)?;
         for index in apply_order(changes, |change| match change {
-            DueChange::Insert {
+            MainFileChange::Insert {
                 crawl,
                 queue,
                 due_at,
                 url,
                 ..
             }
-            | DueChange::Remove {
+            | MainFileChange::Remove {
                 crawl,
                 queue,
                 due_at,
                 url,
             } => Some((crawl.as_str(), queue.as_str(), *due_at, url.as_str())),
-            DueChange::RemoveQueues { .. } => None,
+            MainFileChange::RemoveQueues { .. } => None,
         }) {
             match &changes[index] {
-                DueChange::Insert {
+                MainFileChange::Insert {
                     crawl,
                     queue,
                     due_at,
@@ -202,7 +261,7 @@ impl Store {
                         *partition,
                     )?;
                 }
-                DueChange::Remove {
+                MainFileChange::Remove {
                     crawl,
                     queue,
                     due_at,
@@ -210,7 +269,7 @@ impl Store {
                 } => {
                     due.remove((crawl.as_str(), queue.as_str(), *due_at, url.as_str()))?;
                 }
-                DueChange::RemoveQueues { crawl, queue } => {
+                MainFileChange::RemoveQueues { crawl, queue } => {
                     let crawl = crawl.as_str();
                     let doomed: Vec<String> = match queue {
                         Some(queue) => vec![queue.clone()],
@@ -231,10 +290,7 @@ impl Store {
         Ok(())
     }
 
-    fn discover(
-        urls: &mut redb::Table<'_, (u32, &str, &str), &[u8]>,
-        new: &NewUrl,
-    ) -> Result<bool, StoreError> {
+    fn discover(urls: &mut UrlsTable<'_>, new: &NewUrl) -> Result<bool, StoreError> {
         let key = (new.partition, new.crawl.as_str(), new.url.as_str());
         if new.maybe_known && urls.get(key)?.is_some() {
             return Ok(false);
@@ -257,9 +313,9 @@ impl Store {
     /// Removes a deletion's URLs from `urls`, and adds the removal of their
     /// `due` entries to `changes`.
     fn delete(
-        urls: &mut redb::Table<'_, (u32, &str, &str), &[u8]>,
+        urls: &mut UrlsTable<'_>,
         deletion: &Deletion,
-        changes: &mut Vec<DueChange>,
+        changes: &mut Vec<MainFileChange>,
     ) -> Result<Removed, StoreError> {
         let crawl = deletion.crawl.as_str();
         let mut removed = Removed::default();
@@ -294,10 +350,10 @@ impl Store {
                 removed.urls += 1;
                 *removed.per_partition.entry(partition).or_default() += 1;
                 let per_queue = removed.per_queue.entry(queue.clone()).or_default();
-                per_queue.0 += 1;
-                per_queue.1 += u64::from(due_at == 0);
+                per_queue.urls += 1;
+                per_queue.completed += u64::from(due_at == 0);
                 if due_at != 0 {
-                    changes.push(DueChange::Remove {
+                    changes.push(MainFileChange::Remove {
                         crawl: crawl.to_owned(),
                         queue,
                         due_at,

@@ -98,7 +98,10 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 pub use self::error::StoreError;
 pub use self::open::StoreOptions;
-pub use self::types::{Applied, Deletion, KnownUrl, NewUrl, QueueRecord, Removed, WriteOp};
+pub use self::types::{
+    Applied, Deletion, KnownUrl, NewUrl, PreviousPlace, QueueRecord, Removed, RemovedFromQueue,
+    WriteOp,
+};
 use crate::queue_counts::{self, GroupCounts, QueueCounts};
 use crate::record::UrlRecord;
 use crate::wal::Wal;
@@ -197,10 +200,10 @@ pub struct Store {
     /// log's records and the urls file's transactions happen in one order.
     writer: Mutex<Writer>,
     /// Transactions on `frontier.redb` run under this lock (after `writer`
-    /// when both are taken); `due_applied` wakes whoever waits for a group's
+    /// when both are taken); `main_file_applied` wakes whoever waits for a group's
     /// second stage.
-    due_side: Mutex<DueSide>,
-    due_applied: Condvar,
+    main_file: Mutex<MainFileProgress>,
+    main_file_applied: Condvar,
 }
 
 /// What failed when a write left the files unusable.
@@ -240,7 +243,7 @@ struct Writer {
 }
 
 /// The second stage's progress.
-struct DueSide {
+struct MainFileProgress {
     /// The last group whose changes `frontier.redb` holds.
     lsn: u64,
     /// Set when a second stage failed: `urls.redb` then holds a group
@@ -255,14 +258,14 @@ struct DueSide {
 pub struct StagedGroup {
     lsn: u64,
     /// `None`: the group was a checkpoint, applied in full already.
-    changes: Option<Vec<DueChange>>,
+    changes: Option<Vec<MainFileChange>>,
     results: Vec<Applied>,
 }
 
 /// A change a group makes to `frontier.redb`, worked out in the first stage
 /// from what `urls.redb` held.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum DueChange {
+enum MainFileChange {
     Insert {
         crawl: String,
         queue: String,
@@ -318,7 +321,7 @@ impl Drop for Store {
         // start replays nothing. After a failure nothing more is committed:
         // the next start replays what the log holds.
         let writable = self.lock_writer().wal.check_writable().is_ok()
-            && self.lock_due_side().halted.is_none();
+            && self.lock_main_file().halted.is_none();
         if writable && let Err(error) = self.checkpoint() {
             tracing::warn!(%error, "final checkpoint failed; the next start replays the write-ahead log");
         }
@@ -335,8 +338,8 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn lock_due_side(&self) -> std::sync::MutexGuard<'_, DueSide> {
-        self.due_side
+    fn lock_main_file(&self) -> std::sync::MutexGuard<'_, MainFileProgress> {
+        self.main_file
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -368,7 +371,7 @@ impl Store {
     pub fn write_state(&self) -> Result<(), StoreError> {
         self.check_poisoned()?;
         self.lock_writer().wal.check_writable()?;
-        Self::check_due_side(&self.lock_due_side())?;
+        Self::check_main_file(&self.lock_main_file())?;
         self.check_space()
     }
 
@@ -415,8 +418,8 @@ impl Store {
     }
 
     /// Fails once a second stage has failed.
-    fn check_due_side(due_side: &DueSide) -> Result<(), StoreError> {
-        match &due_side.halted {
+    fn check_main_file(main_file: &MainFileProgress) -> Result<(), StoreError> {
+        match &main_file.halted {
             Some(reason) => Err(StoreError::Halted(reason.clone())),
             None => Ok(()),
         }
@@ -431,8 +434,8 @@ impl Store {
     ) -> Result<T, StoreError> {
         let writer = self.lock_writer();
         writer.wal.check_writable()?;
-        let due_side = self.lock_due_side();
-        Self::check_due_side(&due_side)?;
+        let main_file = self.lock_main_file();
+        Self::check_main_file(&main_file)?;
         self.check_poisoned()?;
         self.check_space()?;
         let written = self.files().and_then(|files| {
@@ -482,29 +485,29 @@ impl Store {
             return Ok(());
         }
         let mut queues = write.open_table(QUEUES)?;
-        for (crawl, queue, urls, completed) in counts.iter() {
+        for (crawl, queue, delta) in counts.iter() {
             let key = (crawl, queue);
             let mut record = match queues.get(key)? {
                 Some(bytes) => decode_queue(crawl, queue, bytes.value())?,
                 None => QueueRecord::default(),
             };
-            queue_counts::apply(&mut record, urls, completed);
+            queue_counts::apply(&mut record, delta);
             queues.insert(key, record.encode().as_slice())?;
         }
         Ok(())
     }
 
     /// Waits until `frontier.redb` holds every group up to `lsn`.
-    fn wait_for_due(&self, lsn: u64) -> Result<(), StoreError> {
-        let mut due_side = self.lock_due_side();
-        while due_side.lsn < lsn {
-            Self::check_due_side(&due_side)?;
-            due_side = self
-                .due_applied
-                .wait(due_side)
+    fn wait_for_main_file(&self, lsn: u64) -> Result<(), StoreError> {
+        let mut main_file = self.lock_main_file();
+        while main_file.lsn < lsn {
+            Self::check_main_file(&main_file)?;
+            main_file = self
+                .main_file_applied
+                .wait(main_file)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
-        Self::check_due_side(&due_side)
+        Self::check_main_file(&main_file)
     }
 
     /// The writer lock, at a moment when `frontier.redb` holds every group
@@ -516,14 +519,14 @@ impl Store {
             writer.wal.check_writable()?;
             let staged = writer.wal.last_lsn();
             {
-                let due_side = self.lock_due_side();
-                Self::check_due_side(&due_side)?;
-                if due_side.lsn >= staged {
+                let main_file = self.lock_main_file();
+                Self::check_main_file(&main_file)?;
+                if main_file.lsn >= staged {
                     return Ok(writer);
                 }
             }
             drop(writer);
-            self.wait_for_due(staged)?;
+            self.wait_for_main_file(staged)?;
         }
     }
 
@@ -534,7 +537,7 @@ impl Store {
     pub fn checkpoint(&self) -> Result<(), StoreError> {
         let mut writer = self.lock_drained_writer()?;
         let Writer { wal, queue_counts } = &mut *writer;
-        let _due_side = self.lock_due_side();
+        let _main_file = self.lock_main_file();
         let files = self.files()?;
         Self::make_durable(&files.db, &files.urls_db, queue_counts, wal.last_lsn())?;
         *queue_counts = QueueCounts::default();
@@ -636,7 +639,7 @@ impl Store {
         };
         let Writer { wal, queue_counts } = &mut *writer;
         wal.check_writable()?;
-        Self::check_due_side(&self.lock_due_side())?;
+        Self::check_main_file(&self.lock_main_file())?;
         self.check_poisoned()?;
         self.check_space()?;
         let lsn = wal
@@ -673,18 +676,18 @@ impl Store {
                 results,
             });
         }
-        let mut due_side = self.lock_due_side();
+        let mut main_file = self.lock_main_file();
         let files = self.files()?;
-        if let Err(error) = Self::commit_due(&files.db, &changes, lsn) {
+        if let Err(error) = Self::commit_main_file(&files.db, &changes, lsn) {
             self.note_failure(&error);
-            self.halt(&mut due_side, &error, lsn);
+            self.halt(&mut main_file, &error, lsn);
             return Err(error);
         }
         // The group is applied and its record synced: it stands whether or
         // not the checkpoint does. A checkpoint that fails keeps the log as
         // it is (it still holds every group since the last one), and the
         // files are reopened and the log replayed once they can be written.
-        due_side.lsn = lsn;
+        main_file.lsn = lsn;
         match Self::make_durable(&files.db, &files.urls_db, queue_counts, lsn) {
             Ok(()) => {
                 *queue_counts = QueueCounts::default();
@@ -714,18 +717,18 @@ impl Store {
         // The lock is not held during the transaction, so that the next
         // group can be staged meanwhile: redb runs one write transaction of
         // a file at a time, which orders this one and settings writes.
-        Self::check_due_side(&self.lock_due_side())?;
+        Self::check_main_file(&self.lock_main_file())?;
         let finished = self
             .files()
-            .and_then(|files| Self::commit_due(&files.db, &changes, staged.lsn));
-        let mut due_side = self.lock_due_side();
+            .and_then(|files| Self::commit_main_file(&files.db, &changes, staged.lsn));
+        let mut main_file = self.lock_main_file();
         if let Err(error) = finished {
             self.note_failure(&error);
-            self.halt(&mut due_side, &error, staged.lsn);
+            self.halt(&mut main_file, &error, staged.lsn);
             return Err(error);
         }
-        due_side.lsn = staged.lsn;
-        self.due_applied.notify_all();
+        main_file.lsn = staged.lsn;
+        self.main_file_applied.notify_all();
         Ok(staged.results)
     }
 
@@ -735,7 +738,7 @@ impl Store {
         urls_db: &Database,
         ops: &[WriteOp],
         lsn: u64,
-    ) -> Result<(Vec<Applied>, Vec<DueChange>, GroupCounts), StoreError> {
+    ) -> Result<(Vec<Applied>, Vec<MainFileChange>, GroupCounts), StoreError> {
         let mut write = urls_db.begin_write()?;
         write.set_durability(redb::Durability::None)?;
         let applied = Self::apply_urls_in(&write, ops, lsn)?;
@@ -744,20 +747,24 @@ impl Store {
     }
 
     /// Applies a group's changes to `frontier.redb` in a non-durable commit.
-    fn commit_due(db: &Database, changes: &[DueChange], lsn: u64) -> Result<(), StoreError> {
+    fn commit_main_file(
+        db: &Database,
+        changes: &[MainFileChange],
+        lsn: u64,
+    ) -> Result<(), StoreError> {
         let mut write = db.begin_write()?;
         write.set_durability(redb::Durability::None)?;
-        Self::apply_due_in(&write, changes, lsn)?;
+        Self::apply_main_file_in(&write, changes, lsn)?;
         write.commit()?;
         Ok(())
     }
 
     /// Stops writes after a group's second stage failed (`urls.redb` then
     /// holds a group `frontier.redb` does not), and wakes its waiters.
-    fn halt(&self, due_side: &mut DueSide, error: &StoreError, lsn: u64) {
+    fn halt(&self, main_file: &mut MainFileProgress, error: &StoreError, lsn: u64) {
         tracing::error!(%error, lsn, "cannot apply a group to frontier.redb; writes halted until restart");
-        due_side.halted.get_or_insert(error.to_string());
-        self.due_applied.notify_all();
+        main_file.halted.get_or_insert(error.to_string());
+        self.main_file_applied.notify_all();
     }
 
     /// The last log record `urls.redb` holds.

@@ -14,7 +14,7 @@ use std::sync::{Condvar, Mutex};
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::{
-    APPLIED_LSN_KEY, COUNTS_LSN_KEY, DEFAULT_CACHE_BYTES, DueSide, FILE_NAME, Files, META,
+    APPLIED_LSN_KEY, COUNTS_LSN_KEY, DEFAULT_CACHE_BYTES, FILE_NAME, Files, META, MainFileProgress,
     SCHEMA_VERSION, SCHEMA_VERSION_KEY, Store, StoreError, URLS, URLS_FILE_NAME, URLS_META, Writer,
     open_if_exists,
 };
@@ -285,11 +285,11 @@ impl Store {
                 wal,
                 queue_counts: QueueCounts::default(),
             }),
-            due_side: Mutex::new(DueSide {
+            main_file: Mutex::new(MainFileProgress {
                 lsn: last,
                 halted: None,
             }),
-            due_applied: Condvar::new(),
+            main_file_applied: Condvar::new(),
         })
     }
 
@@ -511,7 +511,7 @@ impl Store {
         for record in &pending {
             let (_, changes, counts) = Self::commit_urls(urls_db, &record.ops, record.lsn)?;
             if record.lsn > due_lsn {
-                Self::commit_due(db, &changes, record.lsn)?;
+                Self::commit_main_file(db, &changes, record.lsn)?;
             }
             if record.lsn > counts_lsn {
                 queue_counts.absorb(counts);

@@ -32,12 +32,12 @@ impl Store {
     fn recover(&self) -> Result<(), StoreError> {
         let mut writer = self.lock_writer();
         writer.wal.check_writable()?;
-        let mut due_side = self.lock_due_side();
-        Self::check_due_side(&due_side)?;
-        if due_side.lsn != writer.wal.last_lsn() {
+        let mut main_file = self.lock_main_file();
+        Self::check_main_file(&main_file)?;
+        if main_file.lsn != writer.wal.last_lsn() {
             return Err(StoreError::Closed(format!(
                 "group {} was applied to one file only; restart the server",
-                due_side.lsn.saturating_add(1)
+                main_file.lsn.saturating_add(1)
             )));
         }
         let mut files = self
@@ -66,7 +66,7 @@ impl Store {
         // The replay made every group durable, queue counts included.
         writer.queue_counts = QueueCounts::default();
         writer.wal.checkpointed();
-        due_side.lsn = last;
+        main_file.lsn = last;
         *self
             .poisoned
             .lock()

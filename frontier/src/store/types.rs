@@ -124,8 +124,26 @@ pub struct Removed {
     pub urls: u64,
     /// Per partition, URLs removed.
     pub per_partition: std::collections::BTreeMap<u32, u64>,
-    /// Per queue, (URLs, completed URLs) removed.
-    pub per_queue: std::collections::BTreeMap<String, (u64, u64)>,
+    /// Per queue, what was removed from it.
+    pub per_queue: std::collections::BTreeMap<String, RemovedFromQueue>,
+}
+
+/// URLs a deletion removed from one queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemovedFromQueue {
+    /// URLs removed.
+    pub urls: u64,
+    /// Of those, completed ones.
+    pub completed: u64,
+}
+
+/// Where a known URL was before a write changed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviousPlace {
+    /// Its queue.
+    pub queue_key: String,
+    /// Its due date (0: completed).
+    pub due_at: u64,
 }
 
 /// What one [`WriteOp`] did, for the scheduler's memory and the caller's
@@ -139,9 +157,8 @@ pub enum Applied {
     },
     /// A known URL's new state.
     Known {
-        /// The queue and due date it had, if the crawl knew it (due 0:
-        /// completed).
-        previous: Option<(String, u64)>,
+        /// Where it was, if the crawl knew it.
+        previous: Option<PreviousPlace>,
         /// The queue it is in now.
         queue_key: String,
     },
