@@ -4,13 +4,16 @@
 //! # The seen test
 //!
 //! A URL's filter key is its crawl ID and canonical URL; its partition comes
-//! from the crawl ID and its queue key, so one host's URLs share a filter.
+//! from the crawl ID and its host (not the client's queue key, which can
+//! change between puts: see [`partition_of`]), so one host's URLs share a
+//! filter.
 //!
 //! - The filter says "no": the URL is certainly new to its crawl.
-//! - The filter says "maybe": in exact mode the store decides (inside the
-//!   write transaction that would store the URL, so two batches racing on
-//!   one URL store it once); a "maybe" the store refutes is a false positive,
-//!   counted per partition for the observed FP rate. In Bloom mode a "maybe"
+//! - The filter says "maybe": in exact mode the store decides, first by a
+//!   read on the caller's thread, then inside the write transaction that
+//!   would store the URL, so two batches racing on one URL store it once; a
+//!   "maybe" the store refutes is a false positive, counted per partition
+//!   for the observed FP rate. In Bloom mode a "maybe"
 //!   is skipped as a duplicate without asking the store.
 //!
 //! # Why the filters never miss a stored key
@@ -787,12 +790,49 @@ impl Ingest {
         rules: &Rules,
         now: u64,
     ) -> Result<Vec<Outcome>, IngestError> {
+        let mut outcomes = Vec::with_capacity(items.len());
+        let mut candidates = self.admit_discovered(crawl, items, rules, now, &mut outcomes)?;
+        self.drop_known(&mut candidates, &mut outcomes)?;
+        if candidates.is_empty() {
+            return Ok(outcomes);
+        }
+        let (marks, new_urls): (Vec<FilterMark>, Vec<NewUrl>) = candidates
+            .into_iter()
+            .map(|candidate| (candidate.mark, candidate.url))
+            .unzip();
+        // Shares a transaction with concurrent batches (group commit).
+        let committer = self.committer.as_ref().ok_or(StoreError::Stopped)?;
+        let stored = committer.insert_if_absent(new_urls)?;
+        // Durable now: teach the filters (store first, filter second).
+        for (mark, was_stored) in marks.iter().zip(stored) {
+            let counters = &self.counters[mark.partition];
+            if was_stored {
+                self.filters.insert(mark.partition, mark.hash)?;
+                counters.stored.fetch_add(1, Ordering::Relaxed);
+                if mark.maybe {
+                    counters.refuted_maybes.fetch_add(1, Ordering::Relaxed);
+                }
+            } else {
+                outcomes[mark.outcome] = Outcome::Skipped(SkipReason::Duplicate);
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// The items that pass canonicalisation, the crawl's rules and the
+    /// filter, as URLs to store; an outcome for every item is pushed to
+    /// `outcomes` (`Stored` for candidates, settled later).
+    fn admit_discovered(
+        &self,
+        crawl: &str,
+        items: &[Discovered],
+        rules: &Rules,
+        now: u64,
+        outcomes: &mut Vec<Outcome>,
+    ) -> Result<Vec<Candidate>, IngestError> {
         let partitions = self.filters.partition_count();
         let seeds = self.seeds_of(crawl);
-        let mut outcomes = Vec::with_capacity(items.len());
-        // (index into outcomes, partition, hash, filter said maybe)
         let mut candidates = Vec::new();
-        let mut new_urls = Vec::new();
         for item in items {
             let canonical = match self.accept(&item.url, &item.queue_key, &item.metadata) {
                 Ok(canonical) => canonical,
@@ -817,72 +857,81 @@ impl Ingest {
                 outcomes.push(Outcome::Skipped(SkipReason::Duplicate));
                 continue;
             }
-            candidates.push((outcomes.len(), partition, hash, maybe));
-            outcomes.push(Outcome::Stored);
-            new_urls.push(NewUrl {
-                crawl: crawl.to_owned(),
-                // At most MAX_PARTITIONS, checked at open.
-                partition: partition as u32,
-                maybe_known: maybe,
-                url: canonical.into_string(),
-                record: UrlRecord {
-                    created_at: now,
-                    due_at: now.max(1),
-                    depth: item.depth,
-                    queue_key,
-                    metadata: item.metadata.clone(),
+            candidates.push(Candidate {
+                mark: FilterMark {
+                    outcome: outcomes.len(),
+                    partition,
+                    hash,
+                    maybe,
+                },
+                url: NewUrl {
+                    crawl: crawl.to_owned(),
+                    // At most MAX_PARTITIONS, checked at open.
+                    partition: partition as u32,
+                    maybe_known: maybe,
+                    url: canonical.into_string(),
+                    record: UrlRecord {
+                        created_at: now,
+                        due_at: now.max(1),
+                        depth: item.depth,
+                        queue_key,
+                        metadata: item.metadata.clone(),
+                    },
                 },
             });
+            outcomes.push(Outcome::Stored);
         }
-        // Filter "maybe" answers are settled against the store here, on the
-        // caller's thread: most are URLs already known, and a read here
-        // keeps them off the committer thread, the frontier's bottleneck. A
-        // URL found is durably stored, so "duplicate" is final; one not
-        // found (a filter false positive, or stored since) is settled again
-        // by the committer's insert.
-        if new_urls.iter().any(|url| url.maybe_known) {
-            let mut known = self
-                .store
-                .known_urls(
-                    new_urls
-                        .iter()
-                        .filter(|url| url.maybe_known)
-                        .map(|url| (url.partition, url.crawl.as_str(), url.url.as_str())),
-                )?
-                .into_iter();
-            let duplicate: Vec<bool> = new_urls
-                .iter()
-                .map(|url| url.maybe_known && known.next() == Some(true))
-                .collect();
-            for (&(index, ..), _) in candidates.iter().zip(&duplicate).filter(|(_, d)| **d) {
-                outcomes[index] = Outcome::Skipped(SkipReason::Duplicate);
-            }
-            let mut flags = duplicate.iter();
-            candidates.retain(|_| flags.next() == Some(&false));
-            let mut flags = duplicate.iter();
-            new_urls.retain(|_| flags.next() == Some(&false));
-        }
-        if new_urls.is_empty() {
-            return Ok(outcomes);
-        }
-        // Shares a transaction with concurrent batches (group commit).
-        let committer = self.committer.as_ref().ok_or(StoreError::Stopped)?;
-        let stored = committer.insert_if_absent(new_urls)?;
-        // Durable now: teach the filters (store first, filter second).
-        for (&(index, partition, hash, maybe), &was_stored) in candidates.iter().zip(&stored) {
-            let counters = &self.counters[partition];
-            if was_stored {
-                self.filters.insert(partition, hash)?;
-                counters.stored.fetch_add(1, Ordering::Relaxed);
-                if maybe {
-                    counters.refuted_maybes.fetch_add(1, Ordering::Relaxed);
-                }
-            } else {
-                outcomes[index] = Outcome::Skipped(SkipReason::Duplicate);
-            }
-        }
-        Ok(outcomes)
+        Ok(candidates)
     }
+
+    /// Settles the filter's "maybe" answers against the store, on the
+    /// caller's thread: most are URLs already known, and a read here keeps
+    /// them off the committer thread, the frontier's bottleneck. A URL
+    /// found is durably stored, so "duplicate" is final and it leaves the
+    /// candidates; one not found (a filter false positive, or stored since)
+    /// is settled again by the committer's insert.
+    fn drop_known(
+        &self,
+        candidates: &mut Vec<Candidate>,
+        outcomes: &mut [Outcome],
+    ) -> Result<(), IngestError> {
+        if !candidates.iter().any(|c| c.mark.maybe) {
+            return Ok(());
+        }
+        let mut known = self
+            .store
+            .known_urls(
+                candidates
+                    .iter()
+                    .filter(|c| c.mark.maybe)
+                    .map(|c| (c.url.partition, c.url.crawl.as_str(), c.url.url.as_str())),
+            )?
+            .into_iter();
+        candidates.retain(|candidate| {
+            let duplicate = candidate.mark.maybe && known.next() == Some(true);
+            if duplicate {
+                outcomes[candidate.mark.outcome] = Outcome::Skipped(SkipReason::Duplicate);
+            }
+            !duplicate
+        });
+        Ok(())
+    }
+}
+
+/// A discovered URL on its way to the store.
+struct Candidate {
+    mark: FilterMark,
+    url: NewUrl,
+}
+
+/// What teaching the filter a stored URL needs, and where its outcome is.
+struct FilterMark {
+    /// Its index in the batch's outcomes.
+    outcome: usize,
+    partition: usize,
+    hash: KeyHash,
+    /// The filter said "maybe" before the store was asked.
+    maybe: bool,
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Serving a [`Frontier`] over gRPC: the URL Frontier API, the admin API,
+//! Serving a [`Frontier`](crate::service::Frontier) over gRPC: the URL Frontier API, the admin API,
 //! the standard health service and server reflection, on a listener the
 //! caller bound (tests bind port 0 and pass it in).
 

@@ -12,6 +12,7 @@
 //! - [`bearer`]: the client-side interceptor that sends the admin token.
 //! - [`codec`]: prost's codec, with undecodable messages answered as
 //!   INVALID_ARGUMENT.
+//! - [`metadata`]: the URL metadata keys worker and frontier agree on.
 //! - [`metrics_endpoint`]: the Prometheus `GET /metrics` endpoint both
 //!   binaries serve.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server
@@ -19,6 +20,7 @@
 
 pub mod bearer;
 pub mod codec;
+pub mod metadata;
 pub mod metrics_endpoint;
 
 /// The URL Frontier API v2.6.

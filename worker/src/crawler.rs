@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use proto::metadata;
 use proto::urlfrontier::{GetParams, UrlInfo, get_params};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -31,6 +32,7 @@ use crate::fetch::{FetchConfig, FetchError, Fetched, Fetcher};
 use crate::frontier_link::{FrontierLink, LinkError, meta_first, meta_value};
 use crate::links::{LinkOptions, extract_links, resolve};
 use crate::output::Output;
+use crate::report::{CrawlLogEntry, Outcome, Reason};
 use crate::robots::{RobotsCache, Verdict};
 use crate::sitemap::parse_sitemap;
 
@@ -196,6 +198,62 @@ struct Context {
     stats: Arc<WorkerStats>,
 }
 
+impl Context {
+    fn open(config: WorkerConfig, stats: Arc<WorkerStats>) -> Result<Self, WorkerError> {
+        if config.concurrency == 0 || config.per_host == 0 {
+            return Err(WorkerError::Config(
+                "--concurrency and --per-host must be at least 1".into(),
+            ));
+        }
+        let output = match &config.output {
+            Some(dir) => Some(Arc::new(
+                Output::open(dir, &config.worker_id, config.warc_max_bytes).map_err(|source| {
+                    WorkerError::Output {
+                        path: dir.clone(),
+                        source,
+                    }
+                })?,
+            )),
+            None => None,
+        };
+        Ok(Self {
+            link: FrontierLink::new(&config.frontier, config.token.as_deref())?,
+            fetcher: Fetcher::new(config.fetch.clone())?,
+            robots: RobotsCache::new(
+                product_token(&config.fetch.user_agent),
+                config.robots_ttl,
+                config.robots_unavailable_ttl,
+            ),
+            output,
+            stats,
+            config,
+        })
+    }
+
+    /// Gives the fetches in flight the shutdown grace to finish and
+    /// report, abandons the rest (their leases run out), flushes output.
+    async fn finish(&self, mut tasks: JoinSet<()>) {
+        let drained = tokio::time::timeout(self.config.shutdown_grace, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                abandoned = tasks.len(),
+                "shutdown grace over: abandoning fetches in flight (their leases will expire)"
+            );
+            tasks.shutdown().await;
+        }
+        if let Some(output) = &self.output {
+            let output = Arc::clone(output);
+            let flushed = tokio::task::spawn_blocking(move || output.flush()).await;
+            if let Ok(Err(error)) = flushed {
+                tracing::error!(%error, "flushing output failed");
+            }
+        }
+    }
+}
+
 /// Runs until `shutdown` completes: stops leasing, gives fetches in
 /// flight `shutdown_grace` to finish and report, flushes output. URLs
 /// abandoned then come back to some worker when their leases run out.
@@ -204,34 +262,7 @@ pub async fn run(
     stats: Arc<WorkerStats>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WorkerError> {
-    if config.concurrency == 0 || config.per_host == 0 {
-        return Err(WorkerError::Config(
-            "--concurrency and --per-host must be at least 1".into(),
-        ));
-    }
-    let output = match &config.output {
-        Some(dir) => Some(Arc::new(
-            Output::open(dir, &config.worker_id, config.warc_max_bytes).map_err(|source| {
-                WorkerError::Output {
-                    path: dir.clone(),
-                    source,
-                }
-            })?,
-        )),
-        None => None,
-    };
-    let context = Arc::new(Context {
-        link: FrontierLink::new(&config.frontier, config.token.as_deref())?,
-        fetcher: Fetcher::new(config.fetch.clone())?,
-        robots: RobotsCache::new(
-            product_token(&config.fetch.user_agent),
-            config.robots_ttl,
-            config.robots_unavailable_ttl,
-        ),
-        output,
-        stats,
-        config,
-    });
+    let context = Arc::new(Context::open(config, stats)?);
     let slots = Arc::new(Semaphore::new(context.config.concurrency));
     let mut tasks = JoinSet::new();
     let mut idle_rounds = 0_u32;
@@ -304,82 +335,35 @@ pub async fn run(
         }
     }
     tracing::info!(in_flight = tasks.len(), "stopping: no more leases");
-    let drained = tokio::time::timeout(context.config.shutdown_grace, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(
-            abandoned = tasks.len(),
-            "shutdown grace over: abandoning fetches in flight (their leases will expire)"
-        );
-        tasks.shutdown().await;
-    }
-    if let Some(output) = &context.output {
-        let output = Arc::clone(output);
-        let flushed = tokio::task::spawn_blocking(move || output.flush()).await;
-        if let Ok(Err(error)) = flushed {
-            tracing::error!(%error, "flushing output failed");
-        }
-    }
+    context.finish(tasks).await;
     Ok(())
 }
 
-/// How one URL ended.
-enum Outcome {
-    Done(&'static str),
-    Retry(&'static str, Option<u64>),
-}
-
 async fn process(context: &Context, info: UrlInfo) {
-    let depth: u32 = meta_first(&info.metadata, "depth")
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(0);
-    let retries: u32 = meta_first(&info.metadata, "retries")
+    let depth: u32 = meta_first(&info.metadata, metadata::DEPTH)
         .and_then(|d| d.parse().ok())
         .unwrap_or(0);
     let started = std::time::Instant::now();
-    let mut log = serde_json::json!({
-        "time": now_secs(),
-        "url": info.url,
-        "depth": depth,
-        "worker": context.config.worker_id,
-    });
+    let mut log = CrawlLogEntry {
+        time: now_secs(),
+        url: info.url.clone(),
+        depth,
+        worker: context.config.worker_id.clone(),
+        ..CrawlLogEntry::default()
+    };
     let (outcome, status) = match Url::parse(&info.url) {
-        Err(_) => (Outcome::Done("invalid_url"), None),
+        Err(_) => (Outcome::Done(Reason::InvalidUrl), None),
         Ok(url) => fetch_and_parse(context, &info, &url, depth, &mut log).await,
     };
-    let stats = &context.stats;
-    let (reason, due, mut metadata) = match outcome {
-        Outcome::Done(reason) => {
-            stats.done.fetch_add(1, Ordering::Relaxed);
-            (reason, 0, info.metadata.clone())
-        }
-        Outcome::Retry(reason, at) if retries < context.config.max_retries => {
-            stats.retries.fetch_add(1, Ordering::Relaxed);
-            let backoff = retry_backoff_secs(context.config.retry_base, retries);
-            let due = at.unwrap_or_else(|| now_secs() + backoff).max(1);
-            let mut metadata = info.metadata.clone();
-            metadata.insert("retries".into(), meta_value((retries + 1).to_string()));
-            (reason, due, metadata)
-        }
-        Outcome::Retry(reason, _) => {
-            stats.done.fetch_add(1, Ordering::Relaxed);
-            let mut metadata = info.metadata.clone();
-            metadata.insert("failure".into(), meta_value(reason));
-            ("gave_up", 0, metadata)
-        }
-    };
-    metadata.insert("outcome".into(), meta_value(reason));
+    let (reason, due, mut metadata) = settle(context, &info, outcome);
+    metadata.insert(metadata::OUTCOME.into(), meta_value(reason.as_str()));
     if let Some(status) = status {
-        metadata.insert("status".into(), meta_value(status.to_string()));
+        metadata.insert(metadata::STATUS.into(), meta_value(status.to_string()));
     }
-    log["outcome"] = reason.into();
-    log["status"] = status.into();
-    log["duration_ms"] = (started.elapsed().as_millis() as u64).into();
-    if due > 0 {
-        log["retry_at"] = due.into();
-    }
+    log.outcome = Some(reason);
+    log.status = status;
+    log.duration_ms = started.elapsed().as_millis() as u64;
+    log.retry_at = (due > 0).then_some(due);
     if let Some(output) = &context.output
         && let Err(error) = output.log(&log)
     {
@@ -387,6 +371,41 @@ async fn process(context: &Context, info: UrlInfo) {
     }
     let report = UrlInfo { metadata, ..info };
     context.link.put_known(report, due).await;
+}
+
+/// What to report for an outcome: the reason, the next fetch date (0:
+/// done) and the URL's metadata; a retry past the limit is given up.
+fn settle(
+    context: &Context,
+    info: &UrlInfo,
+    outcome: Outcome,
+) -> (Reason, u64, HashMap<String, proto::urlfrontier::StringList>) {
+    let retries: u32 = meta_first(&info.metadata, metadata::RETRIES)
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0);
+    let stats = &context.stats;
+    let mut metadata = info.metadata.clone();
+    match outcome {
+        Outcome::Done(reason) => {
+            stats.done.fetch_add(1, Ordering::Relaxed);
+            (reason, 0, metadata)
+        }
+        Outcome::Retry(reason, at) if retries < context.config.max_retries => {
+            stats.retries.fetch_add(1, Ordering::Relaxed);
+            let backoff = retry_backoff_secs(context.config.retry_base, retries);
+            let due = at.unwrap_or_else(|| now_secs() + backoff).max(1);
+            metadata.insert(
+                metadata::RETRIES.into(),
+                meta_value((retries + 1).to_string()),
+            );
+            (reason, due, metadata)
+        }
+        Outcome::Retry(reason, _) => {
+            stats.done.fetch_add(1, Ordering::Relaxed);
+            metadata.insert(metadata::FAILURE.into(), meta_value(reason.as_str()));
+            (Reason::GaveUp, 0, metadata)
+        }
+    }
 }
 
 /// Seconds before the next try of a URL that failed `retries` times
@@ -420,33 +439,10 @@ async fn fetch_and_parse(
     info: &UrlInfo,
     url: &Url,
     depth: u32,
-    log: &mut serde_json::Value,
+    log: &mut CrawlLogEntry,
 ) -> (Outcome, Option<u16>) {
-    let lookup = context.robots.get(&context.fetcher, url).await;
-    metrics::counter!(
-        "worker_robots_lookups_total",
-        "result" => if lookup.fresh { "fetched" } else { "cached" }
-    )
-    .increment(1);
-    if lookup.fresh {
-        on_new_robots(context, info, url, &lookup.robots).await;
-    }
-    match lookup.robots.verdict(url) {
-        Verdict::Allowed => {}
-        Verdict::Disallowed => {
-            context.stats.robots_refused.fetch_add(1, Ordering::Relaxed);
-            return (Outcome::Done("robots"), None);
-        }
-        Verdict::Unavailable(reason) => {
-            tracing::info!(url = %url, reason, "robots.txt unavailable; retrying later");
-            return (Outcome::Retry("robots_unavailable", None), None);
-        }
-        Verdict::Refused(reason) => {
-            tracing::info!(url = %url, reason, "refused by the SSRF guard");
-            context.stats.failures.fetch_add(1, Ordering::Relaxed);
-            log["error"] = reason.into();
-            return (Outcome::Done("refused"), None);
-        }
+    if let Some(refusal) = ask_robots(context, info, url, log).await {
+        return (refusal, None);
     }
     let fetch_started = std::time::Instant::now();
     let fetched = context.fetcher.get(url).await;
@@ -457,14 +453,81 @@ async fn fetch_and_parse(
             tracing::info!(url = %url, %error, "fetch failed");
             metrics::counter!("worker_fetches_total", "class" => "failed").increment(1);
             context.stats.failures.fetch_add(1, Ordering::Relaxed);
-            log["error"] = error.to_string().into();
+            log.error = Some(error.to_string());
             return if error.is_transient() {
-                (Outcome::Retry("fetch_error", None), None)
+                (Outcome::Retry(Reason::FetchError, None), None)
             } else {
-                (Outcome::Done("refused"), None)
+                (Outcome::Done(Reason::Refused), None)
             };
         }
     };
+    record_answer(context, url, &fetched, log).await;
+    let outcome = match fetched.status {
+        200..=299 => {
+            let outlinks = if fetched.is_html() {
+                html_outlinks(context, url, &fetched, log)
+            } else {
+                Vec::new()
+            };
+            log.outlinks = Some(outlinks.len());
+            send_outlinks(context, info, url, depth, outlinks).await;
+            Outcome::Done(Reason::Fetched)
+        }
+        300..=399 => follow_redirect(context, info, url, depth, &fetched, log).await,
+        429 | 503 => {
+            let until = retry_after(&fetched);
+            if let Some(until) = until {
+                context
+                    .link
+                    .block_queue(&info.crawl_id, &info.key, until)
+                    .await;
+            }
+            Outcome::Retry(Reason::ServerBusy, until)
+        }
+        408 | 500..=599 => Outcome::Retry(Reason::ServerError, None),
+        _ => Outcome::Done(Reason::ClientError),
+    };
+    (outcome, Some(fetched.status))
+}
+
+/// robots.txt's answer for `url` (read first if the origin is new): `None`
+/// when the fetch may go ahead, else the outcome without it.
+async fn ask_robots(
+    context: &Context,
+    info: &UrlInfo,
+    url: &Url,
+    log: &mut CrawlLogEntry,
+) -> Option<Outcome> {
+    let lookup = context.robots.get(&context.fetcher, url).await;
+    metrics::counter!(
+        "worker_robots_lookups_total",
+        "result" => if lookup.fresh { "fetched" } else { "cached" }
+    )
+    .increment(1);
+    if lookup.fresh {
+        on_new_robots(context, info, url, &lookup.robots).await;
+    }
+    match lookup.robots.verdict(url) {
+        Verdict::Allowed => None,
+        Verdict::Disallowed => {
+            context.stats.robots_refused.fetch_add(1, Ordering::Relaxed);
+            Some(Outcome::Done(Reason::Robots))
+        }
+        Verdict::Unavailable(reason) => {
+            tracing::info!(url = %url, reason, "robots.txt unavailable; retrying later");
+            Some(Outcome::Retry(Reason::RobotsUnavailable, None))
+        }
+        Verdict::Refused(reason) => {
+            tracing::info!(url = %url, reason, "refused by the SSRF guard");
+            context.stats.failures.fetch_add(1, Ordering::Relaxed);
+            log.error = Some(reason.to_string());
+            Some(Outcome::Done(Reason::Refused))
+        }
+    }
+}
+
+/// Counts an answer and writes its WARC records.
+async fn record_answer(context: &Context, url: &Url, fetched: &Fetched, log: &mut CrawlLogEntry) {
     let stats = &context.stats;
     stats.by_class[usize::from(fetched.status / 100).min(5)].fetch_add(1, Ordering::Relaxed);
     stats
@@ -479,9 +542,9 @@ async fn fetch_and_parse(
     };
     metrics::counter!("worker_fetches_total", "class" => class).increment(1);
     metrics::counter!("worker_bytes_total").increment(fetched.body.len() as u64);
-    log["content_type"] = fetched.media_type().into();
-    log["bytes"] = fetched.body.len().into();
-    log["truncated"] = fetched.truncated.into();
+    log.content_type = fetched.media_type();
+    log.bytes = Some(fetched.body.len() as u64);
+    log.truncated = Some(fetched.truncated);
     if let Some(output) = &context.output {
         let output = Arc::clone(output);
         let head = request_head(url, &context.config.fetch.user_agent);
@@ -490,62 +553,45 @@ async fn fetch_and_parse(
         match tokio::task::spawn_blocking(move || output.write_exchange(&target, &head, &copy))
             .await
         {
-            Ok(Ok(digest)) => log["digest"] = digest.into(),
+            Ok(Ok(digest)) => log.digest = Some(digest),
             Ok(Err(error)) => tracing::error!(%error, "WARC write failed"),
             Err(error) => tracing::error!(%error, "WARC writer panicked"),
         }
     }
-    let status = Some(fetched.status);
-    let outcome = match fetched.status {
-        200..=299 => {
-            let outlinks = if fetched.is_html() {
-                html_outlinks(context, url, &fetched, log)
-            } else {
-                Vec::new()
-            };
-            log["outlinks"] = outlinks.len().into();
-            send_outlinks(context, info, url, depth, outlinks).await;
-            Outcome::Done("fetched")
+}
+
+/// A 3xx answer: its target goes out as a discovered URL carrying the
+/// length of the chain, unless the chain is already too long.
+async fn follow_redirect(
+    context: &Context,
+    info: &UrlInfo,
+    url: &Url,
+    depth: u32,
+    fetched: &Fetched,
+    log: &mut CrawlLogEntry,
+) -> Outcome {
+    let target = fetched
+        .header("location")
+        .and_then(|location| resolve(url, location));
+    log.redirect.clone_from(&target);
+    let hops = meta_first(&info.metadata, metadata::REDIRECT_HOPS)
+        .and_then(|hops| hops.parse::<u32>().ok())
+        .unwrap_or(0)
+        .saturating_add(1);
+    match target {
+        Some(_) if hops > context.config.max_redirects => {
+            log.error = Some(format!(
+                "more than {} redirects in a row",
+                context.config.max_redirects
+            ));
+            Outcome::Done(Reason::TooManyRedirects)
         }
-        300..=399 => {
-            let target = fetched
-                .header("location")
-                .and_then(|location| resolve(url, location));
-            log["redirect"] = target.clone().into();
-            let hops = meta_first(&info.metadata, REDIRECT_HOPS)
-                .and_then(|hops| hops.parse::<u32>().ok())
-                .unwrap_or(0)
-                .saturating_add(1);
-            match target {
-                Some(_) if hops > context.config.max_redirects => {
-                    log["error"] = format!(
-                        "more than {} redirects in a row",
-                        context.config.max_redirects
-                    )
-                    .into();
-                    Outcome::Done("too_many_redirects")
-                }
-                Some(target) => {
-                    send_links(context, info, url, depth, vec![target], Some(hops)).await;
-                    Outcome::Done("redirect")
-                }
-                None => Outcome::Done("redirect"),
-            }
+        Some(target) => {
+            send_links(context, info, url, depth, vec![target], Some(hops)).await;
+            Outcome::Done(Reason::Redirect)
         }
-        429 | 503 => {
-            let until = retry_after(&fetched);
-            if let Some(until) = until {
-                context
-                    .link
-                    .block_queue(&info.crawl_id, &info.key, until)
-                    .await;
-            }
-            Outcome::Retry("server_busy", until)
-        }
-        408 | 500..=599 => Outcome::Retry("server_error", None),
-        _ => Outcome::Done("client_error"),
-    };
-    (outcome, status)
+        None => Outcome::Done(Reason::Redirect),
+    }
 }
 
 /// A Retry-After header as a UTC epoch second (seconds or an HTTP date).
@@ -564,13 +610,11 @@ fn html_outlinks(
     context: &Context,
     url: &Url,
     fetched: &Fetched,
-    log: &mut serde_json::Value,
+    log: &mut CrawlLogEntry,
 ) -> Vec<String> {
     match extract_links(&fetched.body, url, context.config.links) {
         Ok(found) => {
-            if found.noindex {
-                log["noindex"] = true.into();
-            }
+            log.noindex = found.noindex;
             found.links
         }
         Err(error) => {
@@ -590,10 +634,6 @@ async fn send_outlinks(
     send_links(context, info, url, depth, outlinks, None).await;
 }
 
-/// The metadata key that carries how many redirects in a row led to a
-/// URL.
-const REDIRECT_HOPS: &str = "redirect_hops";
-
 /// Sends links found at `url`; a redirect's target carries the length of
 /// the chain that led to it.
 async fn send_links(
@@ -611,11 +651,17 @@ async fn send_links(
         .into_iter()
         .map(|link| {
             let mut metadata = HashMap::from([
-                ("depth".to_owned(), meta_value((depth + 1).to_string())),
-                ("parent".to_owned(), meta_value(url.as_str())),
+                (
+                    metadata::DEPTH.to_owned(),
+                    meta_value((depth + 1).to_string()),
+                ),
+                (metadata::PARENT.to_owned(), meta_value(url.as_str())),
             ]);
             if let Some(hops) = redirect_hops {
-                metadata.insert(REDIRECT_HOPS.to_owned(), meta_value(hops.to_string()));
+                metadata.insert(
+                    metadata::REDIRECT_HOPS.to_owned(),
+                    meta_value(hops.to_string()),
+                );
             }
             UrlInfo {
                 url: link,

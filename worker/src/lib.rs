@@ -9,6 +9,7 @@
 //! - [`robots`]: robots.txt per origin, cached, RFC 9309 answers.
 //! - [`sitemap`]: sitemap and sitemap index reading, gzip included.
 //! - [`output`]: WARC 1.1 files and the crawl log.
+//! - [`report`]: how a URL ended: the reasons, the crawl log's line.
 //! - [`frontier_link`]: leasing and acknowledged reports to the frontier.
 //! - [`crawler`]: the lease loop and the life of one leased URL.
 pub mod crawler;
@@ -16,6 +17,7 @@ pub mod fetch;
 pub mod frontier_link;
 pub mod links;
 pub mod output;
+pub mod report;
 pub mod robots;
 pub mod sitemap;
 pub mod ssrf;

@@ -264,7 +264,7 @@ impl Output {
     }
 
     /// Appends one crawl log line.
-    pub fn log(&self, entry: &serde_json::Value) -> io::Result<()> {
+    pub fn log(&self, entry: &crate::report::CrawlLogEntry) -> io::Result<()> {
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         serde_json::to_writer(&mut *log, entry)?;
         log.write_all(b"\n")?;

@@ -137,7 +137,7 @@ fn metadata_out(
 /// so scope rules apply; seeds come through AddSeeds.
 fn depth_of(metadata: &BTreeMap<String, Vec<String>>) -> u32 {
     metadata
-        .get("depth")
+        .get(proto::metadata::DEPTH)
         .and_then(|values| values.first())
         .and_then(|depth| depth.parse().ok())
         .unwrap_or(1)

@@ -1,0 +1,26 @@
+//! The URL metadata keys the worker and the frontier agree on. Metadata is
+//! the API's free-form `map<string, StringList>`; these keys give some of
+//! it a meaning on both sides.
+
+/// Link depth from the crawl's seeds (seeds are 0): the worker sets it on
+/// each outlink, the frontier's depth limit reads it.
+pub const DEPTH: &str = "depth";
+
+/// The page an outlink was found on.
+pub const PARENT: &str = "parent";
+
+/// How many redirects in a row led to a URL; the worker stops following
+/// a chain past its limit.
+pub const REDIRECT_HOPS: &str = "redirect_hops";
+
+/// How many times a URL failed transiently and was rescheduled.
+pub const RETRIES: &str = "retries";
+
+/// How a fetch ended, in words (`fetched`, `redirect`, `robots`, ...).
+pub const OUTCOME: &str = "outcome";
+
+/// The HTTP status of the last fetch, when there was an answer.
+pub const STATUS: &str = "status";
+
+/// Why a URL was given up after its last retry.
+pub const FAILURE: &str = "failure";
