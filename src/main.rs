@@ -164,7 +164,7 @@ async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
 async fn open_frontier(args: &Args, out: &Path) -> anyhow::Result<Frontier> {
     let mut config = FrontierConfig::new(out.join("frontier"));
     config.rules = Rules::new(args.scope, &[], &[], args.max_depth, 3)?;
-    config.default_delay_ms = args.delay_ms;
+    config.default_delay = Duration::from_millis(args.delay_ms);
     let frontier = tokio::task::spawn_blocking(move || Frontier::open(config))
         .await?
         .with_context(|| format!("cannot open the crawl in {}", out.display()))?;

@@ -37,7 +37,7 @@ async fn run(total: usize, streams: usize, round_trips: usize) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let mut config = FrontierConfig::new(dir.path().join("data"));
     config.filters.expected_urls_per_partition = (total as u64 / 64).max(1) * 2;
-    config.default_delay_ms = 0;
+    config.default_delay = std::time::Duration::ZERO;
     let (frontier, returned) =
         frontier::handback::Handback::share(Frontier::open(config).expect("frontier opens"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

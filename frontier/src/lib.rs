@@ -36,6 +36,8 @@
 //! - [`handback`]: the frontier shared by the server's tasks, handed back
 //!   for a clean shutdown when the last of them lets go.
 //! - [`metrics`]: Prometheus metrics and their endpoint.
+//! - [`time`]: the scheduler's millisecond clock ([`time::Timestamp`])
+//!   and how it meets the epoch seconds the API and the store carry.
 //! - `throttle`: warnings that repeat while a condition lasts, logged at
 //!   most once per interval.
 //!
@@ -58,4 +60,5 @@ pub mod service;
 pub mod snapshots;
 pub mod store;
 mod throttle;
+pub mod time;
 pub mod wal;

@@ -53,10 +53,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
 
 use crate::store::{
     Applied, Deletion, PreviousPlace, QueueRecord, Removed, Store, StoreError, WriteOp,
 };
+use crate::time::Timestamp;
 
 /// Due URLs a refill reads from the store at once, and half the most a
 /// buffer holds before its tail goes back to being read from the store.
@@ -142,11 +144,11 @@ enum Cursor {
 struct Lease {
     due_at: u64,
     partition: u32,
-    until_ms: u64,
+    until: Timestamp,
 }
 
-/// A wake-up list entry's key: (time in UTC epoch ms, sequence number).
-type WakeKey = (u64, u64);
+/// A wake-up list entry's key: (when, sequence number).
+type WakeKey = (Timestamp, u64);
 
 #[derive(Debug)]
 struct QueueState {
@@ -155,8 +157,8 @@ struct QueueState {
     buffer: BTreeMap<(u64, String), u32>,
     cursor: Cursor,
     leased: HashMap<String, Lease>,
-    earliest_expiry_ms: u64,
-    last_serve_ms: Option<u64>,
+    earliest_expiry: Timestamp,
+    last_serve: Option<Timestamp>,
     // The queue's valid entry on its crawl's wake-up list, if any.
     wake: Option<WakeKey>,
 }
@@ -169,8 +171,8 @@ impl QueueState {
             buffer: BTreeMap::new(),
             cursor,
             leased: HashMap::new(),
-            earliest_expiry_ms: u64::MAX,
-            last_serve_ms: None,
+            earliest_expiry: Timestamp::NEVER,
+            last_serve: None,
             wake: None,
         }
     }
@@ -211,14 +213,14 @@ impl QueueState {
         self.leased.remove(url).is_some()
     }
 
-    fn expire_leases(&mut self, now_ms: u64) {
-        if now_ms < self.earliest_expiry_ms {
+    fn expire_leases(&mut self, now: Timestamp) {
+        if now < self.earliest_expiry {
             return;
         }
         let expired: Vec<(String, Lease)> = self
             .leased
             .iter()
-            .filter(|(_, lease)| lease.until_ms <= now_ms)
+            .filter(|(_, lease)| lease.until <= now)
             .map(|(url, lease)| (url.clone(), *lease))
             .collect();
         metrics::counter!("frontier_lease_expiries_total").increment(expired.len() as u64);
@@ -228,18 +230,18 @@ impl QueueState {
             // read it now that it is no longer leased.
             self.add_entry(lease.due_at, &url, lease.partition);
         }
-        self.earliest_expiry_ms = self
+        self.earliest_expiry = self
             .leased
             .values()
-            .map(|lease| lease.until_ms)
+            .map(|lease| lease.until)
             .min()
-            .unwrap_or(u64::MAX);
+            .unwrap_or(Timestamp::NEVER);
     }
 
-    fn leased_now(&self, now_ms: u64) -> u64 {
+    fn leased_now(&self, now: Timestamp) -> u64 {
         self.leased
             .values()
-            .filter(|lease| lease.until_ms > now_ms)
+            .filter(|lease| lease.until > now)
             .count() as u64
     }
 
@@ -297,14 +299,14 @@ impl Crawl {
     /// aside in `deferred`, to be put back when the call ends.
     fn take_due(
         &self,
-        now_ms: u64,
+        now: Timestamp,
         first_new: u64,
         deferred: &mut Vec<(WakeKey, Arc<Queue>)>,
     ) -> Option<(WakeKey, Arc<Queue>)> {
         let mut wakeups = self.wakeups.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             match wakeups.first_key_value() {
-                Some((key, _)) if key.0 <= now_ms => {
+                Some((key, _)) if key.0 <= now => {
                     let entry = wakeups.pop_first()?;
                     if entry.0.1 < first_new {
                         return Some(entry);
@@ -327,8 +329,8 @@ impl Crawl {
 pub struct Scheduler {
     store: Arc<Store>,
     crawls: RwLock<HashMap<String, Arc<Crawl>>>,
-    default_delays_ms: RwLock<HashMap<String, u64>>,
-    default_delay_ms: u64,
+    default_delays: RwLock<HashMap<String, Duration>>,
+    default_delay: Duration,
     paused: AtomicBool,
     sequence: AtomicU64,
     refill: usize,
@@ -338,29 +340,29 @@ impl Scheduler {
     /// Loads queue records and settings from the store. Must run before any
     /// write the scheduler would not see through [`Self::on_commit`].
     /// Queues without a delay of their own or of their crawl wait
-    /// `default_delay_ms` between serves.
-    pub fn load(store: Arc<Store>, default_delay_ms: u64) -> Result<Self, StoreError> {
-        Self::load_with_refill(store, default_delay_ms, BUFFER_REFILL)
+    /// `default_delay` between serves.
+    pub fn load(store: Arc<Store>, default_delay: Duration) -> Result<Self, StoreError> {
+        Self::load_with_refill(store, default_delay, BUFFER_REFILL)
     }
 
     /// [`Self::load`] with another refill size (tests use tiny ones to
     /// exercise refills and trims with few URLs).
     pub fn load_with_refill(
         store: Arc<Store>,
-        default_delay_ms: u64,
+        default_delay: Duration,
         refill: usize,
     ) -> Result<Self, StoreError> {
         let refill = refill.max(1);
         let mut delays = HashMap::new();
         store.for_each_default_delay(|crawl, secs| {
-            delays.insert(crawl.to_owned(), u64::from(secs) * 1000);
+            delays.insert(crawl.to_owned(), Duration::from_secs(u64::from(secs)));
         })?;
         let paused = store.serving_paused()?;
         let scheduler = Self {
             store: Arc::clone(&store),
             crawls: RwLock::new(HashMap::new()),
-            default_delays_ms: RwLock::new(delays),
-            default_delay_ms,
+            default_delays: RwLock::new(delays),
+            default_delay,
             paused: AtomicBool::new(paused),
             sequence: AtomicU64::new(0),
             refill,
@@ -373,7 +375,7 @@ impl Scheduler {
             let queue = scheduler.insert_queue(&crawl, &key, record, Cursor::NotLoaded);
             let mut state = queue.lock();
             if state.record.urls > state.record.completed {
-                scheduler.wake(&queue, &mut state, 0);
+                scheduler.wake(&queue, &mut state, Timestamp::EPOCH);
             }
         }
         Ok(scheduler)
@@ -439,17 +441,17 @@ impl Scheduler {
             .unwrap_or_default()
     }
 
-    /// Puts a queue on its crawl's wake-up list at `at_ms`, unless it is on
-    /// it for an earlier time already (that entry wakes it first, and the
+    /// Puts a queue on its crawl's wake-up list at `at`, unless it is on it
+    /// for an earlier time already (that entry wakes it first, and the
     /// serve then finds its next time).
-    fn wake(&self, queue: &Arc<Queue>, state: &mut QueueState, at_ms: u64) {
-        if state.wake.is_some_and(|(at, _)| at <= at_ms) {
+    fn wake(&self, queue: &Arc<Queue>, state: &mut QueueState, at: Timestamp) {
+        if state.wake.is_some_and(|(earlier, _)| earlier <= at) {
             return;
         }
         let Some(crawl) = self.crawl(&queue.crawl) else {
             return;
         };
-        let key = (at_ms, self.sequence.fetch_add(1, Ordering::Relaxed));
+        let key = (at, self.sequence.fetch_add(1, Ordering::Relaxed));
         state.wake = Some(key);
         crawl
             .wakeups
@@ -460,7 +462,13 @@ impl Scheduler {
 
     /// Where a queue that was just looked at goes next: the earliest time
     /// it could be served, or off the list until an event brings it back.
-    fn reschedule(&self, queue: &Arc<Queue>, state: &mut QueueState, delay_ms: u64, now_ms: u64) {
+    fn reschedule(
+        &self,
+        queue: &Arc<Queue>,
+        state: &mut QueueState,
+        delay: Duration,
+        now: Timestamp,
+    ) {
         let record = state.record;
         if record.urls == record.completed {
             return; // idle: a commit wakes it
@@ -468,31 +476,32 @@ impl Scheduler {
         if record.crawl_limit > 0 && record.completed >= u64::from(record.crawl_limit) {
             return; // a settings change wakes it
         }
-        let lease_expiry = (!state.leased.is_empty()).then_some(state.earliest_expiry_ms);
-        let mut at = u64::MAX;
+        let lease_expiry = (!state.leased.is_empty()).then_some(state.earliest_expiry);
+        let mut at = Timestamp::NEVER;
         if state.may_have_due() {
-            let due_ms = state
+            let due = state
                 .buffer
                 .first_key_value()
-                .map_or(now_ms, |((due, _), _)| due.saturating_mul(1000));
+                .map_or(now, |((due, _), _)| Timestamp::from_unix_secs(*due));
             let delay_end = state
-                .last_serve_ms
-                .map_or(0, |last| last.saturating_add(delay_ms));
-            // Blocked while blocked_until (seconds) >= now (ms / 1000).
+                .last_serve
+                .map_or(Timestamp::EPOCH, |last| last.saturating_add(delay));
+            // Blocked through the whole of its blocked_until second.
             let blocked_end = if record.blocked_until > 0 {
-                record.blocked_until.saturating_mul(1000) + 1
+                Timestamp::from_unix_secs(record.blocked_until)
+                    .saturating_add(Duration::from_millis(1))
             } else {
-                0
+                Timestamp::EPOCH
             };
             // A queue at this call's lease maximum stays on the list too:
             // the next call may allow more. Such queues hold leases, so
             // they are at most as many as the leases in flight.
-            at = due_ms.max(delay_end).max(blocked_end);
+            at = due.max(delay_end).max(blocked_end);
         }
         if let Some(expiry) = lease_expiry {
             at = at.min(expiry);
         }
-        if at != u64::MAX {
+        if at != Timestamp::NEVER {
             self.wake(queue, state, at);
         }
     }
@@ -507,7 +516,11 @@ impl Scheduler {
                     let mut state = queue.lock();
                     state.record.urls += 1;
                     state.add_entry(new.record.due_at, &new.url, new.partition);
-                    self.wake(&queue, &mut state, new.record.due_at.saturating_mul(1000));
+                    self.wake(
+                        &queue,
+                        &mut state,
+                        Timestamp::from_unix_secs(new.record.due_at),
+                    );
                 }
                 (
                     WriteOp::Known(known),
@@ -530,7 +543,7 @@ impl Scheduler {
                         if state.remove_entry(*old_due, &known.url) {
                             // A lease given back: a queue at its maximum
                             // may serve again.
-                            self.wake(&queue, &mut state, 0);
+                            self.wake(&queue, &mut state, Timestamp::EPOCH);
                         }
                     }
                     let queue = self.queue_or_new(&known.crawl, queue_key);
@@ -540,7 +553,7 @@ impl Scheduler {
                         state.record.completed += 1;
                     } else {
                         state.add_entry(known.due_at, &known.url, known.partition);
-                        self.wake(&queue, &mut state, known.due_at.saturating_mul(1000));
+                        self.wake(&queue, &mut state, Timestamp::from_unix_secs(known.due_at));
                     }
                 }
                 (WriteOp::Delete(deletion), Applied::Deleted(removed)) => {
@@ -580,7 +593,7 @@ impl Scheduler {
                         .collect();
                     queues.iter().for_each(forget);
                 }
-                self.default_delays_ms
+                self.default_delays
                     .write()
                     .unwrap_or_else(PoisonError::into_inner)
                     .remove(crawl);
@@ -610,29 +623,28 @@ impl Scheduler {
                     state.record.completed = state.record.completed.saturating_sub(gone.completed);
                     state.buffer.clear();
                     state.cursor = Cursor::NotLoaded;
-                    self.wake(&queue, &mut state, 0);
+                    self.wake(&queue, &mut state, Timestamp::EPOCH);
                 }
             }
         }
     }
 
-    fn delay_ms_of(&self, crawl: &str, record: &QueueRecord) -> u64 {
+    fn delay_of(&self, crawl: &str, record: &QueueRecord) -> Duration {
         match record.delay_secs {
-            Some(secs) => u64::from(secs) * 1000,
+            Some(secs) => Duration::from_secs(u64::from(secs)),
             None => self
-                .default_delays_ms
+                .default_delays
                 .read()
                 .unwrap_or_else(PoisonError::into_inner)
                 .get(crawl)
                 .copied()
-                .unwrap_or(self.default_delay_ms),
+                .unwrap_or(self.default_delay),
         }
     }
 
     /// Leases due URLs as a GetURLs call asks: the queues whose time has
-    /// come, oldest first, each through its gate. `now_ms` is UTC epoch
-    /// milliseconds.
-    pub fn serve(&self, request: &ServeRequest, now_ms: u64) -> Result<Vec<Served>, StoreError> {
+    /// come, oldest first, each through its gate.
+    pub fn serve(&self, request: &ServeRequest, now: Timestamp) -> Result<Vec<Served>, StoreError> {
         let mut served = Vec::new();
         if self.paused.load(Ordering::Acquire) {
             return Ok(served);
@@ -644,7 +656,7 @@ impl Scheduler {
             };
             for crawl in crawls {
                 if let Some(queue) = self.queue(&crawl, key) {
-                    self.serve_queue(&queue, request, now_ms, &mut served)?;
+                    self.serve_queue(&queue, request, now, &mut served)?;
                 }
             }
             return Ok(served);
@@ -661,7 +673,7 @@ impl Scheduler {
         };
         let first_new = self.sequence.load(Ordering::Relaxed);
         let mut deferred: Vec<Vec<(WakeKey, Arc<Queue>)>> = vec![Vec::new(); crawls.len()];
-        let result = self.serve_due(request, now_ms, &crawls, first_new, &mut deferred);
+        let result = self.serve_due(request, now, &crawls, first_new, &mut deferred);
         for (crawl, entries) in crawls.iter().zip(deferred) {
             if !entries.is_empty() {
                 crawl.put_back(entries);
@@ -673,7 +685,7 @@ impl Scheduler {
     fn serve_due(
         &self,
         request: &ServeRequest,
-        now_ms: u64,
+        now: Timestamp,
         crawls: &[Arc<Crawl>],
         first_new: u64,
         deferred: &mut [Vec<(WakeKey, Arc<Queue>)>],
@@ -689,11 +701,10 @@ impl Scheduler {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, crawl)| crawl.first_wake().map(|key| (key, i)))
-                .filter(|(key, _)| key.0 <= now_ms)
+                .filter(|(key, _)| key.0 <= now)
                 .min_by_key(|(key, _)| *key);
             let Some((_, index)) = earliest else { break };
-            let Some((key, queue)) =
-                crawls[index].take_due(now_ms, first_new, &mut deferred[index])
+            let Some((key, queue)) = crawls[index].take_due(now, first_new, &mut deferred[index])
             else {
                 continue;
             };
@@ -705,7 +716,7 @@ impl Scheduler {
                 }
                 state.wake = None;
             }
-            self.serve_queue(&queue, request, now_ms, &mut served)?;
+            self.serve_queue(&queue, request, now, &mut served)?;
             if served.len() > before {
                 queues_served += 1;
             }
@@ -726,14 +737,14 @@ impl Scheduler {
         &self,
         queue: &Arc<Queue>,
         request: &ServeRequest,
-        now_ms: u64,
+        now: Timestamp,
         out: &mut Vec<Served>,
     ) -> Result<(), StoreError> {
         let mut state = queue.lock();
-        state.expire_leases(now_ms);
-        let delay_ms = self.delay_ms_of(&queue.crawl, &state.record);
-        self.serve_locked(queue, &mut state, request, delay_ms, now_ms, out)?;
-        self.reschedule(queue, &mut state, delay_ms, now_ms);
+        state.expire_leases(now);
+        let delay = self.delay_of(&queue.crawl, &state.record);
+        self.serve_locked(queue, &mut state, request, delay, now, out)?;
+        self.reschedule(queue, &mut state, delay, now);
         Ok(())
     }
 
@@ -742,23 +753,23 @@ impl Scheduler {
         queue: &Queue,
         state: &mut QueueState,
         request: &ServeRequest,
-        delay_ms: u64,
-        now_ms: u64,
+        delay: Duration,
+        now: Timestamp,
         out: &mut Vec<Served>,
     ) -> Result<(), StoreError> {
         let record = state.record;
         if record.urls == record.completed {
             return Ok(());
         }
-        if record.blocked_until > 0 && record.blocked_until.saturating_mul(1000) >= now_ms {
+        if record.blocked_until > 0 && Timestamp::from_unix_secs(record.blocked_until) >= now {
             return Ok(());
         }
         if record.crawl_limit > 0 && record.completed >= u64::from(record.crawl_limit) {
             return Ok(());
         }
         if state
-            .last_serve_ms
-            .is_some_and(|last| now_ms < last.saturating_add(delay_ms))
+            .last_serve
+            .is_some_and(|last| now < last.saturating_add(delay))
         {
             return Ok(());
         }
@@ -776,8 +787,8 @@ impl Scheduler {
         if wanted == 0 {
             return Ok(());
         }
-        let now_secs = now_ms / 1000;
-        let until_ms = now_ms.saturating_add(u64::from(request.lease_secs) * 1000);
+        let now_secs = now.unix_secs();
+        let until = now.saturating_add(Duration::from_secs(u64::from(request.lease_secs)));
         let mut handed = 0;
         while handed < wanted {
             // A refill may find only leased URLs; the next one reads on.
@@ -796,10 +807,10 @@ impl Scheduler {
                 Lease {
                     due_at,
                     partition,
-                    until_ms,
+                    until,
                 },
             );
-            state.earliest_expiry_ms = state.earliest_expiry_ms.min(until_ms);
+            state.earliest_expiry = state.earliest_expiry.min(until);
             out.push(Served {
                 crawl: queue.crawl.clone(),
                 queue: queue.key.clone(),
@@ -809,7 +820,7 @@ impl Scheduler {
             handed += 1;
         }
         if handed > 0 {
-            state.last_serve_ms = Some(now_ms);
+            state.last_serve = Some(now);
         }
         // Know the next due date before rescheduling.
         while state.buffer.is_empty() && state.cursor != Cursor::All {
@@ -847,21 +858,27 @@ impl Scheduler {
         Ok(())
     }
 
-    /// When a URL's lease runs out (UTC epoch ms), if it is leased now.
+    /// When a URL's lease runs out, if it is leased now.
     #[must_use]
-    pub fn lease_of(&self, crawl: &str, queue: &str, url: &str, now_ms: u64) -> Option<u64> {
+    pub fn lease_of(
+        &self,
+        crawl: &str,
+        queue: &str,
+        url: &str,
+        now: Timestamp,
+    ) -> Option<Timestamp> {
         let queue = self.queue(crawl, queue)?;
         let state = queue.lock();
         state
             .leased
             .get(url)
-            .map(|lease| lease.until_ms)
-            .filter(|&until| until > now_ms)
+            .map(|lease| lease.until)
+            .filter(|&until| until > now)
     }
 
     /// Counts of one queue, or of every queue of a crawl (`queue` `None`).
     #[must_use]
-    pub fn counts(&self, crawl: &str, queue: Option<&str>, now_ms: u64) -> QueueCounts {
+    pub fn counts(&self, crawl: &str, queue: Option<&str>, now: Timestamp) -> QueueCounts {
         let mut counts = QueueCounts::default();
         let queues: Vec<Arc<Queue>> = match queue {
             Some(key) => self.queue(crawl, key).into_iter().collect(),
@@ -871,7 +888,7 @@ impl Scheduler {
             let state = queue.lock();
             counts.urls += state.record.urls;
             counts.completed += state.record.completed;
-            counts.leased += state.leased_now(now_ms);
+            counts.leased += state.leased_now(now);
             counts.queues += 1;
             if state.record.urls > state.record.completed {
                 counts.active_queues += 1;
@@ -917,14 +934,14 @@ impl Scheduler {
     pub fn set_delay(&self, crawl: &str, queue: &str, secs: u32) -> Result<(), StoreError> {
         if queue.is_empty() {
             self.store.set_default_delay(crawl, secs)?;
-            self.default_delays_ms
+            self.default_delays
                 .write()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(crawl.to_owned(), u64::from(secs) * 1000);
+                .insert(crawl.to_owned(), Duration::from_secs(u64::from(secs)));
             // Queues waiting on the old default are looked at again.
             for queue in self.queues_of(crawl) {
                 let mut state = queue.lock();
-                self.wake(&queue, &mut state, 0);
+                self.wake(&queue, &mut state, Timestamp::EPOCH);
             }
             return Ok(());
         }
@@ -955,7 +972,7 @@ impl Scheduler {
         self.store
             .update_queue_settings(&queue.crawl, &queue.key, &change)?;
         change(&mut state.record);
-        self.wake(&queue, &mut state, 0);
+        self.wake(&queue, &mut state, Timestamp::EPOCH);
         Ok(())
     }
 
@@ -1004,8 +1021,11 @@ mod tests {
             DedupMode::Exact,
             2048,
             |store| {
-                let scheduler =
-                    Arc::new(Scheduler::load_with_refill(Arc::clone(store), 0, refill)?);
+                let scheduler = Arc::new(Scheduler::load_with_refill(
+                    Arc::clone(store),
+                    Duration::ZERO,
+                    refill,
+                )?);
                 slot = Some(Arc::clone(&scheduler));
                 Ok(Some(Box::new(move |ops, applied| {
                     scheduler.on_commit(ops, applied);
@@ -1056,7 +1076,7 @@ mod tests {
 
         fn serve(&self, request: &ServeRequest, now_ms: u64) -> Vec<String> {
             self.scheduler
-                .serve(request, now_ms)
+                .serve(request, Timestamp::from_unix_millis(now_ms))
                 .unwrap()
                 .into_iter()
                 .map(|served| served.url)
@@ -1106,7 +1126,9 @@ mod tests {
             "in date order (then URL order), once each"
         );
         assert!(f.serve(&all(60), 10 * SEC).is_empty());
-        let counts = f.scheduler.counts("c", None, 10 * SEC);
+        let counts = f
+            .scheduler
+            .counts("c", None, Timestamp::from_unix_millis(10 * SEC));
         assert_eq!((counts.urls, counts.completed), (50, 50));
     }
 
@@ -1117,7 +1139,12 @@ mod tests {
         let first = f.serve(&all(30), 10 * SEC);
         assert_eq!(first.len(), 20);
         assert!(f.serve(&all(30), 39 * SEC).is_empty(), "still leased");
-        assert_eq!(f.scheduler.counts("c", None, 39 * SEC).leased, 20);
+        assert_eq!(
+            f.scheduler
+                .counts("c", None, Timestamp::from_unix_millis(39 * SEC))
+                .leased,
+            20
+        );
         // Half are done before the leases run out: only the rest return.
         for url in &first[..10] {
             f.report(url, 0);
@@ -1202,7 +1229,9 @@ mod tests {
         assert_eq!(f._dir.path(), path);
         assert!(!f.scheduler.is_active());
         f.scheduler.set_active(true).unwrap();
-        let counts = f.scheduler.counts("c", None, 0);
+        let counts = f
+            .scheduler
+            .counts("c", None, Timestamp::from_unix_millis(0));
         assert_eq!((counts.urls, counts.completed, counts.leased), (13, 1, 0));
         // a.example is blocked until 50; b.example's 3 come back (no
         // leases survive).

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bloom_core::{RebuildReport, SetHealth};
 
@@ -20,6 +20,7 @@ use crate::record::UrlRecord;
 use crate::scheduler::{QueueCounts, Scheduler, ServeRequest, Served};
 use crate::scope::{Rules, SkipReason};
 use crate::store::{Store, StoreError};
+use crate::time::Timestamp;
 
 /// The crawl an empty crawl ID means.
 pub const DEFAULT_CRAWL: &str = "DEFAULT";
@@ -32,14 +33,6 @@ pub fn crawl_or_default(crawl: &str) -> &str {
     } else {
         crawl
     }
-}
-
-/// UTC epoch milliseconds.
-#[must_use]
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// How a frontier is set up.
@@ -66,7 +59,7 @@ pub struct FrontierConfig {
     pub max_urls_per_get: u32,
     /// Delay between two serves of a queue without a delay of its own or
     /// of its crawl.
-    pub default_delay_ms: u64,
+    pub default_delay: Duration,
     /// Bytes of the store's page cache.
     pub cache_bytes: usize,
     /// Most bytes of metadata one URL may carry (more: SKIPPED).
@@ -103,7 +96,7 @@ impl FrontierConfig {
             default_lease_secs: 30,
             max_lease_secs: DEFAULT_MAX_LEASE_SECS,
             max_urls_per_get: DEFAULT_MAX_URLS_PER_GET,
-            default_delay_ms: 1000,
+            default_delay: Duration::from_secs(1),
             cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
         }
@@ -314,14 +307,14 @@ impl Frontier {
             },
         )?;
         let mut scheduler = None;
-        let default_delay_ms = config.default_delay_ms;
+        let default_delay = config.default_delay;
         let ingest = Ingest::open_with_hook(
             store,
             config.filters,
             config.dedup,
             config.max_url_length,
             |store| {
-                let loaded = Arc::new(Scheduler::load(Arc::clone(store), default_delay_ms)?);
+                let loaded = Arc::new(Scheduler::load(Arc::clone(store), default_delay)?);
                 scheduler = Some(Arc::clone(&loaded));
                 Ok(Some(Box::new(move |ops, applied| {
                     loaded.on_commit(ops, applied);
@@ -420,7 +413,7 @@ impl Frontier {
     }
 
     fn record_outcomes(&self, crawl: &str, outcomes: &[Outcome]) {
-        let now = now_ms() / 1000;
+        let now = Timestamp::now().unix_secs();
         self.with_activity(crawl, |activity| {
             let stored = Self::count_skips(activity, outcomes);
             activity.discovered.add(now, stored);
@@ -451,9 +444,12 @@ impl Frontier {
         items: &[Discovered],
     ) -> Result<Vec<Outcome>, FrontierError> {
         let crawl = crawl_or_default(crawl);
-        let outcomes =
-            self.ingest
-                .put_discovered(crawl, items, &self.config.rules, now_ms() / 1000)?;
+        let outcomes = self.ingest.put_discovered(
+            crawl,
+            items,
+            &self.config.rules,
+            Timestamp::now().unix_secs(),
+        )?;
         self.record_outcomes(crawl, &outcomes);
         self.signal_rebuild();
         Ok(outcomes)
@@ -462,15 +458,18 @@ impl Frontier {
     /// Records the states clients report (see [`Ingest::put_known`]).
     pub fn put_known(&self, crawl: &str, items: &[Known]) -> Result<Vec<Outcome>, FrontierError> {
         let crawl = crawl_or_default(crawl);
-        let outcomes = self
-            .ingest
-            .put_known(crawl, items, &self.config.rules, now_ms() / 1000)?;
+        let outcomes = self.ingest.put_known(
+            crawl,
+            items,
+            &self.config.rules,
+            Timestamp::now().unix_secs(),
+        )?;
         let completed = items
             .iter()
             .zip(&outcomes)
             .filter(|(item, outcome)| item.due_at == 0 && **outcome == Outcome::Stored)
             .count() as u64;
-        let now = now_ms() / 1000;
+        let now = Timestamp::now().unix_secs();
         self.with_activity(crawl, |activity| {
             Self::count_skips(activity, &outcomes);
             activity.completed.add(now, completed);
@@ -483,9 +482,12 @@ impl Frontier {
     /// stored at depth 0.
     pub fn add_seeds(&self, crawl: &str, urls: &[String]) -> Result<Vec<Outcome>, FrontierError> {
         let crawl = crawl_or_default(crawl);
-        let outcomes = self
-            .ingest
-            .add_seeds(crawl, urls, &self.config.rules, now_ms() / 1000)?;
+        let outcomes = self.ingest.add_seeds(
+            crawl,
+            urls,
+            &self.config.rules,
+            Timestamp::now().unix_secs(),
+        )?;
         self.record_outcomes(crawl, &outcomes);
         self.signal_rebuild();
         Ok(outcomes)
@@ -504,13 +506,13 @@ impl Frontier {
         if let Some(crawl) = &mut request.crawl {
             *crawl = crawl_or_default(crawl).to_owned();
         }
-        let served = self.scheduler.serve(&request, now_ms())?;
+        let served = self.scheduler.serve(&request, Timestamp::now())?;
         let mut per_crawl: HashMap<&str, u64> = HashMap::new();
         for served in &served {
             *per_crawl.entry(served.crawl.as_str()).or_default() += 1;
         }
         metrics::counter!("frontier_leases_total").increment(served.len() as u64);
-        let now = now_ms() / 1000;
+        let now = Timestamp::now().unix_secs();
         for (crawl, count) in per_crawl {
             self.with_activity(crawl, |activity| activity.leased.add(now, count));
         }
@@ -542,7 +544,7 @@ impl Frontier {
         &self,
         crawl: &str,
         url: &str,
-    ) -> Result<(UrlCheck, Option<u64>), FrontierError> {
+    ) -> Result<(UrlCheck, Option<Timestamp>), FrontierError> {
         let crawl = crawl_or_default(crawl);
         let check = self.ingest.check_url(crawl, url)?;
         let lease = match &check {
@@ -552,7 +554,7 @@ impl Frontier {
                 ..
             } => self
                 .scheduler
-                .lease_of(crawl, &record.queue_key, canonical, now_ms()),
+                .lease_of(crawl, &record.queue_key, canonical, Timestamp::now()),
             _ => None,
         };
         Ok((check, lease))
@@ -563,15 +565,15 @@ impl Frontier {
     pub fn counts(&self, crawl: &str, queue: &str) -> QueueCounts {
         let queue = (!queue.is_empty()).then_some(queue);
         self.scheduler
-            .counts(crawl_or_default(crawl), queue, now_ms())
+            .counts(crawl_or_default(crawl), queue, Timestamp::now())
     }
 
     /// A crawl's progress.
     pub fn progress(&self, crawl: &str) -> Result<Progress, FrontierError> {
         let crawl = crawl_or_default(crawl);
-        let now = now_ms();
+        let now = Timestamp::now();
         let counts = self.scheduler.counts(crawl, None, now);
-        let (due, later) = self.ingest.store().count_due(crawl, now / 1000)?;
+        let (due, later) = self.ingest.store().count_due(crawl, now.unix_secs())?;
         let mut progress = Progress {
             counts,
             due_now: due.saturating_sub(counts.leased),
@@ -582,7 +584,7 @@ impl Frontier {
             for (reason, count) in &activity.skipped {
                 progress.skipped.insert(reason.as_str(), *count);
             }
-            let secs = now / 1000;
+            let secs = now.unix_secs();
             progress.rates = Rates {
                 discovered: activity.discovered.per_second(secs),
                 leased: activity.leased.per_second(secs),

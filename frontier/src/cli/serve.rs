@@ -184,7 +184,7 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
         default_lease_secs: args.lease_secs.max(1),
         max_lease_secs: args.max_lease_secs.max(1),
         max_urls_per_get: args.max_urls_per_get,
-        default_delay_ms: args.default_delay_ms,
+        default_delay: Duration::from_millis(args.default_delay_ms),
         cache_bytes: usize::try_from(args.cache_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
         min_free_bytes: args.min_free_mb.saturating_mul(1 << 20),
     })

@@ -283,7 +283,7 @@ impl adm::admin_server::Admin for AdminService {
                     created_at: record.created_at,
                     completed: record.is_completed(),
                     due_at: record.due_at,
-                    leased_until: lease.map_or(0, |ms| ms.div_ceil(1000)),
+                    leased_until: lease.map_or(0, |until| until.unix_secs_rounded_up()),
                     depth: record.depth,
                     metadata: record
                         .metadata

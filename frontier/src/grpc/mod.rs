@@ -791,8 +791,9 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         request: Request<uf::PurgeUrlParams>,
     ) -> Result<Response<uf::Long>, Status> {
         let params = request.into_inner();
-        let before =
-            (crate::service::now_ms() / 1000).saturating_sub(u64::from(params.days) * 86_400);
+        let before = crate::time::Timestamp::now()
+            .unix_secs()
+            .saturating_sub(u64::from(params.days) * 86_400);
         let value = blocking(&self.frontier, move |f| {
             let queue = (!params.key.is_empty()).then_some(params.key.as_str());
             f.delete(&params.crawl_id, queue, Some(before))
