@@ -358,83 +358,18 @@ pub fn salvage(from: &Path, into: &Path) -> Result<Report, RepairError> {
     };
     let store = Store::open(into)?;
     store.partitions(partitions)?;
-    let mut batch = Vec::with_capacity(SALVAGE_BATCH);
-    let mut copied = 0_u64;
-    let flush = |batch: &mut Vec<WriteOp>| -> Result<(), StoreError> {
-        if !batch.is_empty() {
-            store.apply(batch)?;
-            batch.clear();
-        }
-        Ok(())
+    let mut copier = Copier {
+        store: &store,
+        batch: Vec::with_capacity(SALVAGE_BATCH),
+        copied: 0,
+        failure: None,
     };
     match (&urls, &main) {
-        (Some(urls), _) => {
-            let mut failure = None;
-            let mut named = 0;
-            let read = urls.for_each_url(|partition, crawl, url, record| {
-                if failure.is_some() {
-                    return;
-                }
-                match record {
-                    Ok(record) => {
-                        batch.push(discovered(partition, crawl, url, record));
-                        copied += 1;
-                        if batch.len() == SALVAGE_BATCH {
-                            failure = flush(&mut batch).err();
-                        }
-                    }
-                    Err(error) => report.damaged(&mut named, || {
-                        format!(
-                            "not copied: the record of {url} in crawl {crawl:?} is damaged: {error}"
-                        )
-                    }),
-                }
-            });
-            report.more_damaged(named, "URL records not copied");
-            if let Some(error) = failure {
-                return Err(error.into());
-            }
-            if let Err(error) = read {
-                report.problem(format!(
-                    "{} could be read only up to a point: {error}",
-                    urls.path.display()
-                ));
-            }
-        }
-        (None, Some(main)) => {
-            let mut failure = None;
-            let read = main.for_each_due(|crawl, queue, due_at, url, partition| {
-                if failure.is_some() {
-                    return;
-                }
-                let record = UrlRecord {
-                    due_at,
-                    queue_key: queue.to_owned(),
-                    ..UrlRecord::default()
-                };
-                batch.push(discovered(partition, crawl, url, record));
-                copied += 1;
-                if batch.len() == SALVAGE_BATCH {
-                    failure = flush(&mut batch).err();
-                }
-            });
-            if let Some(error) = failure {
-                return Err(error.into());
-            }
-            report.problem(format!(
-                "the URL records were not readable: the URLs still to crawl were taken from the serving order in {} (without metadata, depth or creation date); completed URLs are not known",
-                main.path.display()
-            ));
-            if let Err(error) = read {
-                report.problem(format!(
-                    "{} could be read only up to a point: {error}",
-                    main.path.display()
-                ));
-            }
-        }
+        (Some(urls), _) => copy_url_records(urls, &mut copier, &mut report)?,
+        (None, Some(main)) => copy_serving_order(main, &mut copier, &mut report)?,
         (None, None) => report.problem("no URL records could be read".to_owned()),
     }
-    flush(&mut batch)?;
+    let copied = copier.finish()?;
     report
         .findings
         .push(format!("copied {copied} URLs into {}", into.display()));
@@ -442,41 +377,152 @@ pub fn salvage(from: &Path, into: &Path) -> Result<Report, RepairError> {
         copy_settings(main, &store, &mut report)?;
     }
     if let Some(log) = log {
-        if !log.scan.later.is_empty() {
-            report.problem(format!(
-                "the log is damaged at byte {} (record {}): that record could not be read and its writes are lost; the {} intact records after it were applied",
-                log.scan.end,
-                log.scan.next_lsn,
-                log.scan.later.len()
-            ));
-        }
-        let mut records: BTreeMap<u64, Vec<WriteOp>> = BTreeMap::new();
-        for record in log
-            .scan
-            .records
-            .into_iter()
-            .chain(log.scan.later.into_iter().map(|(_, r)| r))
-        {
-            if record.lsn > base {
-                records.entry(record.lsn).or_insert(record.ops);
-            }
-        }
-        let count = records.len();
-        for ops in records.into_values() {
-            store.apply(&ops)?;
-        }
-        report
-            .findings
-            .push(format!("applied {count} log records after record {base}"));
-        if !log.scan.undecodable.is_empty() {
-            report.problem(format!(
-                "{} log records could not be decoded and were not applied",
-                log.scan.undecodable.len()
-            ));
-        }
+        apply_intact_log(log, base, &store, &mut report)?;
     }
     store.checkpoint()?;
     Ok(report)
+}
+
+/// Writes salvaged URLs into the new store in batches; the first failed
+/// write stops the copy.
+struct Copier<'a> {
+    store: &'a Store,
+    batch: Vec<WriteOp>,
+    copied: u64,
+    failure: Option<StoreError>,
+}
+
+impl Copier<'_> {
+    fn add(&mut self, op: WriteOp) {
+        if self.failure.is_some() {
+            return;
+        }
+        self.batch.push(op);
+        self.copied += 1;
+        if self.batch.len() == SALVAGE_BATCH {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if !self.batch.is_empty() && self.failure.is_none() {
+            self.failure = self.store.apply(&self.batch).err();
+            self.batch.clear();
+        }
+    }
+
+    /// Writes what is left; answers how many URLs were copied.
+    fn finish(mut self) -> Result<u64, StoreError> {
+        self.flush();
+        match self.failure {
+            Some(error) => Err(error),
+            None => Ok(self.copied),
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.failure.is_some()
+    }
+}
+
+/// Copies every readable URL record; damaged ones are named in the report.
+fn copy_url_records(
+    urls: &UrlsFile,
+    copier: &mut Copier<'_>,
+    report: &mut Report,
+) -> Result<(), RepairError> {
+    let mut named = 0;
+    let read = urls.for_each_url(|partition, crawl, url, record| match record {
+        Ok(record) => copier.add(discovered(partition, crawl, url, record)),
+        Err(error) => report.damaged(&mut named, || {
+            format!("not copied: the record of {url} in crawl {crawl:?} is damaged: {error}")
+        }),
+    });
+    report.more_damaged(named, "URL records not copied");
+    if copier.failed() {
+        return Ok(()); // the copier's finish answers the failure
+    }
+    if let Err(error) = read {
+        report.problem(format!(
+            "{} could be read only up to a point: {error}",
+            urls.path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// With `urls.redb` unreadable: the URLs still to crawl, from the serving
+/// order in `frontier.redb` (without metadata, depth or creation date).
+fn copy_serving_order(
+    main: &MainFile,
+    copier: &mut Copier<'_>,
+    report: &mut Report,
+) -> Result<(), RepairError> {
+    let read = main.for_each_due(|crawl, queue, due_at, url, partition| {
+        let record = UrlRecord {
+            due_at,
+            queue_key: queue.to_owned(),
+            ..UrlRecord::default()
+        };
+        copier.add(discovered(partition, crawl, url, record));
+    });
+    if copier.failed() {
+        return Ok(());
+    }
+    report.problem(format!(
+        "the URL records were not readable: the URLs still to crawl were taken from the serving order in {} (without metadata, depth or creation date); completed URLs are not known",
+        main.path.display()
+    ));
+    if let Err(error) = read {
+        report.problem(format!(
+            "{} could be read only up to a point: {error}",
+            main.path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Applies every intact log record after `base`, in order, also those
+/// after a damaged one.
+fn apply_intact_log(
+    log: wal::Inspection,
+    base: u64,
+    store: &Store,
+    report: &mut Report,
+) -> Result<(), RepairError> {
+    if !log.scan.later.is_empty() {
+        report.problem(format!(
+            "the log is damaged at byte {} (record {}): that record could not be read and its writes are lost; the {} intact records after it were applied",
+            log.scan.end,
+            log.scan.next_lsn,
+            log.scan.later.len()
+        ));
+    }
+    let mut records: BTreeMap<u64, Vec<WriteOp>> = BTreeMap::new();
+    for record in log
+        .scan
+        .records
+        .into_iter()
+        .chain(log.scan.later.into_iter().map(|(_, r)| r))
+    {
+        if record.lsn > base {
+            records.entry(record.lsn).or_insert(record.ops);
+        }
+    }
+    let count = records.len();
+    for ops in records.into_values() {
+        store.apply(&ops)?;
+    }
+    report
+        .findings
+        .push(format!("applied {count} log records after record {base}"));
+    if !log.scan.undecodable.is_empty() {
+        report.problem(format!(
+            "{} log records could not be decoded and were not applied",
+            log.scan.undecodable.len()
+        ));
+    }
+    Ok(())
 }
 
 fn discovered(partition: u32, crawl: &str, url: &str, record: UrlRecord) -> WriteOp {

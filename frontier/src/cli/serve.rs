@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use frontier::handback::Handback;
 use frontier::ingest::{DedupMode, FilterConfig, FiltersFrom};
 use frontier::scope::{Rules, ScopeMode};
-use frontier::service::{Frontier, FrontierConfig};
+use frontier::service::{Frontier, FrontierConfig, SharedFrontier};
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -220,41 +220,16 @@ pub async fn serve(
         "frontier listening"
     );
     let (frontier, returned) = Handback::share(frontier);
-    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut metrics_task = None;
-    let mut metrics_note = String::new();
-    if let Some(metrics_address) = args.metrics_listen {
-        let handle = frontier::metrics::install()
-            .ok_or_else(|| anyhow::anyhow!("cannot install the metrics recorder"))?;
-        let metrics_listener = tokio::net::TcpListener::bind(metrics_address)
-            .await
-            .with_context(|| format!("cannot listen on {metrics_address} for metrics"))?;
-        let bound = metrics_listener.local_addr()?;
-        metrics_note = format!(" metrics http://{bound}/metrics");
-        metrics_task = Some(tokio::spawn(frontier::metrics::serve(
-            metrics_listener,
-            handle,
-            Arc::clone(&frontier),
-            async {
-                let _ = metrics_stopped.await;
-            },
-        )));
-    }
+    let metrics = match args.metrics_listen {
+        Some(address) => Some(MetricsEndpoint::start(address, &frontier).await?),
+        None => None,
+    };
+    let metrics_note = metrics.as_ref().map_or_else(String::new, |m| {
+        format!(" metrics http://{}/metrics", m.bound)
+    });
     // Scripts and tests read the chosen addresses from this line.
     println!("listening on {address}{metrics_note}");
-    let access = match &args.admin_token {
-        Some(token) if token.is_empty() => bail!("--admin-token must not be empty"),
-        Some(token) => frontier::auth::Access::token(
-            token,
-            if args.token_for_all {
-                frontier::auth::TokenScope::All
-            } else {
-                frontier::auth::TokenScope::Control
-            },
-        ),
-        None if args.token_for_all => bail!("--token-for-all needs --admin-token"),
-        None => frontier::auth::Access::open(),
-    };
+    let access = access_of(&args)?;
     let options = frontier::grpc::ServerOptions {
         access,
         node: args.advertise.clone().unwrap_or_default(),
@@ -262,9 +237,8 @@ pub async fn serve(
         max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
     };
     frontier::server::run(listener, Arc::clone(&frontier), options, shutdown_signal()).await?;
-    let _ = stop_metrics.send(());
-    if let Some(task) = metrics_task {
-        let _ = task.await;
+    if let Some(metrics) = metrics {
+        metrics.stop().await;
     }
     tracing::info!("stopped serving; writing filter snapshots");
     drop(frontier);
@@ -281,6 +255,56 @@ pub async fn serve(
         )?;
     tracing::info!("clean shutdown");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Who may call what: the token's scope, or an open frontier.
+fn access_of(args: &ServeArgs) -> anyhow::Result<frontier::auth::Access> {
+    Ok(match &args.admin_token {
+        Some(token) if token.is_empty() => bail!("--admin-token must not be empty"),
+        Some(token) => frontier::auth::Access::token(
+            token,
+            if args.token_for_all {
+                frontier::auth::TokenScope::All
+            } else {
+                frontier::auth::TokenScope::Control
+            },
+        ),
+        None if args.token_for_all => bail!("--token-for-all needs --admin-token"),
+        None => frontier::auth::Access::open(),
+    })
+}
+
+/// The Prometheus endpoint, served beside the gRPC listener.
+struct MetricsEndpoint {
+    bound: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MetricsEndpoint {
+    async fn start(address: SocketAddr, frontier: &SharedFrontier) -> anyhow::Result<Self> {
+        let handle = frontier::metrics::install()
+            .ok_or_else(|| anyhow::anyhow!("cannot install the metrics recorder"))?;
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("cannot listen on {address} for metrics"))?;
+        let bound = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(frontier::metrics::serve(
+            listener,
+            handle,
+            Arc::clone(frontier),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Ok(Self { bound, stop, task })
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
 }
 
 async fn shutdown_signal() {

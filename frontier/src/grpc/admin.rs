@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 
 use super::{blocking, status_of};
 use crate::ingest::{DedupMode, Outcome, UrlCheck};
-use crate::service::{FrontierError, SharedFrontier, crawl_or_default};
+use crate::service::{FrontierError, PartitionFigures, SharedFrontier, crawl_or_default};
 
 /// The admin API.
 #[derive(Debug, Clone)]
@@ -42,6 +42,85 @@ fn rebuild_report(report: &bloom_core::RebuildReport) -> adm::RebuildReport {
     }
 }
 
+/// Refuted "maybe"s over lookups of absent keys; 0 before any lookup.
+fn observed_fp_rate(refuted: u64, lookups: u64) -> f64 {
+    if lookups == 0 {
+        0.0
+    } else {
+        refuted as f64 / lookups as f64
+    }
+}
+
+fn state_of(rebuilding: bool) -> i32 {
+    if rebuilding {
+        adm::PartitionState::Rebuilding as i32
+    } else {
+        adm::PartitionState::Ok as i32
+    }
+}
+
+/// One partition's health: its filter's figures and what the store showed.
+fn partition_health(
+    health: &bloom_core::partitioned::PartitionHealth,
+    figures: &PartitionFigures,
+) -> adm::PartitionHealth {
+    let filter = &health.filter;
+    let stored = figures.stored;
+    let refuted = figures.observed.refuted_maybes;
+    let lookups = figures.observed.absent_lookups;
+    adm::PartitionHealth {
+        partition: Some(health.partition as u32),
+        layout: filter.layout.to_string(),
+        bits: filter.bits,
+        hashes: filter.hashes,
+        items_inserted: stored,
+        estimated_items: filter.estimated_items,
+        ones: filter.ones,
+        fill_ratio: filter.fill_ratio,
+        estimated_fp_rate: filter.estimated_fp_rate,
+        observed_fp_rate: observed_fp_rate(refuted, lookups),
+        refuted_maybes: refuted,
+        absent_lookups: lookups,
+        memory_bytes: filter.memory_bytes,
+        rebuild_count: health.rebuilds,
+        last_rebuild: health.last_rebuild.as_ref().map(rebuild_report),
+        state: state_of(health.rebuilding),
+        rebuild_fed: health.rebuild_fed,
+        rebuild_total: if health.rebuilding { stored } else { 0 },
+    }
+}
+
+/// The sum over partitions: the set's own totals, and the counts the
+/// partitions' answers add up to.
+fn total_health(
+    set: &bloom_core::partitioned::TotalHealth,
+    partitions: &[adm::PartitionHealth],
+) -> adm::PartitionHealth {
+    let items_inserted = partitions.iter().map(|p| p.items_inserted).sum();
+    let refuted_maybes = partitions.iter().map(|p| p.refuted_maybes).sum();
+    let absent_lookups = partitions.iter().map(|p| p.absent_lookups).sum();
+    adm::PartitionHealth {
+        layout: partitions
+            .first()
+            .map(|p| p.layout.clone())
+            .unwrap_or_default(),
+        hashes: partitions.first().map_or(0, |p| p.hashes),
+        bits: set.bits,
+        ones: set.ones,
+        fill_ratio: set.fill_ratio,
+        estimated_fp_rate: set.estimated_fp_rate,
+        estimated_items: set.estimated_items,
+        memory_bytes: set.memory_bytes,
+        rebuild_count: set.rebuilds,
+        items_inserted,
+        refuted_maybes,
+        absent_lookups,
+        observed_fp_rate: observed_fp_rate(refuted_maybes, absent_lookups),
+        state: state_of(set.rebuilding > 0),
+        ..adm::PartitionHealth::default()
+    }
+}
+
 #[tonic::async_trait]
 impl adm::admin_server::Admin for AdminService {
     async fn get_filter_health(
@@ -49,73 +128,14 @@ impl adm::admin_server::Admin for AdminService {
         _: Request<adm::GetFilterHealthRequest>,
     ) -> Result<Response<adm::FilterHealth>, Status> {
         let report = blocking(&self.frontier, |f| Ok(f.filter_report())).await?;
-        let mut total = adm::PartitionHealth::default();
         let partitions: Vec<adm::PartitionHealth> = report
             .set
             .partitions
             .iter()
             .zip(&report.partitions)
-            .map(|(health, figures)| {
-                let stored = figures.stored;
-                let refuted = figures.observed.refuted_maybes;
-                let lookups = figures.observed.absent_lookups;
-                let filter = &health.filter;
-                total.items_inserted += stored;
-                total.refuted_maybes += refuted;
-                total.absent_lookups += lookups;
-                adm::PartitionHealth {
-                    partition: Some(health.partition as u32),
-                    layout: filter.layout.to_string(),
-                    bits: filter.bits,
-                    hashes: filter.hashes,
-                    items_inserted: stored,
-                    estimated_items: filter.estimated_items,
-                    ones: filter.ones,
-                    fill_ratio: filter.fill_ratio,
-                    estimated_fp_rate: filter.estimated_fp_rate,
-                    observed_fp_rate: if lookups == 0 {
-                        0.0
-                    } else {
-                        refuted as f64 / lookups as f64
-                    },
-                    refuted_maybes: refuted,
-                    absent_lookups: lookups,
-                    memory_bytes: filter.memory_bytes,
-                    rebuild_count: health.rebuilds,
-                    last_rebuild: health.last_rebuild.as_ref().map(rebuild_report),
-                    state: if health.rebuilding {
-                        adm::PartitionState::Rebuilding as i32
-                    } else {
-                        adm::PartitionState::Ok as i32
-                    },
-                    rebuild_fed: health.rebuild_fed,
-                    rebuild_total: if health.rebuilding { stored } else { 0 },
-                }
-            })
+            .map(|(health, figures)| partition_health(health, figures))
             .collect();
-        let set = &report.set.total;
-        total.layout = partitions
-            .first()
-            .map(|p| p.layout.clone())
-            .unwrap_or_default();
-        total.bits = set.bits;
-        total.ones = set.ones;
-        total.fill_ratio = set.fill_ratio;
-        total.estimated_fp_rate = set.estimated_fp_rate;
-        total.estimated_items = set.estimated_items;
-        total.memory_bytes = set.memory_bytes;
-        total.rebuild_count = set.rebuilds;
-        total.observed_fp_rate = if total.absent_lookups == 0 {
-            0.0
-        } else {
-            total.refuted_maybes as f64 / total.absent_lookups as f64
-        };
-        total.state = if set.rebuilding > 0 {
-            adm::PartitionState::Rebuilding as i32
-        } else {
-            adm::PartitionState::Ok as i32
-        };
-        total.hashes = partitions.first().map_or(0, |p| p.hashes);
+        let total = total_health(&report.set.total, &partitions);
         Ok(Response::new(adm::FilterHealth {
             partitions,
             total: Some(total),
