@@ -9,8 +9,8 @@
 //! words are read one relaxed atomic load each (a vector load of words
 //! other threads may be writing would be a data race), but the key's masks
 //! still come from a few vector shifts instead of a few scalar instructions
-//! a bit: 110 -> 43 instructions a split-block-256 query (BENCHMARKS.md),
-//! and the same for shared inserts. Batch queries compile every layout's probe
+//! a bit, less than half the instructions of a split-block-256 query
+//! (BENCHMARKS.md, "Instructions a key"), and the same for shared inserts. Batch queries compile every layout's probe
 //! here, so that its variable shifts take one instruction instead of three,
 //! and inline the split-block kernels.
 //!

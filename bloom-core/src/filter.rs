@@ -286,9 +286,9 @@ impl BloomFilter {
     /// [`insert`](Self::insert) for a caller with exclusive access, e.g. one
     /// building a filter before sharing it. The same bits and answer, without
     /// the locked read-modify-write instructions shared access needs
-    /// (BENCHMARKS.md: 1.2-2.1x faster prehashed inserts at 10 million
-    /// keys; split-block with k = 8 on an AVX2 CPU: two vector
-    /// read-modify-writes, about 5x).
+    /// (split-block with k = 8 on an AVX2 CPU: two vector
+    /// read-modify-writes; BENCHMARKS.md, "bloom-core against peer filter
+    /// crates", has the figures).
     #[inline]
     pub fn insert_mut(&mut self, key: &[u8]) -> bool {
         self.insert_hashed_mut(KeyHash::of(key))
@@ -336,11 +336,9 @@ impl BloomFilter {
     /// The lines of the key some places ahead are prefetched while the
     /// current key is inserted, so the cache misses of many keys overlap (a
     /// locked write, which a shared insert takes, otherwise waits out its
-    /// miss before the next key starts). BENCHMARKS.md, 10 million keys:
-    /// 1.6-3.0x the one-by-one `&self` insert for the standard layout,
-    /// 2.7-4.2x for the block layouts (the full runs of 2026-11-23). A
-    /// filter that fits in the caches gains little (0.9-1.2x at 200 000
-    /// keys).
+    /// miss before the next key starts). A filter that fits in the caches
+    /// has no misses to overlap and gains little (BENCHMARKS.md, "Batch
+    /// queries and inserts").
     pub fn insert_batch_into(&self, hashes: &[KeyHash], out: &mut Vec<bool>) {
         let (shape, kernels) = (self.shape, self.kernels);
         probe::insert_batch(
@@ -355,11 +353,10 @@ impl BloomFilter {
 
     /// [`insert_batch_into`](Self::insert_batch_into) with exclusive
     /// access: the answers of [`insert_hashed_mut`](Self::insert_hashed_mut).
-    /// BENCHMARKS.md, 10 million keys: 1.4-2.7x the one-by-one
-    /// `insert_hashed_mut` for the standard layout, 2.1-5.3x for the block
-    /// layouts. In cache it costs more than it saves (0.66-1.03x at 200 000
-    /// keys: each key's lines are computed twice), so it is for filters
-    /// larger than the caches.
+    /// Out of cache it is several times the one-by-one `insert_hashed_mut`
+    /// (BENCHMARKS.md, "Batch queries and inserts"); in cache it costs more
+    /// than it saves (each key's lines are computed twice), so it is for
+    /// filters larger than the caches.
     pub fn insert_batch_mut_into(&mut self, hashes: &[KeyHash], out: &mut Vec<bool>) {
         let (shape, kernels) = (self.shape, self.kernels);
         probe::insert_batch(
@@ -405,9 +402,9 @@ impl BloomFilter {
         self.shape.hashes
     }
 
-    /// Bits set to 1, counted exactly by one pass over the array (population
-    /// count: about 120 µs per megabyte, measured on the 2-core EPYC VM of
-    /// BENCHMARKS.md). Not kept as a running
+    /// Bits set to 1, counted exactly by one pass over the array (a
+    /// population count, a small fraction of a millisecond per megabyte).
+    /// Not kept as a running
     /// counter: that would add a shared locked increment to every insert of
     /// a new key, a cost paid millions of times to save one paid per health
     /// report. Under concurrent inserts the count lies between the counts

@@ -20,8 +20,8 @@ use crate::snapshot;
 /// words, on CPUs with AVX2 and BMI2 (checked at run time), a split-block
 /// query is a few vector instructions and every layout's shifts are
 /// cheaper (a live filter builds the same masks with vector shifts but
-/// reads its words one atomic load each: 40 against 26 instructions a
-/// split-block-256 query; figures in BENCHMARKS.md). Use it for a set that
+/// reads its words one atomic load each, so a frozen query executes fewer
+/// instructions: BENCHMARKS.md, "Instructions a key"). Use it for a set that
 /// is built and then only read: a finished crawl's seen-set handed to
 /// another process, a block list, a snapshot being inspected.
 /// [`thaw`](Self::thaw) turns it back into a filter that takes inserts,

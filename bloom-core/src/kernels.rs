@@ -10,8 +10,8 @@
 //! holds). Through a pointer the caller's loop is a load and a call, and
 //! each kernel is compiled for one case: the standard layout with its hash
 //! count as a constant (an unrolled probe sequence), the split-block layout
-//! as AVX2 code (`accel`). Measured in BENCHMARKS.md ("Run of 2026-11-23:
-//! per-filter kernels"). One exception: the standard layout's exclusive
+//! as AVX2 code (`accel`); BENCHMARKS.md ("Instructions a key") counts what
+//! each kernel executes. One exception: the standard layout's exclusive
 //! insert runs inline, for the reason [`Kernels::insert_exclusive`] gives.
 
 use crate::accel;
@@ -240,11 +240,11 @@ impl Kernels {
     /// usually missing from the cache, stores leave the store buffer in
     /// order, and a call adds the return address and the kernel's saved
     /// registers (six stores a key at k = 7) to the same buffer, so fewer
-    /// keys' misses overlap. Interleaved A/B at 10 million keys, 9.6 bits
-    /// a key: 50-57 -> 31-36 ns a key at k = 7 (0.62 -> 0.88-0.92x of
-    /// fastbloom's plain filter), 0.93 -> 0.97-1.00x at k = 13. Queries
-    /// (no stores) and shared inserts (locked stores) gained nothing
-    /// inline and keep their kernels.
+    /// keys' misses overlap. In an interleaved A/B out of cache, inline
+    /// brought this insert from well behind fastbloom's plain filter to
+    /// parity with it (BENCHMARKS.md, "bloom-core against peer filter
+    /// crates"). Queries (no stores) and shared inserts (locked stores)
+    /// gained nothing inline and keep their kernels.
     #[inline(always)]
     pub(crate) fn insert_exclusive(
         &self,

@@ -133,8 +133,8 @@ fn contains_blocked<W: Word>(shape: Shape, array: Lines<'_, W>, hash: KeyHash) -
 /// Whether every position is set in the block. Every position is tested,
 /// without an early exit: after the first load the line is in L1, so the k
 /// loads cost a few cycles, while an exit at a random probe mispredicts a
-/// branch for most absent keys (measured in cache: 10.2 ns with per-word
-/// masks, 6.9 / 13.6 ns present / absent with an early exit). Each position
+/// branch for most absent keys (measured in cache, an early exit made
+/// absent keys about twice as slow as present ones). Each position
 /// is used as soon as it is computed, which keeps them in registers.
 #[inline(always)]
 fn all_set<const K: u32, W: Word>(
@@ -365,10 +365,9 @@ pub(crate) fn insert_batch<S, W>(
 /// How many keys ahead a batch insert prefetches. An insert writes every
 /// line it touches, so the standard layout prefetches all k of its lines
 /// and runs fewer keys ahead than a block layout with its one line. Chosen
-/// in an interleaved A/B at 10 million keys, p = 0.01 (BENCHMARKS.md,
-/// "batch inserts"): standard 8 -> 16 keys ahead took the exclusive batch
-/// from 28-31 to 24-27 ns a key, 24 gained nothing; split-block-256
-/// 16 -> 32 from 10-11 to 6.0-6.3 ns, 48 and 64 within 5% of 32.
+/// in an interleaved A/B out of cache (BENCHMARKS.md, "Batch queries and
+/// inserts"): for each layout the smallest distance past which going
+/// further ahead gained nothing measurable.
 fn insert_batch_ahead(shape: Shape) -> usize {
     if shape.layout == Layout::Standard {
         16

@@ -84,9 +84,8 @@ impl<T> SwapCell<T> {
 /// would make a duplicate key (most of a crawl's discovered URLs) write,
 /// and so take exclusive ownership of, lines other threads are reading.
 /// Measured against the former version (all loads, then `fetch_or` of the
-/// unset bits): 77 against 149 ns per standard-layout insert at 10 million
-/// keys (BENCHMARKS.md, "Run of 2026-11-23: concurrent inserts without
-/// `lock bts`"). The answer keeps the
+/// unset bits), this roughly halved a standard-layout insert out of cache.
+/// The answer keeps the
 /// guarantee `BloomFilter` documents: the first thread to set a bit loaded
 /// it unset, so of racing inserts of an absent key at least one reports it
 /// new.

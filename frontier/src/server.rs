@@ -36,8 +36,7 @@ pub const MAX_STREAMS_PER_CONNECTION: u32 = 32;
 /// Flow-control window of one call: what a client may send ahead of what
 /// the handler has read. A PutURLs call of a thousand items is about
 /// 100 KiB; a window under that makes each such call wait a round trip for
-/// a window update (measured: BENCHMARKS.md, "the hardened store and
-/// server").
+/// a window update (BENCHMARKS.md, "Frontier over gRPC").
 const STREAM_WINDOW: u32 = 256 << 10;
 
 /// Flow-control window of a connection. The HTTP/2 library budgets small

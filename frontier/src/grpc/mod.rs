@@ -806,10 +806,10 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
 /// Batches of one PutDiscovered stream processed at once. The committer is a
 /// two-stage pipeline (urls file, then due changes): while one group is in
 /// each stage, the next group must already be queued behind them, or a stage
-/// idles, and larger groups share the committer's per-group costs. 32
-/// measured faster than 8 at 4 and 16 streams, 64 faster than 32 at 4
-/// (BENCHMARKS.md, "32 batches in flight"); acks still arrive in order
-/// because of `buffered`.
+/// idles, and larger groups share the committer's per-group costs. Paired
+/// runs of the 10 M URL bench (BENCHMARKS.md, "Frontier at 10 million
+/// URLs"; the runs themselves are in its history) chose this over fewer;
+/// acks still arrive in order because of `buffered`.
 const DISCOVERED_BATCHES_IN_FLIGHT: usize = 64;
 
 /// Statuses of one discovered batch, in order; a storage failure fails the

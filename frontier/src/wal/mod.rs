@@ -73,7 +73,7 @@ const INITIAL_CAPACITY: u64 = 4 << 20;
 
 /// How long non-durable commits may accumulate before a checkpoint. Longer
 /// amortises page writes over more groups; shorter bounds the log and the
-/// replay after a crash (BENCHMARKS.md, "checkpoint interval").
+/// replay after a crash; chosen in paired runs (BENCHMARKS.md's history).
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(4);
 
 /// Log size that forces a checkpoint however recent the last one.
