@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stages the image's root file system from binaries cargo builds on this
 # machine, so that `docker build` needs no base image (no registry is
-# needed): the frontier, worker and mock-site binaries, exactly the shared
+# needed): the frontier, worker and mock-site binaries (and etcd, when
+# this machine has it), exactly the shared
 # libraries they load (read off ldd), a non-root user, and the data and
 # output directories.
 #
@@ -37,6 +38,17 @@ for binary in "${binaries[@]}"; do
     cp -L "$lib" "$staging/rootfs$lib"
   done
 done
+# etcd for the cluster stack (deploy/compose.cluster.yaml): Debian's
+# etcd-server binary, when this machine has it.
+if etcd_path=$(command -v etcd); then
+  cp "$etcd_path" "$staging/rootfs/usr/local/bin/etcd"
+  for lib in $(ldd "$etcd_path" | grep -oE '/[^ ]+' || true); do
+    mkdir -p "$staging/rootfs$(dirname "$lib")"
+    cp -L "$lib" "$staging/rootfs$lib"
+  done
+else
+  echo "stage-rootfs: no etcd on this machine; the image cannot run the cluster stack" >&2
+fi
 cat > "$staging/rootfs/etc/passwd" <<'PASSWD'
 root:x:0:0:root:/root:/sbin/nologin
 crawler:x:10001:10001:crawler:/data:/sbin/nologin

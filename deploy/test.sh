@@ -4,7 +4,9 @@
 # the host, waits for the crawl to finish, and checks that every page of
 # the mock site's ground truth was fetched exactly once. A second run kills
 # one worker container mid-crawl and checks that the crawl still completes
-# with nothing lost. Skipped, with a message, where no Docker engine runs.
+# with nothing lost. A third runs the cluster stack (etcd, three frontier
+# nodes, workers given one node) and checks the crawl is exact again.
+# Skipped, with a message, where no Docker engine runs.
 set -euo pipefail
 
 root_dir=$(cd "$(dirname "$0")/.." && pwd)
@@ -116,3 +118,43 @@ if missing or unexpected or surplus > 1:
     sys.exit(f"run 2: missing {missing}, unexpected {unexpected}, surplus {surplus}")
 PY
 echo "deploy/test.sh: run 2: crawl completed with nothing lost after a worker was killed"
+
+if ! command -v etcd >/dev/null 2>&1; then
+  echo "deploy/test.sh: run 3 skipped: no etcd on this machine to put in the image (apt-get install etcd-server)"
+  exit 0
+fi
+compose down -v >/dev/null
+echo "deploy/test.sh: run 3: cluster stack: etcd, 3 frontier nodes, 3 workers, mock site"
+cluster_compose() {
+  CRAWL_IMAGE="$image" "${compose_cmd[@]}" -p "${project}c" -f deploy/compose.cluster.yaml --profile demo "$@"
+}
+cluster_cleanup() {
+  cluster_compose down -v --remove-orphans >/dev/null 2>&1 || true
+  cleanup
+}
+trap cluster_cleanup EXIT
+cluster_compose up -d --scale worker=3 >/dev/null
+addrs=()
+for node in frontier-1 frontier-2 frontier-3; do
+  addrs+=("http://127.0.0.1:$(cluster_compose port "$node" 7071 | awk -F: '{ print $NF }')")
+done
+for _ in $(seq 1 60); do
+  "$frontier_cli" cluster --addr "${addrs[1]}" --json 2>/dev/null | grep -q '"epoch":1' && break
+  sleep 1
+done
+"$frontier_cli" seed --addr "${addrs[1]}" http://mock-site:8080/ >/dev/null
+if ! "$frontier_cli" status --addr "${addrs[2]}" --wait --timeout-secs 300 >/dev/null; then
+  echo "run 3: crawl did not finish" >&2
+  cluster_compose logs --tail 50 >&2
+  exit 1
+fi
+cluster_counts() {
+  cluster_compose logs --no-log-prefix mock-site 2>/dev/null | awk '$1 == "HIT" { print $3 }' \
+    | grep -v -e '^/robots.txt$' -e '^/sitemap.xml$' | sort | uniq -c | awk '{ print $1 " " $2 }' | sort
+}
+if ! diff <(cluster_counts) "$expected"; then
+  echo "run 3: fetches differ from the ground truth (< fetched, > expected)" >&2
+  exit 1
+fi
+"$frontier_cli" cluster --addr "${addrs[0]}"
+echo "deploy/test.sh: run 3: cluster stack: every page fetched exactly once ($(wc -l < "$expected") pages)"

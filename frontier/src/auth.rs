@@ -33,6 +33,7 @@ pub const OPEN_METHODS: &[&str] = &[
     "/frontier.admin.v1.Admin/GetFilterHealth",
     "/frontier.admin.v1.Admin/GetProgress",
     "/frontier.admin.v1.Admin/CheckUrl",
+    "/frontier.admin.v1.Admin/GetCluster",
 ];
 
 /// The services the token guards; others (health, reflection) are open.

@@ -506,21 +506,7 @@ impl Ingest {
         rules: &Rules,
         now: u64,
     ) -> Result<Vec<Outcome>, IngestError> {
-        let hosts: Vec<String> = urls
-            .iter()
-            .filter_map(|url| canonicalise(url, self.max_url_length).ok())
-            .map(|canonical| canonical.host().to_owned())
-            .collect();
-        if !hosts.is_empty() {
-            self.store.add_seed_hosts(crawl, &hosts)?;
-            let mut seeds = self
-                .seeds
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let entry = seeds.entry(crawl.to_owned()).or_default();
-            let updated = Arc::make_mut(entry);
-            hosts.iter().for_each(|host| updated.add(host));
-        }
+        self.add_scope_hosts(crawl, &self.seed_hosts_of(urls))?;
         let items: Vec<Discovered> = urls
             .iter()
             .map(|url| Discovered {
@@ -530,6 +516,38 @@ impl Ingest {
             })
             .collect();
         self.put_discovered(crawl, &items, rules, now)
+    }
+
+    /// The hosts seeding `urls` would add to a crawl's scope (canonical,
+    /// as the scope compares them); URLs that do not canonicalise add none.
+    #[must_use]
+    pub fn seed_hosts_of(&self, urls: &[String]) -> Vec<String> {
+        urls.iter()
+            .filter_map(|url| canonicalise(url, self.max_url_length).ok())
+            .map(|canonical| canonical.host().to_owned())
+            .collect()
+    }
+
+    /// Registers hosts as seeds of a crawl (its scope), durably, without
+    /// storing any URL: how a cluster node learns the seeds another node
+    /// was given.
+    pub fn add_scope_hosts(&self, crawl: &str, hosts: &[String]) -> Result<(), IngestError> {
+        if hosts.is_empty() {
+            return Ok(());
+        }
+        let seeds = self.seeds_of(crawl);
+        if hosts.iter().all(|host| seeds.contains(host)) {
+            return Ok(());
+        }
+        self.store.add_seed_hosts(crawl, hosts)?;
+        let mut seeds = self
+            .seeds
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = seeds.entry(crawl.to_owned()).or_default();
+        let updated = Arc::make_mut(entry);
+        hosts.iter().for_each(|host| updated.add(host));
+        Ok(())
     }
 
     /// What ingest makes of one URL and what the store holds for it (the

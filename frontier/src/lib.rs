@@ -33,6 +33,9 @@
 //! - [`grpc`]: the URL Frontier v2.6 and admin services, errors to statuses
 //!   in one place, the admin token.
 //! - [`server`]: both services with health and reflection on a listener.
+//! - [`cluster`]: partitions spread over several nodes through etcd:
+//!   membership, the partition map and its epoch, routing of every call
+//!   to the nodes that hold its partitions.
 //! - [`handback`]: the frontier shared by the server's tasks, handed back
 //!   for a clean shutdown when the last of them lets go.
 //! - [`metrics`]: Prometheus metrics and their endpoint.
@@ -45,6 +48,7 @@
 
 pub mod auth;
 pub mod canonical;
+pub mod cluster;
 pub mod commit;
 pub mod grpc;
 pub mod handback;

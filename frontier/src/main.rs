@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use cli::admin::{check, health, probe, rebuild, seed, set_active, status};
+use cli::admin::{check, cluster, health, probe, rebuild, seed, set_active, status};
 use cli::serve::{ServeArgs, init_logging, serve};
 use cli::{ClientArgs, repair, transfer};
 
@@ -61,6 +61,15 @@ enum Command {
         #[arg(long)]
         partitions: bool,
         /// Print JSON (always every partition).
+        #[arg(long)]
+        json: bool,
+    },
+    /// The cluster: nodes (alive, address, partitions, rates), the map's
+    /// epoch and the leader; a node without a cluster shows itself.
+    Cluster {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -189,6 +198,7 @@ fn run(log_control: frontier::grpc::LogControl) -> anyhow::Result<ExitCode> {
                 partitions,
                 json,
             } => health(client, partitions, json).await,
+            Command::Cluster { client, json } => cluster(client, json).await,
             Command::Rebuild {
                 client,
                 partition,

@@ -95,6 +95,12 @@ impl SeedHosts {
         self.hosts.is_empty()
     }
 
+    /// Whether `host` is registered (as given, lower-cased).
+    #[must_use]
+    pub fn contains(&self, host: &str) -> bool {
+        self.hosts.contains(&host.to_ascii_lowercase())
+    }
+
     /// The registered hosts.
     pub fn hosts(&self) -> impl Iterator<Item = &str> {
         self.hosts.iter().map(String::as_str)
@@ -144,6 +150,25 @@ pub struct Rules {
 }
 
 impl Rules {
+    /// The rules in words, the same for the same configuration on every
+    /// machine: cluster nodes compare it, so that a URL gets one verdict
+    /// whichever node takes it.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let patterns = |set: &Option<RegexSet>| {
+            set.as_ref()
+                .map_or_else(Vec::new, |set| set.patterns().to_vec())
+        };
+        format!(
+            "scope={:?} include={:?} exclude={:?} max_depth={:?} max_path_repeat={}",
+            self.mode,
+            patterns(&self.include),
+            patterns(&self.exclude),
+            self.max_depth,
+            self.max_path_repeat
+        )
+    }
+
     /// Rules from their configuration: `include` patterns (a URL must match
     /// one, when any are given), `exclude` patterns (it must match none),
     /// the depth limit (seeds are depth 0) and the path-repeat trap limit.

@@ -184,22 +184,31 @@ pub async fn run(
         limit => limit,
     };
     let watcher = tokio::spawn(watch_writes(health.clone(), Arc::clone(&frontier)));
-    let served = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .layer(crate::auth::AuthLayer(options.access.clone()))
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(reflection_alpha)
-        .add_service(
-            proto::urlfrontier::url_frontier_server::UrlFrontierServer::new(
-                UrlFrontierService::new(Arc::clone(&frontier), options.clone()),
-            ),
-        )
-        .add_service(proto::admin::admin_server::AdminServer::new(
-            AdminService::new(frontier),
-        ))
+        .add_service(reflection_alpha);
+    let local = UrlFrontierService::new(Arc::clone(&frontier), options.clone());
+    let local_admin = AdminService::new(frontier, options.node.clone());
+    let router = match &options.cluster {
+        Some(cluster) => router
+            .add_service(
+                proto::urlfrontier::url_frontier_server::UrlFrontierServer::new(
+                    crate::cluster::ClusterRouter::new(local, Arc::clone(cluster)),
+                ),
+            )
+            .add_service(proto::admin::admin_server::AdminServer::new(
+                crate::cluster::ClusterAdmin::new(local_admin, Arc::clone(cluster)),
+            )),
+        None => router
+            .add_service(proto::urlfrontier::url_frontier_server::UrlFrontierServer::new(local))
+            .add_service(proto::admin::admin_server::AdminServer::new(local_admin)),
+    };
+    let served = router
         .serve_with_incoming_shutdown(incoming(listener, max_connections), shutdown)
         .await;
     watcher.abort();

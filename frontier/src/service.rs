@@ -179,6 +179,17 @@ struct CrawlActivity {
     completed: RateWindow,
 }
 
+impl CrawlActivity {
+    /// Per second over the last minute, as of `secs`.
+    fn rates(&mut self, secs: u64) -> Rates {
+        Rates {
+            discovered: self.discovered.per_second(secs),
+            leased: self.leased.per_second(secs),
+            completed: self.completed.per_second(secs),
+        }
+    }
+}
+
 /// A crawl's progress.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Progress {
@@ -584,14 +595,26 @@ impl Frontier {
             for (reason, count) in &activity.skipped {
                 progress.skipped.insert(reason.as_str(), *count);
             }
-            let secs = now.unix_secs();
-            progress.rates = Rates {
-                discovered: activity.discovered.per_second(secs),
-                leased: activity.leased.per_second(secs),
-                completed: activity.completed.per_second(secs),
-            };
+            progress.rates = activity.rates(now.unix_secs());
         });
         Ok(progress)
+    }
+
+    /// Rates over every crawl this frontier has seen activity of.
+    #[must_use]
+    pub fn total_rates(&self) -> Rates {
+        let secs = Timestamp::now().unix_secs();
+        let mut activity = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
+        activity
+            .values_mut()
+            .fold(Rates::default(), |sum, activity| {
+                let rates = activity.rates(secs);
+                Rates {
+                    discovered: sum.discovered + rates.discovered,
+                    leased: sum.leased + rates.leased,
+                    completed: sum.completed + rates.completed,
+                }
+            })
     }
 
     /// Removes a crawl's URLs: all of them (and its queues and scope), one

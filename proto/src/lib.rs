@@ -17,6 +17,8 @@
 //!   binaries serve.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server
 //!   reflection.
+//! - [`endpoint_of`]: a node's address (as ListNodes lists it) as an
+//!   endpoint to dial.
 
 pub mod bearer;
 pub mod codec;
@@ -38,11 +40,29 @@ pub mod admin {
 /// Every compiled .proto file as an encoded `FileDescriptorSet`.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
 
+/// A node's address as ListNodes lists it (`host:port`) as a gRPC
+/// endpoint; an address with a scheme is kept, without a trailing `/`.
+#[must_use]
+pub fn endpoint_of(address: &str) -> String {
+    let address = address.trim_end_matches('/');
+    if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("http://{address}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use prost::Message;
 
     use super::urlfrontier::{AckMessage, GetParams, UrlItem, get_params, url_item};
+
+    #[test]
+    fn addresses_become_endpoints() {
+        assert_eq!(super::endpoint_of("n1:7071"), "http://n1:7071");
+        assert_eq!(super::endpoint_of("https://n1:7071/"), "https://n1:7071");
+    }
 
     /// Field numbers are the wire contract: encode messages by hand-built
     /// bytes and check the generated types read them as the spec says.
@@ -85,6 +105,6 @@ mod tests {
             .find(|f| f.package() == "frontier.admin.v1")
             .unwrap();
         assert_eq!(admin.service[0].name(), "Admin");
-        assert_eq!(admin.service[0].method.len(), 5);
+        assert_eq!(admin.service[0].method.len(), 6);
     }
 }

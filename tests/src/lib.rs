@@ -56,6 +56,13 @@ pub fn binary(name: &str) -> PathBuf {
         return path.clone();
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Benchmarks (optimised builds of this crate) measure optimised
+    // binaries; tests run the debug ones they share the build with.
+    let profile: &[&str] = if cfg!(debug_assertions) {
+        &[]
+    } else {
+        &["--release"]
+    };
     let output = Command::new(cargo)
         .args([
             "build",
@@ -66,6 +73,7 @@ pub fn binary(name: &str) -> PathBuf {
             name,
             "--message-format=json",
         ])
+        .args(profile)
         .output()
         .expect("cargo runs");
     assert!(
@@ -185,10 +193,27 @@ impl FrontierProcess {
             .expect("frontier reachable")
     }
 
+    /// The default crawl's progress (the whole cluster's, for a node of
+    /// one).
+    pub async fn progress(&self) -> proto::admin::Progress {
+        self.admin()
+            .await
+            .get_progress(proto::admin::GetProgressRequest::default())
+            .await
+            .expect("progress")
+            .into_inner()
+    }
+
     /// SIGKILL: no shutdown code runs.
     pub fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// The process ID.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGTERM, then waits; answers the exit status.
@@ -398,5 +423,107 @@ impl tonic::codec::Decoder for RawCodec {
         let mut bytes = vec![0; bytes::Buf::remaining(src)];
         bytes::Buf::copy_to_slice(src, &mut bytes);
         Ok(Some(bytes))
+    }
+}
+
+/// The `etcd` binary on PATH (Debian's `etcd-server` package), if any.
+#[must_use]
+pub fn etcd_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("etcd"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The etcd binary, or `None` after saying the test is skipped and why
+/// (`.ci/run` installs etcd, so CI always runs these tests).
+#[must_use]
+pub fn etcd_or_skip(test: &str) -> Option<PathBuf> {
+    let found = etcd_binary();
+    if found.is_none() {
+        eprintln!(
+            "SKIPPED {test}: no etcd binary on PATH (Debian: apt-get install etcd-server; \
+             .ci/run installs it)"
+        );
+    }
+    found
+}
+
+/// A throwaway single-member etcd on loopback.
+pub struct EtcdProcess {
+    child: Child,
+    /// Its client endpoint (`http://127.0.0.1:PORT`).
+    pub endpoint: String,
+    _dir: tempfile::TempDir,
+}
+
+impl EtcdProcess {
+    /// Starts etcd and waits until it serves clients. etcd cannot take a
+    /// listener from its parent, so its ports are found free first and a
+    /// start that loses one of them to another process is tried again.
+    pub fn start(binary: &Path) -> Self {
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("etcd dir");
+            let free = || {
+                std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .expect("a free port")
+                    .port()
+            };
+            let (client, peer) = (free(), free());
+            let endpoint = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let log = dir.path().join("etcd.log");
+            let mut child = Command::new(binary)
+                .args(["--name", "test", "--data-dir"])
+                .arg(dir.path().join("data"))
+                .args(["--listen-client-urls", &endpoint])
+                .args(["--advertise-client-urls", &endpoint])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &format!("test={peer_url}")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).expect("etcd log"))
+                .spawn()
+                .expect("etcd starts");
+            // etcd says when it serves; its log is the only signal it gives.
+            let ready = (0..600).any(|_| {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.contains("ready to serve client requests") {
+                    return true;
+                }
+                if let Ok(Some(_)) = child.try_wait() {
+                    return false;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                false
+            });
+            if ready && child.try_wait().ok().flatten().is_none() {
+                return Self {
+                    child,
+                    endpoint,
+                    _dir: dir,
+                };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            last_log = std::fs::read_to_string(&log).unwrap_or_default();
+        }
+        panic!("etcd did not start:\n{last_log}");
+    }
+
+    /// SIGKILL.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -504,7 +504,7 @@ async fn deletions_let_urls_be_discovered_again() {
         assert!(purged.value <= 40, "{mode}");
         let mut admin = frontier.admin().await;
         let health = admin
-            .get_filter_health(proto::admin::GetFilterHealthRequest {})
+            .get_filter_health(proto::admin::GetFilterHealthRequest::default())
             .await
             .unwrap()
             .into_inner();

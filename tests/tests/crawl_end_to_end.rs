@@ -64,7 +64,7 @@ async fn three_workers_crawl_the_site_exactly_once() {
     site.answered_at_least(40).await;
     let mut admin = frontier.admin().await;
     let during = admin
-        .get_filter_health(proto::admin::GetFilterHealthRequest {})
+        .get_filter_health(proto::admin::GetFilterHealthRequest::default())
         .await
         .unwrap()
         .into_inner()
@@ -158,7 +158,7 @@ async fn three_workers_crawl_the_site_exactly_once() {
         .unwrap()
         .into_inner();
     let health = admin
-        .get_filter_health(proto::admin::GetFilterHealthRequest {})
+        .get_filter_health(proto::admin::GetFilterHealthRequest::default())
         .await
         .unwrap()
         .into_inner();

@@ -2,7 +2,7 @@
 //! typed objects whose cross-references hold, every configured variable is
 //! a flag the binaries know, and the two Dockerfiles agree on the runtime.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -22,8 +22,12 @@ struct Manifests {
 }
 
 fn load() -> Manifests {
+    load_from(&deploy_dir().join("k8s"))
+}
+
+fn load_from(dir: &Path) -> Manifests {
     let mut manifests = Manifests::default();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(deploy_dir().join("k8s"))
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
@@ -240,6 +244,90 @@ fn manifests_parse_and_their_references_hold() {
         .unwrap();
     let port = frontier_service.spec.clone().unwrap().ports.unwrap()[0].port;
     assert_eq!(address, &format!("http://frontier:{port}"));
+}
+
+/// The cluster manifests (`deploy/k8s/cluster/`, applied instead of
+/// `frontier.yaml`): three nodes whose IDs are their pod names, each
+/// advertising its name under the headless Service, all pointed at the
+/// etcd Service, the first map waiting for every replica.
+#[test]
+fn cluster_manifests_parse_and_their_references_hold() {
+    let m = load_from(&deploy_dir().join("k8s/cluster"));
+    let frontier = m
+        .stateful_sets
+        .iter()
+        .find(|s| name_of(&s.metadata) == "frontier")
+        .expect("the frontier StatefulSet");
+    let spec = frontier.spec.clone().unwrap();
+    let replicas = spec.replicas.unwrap();
+    assert!(replicas >= 3, "a cluster of {replicas}");
+    let headless_name = spec.service_name.clone().unwrap();
+    let headless = m
+        .services
+        .iter()
+        .find(|s| name_of(&s.metadata) == headless_name)
+        .expect("the StatefulSet's headless service");
+    assert_eq!(
+        headless.spec.clone().unwrap().cluster_ip.as_deref(),
+        Some("None")
+    );
+    assert!(
+        m.services
+            .iter()
+            .any(|s| name_of(&s.metadata) == "frontier"),
+        "workers' Service kept"
+    );
+    let pod = spec.template.spec.unwrap();
+    assert!(
+        pod.containers[0]
+            .volume_mounts
+            .clone()
+            .unwrap()
+            .iter()
+            .any(|m| m.mount_path == "/data")
+    );
+    assert!(!spec.volume_claim_templates.unwrap_or_default().is_empty());
+    let env: BTreeMap<String, k8s_openapi::api::core::v1::EnvVar> = pod.containers[0]
+        .env
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|var| (var.name.clone(), var))
+        .collect();
+    let node_id = env["FRONTIER_NODE_ID"].value_from.clone().unwrap();
+    assert_eq!(node_id.field_ref.unwrap().field_path, "metadata.name");
+    assert_eq!(
+        env["FRONTIER_ADVERTISE"].value.as_deref(),
+        Some(format!("$(FRONTIER_NODE_ID).{headless_name}:7071").as_str())
+    );
+    assert_eq!(
+        env["FRONTIER_INITIAL_NODES"].value.as_deref(),
+        Some(replicas.to_string().as_str())
+    );
+    let etcd_address = env["FRONTIER_ETCD"].value.clone().unwrap();
+    let etcd = m
+        .services
+        .iter()
+        .find(|s| name_of(&s.metadata) == "etcd")
+        .expect("the etcd Service");
+    let etcd_port = etcd.spec.clone().unwrap().ports.unwrap()[0].port;
+    assert_eq!(etcd_address, format!("http://etcd:{etcd_port}"));
+    let etcd_set = m
+        .stateful_sets
+        .iter()
+        .find(|s| name_of(&s.metadata) == "etcd")
+        .expect("the etcd StatefulSet");
+    let etcd_pod = etcd_set.spec.clone().unwrap().template.spec.unwrap();
+    let (names, numbers) = port_names_and_numbers(&etcd_pod.containers[0]);
+    assert!(names.contains("client") && numbers.contains(&etcd_port));
+    // Every variable set here is a flag `frontier serve` knows.
+    let help = help_of(&["frontier", "serve"]);
+    for name in env.keys() {
+        assert!(
+            help.contains(name.as_str()),
+            "{name} is not a flag of frontier serve"
+        );
+    }
 }
 
 fn help_of(args: &[&str]) -> String {

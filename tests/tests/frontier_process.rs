@@ -534,6 +534,7 @@ async fn rebuilds_under_concurrent_puts_and_serves_lose_nothing_and_serve_nothin
                     .rebuild_filters(proto::admin::RebuildFiltersRequest {
                         partition: None,
                         no_wait: false,
+                        local: false,
                     })
                     .await
                     .unwrap();
@@ -598,7 +599,7 @@ async fn rebuilds_under_concurrent_puts_and_serves_lose_nothing_and_serve_nothin
     assert_eq!(served.len(), total);
     let mut admin = frontier.admin().await;
     let health = admin
-        .get_filter_health(proto::admin::GetFilterHealthRequest {})
+        .get_filter_health(proto::admin::GetFilterHealthRequest::default())
         .await
         .unwrap()
         .into_inner();

@@ -134,13 +134,7 @@ async fn known_items_and_metadata_cannot_bring_in_what_discovery_refuses() {
             ("http://site.example/heavy".to_owned(), Ack::Skipped),
         ]
     );
-    let progress = frontier
-        .admin()
-        .await
-        .get_progress(proto::admin::GetProgressRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let progress = frontier.progress().await;
     let skipped = progress.skipped.unwrap();
     assert_eq!((skipped.out_of_scope, skipped.metadata_too_large), (1, 1));
     let mut client = frontier.client().await;

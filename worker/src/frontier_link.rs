@@ -24,10 +24,34 @@ pub struct LinkError {
 /// The client the link calls through.
 pub type Client = UrlFrontierClient<InterceptedService<Channel, Bearer>>;
 
-/// A connection to a frontier; reconnects by itself.
+/// Links to a frontier's nodes; each reconnects by itself.
+///
+/// A frontier cluster serves each node's own partitions from GetURLs, so
+/// the link learns every node from ListNodes (asked again every
+/// [`NODES_REFRESH`]) and leases from each in turn. Any node routes puts
+/// and control calls, so reports go to the address the worker was given
+/// and, while it fails, to the other nodes. A frontier that lists one node
+/// (or itself under an address it cannot be reached at from here, such as
+/// 0.0.0.0) is used at the given address alone.
 #[derive(Debug, Clone)]
 pub struct FrontierLink {
-    client: Client,
+    entry: Client,
+    /// The given address as an endpoint, to know it among the listed.
+    entry_endpoint: String,
+    token: Option<String>,
+    nodes: std::sync::Arc<std::sync::Mutex<Nodes>>,
+}
+
+/// How often the link asks for the frontier's nodes again.
+pub const NODES_REFRESH: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
+struct Nodes {
+    /// Every node but the entry's own address, by endpoint.
+    others: Vec<(String, Client)>,
+    /// Where the next lease goes (0: the entry).
+    next: usize,
+    refreshed: Option<std::time::Instant>,
 }
 
 /// Delay before the `attempt`-th retry: doubling from 100 ms, at most 10 s.
@@ -41,33 +65,103 @@ impl FrontierLink {
     /// `token` on every call when given; connects on first use and again
     /// after any failure.
     pub fn new(address: &str, token: Option<&str>) -> Result<Self, LinkError> {
-        let bearer = Bearer::new(token).map_err(|error| LinkError {
-            address: address.to_owned(),
-            reason: error.to_string(),
-        })?;
-        let endpoint = Channel::from_shared(address.to_owned()).map_err(|e| LinkError {
-            address: address.to_owned(),
-            reason: e.to_string(),
-        })?;
-        let channel = endpoint
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .connect_lazy();
         Ok(Self {
-            client: UrlFrontierClient::with_interceptor(channel, bearer)
-                .max_decoding_message_size(64 * 1024 * 1024),
+            entry: client_of(address, token)?,
+            entry_endpoint: proto::endpoint_of(address),
+            token: token.map(str::to_owned),
+            nodes: std::sync::Arc::new(std::sync::Mutex::new(Nodes {
+                others: Vec::new(),
+                next: 0,
+                refreshed: None,
+            })),
         })
     }
 
-    /// Leases URLs (one GetURLs call).
-    pub async fn lease(&self, params: GetParams) -> Result<Vec<UrlInfo>, tonic::Status> {
-        let mut client = self.client.clone();
-        let mut stream = client.get_ur_ls(params).await?.into_inner();
-        let mut infos = Vec::new();
-        while let Some(info) = stream.message().await? {
-            infos.push(info);
+    fn nodes(&self) -> std::sync::MutexGuard<'_, Nodes> {
+        self.nodes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The client for the `n`-th try of a call: the entry first, then the
+    /// other nodes in turn.
+    fn client_at(&self, n: usize) -> Client {
+        let nodes = self.nodes();
+        match n % (nodes.others.len() + 1) {
+            0 => self.entry.clone(),
+            i => nodes.others[i - 1].1.clone(),
         }
-        Ok(infos)
+    }
+
+    /// Asks for the frontier's nodes when the last answer is old.
+    async fn refresh_nodes(&self) {
+        if self
+            .nodes()
+            .refreshed
+            .is_some_and(|at| at.elapsed() < NODES_REFRESH)
+        {
+            return;
+        }
+        let next = self.nodes().next;
+        let mut client = self.client_at(next);
+        let listed = client.list_nodes(uf::Empty {}).await;
+        let mut nodes = self.nodes();
+        nodes.refreshed = Some(std::time::Instant::now());
+        let Ok(listed) = listed else { return };
+        let listed = listed.into_inner().values;
+        if listed.len() <= 1 {
+            nodes.others.clear();
+            return;
+        }
+        let mut others = Vec::new();
+        for address in listed {
+            let endpoint = proto::endpoint_of(&address);
+            if endpoint == self.entry_endpoint {
+                continue;
+            }
+            let existing = nodes.others.iter().find(|(e, _)| *e == endpoint);
+            let client = match existing {
+                Some((_, client)) => client.clone(),
+                None => match client_of(&endpoint, self.token.as_deref()) {
+                    Ok(client) => client,
+                    Err(error) => {
+                        tracing::warn!(%error, "a frontier node's address is unusable");
+                        continue;
+                    }
+                },
+            };
+            others.push((endpoint, client));
+        }
+        if others.len() != nodes.others.len() {
+            tracing::info!(nodes = others.len() + 1, "frontier nodes");
+        }
+        nodes.others = others;
+    }
+
+    /// Leases URLs: one GetURLs call to the next node in turn; a node that
+    /// fails is passed over for the next, and an error comes back only when
+    /// every node failed.
+    pub async fn lease(&self, params: GetParams) -> Result<Vec<UrlInfo>, tonic::Status> {
+        self.refresh_nodes().await;
+        let count = self.nodes().others.len() + 1;
+        let mut last_error = None;
+        for _ in 0..count {
+            let client = {
+                let mut nodes = self.nodes();
+                let n = nodes.next;
+                nodes.next = (n + 1) % count;
+                drop(nodes);
+                self.client_at(n)
+            };
+            match lease_from(client, params.clone()).await {
+                Ok(infos) => return Ok(infos),
+                Err(status) => {
+                    tracing::debug!(%status, "GetURLs failed at one node");
+                    last_error = Some(status);
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| tonic::Status::unavailable("no frontier node")))
     }
 
     /// Sends a page's outlinks as one batch until it is acknowledged;
@@ -142,7 +236,7 @@ impl FrontierLink {
     {
         let mut attempt = 0;
         loop {
-            match send(self.client.clone()).await {
+            match send(self.client_at(attempt as usize)).await {
                 Ok(ack) if final_ack(&ack) => return ack,
                 Ok(_) => tracing::warn!(call, "the frontier answered FAIL; resending"),
                 Err(status) => tracing::warn!(%status, call, "not acknowledged; resending"),
@@ -192,13 +286,41 @@ impl FrontierLink {
         Fut: std::future::Future<Output = Result<(), tonic::Status>>,
     {
         for attempt in 0..5 {
-            match call(self.client.clone()).await {
+            match call(self.client_at(attempt as usize)).await {
                 Ok(()) => return,
                 Err(status) => tracing::warn!(%status, queue, "{name} failed"),
             }
             tokio::time::sleep(retry_delay(attempt)).await;
         }
     }
+}
+
+/// A client of one node.
+fn client_of(address: &str, token: Option<&str>) -> Result<Client, LinkError> {
+    let bearer = Bearer::new(token).map_err(|error| LinkError {
+        address: address.to_owned(),
+        reason: error.to_string(),
+    })?;
+    let endpoint = Channel::from_shared(address.to_owned()).map_err(|e| LinkError {
+        address: address.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let channel = endpoint
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .connect_lazy();
+    Ok(UrlFrontierClient::with_interceptor(channel, bearer)
+        .max_decoding_message_size(64 * 1024 * 1024))
+}
+
+/// One GetURLs call, its answer collected.
+async fn lease_from(mut client: Client, params: GetParams) -> Result<Vec<UrlInfo>, tonic::Status> {
+    let mut stream = client.get_ur_ls(params).await?.into_inner();
+    let mut infos = Vec::new();
+    while let Some(info) = stream.message().await? {
+        infos.push(info);
+    }
+    Ok(infos)
 }
 
 /// The first ack of a streamed call.

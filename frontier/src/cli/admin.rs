@@ -34,6 +34,7 @@ pub async fn seed(
         .add_seeds(proto::admin::AddSeedsRequest {
             crawl_id: client.crawl,
             urls,
+            ..proto::admin::AddSeedsRequest::default()
         })
         .await?
         .into_inner();
@@ -71,7 +72,10 @@ pub async fn status(
     let progress = |mut admin: AdminClient<Intercepted>, crawl: String| async move {
         anyhow::Ok(
             admin
-                .get_progress(proto::admin::GetProgressRequest { crawl_id: crawl })
+                .get_progress(proto::admin::GetProgressRequest {
+                    crawl_id: crawl,
+                    local: false,
+                })
                 .await?
                 .into_inner(),
         )
@@ -85,6 +89,7 @@ pub async fn status(
     // end.
     let mut frontier = client.frontier().await?;
     let started = Instant::now();
+    let mut away_noted = false;
     loop {
         let stats = frontier
             .get_stats(proto::urlfrontier::QueueWithinCrawlParams {
@@ -92,8 +97,20 @@ pub async fn status(
                 crawl_id: client.crawl.clone(),
                 local: false,
             })
-            .await?
-            .into_inner();
+            .await;
+        let stats = match stats {
+            Ok(stats) => stats.into_inner(),
+            // A cluster node away: the crawl is not done without it.
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                if !away_noted {
+                    eprintln!("waiting: {}", status.message());
+                    away_noted = true;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            Err(status) => return Err(status.into()),
+        };
         let completed = stats.counts.get("completed").copied().unwrap_or(0);
         if completed > 0 && stats.size == 0 {
             show(&progress(admin, client.crawl.clone()).await?);
@@ -112,7 +129,7 @@ pub async fn status(
 pub async fn health(client: ClientArgs, partitions: bool, json: bool) -> anyhow::Result<ExitCode> {
     let mut admin = client.admin().await?;
     let health = admin
-        .get_filter_health(proto::admin::GetFilterHealthRequest {})
+        .get_filter_health(proto::admin::GetFilterHealthRequest { local: false })
         .await?
         .into_inner();
     if json {
@@ -151,7 +168,12 @@ pub async fn health(client: ClientArgs, partitions: bool, json: bool) -> anyhow:
     };
     if partitions {
         for p in &health.partitions {
-            print(format!("p{}", p.partition.unwrap_or_default()), p);
+            let name = if p.node.is_empty() {
+                format!("p{}", p.partition.unwrap_or_default())
+            } else {
+                format!("p{}@{}", p.partition.unwrap_or_default(), p.node)
+            };
+            print(name, p);
         }
     }
     if let Some(total) = &health.total {
@@ -167,7 +189,11 @@ pub async fn rebuild(
 ) -> anyhow::Result<ExitCode> {
     let mut admin = client.admin().await?;
     let response = admin
-        .rebuild_filters(proto::admin::RebuildFiltersRequest { partition, no_wait })
+        .rebuild_filters(proto::admin::RebuildFiltersRequest {
+            partition,
+            no_wait,
+            local: false,
+        })
         .await?
         .into_inner();
     println!("started {} partition rebuild(s)", response.started.len());
@@ -241,4 +267,18 @@ pub async fn probe(client: ClientArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+pub async fn cluster(client: ClientArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let mut admin = client.admin().await?;
+    let status = admin
+        .get_cluster(proto::admin::GetClusterRequest {})
+        .await?
+        .into_inner();
+    if json {
+        println!("{}", super::output::cluster_json(&status));
+    } else {
+        super::output::print_cluster(&status);
+    }
+    Ok(ExitCode::SUCCESS)
 }

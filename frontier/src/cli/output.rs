@@ -28,6 +28,11 @@ pub fn progress_json(progress: &proto::admin::Progress) -> serde_json::Value {
             "leased": rates.leased,
             "completed": rates.completed,
         },
+        "nodes": progress.nodes.iter().map(|node| {
+            let mut value = progress_json(node);
+            value["node"] = node.node.clone().into();
+            value
+        }).collect::<Vec<_>>(),
     })
 }
 
@@ -48,6 +53,7 @@ pub fn partition_json(p: &proto::admin::PartitionHealth) -> serde_json::Value {
         "memory_bytes": p.memory_bytes,
         "rebuild_count": p.rebuild_count,
         "state": format!("{:?}", p.state()).to_lowercase(),
+        "node": p.node,
         "last_rebuild": p.last_rebuild.map(|r| serde_json::json!({
             "finished_at_ms": r.finished_at_ms,
             "duration_ms": r.duration_ms,
@@ -88,4 +94,82 @@ pub fn print_progress(progress: &proto::admin::Progress) {
         "  last minute, per second: discovered {:.1}  leased {:.1}  completed {:.1}",
         rates.discovered, rates.leased, rates.completed
     );
+    for node in &progress.nodes {
+        println!(
+            "  node {}: urls {}  completed {}  leased {}  due now {}  later {}  queues {}",
+            node.node,
+            node.discovered,
+            node.completed,
+            node.leased,
+            node.due_now,
+            node.scheduled_later,
+            node.queues
+        );
+    }
+}
+
+pub fn cluster_json(status: &proto::admin::ClusterStatus) -> serde_json::Value {
+    serde_json::json!({
+        "name": status.name,
+        "epoch": status.epoch,
+        "partitions": status.partitions,
+        "leader": status.leader,
+        "answered_by": status.answered_by,
+        "nodes": status.nodes.iter().map(|node| {
+            let rates = node.last_minute.unwrap_or_default();
+            serde_json::json!({
+                "id": node.id,
+                "address": node.address,
+                "alive": node.alive,
+                "started_at_ms": node.started_at_ms,
+                "partitions": node.partitions,
+                "per_second_last_minute": {
+                    "discovered": rates.discovered,
+                    "leased": rates.leased,
+                    "completed": rates.completed,
+                },
+                "error": node.error,
+            })
+        }).collect::<Vec<_>>(),
+    })
+}
+
+pub fn print_cluster(status: &proto::admin::ClusterStatus) {
+    let name = if status.name.is_empty() {
+        "(none: a node of its own)"
+    } else {
+        &status.name
+    };
+    println!(
+        "cluster {name}  epoch {}  partitions {}  leader {}",
+        status.epoch,
+        status.partitions,
+        if status.leader.is_empty() {
+            "-"
+        } else {
+            &status.leader
+        }
+    );
+    for node in &status.nodes {
+        let rates = node.last_minute.unwrap_or_default();
+        println!(
+            "  {:<16} {:<22} {:<5}  partitions {:>4}  ingest {:>8.1}/s  serve {:>8.1}/s  completed {:>8.1}/s{}",
+            node.id,
+            if node.address.is_empty() {
+                "-"
+            } else {
+                &node.address
+            },
+            if node.alive { "alive" } else { "DOWN" },
+            node.partitions.len(),
+            rates.discovered,
+            rates.leased,
+            rates.completed,
+            if node.error.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", node.error)
+            }
+        );
+    }
 }

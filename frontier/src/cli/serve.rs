@@ -81,6 +81,31 @@ pub struct ServeArgs {
     /// default: the listening address).
     #[arg(long, env = "FRONTIER_ADVERTISE")]
     advertise: Option<String>,
+    /// etcd endpoints (comma-separated): this node joins a cluster whose
+    /// membership and partition map live there. Without it the node is a
+    /// cluster of its own and needs no etcd.
+    #[arg(long, env = "FRONTIER_ETCD", value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// The cluster's name (with --etcd): several clusters can share one
+    /// etcd.
+    #[arg(long, env = "FRONTIER_CLUSTER", default_value = "default")]
+    cluster: String,
+    /// This node's stable ID in the cluster (with --etcd), for example a
+    /// StatefulSet pod's name; it owns the same partitions after a restart.
+    #[arg(long, env = "FRONTIER_NODE_ID")]
+    node_id: Option<String>,
+    /// Nodes that must register before the first partition map is written
+    /// (with --etcd); until then calls that need a partition answer
+    /// UNAVAILABLE.
+    #[arg(long, env = "FRONTIER_INITIAL_NODES", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    initial_nodes: u64,
+    /// Seconds a node's registration outlives its last renewal: how soon a
+    /// stopped node is seen as gone.
+    #[arg(long, env = "FRONTIER_LEASE_TTL_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..))]
+    lease_ttl_secs: u64,
+    /// Seconds joining keeps trying an unreachable etcd before giving up.
+    #[arg(long, env = "FRONTIER_ETCD_TIMEOUT_SECS", default_value_t = 60)]
+    etcd_timeout_secs: u64,
     /// Serve Prometheus metrics on this address (`GET /metrics`).
     #[arg(long, env = "FRONTIER_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
@@ -199,6 +224,9 @@ pub async fn serve(
     log_control: frontier::grpc::LogControl,
 ) -> anyhow::Result<ExitCode> {
     let config = config_of(&args)?;
+    // Flags are checked before the store opens, which can take minutes.
+    let access = access_of(&args)?;
+    let cluster_options = cluster_options(&args, args.listen)?;
     let started = Instant::now();
     let frontier = tokio::task::spawn_blocking(move || Frontier::open(config))
         .await?
@@ -227,16 +255,29 @@ pub async fn serve(
     let metrics_note = metrics.as_ref().map_or_else(String::new, |m| {
         format!(" metrics http://{}/metrics", m.bound)
     });
+    let cluster = match cluster_options {
+        Some(mut options) => Some({
+            // A port 0 to listen on is the port bound.
+            options.advertise = advertised(args.advertise.as_deref(), address)?;
+            frontier::cluster::join(options, Arc::clone(&frontier))
+                .await
+                .context("cannot join the cluster")?
+        }),
+        None => None,
+    };
     // Scripts and tests read the chosen addresses from this line.
     println!("listening on {address}{metrics_note}");
-    let access = access_of(&args)?;
     let options = frontier::grpc::ServerOptions {
         access,
         node: args.advertise.clone().unwrap_or_default(),
         log_control: Some(log_control),
         max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        cluster: cluster.clone(),
     };
     frontier::server::run(listener, Arc::clone(&frontier), options, shutdown_signal()).await?;
+    if let Some(cluster) = cluster {
+        cluster.leave().await;
+    }
     if let Some(metrics) = metrics {
         metrics.stop().await;
     }
@@ -255,6 +296,53 @@ pub async fn serve(
         )?;
     tracing::info!("clean shutdown");
     Ok(ExitCode::SUCCESS)
+}
+
+/// How this node joins its cluster, when --etcd is given.
+fn cluster_options(
+    args: &ServeArgs,
+    listen: SocketAddr,
+) -> anyhow::Result<Option<frontier::cluster::ClusterOptions>> {
+    if args.etcd.is_empty() {
+        return Ok(None);
+    }
+    let Some(node_id) = args.node_id.clone().filter(|id| !id.is_empty()) else {
+        bail!("--etcd needs --node-id (a stable name per node, such as a StatefulSet pod's)");
+    };
+    let advertise = advertised(args.advertise.as_deref(), listen)?;
+    if node_id.contains('/') {
+        bail!("--node-id {node_id:?} must not contain '/'");
+    }
+    Ok(Some(frontier::cluster::ClusterOptions {
+        etcd: args.etcd.clone(),
+        name: args.cluster.clone(),
+        node_id,
+        advertise,
+        initial_nodes: usize::try_from(args.initial_nodes).unwrap_or(usize::MAX),
+        lease_ttl: Duration::from_secs(args.lease_ttl_secs),
+        join_timeout: Duration::from_secs(args.etcd_timeout_secs),
+        token: args.admin_token.clone(),
+    }))
+}
+
+/// The address other nodes and workers reach this one at: `--advertise`,
+/// its port 0 (or none) meaning the port bound; without it, the bound
+/// address itself unless that is a wildcard no one can dial.
+fn advertised(advertise: Option<&str>, bound: SocketAddr) -> anyhow::Result<String> {
+    let Some(advertise) = advertise.filter(|a| !a.is_empty()) else {
+        if bound.ip().is_unspecified() {
+            bail!(
+                "--etcd needs --advertise HOST:PORT when listening on {bound}: \
+                 the address other nodes and workers reach this node at"
+            );
+        }
+        return Ok(bound.to_string());
+    };
+    Ok(match advertise.rsplit_once(':') {
+        Some((host, "0")) => format!("{host}:{}", bound.port()),
+        Some((_, port)) if port.parse::<u16>().is_ok() => advertise.to_owned(),
+        _ => format!("{advertise}:{}", bound.port()),
+    })
 }
 
 /// Who may call what: the token's scope, or an open frontier.

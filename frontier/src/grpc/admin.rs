@@ -15,14 +15,16 @@ use crate::service::{FrontierError, PartitionFigures, SharedFrontier, crawl_or_d
 #[derive(Debug, Clone)]
 pub struct AdminService {
     frontier: SharedFrontier,
+    node: String,
 }
 
 impl AdminService {
     /// The service over a frontier (the token is checked in front of it,
     /// [`crate::auth::AuthLayer`]).
+    /// `node` is the address the node is known by (GetCluster).
     #[must_use]
-    pub fn new(frontier: SharedFrontier) -> Self {
-        Self { frontier }
+    pub fn new(frontier: SharedFrontier, node: String) -> Self {
+        Self { frontier, node }
     }
 }
 
@@ -43,7 +45,7 @@ fn rebuild_report(report: &bloom_core::RebuildReport) -> adm::RebuildReport {
 }
 
 /// Refuted "maybe"s over lookups of absent keys; 0 before any lookup.
-fn observed_fp_rate(refuted: u64, lookups: u64) -> f64 {
+pub(crate) fn observed_fp_rate(refuted: u64, lookups: u64) -> f64 {
     if lookups == 0 {
         0.0
     } else {
@@ -51,7 +53,7 @@ fn observed_fp_rate(refuted: u64, lookups: u64) -> f64 {
     }
 }
 
-fn state_of(rebuilding: bool) -> i32 {
+pub(crate) fn state_of(rebuilding: bool) -> i32 {
     if rebuilding {
         adm::PartitionState::Rebuilding as i32
     } else {
@@ -87,6 +89,7 @@ fn partition_health(
         state: state_of(health.rebuilding),
         rebuild_fed: health.rebuild_fed,
         rebuild_total: if health.rebuilding { stored } else { 0 },
+        node: String::new(),
     }
 }
 
@@ -118,6 +121,14 @@ fn total_health(
         observed_fp_rate: observed_fp_rate(refuted_maybes, absent_lookups),
         state: state_of(set.rebuilding > 0),
         ..adm::PartitionHealth::default()
+    }
+}
+
+pub(crate) fn rates_of(rates: &crate::service::Rates) -> adm::Rates {
+    adm::Rates {
+        discovered: rates.discovered,
+        leased: rates.leased,
+        completed: rates.completed,
     }
 }
 
@@ -199,9 +210,11 @@ impl adm::admin_server::Admin for AdminService {
         let request = request.into_inner();
         let crawl = crawl_or_default(&request.crawl_id).to_owned();
         let urls = request.urls;
+        let extra_hosts = request.scope_hosts;
         let (outcomes, urls, scope_hosts) = {
             let crawl = crawl.clone();
             blocking(&self.frontier, move |f| {
+                f.ingest().add_scope_hosts(&crawl, &extra_hosts)?;
                 let outcomes = f.add_seeds(&crawl, &urls)?;
                 let hosts = f
                     .ingest()
@@ -261,11 +274,9 @@ impl adm::admin_server::Admin for AdminService {
             }),
             queues: progress.counts.queues,
             active_queues: progress.counts.active_queues,
-            last_minute: Some(adm::Rates {
-                discovered: progress.rates.discovered,
-                leased: progress.rates.leased,
-                completed: progress.rates.completed,
-            }),
+            last_minute: Some(rates_of(&progress.rates)),
+            node: String::new(),
+            nodes: Vec::new(),
         }))
     }
 
@@ -314,5 +325,30 @@ impl adm::admin_server::Admin for AdminService {
             },
         };
         Ok(Response::new(response))
+    }
+
+    async fn get_cluster(
+        &self,
+        _: Request<adm::GetClusterRequest>,
+    ) -> Result<Response<adm::ClusterStatus>, Status> {
+        // Without a cluster the node is its own, owning every partition.
+        let partitions = self.frontier.ingest().filters().partition_count() as u32;
+        Ok(Response::new(adm::ClusterStatus {
+            name: String::new(),
+            epoch: 0,
+            partitions,
+            leader: String::new(),
+            nodes: vec![adm::ClusterNode {
+                id: self.node.clone(),
+                address: self.node.clone(),
+                alive: true,
+                started_at_ms: 0,
+                partitions: (0..partitions).collect(),
+                last_minute: Some(rates_of(&self.frontier.total_rates())),
+                error: String::new(),
+            }],
+            owners: Vec::new(),
+            answered_by: self.node.clone(),
+        }))
     }
 }

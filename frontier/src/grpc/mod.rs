@@ -5,7 +5,7 @@
 //! both share; `admin` the admin service. Who may call what is checked in
 //! front of both ([`crate::auth`]).
 
-mod admin;
+pub(crate) mod admin;
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -60,12 +60,27 @@ fn log_write_failure(error: &dyn std::fmt::Display, what: &str) {
 /// A streamed request's error as the client should see it: a message over
 /// the size limit is RESOURCE_EXHAUSTED (tonic reports OUT_OF_RANGE); an
 /// undecodable one is INVALID_ARGUMENT already (`proto::codec`).
-fn incoming_error(status: Status) -> Status {
+pub(crate) fn incoming_error(status: Status) -> Status {
     if status.code() == tonic::Code::OutOfRange {
         Status::resource_exhausted(status.message().to_owned())
     } else {
         status
     }
+}
+
+/// The messages of a chunk before the first that failed, and that
+/// failure as the client should see it ([`incoming_error`]): the items
+/// before it are stored and acked, and the failure ends the stream after
+/// them.
+pub(crate) fn until_failure<T>(chunk: Vec<Result<T, Status>>) -> (Vec<T>, Option<Status>) {
+    let mut items = Vec::with_capacity(chunk.len());
+    for item in chunk {
+        match item {
+            Ok(item) => items.push(item),
+            Err(status) => return (items, Some(incoming_error(status))),
+        }
+    }
+    (items, None)
 }
 
 /// Write calls (a PutURLs chunk, a PutDiscovered batch) running at once.
@@ -185,6 +200,8 @@ pub struct ServerOptions {
     pub log_control: Option<LogControl>,
     /// Connections served at once; 0: [`crate::server::MAX_CONNECTIONS`].
     pub max_connections: usize,
+    /// The cluster this node is in; `None`: a node of its own.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -194,6 +211,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("node", &self.node)
             .field("max_connections", &self.max_connections)
             .field("log_control", &self.log_control.is_some())
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -230,8 +248,41 @@ impl UrlFrontierService {
     }
 }
 
+impl UrlFrontierService {
+    /// Stores one batch of discovered URLs here, as PutDiscovered does,
+    /// answering its statuses after the commit (a cluster node's share of
+    /// a batch it routes).
+    pub(crate) async fn store_batch(&self, batch: uf::DiscoveredBatch) -> Result<Vec<i32>, Status> {
+        if batch.items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let frontier = Arc::clone(&self.frontier);
+        blocking_write(Arc::clone(&self.write_slots), move || {
+            batch_statuses(&frontier, &batch)
+        })
+        .await
+    }
+
+    /// Stores items here, as PutURLs does, answering one ack per item
+    /// after the commit.
+    pub(crate) async fn store_items(
+        &self,
+        items: Vec<uf::UrlItem>,
+    ) -> Result<Vec<uf::AckMessage>, Status> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let frontier = Arc::clone(&self.frontier);
+        let items: Vec<_> = items.iter().map(put_item_of).collect();
+        blocking_write(Arc::clone(&self.write_slots), move || {
+            put_chunk(&frontier, items)
+        })
+        .await
+    }
+}
+
 /// Items a page of ListURLs or ListQueues holds when the client asks for 0.
-const DEFAULT_PAGE: usize = 100;
+pub(crate) const DEFAULT_PAGE: usize = 100;
 
 /// A stored URL as the API lists it.
 fn listed(url: &str, record: &UrlRecord, crawl: &str) -> uf::UrlItem {
@@ -493,17 +544,8 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
                     // Items before a message that fails (undecodable, too
                     // large) are stored and acked; the failure ends the
                     // stream after them.
-                    let mut items = Vec::with_capacity(chunk.len());
-                    let mut failure = None;
-                    for item in chunk {
-                        match item {
-                            Ok(item) => items.push(put_item_of(&item)),
-                            Err(status) => {
-                                failure = Some(incoming_error(status));
-                                break;
-                            }
-                        }
-                    }
+                    let (items, failure) = until_failure(chunk);
+                    let items: Vec<_> = items.iter().map(put_item_of).collect();
                     let mut acks = Vec::with_capacity(items.len() + 1);
                     if !items.is_empty() {
                         match blocking_write(slots, move || put_chunk(&frontier, items)).await {

@@ -1,0 +1,356 @@
+//! A cluster node's admin service: filter health, progress and rebuilds
+//! over every node with each node's share named, seeds registered
+//! cluster-wide before their URLs go to their owners, and the cluster's
+//! own view (GetCluster).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use proto::admin::{self as adm, admin_server::Admin};
+use tonic::{Request, Response, Status};
+
+use super::coordinator::{SettingChange, record_setting};
+use super::{Cluster, Owner};
+use crate::grpc::AdminService;
+use crate::grpc::admin::{observed_fp_rate, state_of};
+use crate::service::crawl_or_default;
+
+/// Where one call goes.
+type Target = super::Target<
+    AdminService,
+    adm::admin_client::AdminClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            proto::bearer::Bearer,
+        >,
+    >,
+>;
+
+/// The admin service of a cluster node.
+#[derive(Clone)]
+pub struct ClusterAdmin {
+    local: AdminService,
+    cluster: Arc<Cluster>,
+}
+
+impl std::fmt::Debug for ClusterAdmin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterAdmin")
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterAdmin {
+    /// The admin service of a node whose own figures `local` answers.
+    #[must_use]
+    pub fn new(local: AdminService, cluster: Arc<Cluster>) -> Self {
+        Self { local, cluster }
+    }
+
+    fn target(&self, owner: Owner) -> Result<Target, Status> {
+        self.cluster
+            .target(owner, &self.local, super::peers::Peer::admin)
+    }
+
+    /// Runs `call` on every node (see [`super::on_nodes`]).
+    async fn on_nodes<T, F, Fut>(
+        &self,
+        live_only: bool,
+        call: F,
+    ) -> Result<Vec<(String, T)>, Status>
+    where
+        F: Fn(Target) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Status>>,
+    {
+        let targets = self.cluster.targets(&self.local, super::peers::Peer::admin);
+        super::on_nodes(targets, live_only, call).await
+    }
+}
+
+/// The figures of all partitions summed (their `partition` unset), by the
+/// rules of a node's own total: the estimated FP rate weighted by the
+/// estimated items, as `bloom_core` weights it.
+fn summed(partitions: &[adm::PartitionHealth]) -> adm::PartitionHealth {
+    let mut total = adm::PartitionHealth::default();
+    let mut weighted_fp = 0.0;
+    for p in partitions {
+        total.bits += p.bits;
+        total.items_inserted += p.items_inserted;
+        total.estimated_items += p.estimated_items;
+        total.ones += p.ones;
+        total.refuted_maybes += p.refuted_maybes;
+        total.absent_lookups += p.absent_lookups;
+        total.memory_bytes += p.memory_bytes;
+        total.rebuild_count += p.rebuild_count;
+        total.rebuild_fed += p.rebuild_fed;
+        total.rebuild_total += p.rebuild_total;
+        weighted_fp += p.estimated_fp_rate * p.estimated_items;
+    }
+    if let Some(first) = partitions.first() {
+        total.layout.clone_from(&first.layout);
+        total.hashes = first.hashes;
+    }
+    total.fill_ratio = total.ones as f64 / total.bits.max(1) as f64;
+    if total.estimated_items > 0.0 {
+        total.estimated_fp_rate = weighted_fp / total.estimated_items;
+    }
+    total.observed_fp_rate = observed_fp_rate(total.refuted_maybes, total.absent_lookups);
+    total.state = state_of(
+        partitions
+            .iter()
+            .any(|p| p.state == adm::PartitionState::Rebuilding as i32),
+    );
+    total
+}
+
+fn add_progress(sum: &mut adm::Progress, part: &adm::Progress) {
+    sum.discovered += part.discovered;
+    sum.due_now += part.due_now;
+    sum.scheduled_later += part.scheduled_later;
+    sum.leased += part.leased;
+    sum.completed += part.completed;
+    sum.queues += part.queues;
+    sum.active_queues += part.active_queues;
+    if let Some(skipped) = &part.skipped {
+        let into = sum.skipped.get_or_insert_with(Default::default);
+        into.duplicate += skipped.duplicate;
+        into.out_of_scope += skipped.out_of_scope;
+        into.too_deep += skipped.too_deep;
+        into.invalid += skipped.invalid;
+        into.too_long += skipped.too_long;
+        into.trap += skipped.trap;
+        into.metadata_too_large += skipped.metadata_too_large;
+    }
+    if let Some(rates) = &part.last_minute {
+        let into = sum.last_minute.get_or_insert_with(Default::default);
+        into.discovered += rates.discovered;
+        into.leased += rates.leased;
+        into.completed += rates.completed;
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for ClusterAdmin {
+    async fn get_filter_health(
+        &self,
+        request: Request<adm::GetFilterHealthRequest>,
+    ) -> Result<Response<adm::FilterHealth>, Status> {
+        if self.cluster.accept_forwarded(&request)? || request.get_ref().local {
+            return self.local.get_filter_health(request).await;
+        }
+        let local_only = adm::GetFilterHealthRequest { local: true };
+        let view = self.cluster.view();
+        let Some(map) = &view.map else {
+            // No partition is anyone's yet: this node's figures are all there is.
+            return self.local.get_filter_health(Request::new(local_only)).await;
+        };
+        let answers = fan_out!(self, false, get_filter_health, local_only)?;
+        let by_node: BTreeMap<String, adm::FilterHealth> = answers.into_iter().collect();
+        let mut partitions = Vec::with_capacity(map.owners.len());
+        for (partition, owner) in map.owners.iter().enumerate() {
+            let mut health = by_node
+                .get(owner)
+                .and_then(|h| h.partitions.get(partition).cloned())
+                .unwrap_or_default();
+            health.partition = Some(partition as u32);
+            health.node.clone_from(owner);
+            partitions.push(health);
+        }
+        let any = by_node.values().next().cloned().unwrap_or_default();
+        Ok(Response::new(adm::FilterHealth {
+            total: Some(summed(&partitions)),
+            partitions,
+            ..any
+        }))
+    }
+
+    async fn rebuild_filters(
+        &self,
+        request: Request<adm::RebuildFiltersRequest>,
+    ) -> Result<Response<adm::RebuildFiltersResponse>, Status> {
+        if self.cluster.accept_forwarded(&request)? || request.get_ref().local {
+            return self.local.rebuild_filters(request).await;
+        }
+        let params = adm::RebuildFiltersRequest {
+            local: true,
+            ..request.into_inner()
+        };
+        if let Some(partition) = params.partition {
+            let target = self.target(self.cluster.owner_of(partition as usize)?)?;
+            return Ok(Response::new(call!(target, rebuild_filters, params)?));
+        }
+        let answers = fan_out!(self, false, rebuild_filters, params)?;
+        let mut merged = adm::RebuildFiltersResponse::default();
+        for (_, answer) in answers {
+            merged.started.extend(answer.started);
+            merged.finished.extend(answer.finished);
+        }
+        Ok(Response::new(merged))
+    }
+
+    async fn add_seeds(
+        &self,
+        request: Request<adm::AddSeedsRequest>,
+    ) -> Result<Response<adm::AddSeedsResponse>, Status> {
+        if self.cluster.accept_forwarded(&request)? || request.get_ref().local {
+            return self.local.add_seeds(request).await;
+        }
+        let request = request.into_inner();
+        let crawl = crawl_or_default(&request.crawl_id).to_owned();
+        let mut hosts = self.cluster.frontier.ingest().seed_hosts_of(&request.urls);
+        hosts.extend(request.scope_hosts.iter().cloned());
+        hosts.sort();
+        hosts.dedup();
+        // The scope first, everywhere: a seed's links may reach any node.
+        record_setting(
+            &self.cluster,
+            SettingChange::Seeds {
+                crawl: &crawl,
+                hosts: &hosts,
+            },
+        )
+        .await?;
+        let scope = adm::AddSeedsRequest {
+            crawl_id: crawl.clone(),
+            urls: Vec::new(),
+            local: true,
+            scope_hosts: hosts,
+        };
+        fan_out!(self, true, add_seeds, scope.clone())?;
+        // Then each URL at its owner.
+        let split = self.cluster.shares(
+            request
+                .urls
+                .iter()
+                .map(|url| self.cluster.partition_of_url(&crawl, url)),
+        );
+        if let Some(status) = split.away {
+            return Err(status);
+        }
+        let mut merged = adm::AddSeedsResponse::default();
+        let mut scope_hosts = BTreeSet::new();
+        for (owner, indexes) in split.by_owner {
+            let urls = indexes.iter().map(|&i| request.urls[i].clone()).collect();
+            let target = self.target(owner)?;
+            let answer = call!(
+                target,
+                add_seeds,
+                adm::AddSeedsRequest {
+                    crawl_id: crawl.clone(),
+                    urls,
+                    local: true,
+                    scope_hosts: Vec::new(),
+                }
+            )?;
+            merged.added += answer.added;
+            merged.already_known += answer.already_known;
+            merged.refused.extend(answer.refused);
+            scope_hosts.extend(answer.scope_hosts);
+        }
+        scope_hosts.extend(scope.scope_hosts);
+        merged.scope_hosts = scope_hosts.into_iter().collect();
+        Ok(Response::new(merged))
+    }
+
+    async fn get_progress(
+        &self,
+        request: Request<adm::GetProgressRequest>,
+    ) -> Result<Response<adm::Progress>, Status> {
+        if self.cluster.accept_forwarded(&request)? || request.get_ref().local {
+            return self.local.get_progress(request).await;
+        }
+        let crawl = crawl_or_default(&request.get_ref().crawl_id).to_owned();
+        let params = adm::GetProgressRequest {
+            crawl_id: crawl.clone(),
+            local: true,
+        };
+        let answers = fan_out!(self, false, get_progress, params)?;
+        let mut sum = adm::Progress {
+            crawl_id: crawl,
+            ..adm::Progress::default()
+        };
+        for (node, mut progress) in answers {
+            add_progress(&mut sum, &progress);
+            progress.node = node;
+            sum.nodes.push(progress);
+        }
+        Ok(Response::new(sum))
+    }
+
+    async fn check_url(
+        &self,
+        request: Request<adm::CheckUrlRequest>,
+    ) -> Result<Response<adm::CheckUrlResponse>, Status> {
+        if self.cluster.accept_forwarded(&request)? {
+            return self.local.check_url(request).await;
+        }
+        let params = request.into_inner();
+        let Some(partition) = self.cluster.partition_of_url(&params.crawl_id, &params.url) else {
+            return self.local.check_url(Request::new(params)).await;
+        };
+        let target = self.target(self.cluster.owner_of(partition)?)?;
+        Ok(Response::new(call!(target, check_url, params)?))
+    }
+
+    async fn get_cluster(
+        &self,
+        request: Request<adm::GetClusterRequest>,
+    ) -> Result<Response<adm::ClusterStatus>, Status> {
+        if self.cluster.accept_forwarded(&request)? {
+            // A peer asking for this node's own figures.
+            return self.local.get_cluster(request).await;
+        }
+        let view = self.cluster.view();
+        let owners = view
+            .map
+            .as_ref()
+            .map(|m| m.owners.clone())
+            .unwrap_or_default();
+        let rates = self
+            .cluster
+            .every_node()
+            .into_iter()
+            .map(|(id, owner)| async move {
+                let answer = match owner.and_then(|owner| self.target(owner)) {
+                    Ok(target) => call!(target, get_cluster, adm::GetClusterRequest {}),
+                    Err(status) => Err(status),
+                };
+                (id, answer)
+            });
+        let mut nodes = Vec::new();
+        for (id, answer) in futures::future::join_all(rates).await {
+            let member = view.members.get(&id);
+            let (last_minute, error) = match answer {
+                Ok(status) => (
+                    status.nodes.into_iter().next().and_then(|n| n.last_minute),
+                    String::new(),
+                ),
+                Err(status) => (None, status.message().to_owned()),
+            };
+            nodes.push(adm::ClusterNode {
+                alive: member.is_some(),
+                address: member.map(|m| m.address.clone()).unwrap_or_default(),
+                started_at_ms: member.map_or(0, |m| m.started_at_ms),
+                partitions: owners
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, owner)| **owner == id)
+                    .map(|(p, _)| p as u32)
+                    .collect(),
+                id,
+                last_minute,
+                error,
+            });
+        }
+        Ok(Response::new(adm::ClusterStatus {
+            name: self.cluster.name().to_owned(),
+            epoch: view.map.as_ref().map_or(0, |m| m.epoch),
+            partitions: self.cluster.partitions() as u32,
+            leader: view.leader.clone().unwrap_or_default(),
+            nodes,
+            owners,
+            answered_by: self.cluster.node_id().to_owned(),
+        }))
+    }
+}

@@ -1,0 +1,471 @@
+//! A frontier cluster: partitions spread over several nodes, coordinated
+//! through etcd, any node answering every call.
+//!
+//! - [`map`]: what etcd holds, as plain data (facts fixed at creation,
+//!   members, the partition map with its epoch, crawl-wide settings).
+//! - `coordinator`: joining (facts checked, registration under a lease),
+//!   the leader's election and its compare-and-swap of the map, and the
+//!   watch that keeps this node's [`View`] current and applies crawl-wide
+//!   settings.
+//! - `peers`: clients of the other nodes, with one long-lived put stream
+//!   per peer and call kind.
+//! - `router`: the URL Frontier service of a node: puts split by owning
+//!   partition, owner-only calls sent to the owner, the rest fanned out and
+//!   merged.
+//! - `admin`: the admin service of a node, over the whole cluster.
+//!
+//! Fencing: a node takes writes for a partition only while its map gives
+//! it that partition, and a forwarded call carries the sender's map epoch
+//! ([`EPOCH_HEADER`]); a node whose epoch differs refuses it, so two nodes
+//! never write one partition on the strength of two different maps.
+
+/// Calls a method on a [`Target`]: the local service as a server would,
+/// or a peer with the call marked as forwarded under our epoch.
+macro_rules! call {
+    ($target:expr, $method:ident, $params:expr) => {
+        match $target {
+            $crate::cluster::Target::Local(service) => service
+                .$method(tonic::Request::new($params))
+                .await
+                .map(tonic::Response::into_inner),
+            $crate::cluster::Target::Remote(mut client, epoch) => client
+                .$method($crate::cluster::peers::forwarded($params, epoch))
+                .await
+                .map(tonic::Response::into_inner),
+        }
+    };
+}
+
+/// Calls a method with the same parameters on every node (`live_only`:
+/// every live one) through the service's `on_nodes`; answers (node ID,
+/// answer) pairs or the first failure, naming its node.
+macro_rules! fan_out {
+    ($service:expr, $live_only:expr, $method:ident, $params:expr) => {{
+        let params = $params;
+        $service
+            .on_nodes($live_only, |target| {
+                let params = ::std::clone::Clone::clone(&params);
+                async move { call!(target, $method, params) }
+            })
+            .await
+    }};
+}
+
+mod admin;
+mod coordinator;
+pub mod map;
+mod peers;
+mod router;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tonic::Status;
+
+pub use admin::ClusterAdmin;
+pub use coordinator::join;
+pub use router::ClusterRouter;
+
+use map::{ClusterFacts, CrawlSettings, Member, PartitionMap};
+
+use crate::service::{SharedFrontier, crawl_or_default};
+
+/// Header of a call one node forwards to another: the sender's map epoch.
+/// The receiver serves it from its own partitions only, and refuses it
+/// when its own epoch differs.
+pub const EPOCH_HEADER: &str = "x-frontier-epoch";
+
+/// How a node joins a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// etcd endpoints (`http://host:2379`).
+    pub etcd: Vec<String>,
+    /// The cluster's name: its keys live under `/crawl-frontier/NAME/`.
+    pub name: String,
+    /// This node's stable ID.
+    pub node_id: String,
+    /// `host:port` others reach this node at.
+    pub advertise: String,
+    /// Nodes the first partition map waits for.
+    pub initial_nodes: usize,
+    /// Life of the registration lease: a node that stops renewing it is
+    /// taken for dead this long after.
+    pub lease_ttl: Duration,
+    /// How long joining keeps retrying an unreachable etcd.
+    pub join_timeout: Duration,
+    /// Sent to the other nodes on calls that need it.
+    pub token: Option<String>,
+}
+
+/// Why a node cannot join.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// etcd did not answer within the join timeout.
+    #[error("cannot reach etcd at {endpoints} after {waited:?}: {reason}")]
+    Unreachable {
+        endpoints: String,
+        waited: Duration,
+        reason: String,
+    },
+    /// The cluster refuses this node (partition count, rules, node ID).
+    #[error("cannot join cluster {cluster:?}: {reason}")]
+    Refused { cluster: String, reason: String },
+    /// etcd answered something that is not ours.
+    #[error("etcd key {key} holds something unreadable: {reason}")]
+    Corrupt { key: String, reason: String },
+}
+
+/// What this node knows of the cluster, replaced whole on every change.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// The partition map; `None` while the cluster forms.
+    pub map: Option<PartitionMap>,
+    /// Live members by node ID.
+    pub members: BTreeMap<String, Member>,
+    /// The elected leader's node ID.
+    pub leader: Option<String>,
+    /// Crawl-wide settings.
+    pub settings: CrawlSettings,
+}
+
+/// Where one call goes: this node's own service, or a peer's client and
+/// the epoch the call is forwarded under.
+enum Target<L, R> {
+    Local(L),
+    Remote(Box<R>, u64),
+}
+
+/// Each node's ID and where a call for it goes, or why it cannot.
+type NodeTargets<L, R> = Vec<(String, Result<Target<L, R>, Status>)>;
+
+/// Runs `call` on each target; a node that is away is skipped when
+/// `live_only`, else its error is the answer. Answers (node ID, answer)
+/// pairs, or the first failure, naming its node.
+async fn on_nodes<L, R, T, F, Fut>(
+    targets: NodeTargets<L, R>,
+    live_only: bool,
+    call: F,
+) -> Result<Vec<(String, T)>, Status>
+where
+    F: Fn(Target<L, R>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, Status>>,
+{
+    let calls = targets.into_iter().map(|(id, target)| {
+        let call = &call;
+        async move {
+            match target {
+                Ok(target) => Some(
+                    call(target)
+                        .await
+                        .map(|answer| (id.clone(), answer))
+                        .map_err(|status| named(&id, status)),
+                ),
+                Err(_) if live_only => None,
+                Err(status) => Some(Err(status)),
+            }
+        }
+    });
+    futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Items split by the node that owns them.
+struct Shares {
+    /// Each owner with the indexes of its items; an item with no partition
+    /// (a URL that does not canonicalise) is this node's, which refuses it
+    /// as any node would.
+    by_owner: Vec<(Owner, Vec<usize>)>,
+    /// Why some items have no reachable owner, if some have none; those
+    /// items are in no share.
+    away: Option<Status>,
+}
+
+/// Where a partition is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// This node.
+    Local,
+    /// Another live node.
+    Remote(Member),
+}
+
+/// A node's place in its cluster.
+pub struct Cluster {
+    options: ClusterOptions,
+    facts: ClusterFacts,
+    frontier: SharedFrontier,
+    view: ArcSwap<View>,
+    changes: tokio::sync::watch::Sender<u64>,
+    etcd: etcd_client::Client,
+    peers: peers::Peers,
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("name", &self.options.name)
+            .field("node_id", &self.options.node_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// The cluster's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.options.name
+    }
+
+    /// This node's ID.
+    #[must_use]
+    pub fn node_id(&self) -> &str {
+        &self.options.node_id
+    }
+
+    /// The partition count of every store of the cluster.
+    #[must_use]
+    pub fn partitions(&self) -> usize {
+        self.facts.partitions as usize
+    }
+
+    /// What this node knows now.
+    #[must_use]
+    pub fn view(&self) -> Arc<View> {
+        self.view.load_full()
+    }
+
+    /// The map epoch this node serves under (0 before a map exists).
+    #[must_use]
+    pub fn epoch(&self) -> u64 {
+        self.view().map.as_ref().map_or(0, |map| map.epoch)
+    }
+
+    /// The partition of a URL in a crawl, or `None` when it does not
+    /// canonicalise (any node refuses it alike).
+    #[must_use]
+    pub fn partition_of_url(&self, crawl: &str, url: &str) -> Option<usize> {
+        let canonical = crate::canonical::canonicalise(url, self.facts.max_url_length).ok()?;
+        Some(self.partition_of_host(crawl, canonical.host()))
+    }
+
+    /// The partition of a host (a default queue key) in a crawl.
+    #[must_use]
+    pub fn partition_of_host(&self, crawl: &str, host: &str) -> usize {
+        crate::ingest::partition_of(crawl_or_default(crawl), host, self.partitions())
+    }
+
+    /// Who serves a partition: UNAVAILABLE, naming the node, when its
+    /// owner is not alive or the map does not exist yet.
+    pub fn owner_of(&self, partition: usize) -> Result<Owner, Status> {
+        let view = self.view();
+        let Some(map) = &view.map else {
+            return Err(Status::unavailable(format!(
+                "cluster {:?} is forming: {} of {} nodes registered, no partition map yet",
+                self.options.name,
+                view.members.len(),
+                self.options.initial_nodes
+            )));
+        };
+        let Some(owner) = map.owners.get(partition) else {
+            return Err(Status::internal(format!(
+                "partition {partition} is not in the map of epoch {}",
+                map.epoch
+            )));
+        };
+        if owner == &self.options.node_id {
+            return Ok(Owner::Local);
+        }
+        match view.members.get(owner) {
+            Some(member) => Ok(Owner::Remote(member.clone())),
+            None => Err(node_away(owner, Some(partition))),
+        }
+    }
+
+    /// Splits items, given by their partitions, by owning node.
+    fn shares(&self, partitions: impl IntoIterator<Item = Option<usize>>) -> Shares {
+        let mut by_owner: BTreeMap<Option<String>, (Owner, Vec<usize>)> = BTreeMap::new();
+        let mut away = None;
+        for (index, partition) in partitions.into_iter().enumerate() {
+            let owner = match partition {
+                None => Ok(Owner::Local),
+                Some(partition) => self.owner_of(partition),
+            };
+            let owner = match owner {
+                Ok(owner) => owner,
+                Err(status) => {
+                    away.get_or_insert(status);
+                    continue;
+                }
+            };
+            let key = match &owner {
+                Owner::Local => None,
+                Owner::Remote(member) => Some(member.id.clone()),
+            };
+            by_owner
+                .entry(key)
+                .or_insert_with(|| (owner, Vec::new()))
+                .1
+                .push(index);
+        }
+        Shares {
+            by_owner: by_owner.into_values().collect(),
+            away,
+        }
+    }
+
+    /// Every node a cluster-wide call must reach: the map's owners and the
+    /// live members, each once, this node as [`Owner::Local`]; an owner
+    /// that is not alive comes as an error naming it.
+    #[must_use]
+    pub fn every_node(&self) -> Vec<(String, Result<Owner, Status>)> {
+        let view = self.view();
+        let mut ids: std::collections::BTreeSet<String> = view.members.keys().cloned().collect();
+        if let Some(map) = &view.map {
+            ids.extend(map.owners.iter().cloned());
+        }
+        ids.insert(self.options.node_id.clone());
+        ids.into_iter()
+            .map(|id| {
+                let owner = if id == self.options.node_id {
+                    Ok(Owner::Local)
+                } else {
+                    match view.members.get(&id) {
+                        Some(member) => Ok(Owner::Remote(member.clone())),
+                        None => Err(node_away(&id, None)),
+                    }
+                };
+                (id, owner)
+            })
+            .collect()
+    }
+
+    /// Where a call for `owner` goes: `local` here, else the peer's
+    /// client `remote` picks, under this node's epoch.
+    fn target<L: Clone, R>(
+        &self,
+        owner: Owner,
+        local: &L,
+        remote: impl FnOnce(&peers::Peer) -> R,
+    ) -> Result<Target<L, R>, Status> {
+        Ok(match owner {
+            Owner::Local => Target::Local(local.clone()),
+            Owner::Remote(member) => Target::Remote(
+                Box::new(remote(&*self.peers.get(&member.endpoint())?)),
+                self.epoch(),
+            ),
+        })
+    }
+
+    /// Every node as a target (see [`Self::every_node`]).
+    fn targets<L: Clone, R>(
+        &self,
+        local: &L,
+        remote: impl Fn(&peers::Peer) -> R,
+    ) -> NodeTargets<L, R> {
+        self.every_node()
+            .into_iter()
+            .map(|(id, owner)| {
+                let target = owner.and_then(|owner| self.target(owner, local, &remote));
+                (id, target)
+            })
+            .collect()
+    }
+
+    /// Whether a call was forwarded by another node (and is to be served
+    /// here alone); one forwarded under another epoch is refused.
+    fn accept_forwarded<T>(&self, request: &tonic::Request<T>) -> Result<bool, Status> {
+        match forwarded_epoch(request.metadata()) {
+            Some(epoch) => self.check_epoch(epoch).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Refuses a forwarded call whose sender routed with another map.
+    pub fn check_epoch(&self, sent: u64) -> Result<(), Status> {
+        let ours = self.epoch();
+        if sent == ours {
+            Ok(())
+        } else {
+            Err(Status::unavailable(format!(
+                "partition map epochs differ: the sender routed with epoch {sent}, \
+                 node {} holds epoch {ours}; the sender retries once both agree",
+                self.options.node_id
+            )))
+        }
+    }
+
+    /// Stops the background tasks and gives up the registration, so the
+    /// others see this node gone at once instead of after its lease.
+    pub async fn leave(&self) {
+        let tasks: Vec<_> = std::mem::take(
+            &mut *self
+                .tasks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for task in tasks {
+            task.abort();
+        }
+        coordinator::deregister(self).await;
+    }
+}
+
+/// UNAVAILABLE for a node that is away (and the partition that needed
+/// it, when one did).
+fn node_away(node: &str, partition: Option<usize>) -> Status {
+    let subject = match partition {
+        Some(p) => format!("partition {p} is owned by frontier node {node}, which"),
+        None => format!("frontier node {node}"),
+    };
+    Status::unavailable(format!(
+        "{subject} is not alive (no registration in etcd); retry: it takes its \
+         partitions up again when it restarts on its data directory"
+    ))
+}
+
+/// A node's failure, with the node named. A peer call cancelled under us
+/// means the peer's connection broke mid-call (a node killed between its
+/// last registration and its lease's end): the caller should retry, as for
+/// any node that is away, so it answers UNAVAILABLE.
+fn named(node: &str, status: Status) -> Status {
+    let code = match status.code() {
+        tonic::Code::Cancelled => tonic::Code::Unavailable,
+        code => code,
+    };
+    let message = if status.message().contains(node) {
+        status.message().to_string()
+    } else {
+        format!("frontier node {node}: {}", status.message())
+    };
+    Status::new(code, message)
+}
+
+/// The epoch a forwarded call carries, if it is one.
+fn forwarded_epoch(metadata: &tonic::metadata::MetadataMap) -> Option<u64> {
+    metadata
+        .get(EPOCH_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_call_cancelled_by_a_broken_connection_is_unavailable() {
+        let status = named("n2", Status::cancelled("operation was canceled"));
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert_eq!(status.message(), "frontier node n2: operation was canceled");
+        let refused = named("n2", Status::invalid_argument("frontier node n2: bad URL"));
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert_eq!(refused.message(), "frontier node n2: bad URL");
+    }
+}

@@ -1,0 +1,629 @@
+//! A cluster node's URL Frontier service: what it can answer from its own
+//! partitions it hands to the node's local service; puts are split by
+//! owning partition; calls about one queue go to its owner; the rest reach
+//! every node and are merged, unless the call says `local`.
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use proto::urlfrontier::{self as uf, url_frontier_server::UrlFrontier};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::coordinator::{SettingChange, record_setting};
+use super::peers::forwarded;
+use super::{Cluster, Owner};
+use crate::grpc::UrlFrontierService;
+use crate::service::crawl_or_default;
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// Batches of one PutDiscovered stream routed at once (each waits for its
+/// owners' commits).
+const BATCHES_IN_FLIGHT: usize = 64;
+
+/// Items of a PutURLs stream routed together.
+const PUT_CHUNK: usize = 1024;
+
+/// Where one call goes.
+type Target = super::Target<
+    UrlFrontierService,
+    uf::url_frontier_client::UrlFrontierClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            proto::bearer::Bearer,
+        >,
+    >,
+>;
+
+/// A call about one queue: served here when forwarded or `local`, else
+/// sent to the queue's owner marked `local`.
+macro_rules! at_queue_owner {
+    ($self:ident, $request:ident, $method:ident, $params:ident) => {{
+        if $self.cluster.accept_forwarded(&$request)? || $request.get_ref().local {
+            return $self.local.$method($request).await;
+        }
+        let params = uf::$params {
+            local: true,
+            ..$request.into_inner()
+        };
+        let target = $self.queue_owner(&params.crawl_id, &params.key)?;
+        Ok(Response::new(call!(target, $method, params)?))
+    }};
+}
+
+/// The URL Frontier service of a cluster node.
+#[derive(Clone)]
+pub struct ClusterRouter {
+    local: UrlFrontierService,
+    cluster: Arc<Cluster>,
+}
+
+impl std::fmt::Debug for ClusterRouter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterRouter")
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterRouter {
+    /// The service of a node whose own partitions `local` serves.
+    #[must_use]
+    pub fn new(local: UrlFrontierService, cluster: Arc<Cluster>) -> Self {
+        Self { local, cluster }
+    }
+
+    fn target(&self, owner: Owner) -> Result<Target, Status> {
+        self.cluster
+            .target(owner, &self.local, super::peers::Peer::frontier)
+    }
+
+    /// The owner of a queue, for calls about it (the key is taken as the
+    /// host, as it is by default).
+    fn queue_owner(&self, crawl: &str, key: &str) -> Result<Target, Status> {
+        let partition = self.cluster.partition_of_host(crawl, key);
+        self.target(self.cluster.owner_of(partition)?)
+    }
+
+    /// Runs `call` on every node (see [`super::on_nodes`]).
+    async fn on_nodes<T, F, Fut>(
+        &self,
+        live_only: bool,
+        call: F,
+    ) -> Result<Vec<(String, T)>, Status>
+    where
+        F: Fn(Target) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Status>>,
+    {
+        let targets = self
+            .cluster
+            .targets(&self.local, super::peers::Peer::frontier);
+        super::on_nodes(targets, live_only, call).await
+    }
+}
+
+/// Every node's answer, without the node IDs.
+fn answers<T>(answers: Vec<(String, T)>) -> impl Iterator<Item = T> {
+    answers.into_iter().map(|(_, answer)| answer)
+}
+
+/// Routes one batch: each URL to its partition's owner, the statuses back
+/// in order once every owner has committed its share. URLs whose owner
+/// cannot be reached are answered FAIL (the client sends them again).
+async fn route_batch(
+    local: UrlFrontierService,
+    cluster: Arc<Cluster>,
+    batch: uf::DiscoveredBatch,
+) -> Result<uf::BatchAck, Status> {
+    let fail = uf::ack_message::Status::Fail as i32;
+    let mut statuses = vec![fail; batch.items.len()];
+    let epoch = cluster.epoch();
+    let split = cluster.shares(
+        batch
+            .items
+            .iter()
+            .map(|info| cluster.partition_of_url(&info.crawl_id, &info.url)),
+    );
+    if let Some(status) = &split.away {
+        log_unrouted(status);
+    }
+    let shares = split.by_owner.into_iter().map(|(owner, indexes)| {
+        let items: Vec<uf::UrlInfo> = indexes.iter().map(|&i| batch.items[i].clone()).collect();
+        let share = uf::DiscoveredBatch {
+            id: batch.id.clone(),
+            items,
+        };
+        let local = local.clone();
+        let cluster = Arc::clone(&cluster);
+        async move {
+            let answer = match owner {
+                Owner::Local => local.store_batch(share).await,
+                Owner::Remote(member) => match cluster.peers.get(&member.endpoint()) {
+                    Ok(peer) => peer.put_discovered(share, epoch).await,
+                    Err(status) => Err(status),
+                },
+            };
+            (indexes, answer)
+        }
+    });
+    for (indexes, answer) in futures::future::join_all(shares).await {
+        match answer {
+            Ok(answered) if answered.len() == indexes.len() => {
+                for (index, status) in indexes.into_iter().zip(answered) {
+                    statuses[index] = status;
+                }
+            }
+            Ok(_) => log_unrouted(&Status::internal("a peer answered a batch short")),
+            // Storage failures here are the client's to retry, as on one node.
+            Err(status) if status.code() != tonic::Code::Unavailable => return Err(status),
+            Err(status) => log_unrouted(&status),
+        }
+    }
+    Ok(uf::BatchAck {
+        id: batch.id,
+        statuses,
+    })
+}
+
+/// Routes PutURLs items like [`route_batch`], one ack per item in order.
+async fn route_items(
+    local: UrlFrontierService,
+    cluster: Arc<Cluster>,
+    items: Vec<uf::UrlItem>,
+) -> Result<Vec<uf::AckMessage>, Status> {
+    let epoch = cluster.epoch();
+    let ack_id = |item: &uf::UrlItem| {
+        if item.id.is_empty() {
+            info_of(item).map_or_else(String::new, |info| info.url.clone())
+        } else {
+            item.id.clone()
+        }
+    };
+    let mut acks: Vec<uf::AckMessage> = items
+        .iter()
+        .map(|item| uf::AckMessage {
+            id: ack_id(item),
+            status: uf::ack_message::Status::Fail as i32,
+        })
+        .collect();
+    let split = cluster.shares(items.iter().map(|item| {
+        info_of(item).and_then(|info| cluster.partition_of_url(&info.crawl_id, &info.url))
+    }));
+    if let Some(status) = &split.away {
+        log_unrouted(status);
+    }
+    let shares = split.by_owner.into_iter().map(|(owner, indexes)| {
+        let share: Vec<uf::UrlItem> = indexes.iter().map(|&i| items[i].clone()).collect();
+        let local = local.clone();
+        let cluster = Arc::clone(&cluster);
+        async move {
+            let answer: Vec<Result<i32, Status>> = match owner {
+                Owner::Local => match local.store_items(share).await {
+                    Ok(acks) => acks.into_iter().map(|ack| Ok(ack.status)).collect(),
+                    Err(status) => vec![Err(status); indexes.len()],
+                },
+                Owner::Remote(member) => match cluster.peers.get(&member.endpoint()) {
+                    Ok(peer) => peer.put_urls(share, epoch).await,
+                    Err(status) => vec![Err(status); indexes.len()],
+                },
+            };
+            (indexes, answer)
+        }
+    });
+    for (indexes, answer) in futures::future::join_all(shares).await {
+        for (index, status) in indexes.into_iter().zip(answer) {
+            match status {
+                Ok(status) => acks[index].status = status,
+                Err(status) if status.code() != tonic::Code::Unavailable => return Err(status),
+                Err(status) => log_unrouted(&status),
+            }
+        }
+    }
+    Ok(acks)
+}
+
+fn info_of(item: &uf::UrlItem) -> Option<&uf::UrlInfo> {
+    match &item.item {
+        Some(uf::url_item::Item::Discovered(discovered)) => discovered.info.as_ref(),
+        Some(uf::url_item::Item::Known(known)) => known.info.as_ref(),
+        None => None,
+    }
+}
+
+fn log_unrouted(status: &Status) {
+    static UNROUTED: crate::throttle::Throttle =
+        crate::throttle::Throttle::new(std::time::Duration::from_secs(10));
+    if let Some(suppressed) = UNROUTED.admit() {
+        tracing::warn!(
+            reason = status.message(),
+            suppressed,
+            "URLs answered FAIL: their owner cannot take them now"
+        );
+    }
+}
+
+/// Collects a ListURLs answer.
+async fn collect_listing(
+    target: Target,
+    params: uf::ListUrlParams,
+) -> Result<Vec<uf::UrlItem>, Status> {
+    let mut stream: BoxStream<uf::UrlItem> = match target {
+        Target::Local(service) => service.list_ur_ls(Request::new(params)).await?.into_inner(),
+        Target::Remote(mut client, epoch) => Box::pin(
+            client
+                .list_ur_ls(forwarded(params, epoch))
+                .await?
+                .into_inner(),
+        ),
+    };
+    let mut items = Vec::new();
+    while let Some(item) = stream.next().await {
+        items.push(item?);
+    }
+    Ok(items)
+}
+
+/// Every node's count, summed.
+fn summed_longs(counts: Vec<(String, uf::Long)>) -> uf::Long {
+    uf::Long {
+        value: answers(counts).map(|c| c.value).sum(),
+    }
+}
+
+/// A page of a listing merged from every node: each is asked for all up
+/// to the page's end, and the page is cut from the merged, ordered whole.
+struct Page {
+    start: u32,
+    size: u32,
+}
+
+impl Page {
+    fn of(start: u32, size: u32) -> Self {
+        let size = if size == 0 {
+            crate::grpc::DEFAULT_PAGE as u32
+        } else {
+            size
+        };
+        Self { start, size }
+    }
+
+    fn end(&self) -> u32 {
+        self.start.saturating_add(self.size)
+    }
+
+    fn cut<T>(&self, items: Vec<T>) -> Vec<T> {
+        items
+            .into_iter()
+            .skip(self.start as usize)
+            .take(self.size as usize)
+            .collect()
+    }
+}
+
+fn is_completed(item: &uf::UrlItem) -> bool {
+    matches!(&item.item, Some(uf::url_item::Item::Known(known)) if known.refetchable_from_date == 0)
+}
+
+#[tonic::async_trait]
+impl UrlFrontier for ClusterRouter {
+    async fn list_nodes(&self, _: Request<uf::Empty>) -> Result<Response<uf::StringList>, Status> {
+        let view = self.cluster.view();
+        let mut values: Vec<String> = view.members.values().map(|m| m.address.clone()).collect();
+        if !view.members.contains_key(self.cluster.node_id()) {
+            values.push(self.cluster.options.advertise.clone());
+        }
+        values.sort();
+        Ok(Response::new(uf::StringList { values }))
+    }
+
+    async fn list_crawls(
+        &self,
+        request: Request<uf::Local>,
+    ) -> Result<Response<uf::StringList>, Status> {
+        if request.get_ref().local {
+            return self.local.list_crawls(request).await;
+        }
+        let lists = fan_out!(self, false, list_crawls, uf::Local { local: true })?;
+        let values: BTreeSet<String> = answers(lists).flat_map(|l| l.values).collect();
+        Ok(Response::new(uf::StringList {
+            values: values.into_iter().collect(),
+        }))
+    }
+
+    async fn delete_crawl(
+        &self,
+        request: Request<uf::DeleteCrawlMessage>,
+    ) -> Result<Response<uf::Long>, Status> {
+        if self.cluster.accept_forwarded(&request)? || request.get_ref().local {
+            return self.local.delete_crawl(request).await;
+        }
+        let params = uf::DeleteCrawlMessage {
+            local: true,
+            ..request.into_inner()
+        };
+        let crawl = crawl_or_default(&params.value).to_owned();
+        let counts = fan_out!(self, false, delete_crawl, params)?;
+        record_setting(&self.cluster, SettingChange::ForgetCrawl { crawl: &crawl }).await?;
+        Ok(Response::new(summed_longs(counts)))
+    }
+
+    async fn list_queues(
+        &self,
+        request: Request<uf::Pagination>,
+    ) -> Result<Response<uf::QueueList>, Status> {
+        if request.get_ref().local {
+            return self.local.list_queues(request).await;
+        }
+        let request = request.into_inner();
+        let page = Page::of(request.start, request.size);
+        let params = uf::Pagination {
+            start: 0,
+            size: page.end(),
+            local: true,
+            ..request.clone()
+        };
+        let lists = fan_out!(self, false, list_queues, params)?;
+        let total = lists.iter().map(|(_, l)| l.total).sum();
+        let mut values: Vec<String> = answers(lists).flat_map(|l| l.values).collect();
+        values.sort();
+        let values = page.cut(values);
+        Ok(Response::new(uf::QueueList {
+            size: values.len() as u32,
+            values,
+            total,
+            start: request.start,
+            crawl_id: crawl_or_default(&request.crawl_id).to_owned(),
+        }))
+    }
+
+    type GetURLsStream = BoxStream<uf::UrlInfo>;
+
+    async fn get_ur_ls(
+        &self,
+        request: Request<uf::GetParams>,
+    ) -> Result<Response<Self::GetURLsStream>, Status> {
+        // A node serves its own partitions; workers lease from every node.
+        self.local.get_ur_ls(request).await
+    }
+
+    type PutURLsStream = BoxStream<uf::AckMessage>;
+
+    async fn put_ur_ls(
+        &self,
+        request: Request<Streaming<uf::UrlItem>>,
+    ) -> Result<Response<Self::PutURLsStream>, Status> {
+        if self.cluster.accept_forwarded(&request)? {
+            return self.local.put_ur_ls(request).await;
+        }
+        let local = self.local.clone();
+        let cluster = Arc::clone(&self.cluster);
+        let acks = request
+            .into_inner()
+            .ready_chunks(PUT_CHUNK)
+            .then(move |chunk| {
+                let local = local.clone();
+                let cluster = Arc::clone(&cluster);
+                async move {
+                    let (items, failure) = crate::grpc::until_failure(chunk);
+                    let mut out: Vec<Result<uf::AckMessage, Status>> = Vec::new();
+                    match route_items(local, cluster, items).await {
+                        Ok(acks) => out.extend(acks.into_iter().map(Ok)),
+                        Err(status) => out.push(Err(status)),
+                    }
+                    out.extend(failure.map(Err));
+                    out
+                }
+            })
+            .flat_map(futures::stream::iter);
+        Ok(Response::new(Box::pin(acks)))
+    }
+
+    type PutDiscoveredStream = BoxStream<uf::BatchAck>;
+
+    async fn put_discovered(
+        &self,
+        request: Request<Streaming<uf::DiscoveredBatch>>,
+    ) -> Result<Response<Self::PutDiscoveredStream>, Status> {
+        if self.cluster.accept_forwarded(&request)? {
+            return self.local.put_discovered(request).await;
+        }
+        let local = self.local.clone();
+        let cluster = Arc::clone(&self.cluster);
+        let acks = request.into_inner().map(move |batch| {
+            let local = local.clone();
+            let cluster = Arc::clone(&cluster);
+            async move {
+                let batch = batch.map_err(crate::grpc::incoming_error)?;
+                route_batch(local, cluster, batch).await
+            }
+        });
+        Ok(Response::new(Box::pin(acks.buffered(BATCHES_IN_FLIGHT))))
+    }
+
+    async fn get_stats(
+        &self,
+        request: Request<uf::QueueWithinCrawlParams>,
+    ) -> Result<Response<uf::Stats>, Status> {
+        if request.get_ref().local {
+            return self.local.get_stats(request).await;
+        }
+        let params = uf::QueueWithinCrawlParams {
+            local: true,
+            ..request.into_inner()
+        };
+        let all = fan_out!(self, false, get_stats, params.clone())?;
+        let mut sum = uf::Stats {
+            crawl_id: crawl_or_default(&params.crawl_id).to_owned(),
+            ..uf::Stats::default()
+        };
+        for stats in answers(all) {
+            sum.size += stats.size;
+            sum.in_process = sum.in_process.saturating_add(stats.in_process);
+            sum.number_of_queues += stats.number_of_queues;
+            for (key, value) in stats.counts {
+                *sum.counts.entry(key).or_default() += value;
+            }
+        }
+        Ok(Response::new(sum))
+    }
+
+    async fn delete_queue(
+        &self,
+        request: Request<uf::QueueWithinCrawlParams>,
+    ) -> Result<Response<uf::Long>, Status> {
+        at_queue_owner!(self, request, delete_queue, QueueWithinCrawlParams)
+    }
+
+    async fn block_queue_until(
+        &self,
+        request: Request<uf::BlockQueueParams>,
+    ) -> Result<Response<uf::Empty>, Status> {
+        at_queue_owner!(self, request, block_queue_until, BlockQueueParams)
+    }
+
+    async fn set_active(
+        &self,
+        request: Request<uf::Active>,
+    ) -> Result<Response<uf::Empty>, Status> {
+        if self.cluster.accept_forwarded(&request)? || request.get_ref().local {
+            return self.local.set_active(request).await;
+        }
+        let state = request.into_inner().state;
+        record_setting(&self.cluster, SettingChange::Active(state)).await?;
+        fan_out!(self, true, set_active, uf::Active { state, local: true })?;
+        Ok(Response::new(uf::Empty {}))
+    }
+
+    async fn get_active(
+        &self,
+        request: Request<uf::Local>,
+    ) -> Result<Response<uf::Boolean>, Status> {
+        if request.get_ref().local {
+            return self.local.get_active(request).await;
+        }
+        let all = fan_out!(self, false, get_active, uf::Local { local: true })?;
+        Ok(Response::new(uf::Boolean {
+            state: all.iter().all(|(_, b)| b.state),
+        }))
+    }
+
+    async fn set_delay(
+        &self,
+        request: Request<uf::QueueDelayParams>,
+    ) -> Result<Response<uf::Empty>, Status> {
+        if self.cluster.accept_forwarded(&request)? || request.get_ref().local {
+            return self.local.set_delay(request).await;
+        }
+        let params = uf::QueueDelayParams {
+            local: true,
+            ..request.into_inner()
+        };
+        if params.key.is_empty() {
+            // A crawl's default delay: every node, now and after restarts.
+            record_setting(
+                &self.cluster,
+                SettingChange::Delay {
+                    crawl: crawl_or_default(&params.crawl_id),
+                    secs: params.delay_requestable,
+                },
+            )
+            .await?;
+            fan_out!(self, true, set_delay, params)?;
+            return Ok(Response::new(uf::Empty {}));
+        }
+        let target = self.queue_owner(&params.crawl_id, &params.key)?;
+        Ok(Response::new(call!(target, set_delay, params)?))
+    }
+
+    async fn set_log_level(
+        &self,
+        request: Request<uf::LogLevelParams>,
+    ) -> Result<Response<uf::Empty>, Status> {
+        if self.cluster.accept_forwarded(&request)? || request.get_ref().local {
+            return self.local.set_log_level(request).await;
+        }
+        let params = uf::LogLevelParams {
+            local: true,
+            ..request.into_inner()
+        };
+        fan_out!(self, false, set_log_level, params)?;
+        Ok(Response::new(uf::Empty {}))
+    }
+
+    async fn set_crawl_limit(
+        &self,
+        request: Request<uf::CrawlLimitParams>,
+    ) -> Result<Response<uf::Empty>, Status> {
+        at_queue_owner!(self, request, set_crawl_limit, CrawlLimitParams)
+    }
+
+    async fn get_url_status(
+        &self,
+        request: Request<uf::UrlStatusRequest>,
+    ) -> Result<Response<uf::UrlItem>, Status> {
+        if self.cluster.accept_forwarded(&request)? {
+            return self.local.get_url_status(request).await;
+        }
+        let params = request.into_inner();
+        let Some(partition) = self.cluster.partition_of_url(&params.crawl_id, &params.url) else {
+            return self.local.get_url_status(Request::new(params)).await;
+        };
+        let target = self.target(self.cluster.owner_of(partition)?)?;
+        Ok(Response::new(call!(target, get_url_status, params)?))
+    }
+
+    type ListURLsStream = BoxStream<uf::UrlItem>;
+
+    async fn list_ur_ls(
+        &self,
+        request: Request<uf::ListUrlParams>,
+    ) -> Result<Response<Self::ListURLsStream>, Status> {
+        if request.get_ref().local {
+            return self.local.list_ur_ls(request).await;
+        }
+        let request = request.into_inner();
+        let page = Page::of(request.start, request.size);
+        let params = uf::ListUrlParams {
+            start: 0,
+            size: page.end(),
+            local: true,
+            ..request
+        };
+        let lists = self
+            .on_nodes(false, |target| collect_listing(target, params.clone()))
+            .await?;
+        let mut items: Vec<uf::UrlItem> = answers(lists).flatten().collect();
+        // Completed URLs first, as on one node.
+        items.sort_by_key(|item| !is_completed(item));
+        let items = page.cut(items).into_iter().map(Ok);
+        Ok(Response::new(Box::pin(futures::stream::iter(items))))
+    }
+
+    async fn count_ur_ls(
+        &self,
+        request: Request<uf::CountUrlParams>,
+    ) -> Result<Response<uf::Long>, Status> {
+        if request.get_ref().local == Some(true) {
+            return self.local.count_ur_ls(request).await;
+        }
+        let params = uf::CountUrlParams {
+            local: Some(true),
+            ..request.into_inner()
+        };
+        let counts = fan_out!(self, false, count_ur_ls, params)?;
+        Ok(Response::new(summed_longs(counts)))
+    }
+
+    async fn purge_ur_ls(
+        &self,
+        request: Request<uf::PurgeUrlParams>,
+    ) -> Result<Response<uf::Long>, Status> {
+        if self.cluster.accept_forwarded(&request)? {
+            return self.local.purge_ur_ls(request).await;
+        }
+        let counts = fan_out!(self, false, purge_ur_ls, request.into_inner())?;
+        Ok(Response::new(summed_longs(counts)))
+    }
+}

@@ -1,0 +1,217 @@
+//! The ingest workload through one frontier node alone and through a node
+//! of a three-node cluster, in the same run, as real `frontier serve`
+//! processes with a real etcd: what forwarding costs per URL, and the rate
+//! of one peer stream.
+//!
+//! PutDiscovered, batches of 256, 10,000 hosts, 45% known, every ack after
+//! its owner's commit; the client talks to one node, which keeps its own
+//! share (about a third) and forwards the rest to the two others.
+//!
+//! `cargo bench -p crawl-tests --bench cluster [-- --urls N --streams S]`
+//! (defaults 1,000,000 URLs, 4 streams). Needs `etcd` on PATH (Debian's
+//! `etcd-server`); without it the run says so and measures nothing.
+
+use std::path::Path;
+use std::time::Instant;
+
+use crawl_tests::{EtcdProcess, FrontierProcess, etcd_binary};
+use proto::urlfrontier::url_frontier_client::UrlFrontierClient;
+
+#[path = "../../frontier/benches/common/mod.rs"]
+mod common;
+#[path = "../../frontier/benches/common/feed.rs"]
+mod feed;
+use common::arg;
+
+/// CPU seconds a process has used (user + system), from /proc.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which may hold spaces, in parentheses.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after ')'.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+struct Run {
+    urls: usize,
+    stored: usize,
+    seconds: f64,
+    cpu_seconds: f64,
+    tenths: Vec<(usize, f64)>,
+}
+
+async fn feed_through(
+    entry: &FrontierProcess,
+    nodes: &[&FrontierProcess],
+    total: usize,
+    streams: usize,
+) -> Run {
+    let client = UrlFrontierClient::connect(entry.endpoint())
+        .await
+        .expect("connects");
+    let cpu_before: f64 = nodes.iter().map(|n| cpu_seconds(n.pid())).sum();
+    let batches = total / 256;
+    let started = Instant::now();
+    let fed = feed::put_discovered(&client, 0..batches, streams).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu_after: f64 = nodes.iter().map(|n| cpu_seconds(n.pid())).sum();
+    assert_eq!(
+        fed.stored + fed.skipped,
+        batches * 256,
+        "every URL is acked"
+    );
+    Run {
+        urls: batches * 256,
+        stored: fed.stored,
+        seconds,
+        cpu_seconds: cpu_after - cpu_before,
+        tenths: fed.tenths,
+    }
+}
+
+fn node_flags(total: usize) -> Vec<String> {
+    [
+        "--partitions",
+        "64",
+        "--default-delay-ms",
+        "0",
+        "--expected-urls",
+        &(total * 2).to_string(),
+        "--scope",
+        "any",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+fn start_node(dir: &Path, flags: &[String]) -> FrontierProcess {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    FrontierProcess::start(dir, &flags)
+}
+
+async fn run(total: usize, streams: usize) {
+    let Some(etcd_path) = etcd_binary() else {
+        println!("no etcd on PATH (Debian: apt-get install etcd-server): nothing measured");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+
+    let alone = start_node(&dir.path().join("alone"), &node_flags(total));
+    let single = feed_through(&alone, &[&alone], total, streams).await;
+    assert!(alone.terminate().success());
+
+    let etcd = EtcdProcess::start(&etcd_path);
+    let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|id| {
+            let mut flags = node_flags(total);
+            flags.extend(
+                [
+                    "--etcd",
+                    &etcd.endpoint,
+                    "--cluster",
+                    "bench",
+                    "--node-id",
+                    id,
+                    "--initial-nodes",
+                    "3",
+                ]
+                .iter()
+                .map(|s| (*s).to_owned()),
+            );
+            start_node(&dir.path().join(id), &flags)
+        })
+        .collect();
+    wait_for_map(&nodes[0]).await;
+    let all: Vec<&FrontierProcess> = nodes.iter().collect();
+    let cluster = feed_through(&nodes[0], &all, total, streams).await;
+    let owned_elsewhere = forwarded_share(&nodes[0]).await;
+
+    let rate = |r: &Run| r.urls as f64 / r.seconds;
+    let cpu_us = |r: &Run| r.cpu_seconds * 1e6 / r.urls as f64;
+    println!("## Frontier cluster: ingest through one node alone and through a node of three");
+    println!();
+    println!(
+        "PutDiscovered, {streams} streams, batches of 256, 10,000 hosts, 45% known; \
+         real processes and etcd on loopback, one 2-core machine for all of them."
+    );
+    println!();
+    println!("| setup | URLs offered | stored | seconds | URLs/s | CPU µs per URL (all nodes) |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (name, r) in [("one node", &single), ("3-node cluster, via n1", &cluster)] {
+        println!(
+            "| {name} | {} | {} | {:.1} | {:.0} | {:.1} |",
+            r.urls,
+            r.stored,
+            r.seconds,
+            rate(r),
+            cpu_us(r)
+        );
+    }
+    println!();
+    let forwarded = owned_elsewhere * cluster.urls as f64;
+    println!(
+        "Forwarded to the two peers: {:.0}% of the URLs; per peer stream {:.0} URLs/s.",
+        owned_elsewhere * 100.0,
+        forwarded / 2.0 / cluster.seconds
+    );
+    println!(
+        "Cost of the cluster per URL: {:+.1} CPU µs over one node ({:.2}x the URLs/s of one node).",
+        cpu_us(&cluster) - cpu_us(&single),
+        rate(&cluster) / rate(&single)
+    );
+    println!();
+    println!(
+        "Rate per tenth, one node: {}",
+        feed::rates_per_tenth(&single.tenths)
+    );
+    println!();
+    println!(
+        "Rate per tenth, cluster: {}",
+        feed::rates_per_tenth(&cluster.tenths)
+    );
+}
+
+async fn wait_for_map(node: &FrontierProcess) {
+    let mut admin = node.admin().await;
+    for _ in 0..600 {
+        if let Ok(status) = admin.get_cluster(proto::admin::GetClusterRequest {}).await
+            && status.get_ref().epoch > 0
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the cluster did not form");
+}
+
+/// The share of the stored URLs that the entry node does not own.
+async fn forwarded_share(entry: &FrontierProcess) -> f64 {
+    let progress = entry.progress().await;
+    let all = progress.discovered.max(1) as f64;
+    let own = progress
+        .nodes
+        .iter()
+        .find(|n| n.node == "n1")
+        .map_or(0, |n| n.discovered) as f64;
+    (all - own) / all
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let total = arg(&args, "--urls", 1_000_000);
+    let streams = arg(&args, "--streams", 4).max(1);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(run(total, streams));
+}

@@ -1,0 +1,481 @@
+//! A frontier cluster as users run it: a real etcd on loopback, three
+//! `frontier serve --etcd` nodes, `worker` processes pointed at different
+//! nodes, mock sites on several loopback addresses (so that their hosts
+//! fall in partitions of different nodes). Skipped, saying so, where no
+//! etcd binary is installed; `.ci/run` installs one.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crawl_tests::{EtcdProcess, FrontierProcess, WorkerProcess, etcd_or_skip, frontier_cli};
+use mock_site::{MockSite, NEVER_FETCHED, SiteConfig, expected_fetches};
+use proto::urlfrontier as uf;
+
+const MAX_DEPTH: u32 = 40;
+
+const WORKER_ARGS: &[&str] = &[
+    "--concurrency",
+    "4",
+    "--max-body-bytes",
+    "1048576",
+    "--retry-base-secs",
+    "1",
+    "--max-retries",
+    "2",
+];
+
+fn node_args<'a>(etcd: &'a str, id: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let base = [
+        ("--etcd", etcd),
+        ("--cluster", "test"),
+        ("--node-id", id),
+        ("--initial-nodes", "3"),
+        ("--partitions", "8"),
+        ("--lease-ttl-secs", "2"),
+        ("--default-delay-ms", "0"),
+        ("--max-depth", "40"),
+    ];
+    // A flag in `extra` replaces the default one.
+    let mut args: Vec<&str> = base
+        .iter()
+        .filter(|(flag, _)| !extra.contains(flag))
+        .flat_map(|(flag, value)| [*flag, *value])
+        .collect();
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Starts three nodes and waits until each has the first partition map
+/// and sees the other two.
+async fn three_nodes(etcd: &EtcdProcess, dir: &Path) -> Vec<FrontierProcess> {
+    let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|id| FrontierProcess::start(&dir.join(id), &node_args(&etcd.endpoint, id, &[])))
+        .collect();
+    for node in &nodes {
+        wait_for_cluster(node, 3).await;
+    }
+    nodes
+}
+
+/// Polls a node's own view (nothing to be told of) until the map exists
+/// and `members` nodes are alive.
+async fn wait_for_cluster(node: &FrontierProcess, members: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut admin = node.admin().await;
+    loop {
+        let status = admin
+            .get_cluster(proto::admin::GetClusterRequest {})
+            .await
+            .map(tonic::Response::into_inner);
+        if let Ok(status) = &status
+            && status.epoch > 0
+            && status.nodes.iter().filter(|n| n.alive).count() == members
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster did not form: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Mock sites on distinct loopback addresses: distinct hosts, so distinct
+/// partitions.
+async fn sites(count: u8) -> Vec<MockSite> {
+    let mut sites = Vec::new();
+    for i in 1..=count {
+        let listener = tokio::net::TcpListener::bind(format!("127.0.0.{i}:0"))
+            .await
+            .unwrap();
+        sites.push(MockSite::serve(listener, SiteConfig::default()).unwrap());
+    }
+    sites
+}
+
+fn page_fetches(site: &MockSite) -> BTreeMap<String, u32> {
+    site.fetch_counts()
+        .into_iter()
+        .filter(|(path, _)| path != "/robots.txt" && path != "/sitemap.xml")
+        .collect()
+}
+
+/// Every site fetched as its ground truth says, with at most `extra`
+/// fetches beyond it over all sites (pages in flight at a kill).
+fn check_sites(sites: &[MockSite], extra: u32) {
+    let expected = expected_fetches(&SiteConfig::default(), MAX_DEPTH);
+    let mut surplus = 0;
+    for site in sites {
+        let fetched = page_fetches(site);
+        for (path, times) in &expected {
+            let got = fetched.get(path).copied().unwrap_or(0);
+            assert!(
+                got >= *times,
+                "{}{path} fetched {got} times, expected {times}",
+                site.base()
+            );
+            surplus += got - times;
+        }
+        let unexpected: Vec<_> = fetched
+            .keys()
+            .filter(|p| !expected.contains_key(*p))
+            .collect();
+        assert!(unexpected.is_empty(), "unexpected fetches {unexpected:?}");
+        for path in NEVER_FETCHED {
+            assert!(!fetched.contains_key(*path), "{path} must never be fetched");
+        }
+    }
+    assert!(
+        surplus <= extra,
+        "{surplus} fetches beyond the ground truth"
+    );
+}
+
+fn seed_all(endpoint: &str, sites: &[MockSite]) {
+    let mut args = vec!["seed".to_owned()];
+    args.extend(sites.iter().map(|site| format!("{}/", site.base())));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (status, text) = frontier_cli(endpoint, &args);
+    assert!(status.success(), "{text}");
+}
+
+/// A worker given each node (it finds the others from ListNodes).
+fn a_worker_per_node(nodes: &[FrontierProcess], out: &Path) -> Vec<WorkerProcess> {
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| WorkerProcess::start(&node.endpoint(), out, &format!("w{i}"), WORKER_ARGS))
+        .collect()
+}
+
+/// Nodes that hold URLs of the crawl, from the cluster's own breakdown.
+async fn nodes_holding_urls(node: &FrontierProcess) -> usize {
+    let progress = node.progress().await;
+    assert_eq!(progress.nodes.len(), 3, "{progress:?}");
+    progress.nodes.iter().filter(|n| n.discovered > 0).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_and_three_workers_crawl_every_page_once() {
+    let Some(binary) = etcd_or_skip("three_nodes_and_three_workers_crawl_every_page_once") else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let sites = sites(4).await;
+    let nodes = three_nodes(&etcd, dir.path()).await;
+    let out = dir.path().join("out");
+    // Each worker is given a different node and finds the others.
+    let workers = a_worker_per_node(&nodes, &out);
+    seed_all(&nodes[0].endpoint(), &sites);
+    let (status, text) = frontier_cli(
+        &nodes[1].endpoint(),
+        &["status", "--wait", "--timeout-secs", "180", "--json"],
+    );
+    assert!(status.success(), "crawl did not finish: {text}");
+    for worker in workers {
+        assert!(worker.terminate().success());
+    }
+    check_sites(&sites, 0);
+    for site in &sites {
+        let robots = site.fetch_counts().get("/robots.txt").copied().unwrap_or(0);
+        assert!((1..=3).contains(&robots), "robots.txt read {robots} times");
+        // One URL of a host in flight at a time, across workers and nodes.
+        let max_in_flight = site.hits().iter().map(|h| h.in_flight).max().unwrap_or(0);
+        assert_eq!(max_in_flight, 1, "{}", site.base());
+    }
+    assert!(nodes_holding_urls(&nodes[2]).await >= 2);
+    // Every node answers for the whole cluster alike.
+    let expected_pages: u64 =
+        sites.len() as u64 * expected_fetches(&SiteConfig::default(), MAX_DEPTH).len() as u64;
+    for node in &nodes {
+        let stats = node
+            .client()
+            .await
+            .get_stats(uf::QueueWithinCrawlParams::default())
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(stats.size, 0);
+        assert!(stats.counts["completed"] >= expected_pages, "{stats:?}");
+        let listed = node
+            .client()
+            .await
+            .list_nodes(uf::Empty {})
+            .await
+            .unwrap()
+            .into_inner()
+            .values;
+        assert_eq!(listed.len(), 3);
+    }
+    let (status, text) = frontier_cli(&nodes[2].endpoint(), &["health", "--partitions"]);
+    assert!(status.success(), "{text}");
+    for id in ["n1", "n2", "n3"] {
+        assert!(text.contains(&format!("@{id}")), "{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_mid_crawl_and_restarted_loses_nothing() {
+    let Some(binary) = etcd_or_skip("a_node_killed_mid_crawl_and_restarted_loses_nothing") else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let sites = sites(4).await;
+    let mut nodes = three_nodes(&etcd, dir.path()).await;
+    let out = dir.path().join("out");
+    let _workers = a_worker_per_node(&nodes, &out);
+    seed_all(&nodes[0].endpoint(), &sites);
+    sites[0].answered_at_least(10).await;
+    // kill -9 the node that holds the most URLs now.
+    let progress = nodes[0].progress().await;
+    let busiest = progress
+        .nodes
+        .iter()
+        .max_by_key(|n| n.discovered)
+        .map(|n| n.node.clone())
+        .unwrap();
+    let index = ["n1", "n2", "n3"]
+        .iter()
+        .position(|id| *id == busiest)
+        .unwrap();
+    let killed = nodes.remove(index);
+    let listen = killed.addr.to_string();
+    killed.kill();
+    // While it is away, the rest answer: calls that need it name it.
+    let survivor = &nodes[0];
+    let away = survivor
+        .client()
+        .await
+        .get_stats(uf::QueueWithinCrawlParams::default())
+        .await
+        .expect_err("crawl-wide figures need every node");
+    assert_eq!(away.code(), tonic::Code::Unavailable, "{away:?}");
+    assert!(away.message().contains(&busiest), "{away:?}");
+    let restarted = FrontierProcess::start_on(
+        &dir.path().join(&busiest),
+        &listen,
+        &node_args(&etcd.endpoint, &busiest, &[]),
+    );
+    let (status, text) = frontier_cli(
+        &restarted.endpoint(),
+        &["status", "--wait", "--timeout-secs", "180"],
+    );
+    assert!(status.success(), "crawl did not finish: {text}");
+    // Leases die with the node: a page in flight at the kill (at most one
+    // per host) may be fetched again.
+    check_sites(&sites, sites.len() as u32);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_clear() {
+    let Some(binary) = etcd_or_skip("refusals_are_clear") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // etcd down at start: a clear error once the join timeout is over.
+    let unreachable = {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        format!("http://127.0.0.1:{port}")
+    };
+    let log = FrontierProcess::try_start(
+        &dir.path().join("alone"),
+        &node_args(&unreachable, "n1", &["--etcd-timeout-secs", "1"]),
+    )
+    .err()
+    .expect("a node without etcd does not start");
+    assert!(log.contains("cannot reach etcd"), "{log}");
+
+    let etcd = EtcdProcess::start(&binary);
+    let nodes = three_nodes(&etcd, dir.path()).await;
+    // Another partition count than the cluster's.
+    let log = FrontierProcess::try_start(
+        &dir.path().join("n4"),
+        &node_args(&etcd.endpoint, "n4", &["--partitions", "16"]),
+    )
+    .err()
+    .expect("a store of another partition count is refused");
+    assert!(
+        log.contains("the cluster has 8 partitions and this node's store has 16"),
+        "{log}"
+    );
+    // Other admission rules than the cluster's.
+    let log = FrontierProcess::try_start(
+        &dir.path().join("n5"),
+        &node_args(&etcd.endpoint, "n5", &["--scope", "any"]),
+    )
+    .err()
+    .expect("other rules are refused");
+    assert!(log.contains("admission rules"), "{log}");
+    // A second live node under a taken ID.
+    let log = FrontierProcess::try_start(
+        &dir.path().join("n2-again"),
+        &node_args(&etcd.endpoint, "n2", &[]),
+    )
+    .err()
+    .expect("a taken node ID is refused");
+    assert!(log.contains("registered by a live node"), "{log}");
+    // A forwarded call under another epoch: the node refuses it.
+    let mut client = nodes[0].client().await;
+    let mut request = tonic::Request::new(uf::QueueDelayParams {
+        key: "example.com".into(),
+        delay_requestable: 3,
+        crawl_id: String::new(),
+        local: true,
+    });
+    request
+        .metadata_mut()
+        .insert("x-frontier-epoch", "999".parse().unwrap());
+    let refused = client.set_delay(request).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable);
+    assert!(refused.message().contains("epochs differ"), "{refused:?}");
+}
+
+/// URLs whose partitions node `owner` holds, in a crawl of its own.
+async fn urls_owned_by(node: &FrontierProcess, owner: &str, count: usize) -> Vec<String> {
+    let mut admin = node.admin().await;
+    let mut urls = Vec::new();
+    let cluster = admin
+        .get_cluster(proto::admin::GetClusterRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    for i in 0.. {
+        let url = format!("http://host{i}.example/page");
+        let check = admin
+            .check_url(proto::admin::CheckUrlRequest {
+                url: url.clone(),
+                crawl_id: "acks".into(),
+                queue_key: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if cluster.owners[check.partition as usize] == owner {
+            urls.push(url);
+            if urls.len() == count {
+                break;
+            }
+        }
+    }
+    urls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_ack_goes_out_before_the_owner_committed() {
+    let Some(binary) = etcd_or_skip("no_ack_goes_out_before_the_owner_committed") else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = three_nodes(&etcd, dir.path()).await;
+    // URLs n3 owns, sent to n1 in a stream while n3 is killed.
+    let urls = urls_owned_by(&nodes[0], "n3", 2000).await;
+    let (sender, batches) = tokio::sync::mpsc::channel(4);
+    let mut client = nodes[0].client().await;
+    let (ack_sender, mut acks_in) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = client
+            .put_discovered(tokio_stream::wrappers::ReceiverStream::new(batches))
+            .await
+            .unwrap()
+            .into_inner();
+        while let Ok(Some(ack)) = stream.message().await {
+            if ack_sender.send(ack).is_err() {
+                break;
+            }
+        }
+    });
+    let feed = {
+        let urls = urls.clone();
+        tokio::spawn(async move {
+            for (n, chunk) in urls.chunks(20).enumerate() {
+                let batch = uf::DiscoveredBatch {
+                    id: n.to_string(),
+                    items: chunk
+                        .iter()
+                        .map(|url| uf::UrlInfo {
+                            url: url.clone(),
+                            crawl_id: "acks".into(),
+                            ..uf::UrlInfo::default()
+                        })
+                        .collect(),
+                };
+                if sender.send(batch).await.is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    // The owner dies mid-stream: some batches are acked before, the rest
+    // arrive while it is away.
+    let mut acks = Vec::new();
+    while acks.len() < 20 {
+        acks.push(acks_in.recv().await.expect("acks before the kill"));
+    }
+    let owner = nodes.remove(2);
+    let listen = owner.addr.to_string();
+    owner.kill();
+    feed.await.unwrap();
+    while let Some(ack) = acks_in.recv().await {
+        acks.push(ack);
+    }
+    let ok = uf::ack_message::Status::Ok as i32;
+    let acked: Vec<&String> = acks
+        .iter()
+        .flat_map(|ack| {
+            let batch: usize = ack.id.parse().unwrap();
+            let chunk = &urls[batch * 20..(batch * 20 + 20).min(urls.len())];
+            chunk
+                .iter()
+                .zip(&ack.statuses)
+                .filter(|(_, status)| **status == ok)
+                .map(|(url, _)| url)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let failed = acks
+        .iter()
+        .flat_map(|ack| &ack.statuses)
+        .filter(|s| **s == uf::ack_message::Status::Fail as i32)
+        .count();
+    // The owner back on its data directory holds every URL acked OK.
+    let restarted = FrontierProcess::start_on(
+        &dir.path().join("n3"),
+        &listen,
+        &node_args(&etcd.endpoint, "n3", &[]),
+    );
+    wait_for_cluster(&restarted, 3).await;
+    let mut client = nodes[0].client().await;
+    for url in &acked {
+        let status = client
+            .get_url_status(uf::UrlStatusRequest {
+                url: (*url).clone(),
+                key: String::new(),
+                crawl_id: "acks".into(),
+            })
+            .await;
+        assert!(
+            status.is_ok(),
+            "{url} was acked OK but is missing: {status:?}"
+        );
+    }
+    eprintln!(
+        "{} URLs acked OK and present, {failed} answered FAIL while the owner was away",
+        acked.len()
+    );
+    assert!(
+        acked.len() >= 20 * 20,
+        "acks before the kill: {}",
+        acked.len()
+    );
+    assert!(failed > 0, "the kill came after the last batch");
+}
