@@ -17,7 +17,6 @@ use crate::ingest::{
     Outcome, UrlCheck,
 };
 use crate::record::UrlRecord;
-use crate::robots_shelf::RobotsShelf;
 use crate::scheduler::{QueueCounts, Scheduler, ServeRequest, Served};
 use crate::scope::{Rules, SkipReason};
 use crate::store::{Store, StoreError};
@@ -69,8 +68,6 @@ pub struct FrontierConfig {
     /// this is free on the store's disk; they resume by themselves once
     /// there is room.
     pub min_free_bytes: u64,
-    /// Bytes of robots.txt answers kept for the workers.
-    pub robots_shelf_bytes: usize,
 }
 
 /// Longest lease unless configured otherwise: an hour, far beyond any
@@ -79,10 +76,6 @@ pub const DEFAULT_MAX_LEASE_SECS: u32 = 3600;
 
 /// Most URLs one GetURLs call leases unless configured otherwise.
 pub const DEFAULT_MAX_URLS_PER_GET: u32 = 10_000;
-
-/// Bytes of robots.txt answers kept unless configured otherwise: some
-/// tens of thousands of hosts' robots.txt at their usual few kilobytes.
-pub const DEFAULT_ROBOTS_SHELF_BYTES: usize = 64 << 20;
 
 /// Free disk below which writes are refused unless configured otherwise:
 /// room for redb to finish the transactions in flight and a checkpoint.
@@ -106,7 +99,6 @@ impl FrontierConfig {
             default_delay: Duration::from_secs(1),
             cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
-            robots_shelf_bytes: DEFAULT_ROBOTS_SHELF_BYTES,
         }
     }
 }
@@ -291,12 +283,6 @@ pub struct UrlStatus {
     pub record: UrlRecord,
 }
 
-impl From<crate::robots_shelf::ShelfError> for FrontierError {
-    fn from(error: crate::robots_shelf::ShelfError) -> Self {
-        Self::InvalidArgument(error.to_string())
-    }
-}
-
 /// The frontier as the server's tasks share it: the last of them to let
 /// go hands it back (see [`crate::handback`]) for [`Frontier::shutdown`].
 pub type SharedFrontier = std::sync::Arc<crate::handback::Handback<Frontier>>;
@@ -311,7 +297,6 @@ pub struct Frontier {
     rebuild_thread: Option<JoinHandle<()>>,
     // Rebuilds run one at a time: triggered ones and asked-for ones.
     rebuild_lock: Arc<Mutex<()>>,
-    robots: RobotsShelf,
 }
 
 impl std::fmt::Debug for Frontier {
@@ -385,7 +370,6 @@ impl Frontier {
                 .map_err(FrontierError::Thread)?
         };
         let frontier = Self {
-            robots: RobotsShelf::new(config.robots_shelf_bytes),
             ingest,
             scheduler,
             config,
@@ -416,12 +400,6 @@ impl Frontier {
     #[must_use]
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
-    }
-
-    /// The robots.txt answers kept for the workers.
-    #[must_use]
-    pub fn robots(&self) -> &RobotsShelf {
-        &self.robots
     }
 
     fn signal_rebuild(&self) {
