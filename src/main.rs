@@ -226,7 +226,7 @@ fn start_workers(
         let mut stop = stop.clone();
         let stats = Arc::clone(stats);
         workers.spawn(async move {
-            worker::crawler::run(config, stats, async move {
+            worker::pipeline::run(config, stats, async move {
                 let _ = stop.wait_for(|stop| *stop).await;
             })
             .await

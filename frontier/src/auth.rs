@@ -34,6 +34,7 @@ pub const OPEN_METHODS: &[&str] = &[
     "/frontier.admin.v1.Admin/GetProgress",
     "/frontier.admin.v1.Admin/CheckUrl",
     "/frontier.admin.v1.Admin/GetCluster",
+    "/frontier.admin.v1.Admin/GetRobots",
 ];
 
 /// The services the token guards; others (health, reflection) are open.

@@ -6,8 +6,9 @@
 //!
 //! - [`auth`]: the admin token, checked by one layer in front of both
 //!   services, and which calls it guards.
-//! - [`canonical`]: URL canonicalisation (RFC 3986 6.2.2 / 6.2.3 on top of
-//!   WHATWG parsing), the queue key, and the path-repeat trap measure.
+//! - [`canonical`]: URL canonicalisation (the `canon` crate, shared with the
+//!   worker so both spell a URL alike), the queue key, and the path-repeat
+//!   trap measure.
 //! - [`scope`]: admission rules (host scope from the seeds, include/exclude
 //!   patterns, depth limit, path-repeat traps) and the skip reasons.
 //! - [`record`]: the stored value of one URL and its binary form.
@@ -28,6 +29,7 @@
 //!   (or Bloom) dedup against partitioned filters that always hold every
 //!   stored key; deletions; online filter rebuilds.
 //! - [`scheduler`]: queues, leases, the serving gate, wake-up lists.
+//! - [`robots_shelf`]: robots.txt answers kept for the workers, per origin.
 //! - [`service`]: the frontier as one object (ingest, scheduler, rebuild
 //!   thread, progress), what the gRPC layer and `crawl` call.
 //! - [`grpc`]: the URL Frontier v2.6 and admin services, errors to statuses
@@ -47,7 +49,7 @@
 //! `src/main.rs` is the `frontier` binary: `serve` and the admin client.
 
 pub mod auth;
-pub mod canonical;
+pub use canon as canonical;
 pub mod cluster;
 pub mod commit;
 pub mod grpc;
@@ -57,6 +59,7 @@ pub mod metrics;
 mod queue_counts;
 pub mod record;
 pub mod repair;
+pub mod robots_shelf;
 pub mod scheduler;
 pub mod scope;
 pub mod server;

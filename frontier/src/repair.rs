@@ -559,7 +559,7 @@ fn copy_settings(main: &MainFile, store: &Store, report: &mut Report) -> Result<
     let mut settings = Vec::new();
     let read = main.for_each_queue(|crawl, queue, record| {
         if let Ok(record) = record
-            && (record.blocked_until != 0 || record.delay_secs.is_some() || record.crawl_limit != 0)
+            && (record.blocked_until != 0 || record.delay_ms.is_some() || record.crawl_limit != 0)
         {
             settings.push((crawl.to_owned(), queue.to_owned(), record));
         }
@@ -572,7 +572,7 @@ fn copy_settings(main: &MainFile, store: &Store, report: &mut Report) -> Result<
     for (crawl, queue, old) in &settings {
         store.update_queue_settings(crawl, queue, |record| {
             record.blocked_until = old.blocked_until;
-            record.delay_secs = old.delay_secs;
+            record.delay_ms = old.delay_ms;
             record.crawl_limit = old.crawl_limit;
         })?;
     }

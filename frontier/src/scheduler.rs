@@ -32,9 +32,18 @@
 //! # The gate
 //!
 //! Checked and applied under the queue's lock, so concurrent GetURLs calls
-//! cannot both pass it: not paused, not blocked, under the crawl limit, the
-//! delay since the last serve passed, fewer leased than the per-queue
-//! maximum. A serve that hands out nothing does not count for the delay.
+//! cannot both pass it: not paused, not blocked, under the crawl limit,
+//! none of its URLs leased, and the delay passed since the queue was last
+//! served or last let go (its last lease ended: reported or expired). A
+//! serve that hands out nothing does not count for the delay.
+//!
+//! A queue is thus held by one lease at a time, and the delay runs from the
+//! moment the holder lets it go, after its last request started: a worker
+//! that fetches a lease's URLs spaced by the delay keeps every gap between
+//! request starts to the host at least the delay, whichever worker holds
+//! the queue next. A lease carries at most as many URLs of a queue as the
+//! lease length allows at that spacing (half of it), so that a holder
+//! spacing them does not outlive its lease.
 //!
 //! # Finding servable queues without scanning them
 //!
@@ -105,6 +114,8 @@ pub struct Served {
     pub url: String,
     /// Its filter partition (where its record is).
     pub partition: u32,
+    /// The queue's delay: the holder spaces its requests by it.
+    pub delay: Duration,
 }
 
 /// Counts of one queue or a whole crawl.
@@ -224,6 +235,12 @@ impl QueueState {
             .map(|(url, lease)| (url.clone(), *lease))
             .collect();
         metrics::counter!("frontier_lease_expiries_total").increment(expired.len() as u64);
+        if !expired.is_empty() && expired.len() == self.leased.len() {
+            // Let go when the last lease ran out, not when that was seen.
+            if let Some(last) = expired.iter().map(|(_, lease)| lease.until).max() {
+                self.let_go(last);
+            }
+        }
         for (url, lease) in expired {
             self.leased.remove(&url);
             // Beyond the cursor the store still has it, and a refill will
@@ -236,6 +253,11 @@ impl QueueState {
             .map(|lease| lease.until)
             .min()
             .unwrap_or(Timestamp::NEVER);
+    }
+
+    /// The holder of the queue let go of it: the delay runs from now.
+    fn let_go(&mut self, now: Timestamp) {
+        self.last_serve = Some(self.last_serve.map_or(now, |last| last.max(now)));
     }
 
     fn leased_now(&self, now: Timestamp) -> u64 {
@@ -325,7 +347,6 @@ impl Crawl {
 }
 
 /// The scheduler of every crawl's queues.
-#[derive(Debug)]
 pub struct Scheduler {
     store: Arc<Store>,
     crawls: RwLock<HashMap<String, Arc<Crawl>>>,
@@ -334,6 +355,19 @@ pub struct Scheduler {
     paused: AtomicBool,
     sequence: AtomicU64,
     refill: usize,
+    // When a report lets a queue go; tests set their own time.
+    clock: Clock,
+}
+
+type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("default_delay", &self.default_delay)
+            .field("refill", &self.refill)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Scheduler {
@@ -363,6 +397,7 @@ impl Scheduler {
             crawls: RwLock::new(HashMap::new()),
             default_delays: RwLock::new(delays),
             default_delay,
+            clock: Arc::new(Timestamp::now),
             paused: AtomicBool::new(paused),
             sequence: AtomicU64::new(0),
             refill,
@@ -541,8 +576,11 @@ impl Scheduler {
                             state.record.completed = state.record.completed.saturating_sub(1);
                         }
                         if state.remove_entry(*old_due, &known.url) {
-                            // A lease given back: a queue at its maximum
-                            // may serve again.
+                            // A lease given back: the queue may serve again
+                            // once its last one is, a delay later.
+                            if state.leased.is_empty() {
+                                state.let_go((self.clock)());
+                            }
                             self.wake(&queue, &mut state, Timestamp::EPOCH);
                         }
                     }
@@ -630,8 +668,8 @@ impl Scheduler {
     }
 
     fn delay_of(&self, crawl: &str, record: &QueueRecord) -> Duration {
-        match record.delay_secs {
-            Some(secs) => Duration::from_secs(u64::from(secs)),
+        match record.delay_ms {
+            Some(ms) => Duration::from_millis(u64::from(ms)),
             None => self
                 .default_delays
                 .read()
@@ -773,22 +811,27 @@ impl Scheduler {
         {
             return Ok(());
         }
-        let leased = state.leased.len();
-        let wanted = if request.max_urls_per_queue == 0 {
+        if !state.leased.is_empty() {
+            return Ok(()); // held: one lease at a time
+        }
+        let lease = Duration::from_secs(u64::from(request.lease_secs));
+        let spaced = if delay.is_zero() {
             usize::MAX
         } else {
-            let max = request.max_urls_per_queue as usize;
-            if leased >= max {
-                return Ok(());
-            }
-            max - leased
+            usize::try_from((lease.as_millis() / (2 * delay.as_millis())).max(1))
+                .unwrap_or(usize::MAX)
+        };
+        let wanted = match request.max_urls_per_queue {
+            0 => usize::MAX,
+            max => max as usize,
         }
+        .min(spaced)
         .min(request.room(out.len()));
         if wanted == 0 {
             return Ok(());
         }
         let now_secs = now.unix_secs();
-        let until = now.saturating_add(Duration::from_secs(u64::from(request.lease_secs)));
+        let until = now.saturating_add(lease);
         let mut handed = 0;
         while handed < wanted {
             // A refill may find only leased URLs; the next one reads on.
@@ -816,6 +859,7 @@ impl Scheduler {
                 queue: queue.key.clone(),
                 url,
                 partition,
+                delay,
             });
             handed += 1;
         }
@@ -932,7 +976,10 @@ impl Scheduler {
 
     /// Sets one queue's delay, or the crawl's default (`queue` empty).
     pub fn set_delay(&self, crawl: &str, queue: &str, secs: u32) -> Result<(), StoreError> {
-        if queue.is_empty() {
+        if !queue.is_empty() {
+            return self.set_queue_delay(crawl, queue, Duration::from_secs(u64::from(secs)));
+        }
+        {
             self.store.set_default_delay(crawl, secs)?;
             self.default_delays
                 .write()
@@ -943,9 +990,22 @@ impl Scheduler {
                 let mut state = queue.lock();
                 self.wake(&queue, &mut state, Timestamp::EPOCH);
             }
-            return Ok(());
         }
-        self.update_settings(crawl, queue, |record| record.delay_secs = Some(secs))
+        Ok(())
+    }
+
+    /// Sets one queue's delay to the millisecond (a robots.txt Crawl-delay
+    /// such as 0.05 s); delays past 49 days are held at that.
+    pub fn set_queue_delay(
+        &self,
+        crawl: &str,
+        queue: &str,
+        delay: Duration,
+    ) -> Result<(), StoreError> {
+        let ms = u32::try_from(delay.as_millis())
+            .unwrap_or(u32::MAX)
+            .min(u32::MAX - 1);
+        self.update_settings(crawl, queue, |record| record.delay_ms = Some(ms))
     }
 
     /// Blocks a queue until a UTC epoch second; 0 unblocks.
@@ -1003,6 +1063,9 @@ mod tests {
     const SEC: u64 = 1000;
 
     struct Fixture {
+        // The test's time (ms): a report lets a queue go at the time of the
+        // last serve unless the test sets another.
+        now_ms: Arc<AtomicU64>,
         // Dropped before the directory.
         ingest: Ingest,
         scheduler: Arc<Scheduler>,
@@ -1012,6 +1075,8 @@ mod tests {
     fn open_in(dir: tempfile::TempDir, refill: usize) -> Fixture {
         let store = Store::open(dir.path()).unwrap();
         let mut slot = None;
+        let now_ms = Arc::new(AtomicU64::new(0));
+        let clock_ms = Arc::clone(&now_ms);
         let ingest = Ingest::open_with_hook(
             store,
             FilterConfig {
@@ -1021,11 +1086,11 @@ mod tests {
             DedupMode::Exact,
             2048,
             |store| {
-                let scheduler = Arc::new(Scheduler::load_with_refill(
-                    Arc::clone(store),
-                    Duration::ZERO,
-                    refill,
-                )?);
+                let mut scheduler =
+                    Scheduler::load_with_refill(Arc::clone(store), Duration::ZERO, refill)?;
+                scheduler.clock =
+                    Arc::new(move || Timestamp::from_unix_millis(clock_ms.load(Ordering::SeqCst)));
+                let scheduler = Arc::new(scheduler);
                 slot = Some(Arc::clone(&scheduler));
                 Ok(Some(Box::new(move |ops, applied| {
                     scheduler.on_commit(ops, applied);
@@ -1034,6 +1099,7 @@ mod tests {
         )
         .unwrap();
         Fixture {
+            now_ms,
             ingest,
             scheduler: slot.unwrap(),
             _dir: dir,
@@ -1075,6 +1141,7 @@ mod tests {
         }
 
         fn serve(&self, request: &ServeRequest, now_ms: u64) -> Vec<String> {
+            self.now_ms.store(now_ms, Ordering::SeqCst);
             self.scheduler
                 .serve(request, Timestamp::from_unix_millis(now_ms))
                 .unwrap()
@@ -1185,7 +1252,16 @@ mod tests {
         assert_eq!(first.len(), 1);
         f.report(&first[0], 0);
         assert!(f.serve(&one, 14 * SEC).is_empty(), "delay not passed");
-        assert_eq!(f.serve(&one, 15 * SEC).len(), 1);
+        let second = f.serve(&one, 15 * SEC);
+        assert_eq!(second.len(), 1);
+        assert!(
+            f.serve(&one, 30 * SEC).is_empty(),
+            "held: one lease at a time"
+        );
+        // Let go at 40 s: the delay runs from then.
+        f.now_ms.store(40 * SEC, Ordering::SeqCst);
+        f.report(&second[0], 0);
+        assert!(f.serve(&one, 44 * SEC).is_empty(), "delay after the let-go");
         // Blocked until second 100 inclusive.
         f.scheduler.block_until("c", "a.example", 100).unwrap();
         let many = ServeRequest {
@@ -1222,6 +1298,7 @@ mod tests {
             ingest,
             scheduler,
             _dir,
+            ..
         } = f;
         drop(scheduler);
         ingest.shutdown().unwrap();
@@ -1361,6 +1438,7 @@ mod tests {
             // url -> due (0: completed); url -> lease end (ms)
             let mut due: BTreeMap<u8, u64> = BTreeMap::new();
             let mut leases: BTreeMap<u8, u64> = BTreeMap::new();
+            // The last serve or let-go of each queue.
             let mut last_serve: [Option<u64>; 3] = [None; 3];
             let mut delay_ms = [0_u64; 3];
             let mut blocked = [0_u64; 3];
@@ -1375,16 +1453,21 @@ mod tests {
                             due.entry(id).or_insert((now / SEC).max(1));
                         }
                     }
-                    Op::Complete(i) => {
-                        f.report(&url_of(i), 0);
-                        due.insert(i, 0);
-                        leases.remove(&i);
-                    }
-                    Op::Reschedule(i, delta) => {
-                        let date = now / SEC + u64::from(delta);
+                    Op::Complete(i) | Op::Reschedule(i, _) => {
+                        let date = match op {
+                            Op::Reschedule(_, delta) => now / SEC + u64::from(delta),
+                            _ => 0,
+                        };
+                        f.now_ms.store(now, Ordering::SeqCst);
                         f.report(&url_of(i), date);
                         due.insert(i, date);
-                        leases.remove(&i);
+                        let h = host_of(i);
+                        if leases.remove(&i).is_some()
+                            && !leases.keys().any(|&j| host_of(j) == h)
+                        {
+                            let hu = h as usize;
+                            last_serve[hu] = Some(last_serve[hu].map_or(now, |l| l.max(now)));
+                        }
                     }
                     Op::Delay(h, secs) => {
                         f.scheduler.set_delay("c", &format!("h{h}.example"), u32::from(secs)).unwrap();
@@ -1410,27 +1493,40 @@ mod tests {
                             if !due.keys().any(|&i| host_of(i) == h) {
                                 continue;
                             }
+                            // Leases run out when the queue is looked at;
+                            // all gone at once: let go at the last's end.
+                            let held: Vec<(u8, u64)> = leases
+                                .iter()
+                                .filter(|(i, _)| host_of(**i) == h)
+                                .map(|(i, until)| (*i, *until))
+                                .collect();
+                            let expired: Vec<(u8, u64)> =
+                                held.iter().copied().filter(|(_, until)| *until <= now).collect();
+                            for (i, _) in &expired {
+                                leases.remove(i);
+                            }
+                            if !expired.is_empty() && expired.len() == held.len() {
+                                let end = expired.iter().map(|(_, until)| *until).max().unwrap_or(0);
+                                last_serve[hu] = Some(last_serve[hu].map_or(end, |l| l.max(end)));
+                            }
                             if blocked[hu] > 0 && blocked[hu] * SEC >= now {
                                 continue;
                             }
                             if last_serve[hu].is_some_and(|last| now < last + delay_ms[hu]) {
                                 continue;
                             }
-                            let leased = leases
-                                .iter()
-                                .filter(|(i, until)| host_of(**i) == h && **until > now)
-                                .count();
-                            let take = if max == 0 {
+                            if leases.keys().any(|&i| host_of(i) == h) {
+                                continue; // held
+                            }
+                            let spaced = if delay_ms[hu] == 0 {
                                 usize::MAX
-                            } else if leased >= max as usize {
-                                continue;
                             } else {
-                                max as usize - leased
+                                (u64::from(lease) * SEC / (2 * delay_ms[hu])).max(1) as usize
                             };
+                            let take = if max == 0 { usize::MAX } else { max as usize }.min(spaced);
                             let mut servable: Vec<(u64, String, u8)> = due
                                 .iter()
-                                .filter(|(i, d)| host_of(**i) == h && **d != 0 && **d <= now / SEC
-                                    && leases.get(*i).is_none_or(|until| *until <= now))
+                                .filter(|(i, d)| host_of(**i) == h && **d != 0 && **d <= now / SEC)
                                 .map(|(i, d)| (*d, url_of(*i), *i))
                                 .collect();
                             servable.sort();

@@ -17,6 +17,7 @@ use crate::ingest::{
     Outcome, UrlCheck,
 };
 use crate::record::UrlRecord;
+use crate::robots_shelf::RobotsShelf;
 use crate::scheduler::{QueueCounts, Scheduler, ServeRequest, Served};
 use crate::scope::{Rules, SkipReason};
 use crate::store::{Store, StoreError};
@@ -68,6 +69,8 @@ pub struct FrontierConfig {
     /// this is free on the store's disk; they resume by themselves once
     /// there is room.
     pub min_free_bytes: u64,
+    /// Bytes of robots.txt answers kept for the workers.
+    pub robots_shelf_bytes: usize,
 }
 
 /// Longest lease unless configured otherwise: an hour, far beyond any
@@ -76,6 +79,10 @@ pub const DEFAULT_MAX_LEASE_SECS: u32 = 3600;
 
 /// Most URLs one GetURLs call leases unless configured otherwise.
 pub const DEFAULT_MAX_URLS_PER_GET: u32 = 10_000;
+
+/// Bytes of robots.txt answers kept unless configured otherwise: some
+/// tens of thousands of hosts' robots.txt at their usual few kilobytes.
+pub const DEFAULT_ROBOTS_SHELF_BYTES: usize = 64 << 20;
 
 /// Free disk below which writes are refused unless configured otherwise:
 /// room for redb to finish the transactions in flight and a checkpoint.
@@ -99,6 +106,7 @@ impl FrontierConfig {
             default_delay: Duration::from_secs(1),
             cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
+            robots_shelf_bytes: DEFAULT_ROBOTS_SHELF_BYTES,
         }
     }
 }
@@ -283,6 +291,12 @@ pub struct UrlStatus {
     pub record: UrlRecord,
 }
 
+impl From<crate::robots_shelf::ShelfError> for FrontierError {
+    fn from(error: crate::robots_shelf::ShelfError) -> Self {
+        Self::InvalidArgument(error.to_string())
+    }
+}
+
 /// The frontier as the server's tasks share it: the last of them to let
 /// go hands it back (see [`crate::handback`]) for [`Frontier::shutdown`].
 pub type SharedFrontier = std::sync::Arc<crate::handback::Handback<Frontier>>;
@@ -297,6 +311,7 @@ pub struct Frontier {
     rebuild_thread: Option<JoinHandle<()>>,
     // Rebuilds run one at a time: triggered ones and asked-for ones.
     rebuild_lock: Arc<Mutex<()>>,
+    robots: RobotsShelf,
 }
 
 impl std::fmt::Debug for Frontier {
@@ -370,6 +385,7 @@ impl Frontier {
                 .map_err(FrontierError::Thread)?
         };
         let frontier = Self {
+            robots: RobotsShelf::new(config.robots_shelf_bytes),
             ingest,
             scheduler,
             config,
@@ -400,6 +416,12 @@ impl Frontier {
     #[must_use]
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
+    }
+
+    /// The robots.txt answers kept for the workers.
+    #[must_use]
+    pub fn robots(&self) -> &RobotsShelf {
+        &self.robots
     }
 
     fn signal_rebuild(&self) {

@@ -24,3 +24,15 @@ pub const STATUS: &str = "status";
 
 /// Why a URL was given up after its last retry.
 pub const FAILURE: &str = "failure";
+
+/// The queue's delay between request starts, in milliseconds, as the
+/// frontier serving the URL holds it: set on every URL the frontier serves
+/// (a lease may carry several URLs of a queue, and their holder spaces its
+/// requests by it). Never stored: the frontier drops it from reports.
+pub const QUEUE_DELAY_MS: &str = "frontier.queue_delay_ms";
+
+/// Marks a URL as a sitemap (its value: the sitemap index level, 0 for
+/// one named by robots.txt): the worker reads it as a sitemap rather than
+/// as a page. Sitemaps go to the frontier as discovered URLs, so each is
+/// read once per crawl whichever worker finds it.
+pub const SITEMAP: &str = "sitemap";

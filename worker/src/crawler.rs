@@ -1,12 +1,15 @@
-//! The lease loop and what happens to one leased URL.
+//! The life of one leased URL, in three steps the host pipeline (see
+//! [`crate::pipeline`]) runs: [`prepare`] (robots.txt, from the worker's
+//! cache, the frontier's shelf or the origin), [`fetch_leased`] (the
+//! request, WARC records, links), [`finish`] (outlinks acknowledged, then
+//! the URL's own report, so the frontier never looks finished while a
+//! page's outlinks are on their way).
 //!
-//! The loop keeps at most `concurrency` fetches in flight: it asks for as
-//! many URLs as there are free slots, and backs off (50 ms doubling to
-//! 1 s) when the frontier has none. Each URL: robots.txt (Crawl-delay goes
-//! to the frontier as the queue's delay; Sitemap lines are read), fetch,
-//! WARC records, links, then the outlinks batch, acknowledged, and only
-//! then the URL's own report, so the frontier never looks finished while a
-//! page's outlinks are on their way.
+//! robots.txt read from the origin (the first read of the deployment) is
+//! shelved at the frontier for the other workers, its Crawl-delay becomes
+//! the queue's delay there, and its sitemaps go out as discovered URLs
+//! marked as sitemaps: the frontier deduplicates them, and whichever
+//! worker leases one reads it.
 //!
 //! Outcomes: done (`refetchable_from_date` 0) for a success, a 4xx, a
 //! redirect (its target goes out as a discovered URL), a robots refusal or
@@ -16,15 +19,14 @@
 //! reason. 429 and 503 with Retry-After also block the queue until then.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use proto::metadata;
-use proto::urlfrontier::{GetParams, UrlInfo, get_params};
-use tokio::sync::Semaphore;
+use proto::urlfrontier::UrlInfo;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use url::Url;
 
@@ -33,8 +35,10 @@ use crate::frontier_link::{FrontierLink, LinkError, meta_first, meta_value};
 use crate::links::{LinkOptions, extract_links, resolve};
 use crate::output::Output;
 use crate::report::{CrawlLogEntry, Outcome, Reason};
-use crate::robots::{RobotsCache, Verdict};
+use crate::robots::{Lookup, RobotsCache, Verdict};
+use crate::seen::SeenCache;
 use crate::sitemap::parse_sitemap;
+use proto::urlfrontier::ack_message::Status as Ack;
 
 /// Everything a worker is told.
 #[derive(Debug, Clone)]
@@ -48,6 +52,11 @@ pub struct WorkerConfig {
     pub crawl: Option<String>,
     /// Most fetches in flight.
     pub concurrency: usize,
+    /// Most queues (hosts) held at once, each with its leased URLs.
+    pub max_queues: usize,
+    /// URLs of one queue asked for in one lease (the frontier may give
+    /// fewer: no more than its lease has room for at the host's delay).
+    pub lease_per_queue: u32,
     /// Most URLs of one queue (host) in flight.
     pub per_host: u32,
     /// Lease length asked for, seconds.
@@ -73,6 +82,11 @@ pub struct WorkerConfig {
     pub robots_unavailable_ttl: Duration,
     /// Link extraction rules.
     pub links: LinkOptions,
+    /// Longest URL sent (the frontier's limit; longer ones it refuses).
+    pub max_url_length: usize,
+    /// URLs the seen cache holds (0: none): links the frontier already
+    /// acknowledged are not sent again.
+    pub seen_cache: usize,
     /// WARC files rotate past this size.
     pub warc_max_bytes: u64,
     /// In-flight fetches get this long to finish at shutdown.
@@ -92,6 +106,8 @@ impl WorkerConfig {
             token: None,
             crawl: None,
             concurrency: 64,
+            max_queues: 256,
+            lease_per_queue: 32,
             per_host: 1,
             lease_secs: 120,
             output: None,
@@ -111,6 +127,8 @@ impl WorkerConfig {
             robots_ttl: Duration::from_secs(24 * 3600),
             robots_unavailable_ttl: Duration::from_secs(600),
             links: LinkOptions::default(),
+            max_url_length: 2048,
+            seen_cache: 65_536,
             warc_max_bytes: 1 << 30,
             shutdown_grace: Duration::from_secs(10),
             sitemaps: true,
@@ -180,29 +198,39 @@ pub struct WorkerStats {
     pub new_outlinks: AtomicU64,
     /// Fetches in flight now.
     pub in_flight: AtomicU64,
+    /// Links sent to the frontier.
+    pub links_sent: AtomicU64,
+    /// Links not sent: the seen cache knew the frontier has them.
+    pub links_cached: AtomicU64,
 }
 
-fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
 /// Shared by the loop and its tasks.
-struct Context {
-    config: WorkerConfig,
-    link: FrontierLink,
+pub(crate) struct Context {
+    pub(crate) config: WorkerConfig,
+    pub(crate) link: FrontierLink,
     fetcher: Fetcher,
     robots: RobotsCache,
+    seen: SeenCache,
     output: Option<Arc<Output>>,
     stats: Arc<WorkerStats>,
 }
 
 impl Context {
-    fn open(config: WorkerConfig, stats: Arc<WorkerStats>) -> Result<Self, WorkerError> {
-        if config.concurrency == 0 || config.per_host == 0 {
+    pub(crate) fn open(config: WorkerConfig, stats: Arc<WorkerStats>) -> Result<Self, WorkerError> {
+        if config.concurrency == 0
+            || config.per_host == 0
+            || config.max_queues == 0
+            || config.lease_per_queue == 0
+        {
             return Err(WorkerError::Config(
-                "--concurrency and --per-host must be at least 1".into(),
+                "--concurrency, --max-queues, --lease-per-queue and --per-host must be at least 1"
+                    .into(),
             ));
         }
         let output = match &config.output {
@@ -224,6 +252,7 @@ impl Context {
                 config.robots_ttl,
                 config.robots_unavailable_ttl,
             ),
+            seen: SeenCache::new(config.seen_cache),
             output,
             stats,
             config,
@@ -232,7 +261,7 @@ impl Context {
 
     /// Gives the fetches in flight the shutdown grace to finish and
     /// report, abandons the rest (their leases run out), flushes output.
-    async fn finish(&self, mut tasks: JoinSet<()>) {
+    pub(crate) async fn finish(&self, mut tasks: JoinSet<()>) {
         let drained = tokio::time::timeout(self.config.shutdown_grace, async {
             while tasks.join_next().await.is_some() {}
         })
@@ -254,96 +283,26 @@ impl Context {
     }
 }
 
-/// Runs until `shutdown` completes: stops leasing, gives fetches in
-/// flight `shutdown_grace` to finish and report, flushes output. URLs
-/// abandoned then come back to some worker when their leases run out.
-pub async fn run(
-    config: WorkerConfig,
-    stats: Arc<WorkerStats>,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), WorkerError> {
-    let context = Arc::new(Context::open(config, stats)?);
-    let slots = Arc::new(Semaphore::new(context.config.concurrency));
-    let mut tasks = JoinSet::new();
-    let mut idle_rounds = 0_u32;
-    tokio::pin!(shutdown);
-    loop {
-        while let Some(done) = tasks.try_join_next() {
-            if let Err(error) = done {
-                tracing::error!(%error, "a fetch task failed");
-            }
-        }
-        let free = slots.available_permits();
-        if free == 0 {
-            tokio::select! {
-                _ = &mut shutdown => break,
-                permit = slots.acquire() => drop(permit),
-            }
-            continue;
-        }
-        let params = GetParams {
-            max_urls_per_queue: context.config.per_host,
-            max_queues: u32::try_from(free).unwrap_or(u32::MAX),
-            key: String::new(),
-            delay_requestable: context.config.lease_secs,
-            item: context.config.crawl.clone().map(get_params::Item::CrawlId),
-        };
-        let leased = tokio::select! {
-            _ = &mut shutdown => break,
-            leased = context.link.lease(params) => leased,
-        };
-        let infos = match leased {
-            Ok(infos) => infos,
-            Err(status) => {
-                tracing::warn!(%status, "GetURLs failed; retrying");
-                idle_rounds = idle_rounds.saturating_add(1);
-                tokio::select! {
-                    _ = &mut shutdown => break,
-                    () = tokio::time::sleep(crate::frontier_link::retry_delay(idle_rounds)) => {}
-                }
-                continue;
-            }
-        };
-        if infos.is_empty() {
-            // Nothing due: wait a little longer each time, or until a fetch
-            // ends (its outlinks may be due at once).
-            idle_rounds = idle_rounds.saturating_add(1);
-            let pause = Duration::from_millis((25_u64 << idle_rounds.min(6)).min(1000));
-            tokio::select! {
-                _ = &mut shutdown => break,
-                () = tokio::time::sleep(pause) => {}
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-            }
-            continue;
-        }
-        idle_rounds = 0;
-        for info in infos {
-            let permit = tokio::select! {
-                _ = &mut shutdown => break,
-                permit = Arc::clone(&slots).acquire_owned() => permit,
-            };
-            let Ok(permit) = permit else { break };
-            let context = Arc::clone(&context);
-            tasks.spawn(async move {
-                context.stats.in_flight.fetch_add(1, Ordering::Relaxed);
-                metrics::gauge!("worker_in_flight").increment(1.0);
-                process(&context, info).await;
-                metrics::gauge!("worker_in_flight").decrement(1.0);
-                context.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
-                drop(permit);
-            });
-        }
-    }
-    tracing::info!(in_flight = tasks.len(), "stopping: no more leases");
-    context.finish(tasks).await;
-    Ok(())
+/// What a leased URL needs before its fetch, and what came of it.
+pub(crate) struct Prepared {
+    /// The URL to fetch with its log line so far, or, with no fetch, the
+    /// outcome and its log line.
+    pub(crate) go: Result<(Url, CrawlLogEntry), (Outcome, CrawlLogEntry)>,
+    /// robots.txt's Crawl-delay for its origin (capped), zero when none.
+    pub(crate) crawl_delay: Duration,
 }
 
-async fn process(context: &Context, info: UrlInfo) {
+/// Everything before the fetch: the URL parsed, robots.txt asked (read
+/// first if the origin is new to the deployment; that read counts as a
+/// request to the host).
+pub(crate) async fn prepare(
+    context: &Context,
+    info: &UrlInfo,
+    pacer: &mut crate::pipeline::Pacer,
+) -> Prepared {
     let depth: u32 = meta_first(&info.metadata, metadata::DEPTH)
         .and_then(|d| d.parse().ok())
         .unwrap_or(0);
-    let started = std::time::Instant::now();
     let mut log = CrawlLogEntry {
         time: now_secs(),
         url: info.url.clone(),
@@ -351,18 +310,47 @@ async fn process(context: &Context, info: UrlInfo) {
         worker: context.config.worker_id.clone(),
         ..CrawlLogEntry::default()
     };
-    let (outcome, status) = match Url::parse(&info.url) {
-        Err(_) => (Outcome::Done(Reason::InvalidUrl), None),
-        Ok(url) => fetch_and_parse(context, &info, &url, depth, &mut log).await,
+    let Ok(url) = Url::parse(&info.url) else {
+        return Prepared {
+            go: Err((Outcome::Done(Reason::InvalidUrl), log)),
+            crawl_delay: Duration::ZERO,
+        };
     };
+    let lookup = lookup_robots(context, info, &url, pacer).await;
+    let crawl_delay = lookup
+        .robots
+        .crawl_delay
+        .filter(|delay| delay.is_finite() && *delay > 0.0)
+        .map_or(Duration::ZERO, |delay| {
+            Duration::from_secs_f32(delay.min(context.config.max_crawl_delay_secs as f32))
+        });
+    if lookup.fresh {
+        on_new_robots(context, info, &url, &lookup.robots, crawl_delay).await;
+    }
+    let go = match robots_refusal(context, &url, &lookup, &mut log) {
+        Some(refusal) => Err((refusal, log)),
+        None => Ok((url, log)),
+    };
+    Prepared { go, crawl_delay }
+}
+
+/// The URL's last step: its outcome settled and logged, its report sent
+/// until acknowledged.
+pub(crate) async fn finish(
+    context: &Context,
+    info: UrlInfo,
+    outcome: Outcome,
+    status: Option<u16>,
+    mut log: CrawlLogEntry,
+) {
     let (reason, due, mut metadata) = settle(context, &info, outcome);
+    metadata.remove(metadata::QUEUE_DELAY_MS);
     metadata.insert(metadata::OUTCOME.into(), meta_value(reason.as_str()));
     if let Some(status) = status {
         metadata.insert(metadata::STATUS.into(), meta_value(status.to_string()));
     }
     log.outcome = Some(reason);
     log.status = status;
-    log.duration_ms = started.elapsed().as_millis() as u64;
     log.retry_at = (due > 0).then_some(due);
     if let Some(output) = &context.output
         && let Err(error) = output.log(&log)
@@ -434,47 +422,99 @@ fn request_head(url: &Url, user_agent: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-async fn fetch_and_parse(
+/// The fetch and what it gives: WARC records, outlinks (a sitemap's URLs
+/// for a URL marked as a sitemap), the outcome. The fetch slot is let go
+/// once the body is read and parsed.
+pub(crate) async fn fetch_leased(
     context: &Context,
     info: &UrlInfo,
     url: &Url,
-    depth: u32,
-    log: &mut CrawlLogEntry,
-) -> (Outcome, Option<u16>) {
-    if let Some(refusal) = ask_robots(context, info, url, log).await {
-        return (refusal, None);
-    }
+    mut log: CrawlLogEntry,
+    slot: OwnedSemaphorePermit,
+) -> (Outcome, Option<u16>, CrawlLogEntry) {
+    let depth = log.depth;
+    context.stats.in_flight.fetch_add(1, Ordering::Relaxed);
+    metrics::gauge!("worker_in_flight").increment(1.0);
     let fetch_started = std::time::Instant::now();
+    log.time = now_secs();
     let fetched = context.fetcher.get(url).await;
     metrics::histogram!("worker_fetch_seconds").record(fetch_started.elapsed().as_secs_f64());
-    let fetched = match fetched {
-        Ok(fetched) => fetched,
+    metrics::gauge!("worker_in_flight").decrement(1.0);
+    context.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+    let (outcome, status) = match fetched {
+        Ok(fetched) => {
+            let sitemap_level = meta_first(&info.metadata, metadata::SITEMAP)
+                .and_then(|level| level.parse::<u32>().ok());
+            answered(
+                context,
+                info,
+                url,
+                depth,
+                fetched,
+                sitemap_level,
+                &mut log,
+                slot,
+            )
+            .await
+        }
         Err(error) => {
+            drop(slot);
             tracing::info!(url = %url, %error, "fetch failed");
             metrics::counter!("worker_fetches_total", "class" => "failed").increment(1);
             context.stats.failures.fetch_add(1, Ordering::Relaxed);
             log.error = Some(error.to_string());
-            return if error.is_transient() {
-                (Outcome::Retry(Reason::FetchError, None), None)
+            let outcome = if error.is_transient() {
+                Outcome::Retry(Reason::FetchError, None)
             } else {
-                (Outcome::Done(Reason::Refused), None)
+                Outcome::Done(Reason::Refused)
             };
+            (outcome, None)
         }
     };
+    log.duration_ms = fetch_started.elapsed().as_millis() as u64;
+    (outcome, status, log)
+}
+
+/// What an answer leads to.
+#[allow(clippy::too_many_arguments)]
+async fn answered(
+    context: &Context,
+    info: &UrlInfo,
+    url: &Url,
+    depth: u32,
+    fetched: Fetched,
+    sitemap_level: Option<u32>,
+    log: &mut CrawlLogEntry,
+    slot: OwnedSemaphorePermit,
+) -> (Outcome, Option<u16>) {
     record_answer(context, url, &fetched, log).await;
     let outcome = match fetched.status {
+        200..=299 if sitemap_level.is_some() => {
+            let found = read_sitemap(context, url, &fetched, sitemap_level.unwrap_or(0));
+            drop(slot);
+            for (links, level) in found {
+                let kind = level.map_or(Links::SitemapPages, Links::Sitemaps);
+                send_links(context, info, url, 0, links, kind).await;
+            }
+            Outcome::Done(Reason::Fetched)
+        }
         200..=299 => {
             let outlinks = if fetched.is_html() {
                 html_outlinks(context, url, &fetched, log)
             } else {
                 Vec::new()
             };
+            drop(slot);
             log.outlinks = Some(outlinks.len());
-            send_outlinks(context, info, url, depth, outlinks).await;
+            send_links(context, info, url, depth, outlinks, Links::Page).await;
             Outcome::Done(Reason::Fetched)
         }
-        300..=399 => follow_redirect(context, info, url, depth, &fetched, log).await,
+        300..=399 => {
+            drop(slot);
+            follow_redirect(context, info, url, depth, &fetched, log).await
+        }
         429 | 503 => {
+            drop(slot);
             let until = retry_after(&fetched);
             if let Some(until) = until {
                 context
@@ -490,23 +530,114 @@ async fn fetch_and_parse(
     (outcome, Some(fetched.status))
 }
 
-/// robots.txt's answer for `url` (read first if the origin is new): `None`
-/// when the fetch may go ahead, else the outcome without it.
-async fn ask_robots(
+/// A sitemap's pages (sent as depth-1 links) and, below the depth limit,
+/// the sitemaps it names (sent marked as sitemaps a level deeper).
+fn read_sitemap(
+    context: &Context,
+    url: &Url,
+    fetched: &Fetched,
+    level: u32,
+) -> Vec<(Vec<String>, Option<u32>)> {
+    let Ok(sitemap) = parse_sitemap(&fetched.body) else {
+        tracing::info!(sitemap = %url, "unreadable sitemap");
+        return Vec::new();
+    };
+    let resolved = |list: &[String]| -> Vec<String> {
+        list.iter().filter_map(|page| resolve(url, page)).collect()
+    };
+    let mut found = vec![(resolved(&sitemap.pages), None)];
+    if level < context.config.max_sitemap_depth {
+        found.push((resolved(&sitemap.sitemaps), Some(level + 1)));
+    }
+    found
+}
+
+/// robots.txt of a URL's origin: the worker's cache, else the answer
+/// another worker shelved at the frontier while current, else read from
+/// the origin (and shelved for the others; the read is a request to the
+/// host, so the pacer counts it).
+async fn lookup_robots(
     context: &Context,
     info: &UrlInfo,
     url: &Url,
-    log: &mut CrawlLogEntry,
-) -> Option<Outcome> {
-    let lookup = context.robots.get(&context.fetcher, url).await;
+    pacer: &mut crate::pipeline::Pacer,
+) -> Lookup {
+    let before = std::time::Instant::now();
+    let lookup = context
+        .robots
+        .get_or_load(url, |origin| async move {
+            let place = proto::admin::RobotsPlace {
+                crawl_id: info.crawl_id.clone(),
+                key: info.key.clone(),
+                origin: origin.clone(),
+            };
+            if let Some(kept) = context.link.shelved_robots(place.clone()).await
+                && let Some(robots) = shelved_rules(context, &kept)
+            {
+                return (robots, false);
+            }
+            let answer = crate::robots::fetch_answer(&context.fetcher, &origin).await;
+            if let Ok(read) = &answer {
+                let kept = proto::admin::RobotsAnswer {
+                    reached: read.is_some(),
+                    status: read.as_ref().map_or(0, |(status, _)| u32::from(*status)),
+                    body: read
+                        .as_ref()
+                        .map(|(_, body)| {
+                            body[..body.len().min(crate::robots::MAX_ROBOTS_BYTES)].to_vec()
+                        })
+                        .unwrap_or_default(),
+                    fetched_at_ms: now_millis(),
+                };
+                context.link.shelve_robots(place, kept).await;
+            }
+            (context.robots.rules_of(&answer), true)
+        })
+        .await;
     metrics::counter!(
         "worker_robots_lookups_total",
         "result" => if lookup.fresh { "fetched" } else { "cached" }
     )
     .increment(1);
     if lookup.fresh {
-        on_new_robots(context, info, url, &lookup.robots).await;
+        pacer.started(before);
     }
+    lookup
+}
+
+/// The rules of an answer another worker read, if still current.
+fn shelved_rules(
+    context: &Context,
+    kept: &proto::admin::RobotsAnswer,
+) -> Option<crate::robots::OriginRobots> {
+    let age = Duration::from_millis(now_millis().saturating_sub(kept.fetched_at_ms));
+    let read_at = std::time::Instant::now().checked_sub(age)?;
+    let answer = if kept.reached {
+        let status = u16::try_from(kept.status).ok()?;
+        Ok(Some((status, bytes::Bytes::from(kept.body.clone()))))
+    } else {
+        Ok(None)
+    };
+    let robots = context.robots.rules_of(&answer).read_at(read_at);
+    context
+        .robots
+        .is_current(&robots.rules, read_at)
+        .then_some(robots)
+}
+
+fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Why robots.txt keeps the fetch from going ahead, if it does.
+fn robots_refusal(
+    context: &Context,
+    url: &Url,
+    lookup: &Lookup,
+    log: &mut CrawlLogEntry,
+) -> Option<Outcome> {
     match lookup.robots.verdict(url) {
         Verdict::Allowed => None,
         Verdict::Disallowed => {
@@ -587,7 +718,15 @@ async fn follow_redirect(
             Outcome::Done(Reason::TooManyRedirects)
         }
         Some(target) => {
-            send_links(context, info, url, depth, vec![target], Some(hops)).await;
+            send_links(
+                context,
+                info,
+                url,
+                depth,
+                vec![target],
+                Links::Redirect(hops),
+            )
+            .await;
             Outcome::Done(Reason::Redirect)
         }
         None => Outcome::Done(Reason::Redirect),
@@ -624,121 +763,142 @@ fn html_outlinks(
     }
 }
 
-async fn send_outlinks(
-    context: &Context,
-    info: &UrlInfo,
-    url: &Url,
-    depth: u32,
-    outlinks: Vec<String>,
-) {
-    send_links(context, info, url, depth, outlinks, None).await;
+/// What a batch of links is, which decides their metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Links {
+    /// Found on a page: one link deeper.
+    Page,
+    /// A redirect's target, with the length of the chain that led to it.
+    Redirect(u32),
+    /// A sitemap's pages: one hop from the crawl's start (depth 1).
+    SitemapPages,
+    /// Sitemaps, at this sitemap index level.
+    Sitemaps(u32),
 }
 
-/// Sends links found at `url`; a redirect's target carries the length of
-/// the chain that led to it.
+/// Sends links found at `url`, in the frontier's canonical spelling (so
+/// any URL Frontier server sees one spelling per page), each once, and
+/// none the seen cache knows the frontier has; waits for the frontier's
+/// acknowledgement.
 async fn send_links(
     context: &Context,
     info: &UrlInfo,
     url: &Url,
     depth: u32,
     links: Vec<String>,
-    redirect_hops: Option<u32>,
+    kind: Links,
 ) {
-    if links.is_empty() {
-        return;
-    }
-    let items: Vec<UrlInfo> = links
-        .into_iter()
-        .map(|link| {
-            let mut metadata = HashMap::from([
-                (
-                    metadata::DEPTH.to_owned(),
-                    meta_value((depth + 1).to_string()),
-                ),
-                (metadata::PARENT.to_owned(), meta_value(url.as_str())),
-            ]);
-            if let Some(hops) = redirect_hops {
+    let link_depth = match kind {
+        Links::Page | Links::Redirect(_) => depth + 1,
+        Links::SitemapPages => 1,
+        Links::Sitemaps(_) => 0,
+    };
+    let mut spelled = std::collections::HashSet::new();
+    let mut items = Vec::new();
+    let mut cacheable = Vec::new();
+    for link in links {
+        // A URL no frontier takes is not sent.
+        let Ok(canonical) = canon::canonicalise(&link, context.config.max_url_length) else {
+            continue;
+        };
+        if !spelled.insert(canonical.as_str().to_owned()) {
+            continue;
+        }
+        // Only a page's links to its own host are cached: the host is in
+        // the crawl's scope already, so the frontier's answer for them
+        // cannot change but by depth, which the cache keeps.
+        let key = (kind == Links::Page && Some(canonical.host()) == url.host_str())
+            .then(|| SeenCache::key(&info.crawl_id, canonical.as_str()));
+        if let Some(key) = key
+            && context.seen.knows(key, link_depth)
+        {
+            context.stats.links_cached.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let mut metadata = HashMap::from([
+            (
+                metadata::DEPTH.to_owned(),
+                meta_value(link_depth.to_string()),
+            ),
+            (metadata::PARENT.to_owned(), meta_value(url.as_str())),
+        ]);
+        match kind {
+            Links::Redirect(hops) => {
                 metadata.insert(
                     metadata::REDIRECT_HOPS.to_owned(),
                     meta_value(hops.to_string()),
                 );
             }
-            UrlInfo {
-                url: link,
-                key: String::new(),
-                metadata,
-                crawl_id: info.crawl_id.clone(),
+            Links::Sitemaps(level) => {
+                metadata.insert(metadata::SITEMAP.to_owned(), meta_value(level.to_string()));
             }
-        })
-        .collect();
-    let new = context.link.put_outlinks(url.to_string(), items).await;
+            Links::Page | Links::SitemapPages => {}
+        }
+        items.push(UrlInfo {
+            url: canonical.into_string(),
+            key: String::new(),
+            metadata,
+            crawl_id: info.crawl_id.clone(),
+        });
+        cacheable.push(key);
+    }
+    if items.is_empty() {
+        return;
+    }
     context
         .stats
-        .new_outlinks
-        .fetch_add(new as u64, Ordering::Relaxed);
+        .links_sent
+        .fetch_add(items.len() as u64, Ordering::Relaxed);
+    // Large sitemaps go in batches the frontier takes in one transaction.
+    let mut new = 0;
+    for (items, keys) in items.chunks(1000).zip(cacheable.chunks(1000)) {
+        let statuses = context
+            .link
+            .put_outlinks(url.to_string(), items.to_vec())
+            .await;
+        for (status, key) in statuses.iter().zip(keys) {
+            if *status == Ack::Ok as i32 {
+                new += 1;
+            }
+            if let Some(key) = key
+                && *status != Ack::Fail as i32
+            {
+                context.seen.insert(*key, link_depth);
+            }
+        }
+    }
+    context.stats.new_outlinks.fetch_add(new, Ordering::Relaxed);
 }
 
-/// First contact with an origin's robots.txt: its Crawl-delay becomes the
-/// queue's delay at the frontier, and its sitemaps are read.
+/// First read of an origin's robots.txt in the deployment: its
+/// Crawl-delay becomes the queue's delay at the frontier, and its sitemaps
+/// (or `/sitemap.xml` when it names none) go to the frontier marked as
+/// sitemaps.
 async fn on_new_robots(
     context: &Context,
     info: &UrlInfo,
     url: &Url,
     robots: &crate::robots::OriginRobots,
+    crawl_delay: Duration,
 ) {
-    if let Some(delay) = robots.crawl_delay
-        && delay > 0.0
-    {
-        let secs = (delay.ceil() as u32).min(context.config.max_crawl_delay_secs);
+    if !crawl_delay.is_zero() {
         context
             .link
-            .set_delay(&info.crawl_id, &info.key, secs)
+            .set_queue_delay(&info.crawl_id, &info.key, crawl_delay)
             .await;
     }
     if !context.config.sitemaps {
         return;
     }
-    let mut pending: Vec<(String, u32)> = if robots.sitemaps.is_empty() {
-        vec![(
-            format!("{}/sitemap.xml", url.origin().ascii_serialization()),
-            0,
+    let sitemaps: Vec<String> = if robots.sitemaps.is_empty() {
+        vec![format!(
+            "{}/sitemap.xml",
+            url.origin().ascii_serialization()
         )]
     } else {
-        robots.sitemaps.iter().map(|s| (s.clone(), 0)).collect()
+        robots.sitemaps.clone()
     };
-    let mut read = 0;
-    while let Some((sitemap_url, level)) = pending.pop() {
-        // A bound on sitemaps read per origin, whatever the index says.
-        read += 1;
-        if read > 100 {
-            break;
-        }
-        let Ok(parsed_url) = Url::parse(&sitemap_url) else {
-            continue;
-        };
-        let Ok(fetched) = context.fetcher.get(&parsed_url).await else {
-            continue;
-        };
-        if !(200..300).contains(&fetched.status) {
-            continue;
-        }
-        let Ok(sitemap) = parse_sitemap(&fetched.body) else {
-            tracing::info!(sitemap = %sitemap_url, "unreadable sitemap");
-            continue;
-        };
-        if level < context.config.max_sitemap_depth {
-            pending.extend(sitemap.sitemaps.into_iter().map(|s| (s, level + 1)));
-        }
-        let pages: Vec<String> = sitemap
-            .pages
-            .iter()
-            .filter_map(|page| resolve(&parsed_url, page))
-            .collect();
-        // Sitemap pages are one hop from the crawl's start (depth 1).
-        for chunk in pages.chunks(1000) {
-            send_outlinks(context, info, &parsed_url, 0, chunk.to_vec()).await;
-        }
-    }
+    send_links(context, info, url, 0, sitemaps, Links::Sitemaps(0)).await;
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use proto::admin::{self as adm, admin_client::AdminClient};
 use proto::bearer::Bearer;
 use proto::urlfrontier::{
     self as uf, DiscoveredBatch, GetParams, UrlInfo, UrlItem, ack_message::Status as Ack,
@@ -24,6 +25,15 @@ pub struct LinkError {
 /// The client the link calls through.
 pub type Client = UrlFrontierClient<InterceptedService<Channel, Bearer>>;
 
+/// The client of our frontier's admin extensions.
+type Admin = AdminClient<InterceptedService<Channel, Bearer>>;
+
+// Whether the frontier serves our admin extensions (millisecond delays,
+// the robots.txt shelf): not known until the first call tells.
+const EXTENSIONS_UNKNOWN: u8 = 0;
+const EXTENSIONS_SERVED: u8 = 1;
+const EXTENSIONS_ABSENT: u8 = 2;
+
 /// Links to a frontier's nodes; each reconnects by itself.
 ///
 /// A frontier cluster serves each node's own partitions from GetURLs, so
@@ -36,6 +46,8 @@ pub type Client = UrlFrontierClient<InterceptedService<Channel, Bearer>>;
 #[derive(Debug, Clone)]
 pub struct FrontierLink {
     entry: Client,
+    entry_admin: Admin,
+    extensions: std::sync::Arc<std::sync::atomic::AtomicU8>,
     /// The given address as an endpoint, to know it among the listed.
     entry_endpoint: String,
     token: Option<String>,
@@ -65,8 +77,11 @@ impl FrontierLink {
     /// `token` on every call when given; connects on first use and again
     /// after any failure.
     pub fn new(address: &str, token: Option<&str>) -> Result<Self, LinkError> {
+        let (entry, entry_admin) = clients_of(address, token)?;
         Ok(Self {
-            entry: client_of(address, token)?,
+            entry,
+            entry_admin,
+            extensions: std::sync::Arc::default(),
             entry_endpoint: proto::endpoint_of(address),
             token: token.map(str::to_owned),
             nodes: std::sync::Arc::new(std::sync::Mutex::new(Nodes {
@@ -122,8 +137,8 @@ impl FrontierLink {
             let existing = nodes.others.iter().find(|(e, _)| *e == endpoint);
             let client = match existing {
                 Some((_, client)) => client.clone(),
-                None => match client_of(&endpoint, self.token.as_deref()) {
-                    Ok(client) => client,
+                None => match clients_of(&endpoint, self.token.as_deref()) {
+                    Ok((client, _)) => client,
                     Err(error) => {
                         tracing::warn!(%error, "a frontier node's address is unusable");
                         continue;
@@ -165,8 +180,8 @@ impl FrontierLink {
     }
 
     /// Sends a page's outlinks as one batch until it is acknowledged;
-    /// answers how many were new (OK).
-    pub async fn put_outlinks(&self, id: String, items: Vec<UrlInfo>) -> usize {
+    /// answers each item's status (OK: stored as new).
+    pub async fn put_outlinks(&self, id: String, items: Vec<UrlInfo>) -> Vec<i32> {
         let batch = DiscoveredBatch { id, items };
         let ack = self
             .resend_until_acked(
@@ -187,9 +202,6 @@ impl FrontierLink {
             )
             .await;
         ack.statuses
-            .iter()
-            .filter(|s| **s == Ack::Ok as i32)
-            .count()
     }
 
     /// Reports a URL's state (a known item) until it is acknowledged.
@@ -262,6 +274,113 @@ impl FrontierLink {
         .await;
     }
 
+    /// Whether the frontier is known to lack our admin extensions.
+    fn extensions_absent(&self) -> bool {
+        self.extensions.load(std::sync::atomic::Ordering::Relaxed) == EXTENSIONS_ABSENT
+    }
+
+    /// Learns from an answer whether the frontier serves our extensions.
+    fn note_extensions<T>(&self, answer: &Result<T, tonic::Status>) {
+        let known = match answer {
+            Ok(_) => EXTENSIONS_SERVED,
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                tracing::info!(
+                    "the frontier lacks this project's admin extensions: robots.txt is read by \
+                     each worker, and delays are whole seconds"
+                );
+                EXTENSIONS_ABSENT
+            }
+            Err(_) => return,
+        };
+        let _ = self.extensions.compare_exchange(
+            EXTENSIONS_UNKNOWN,
+            known,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// The robots.txt answer another worker read for an origin, as the
+    /// frontier keeps it; `None` when it keeps none or cannot say (the
+    /// caller then reads robots.txt itself).
+    pub async fn shelved_robots(&self, place: adm::RobotsPlace) -> Option<adm::RobotsAnswer> {
+        if self.extensions_absent() {
+            return None;
+        }
+        let answer = self
+            .entry_admin
+            .clone()
+            .get_robots(adm::GetRobotsRequest {
+                place: Some(place),
+                local: false,
+            })
+            .await;
+        self.note_extensions(&answer);
+        match answer {
+            Ok(answer) => answer.into_inner().robots,
+            Err(status) => {
+                tracing::debug!(%status, "GetRobots failed; reading robots.txt here");
+                None
+            }
+        }
+    }
+
+    /// Keeps a robots.txt answer at the frontier for the other workers; a
+    /// few tries (losing it costs one more robots.txt read elsewhere).
+    pub async fn shelve_robots(&self, place: adm::RobotsPlace, robots: adm::RobotsAnswer) {
+        if self.extensions_absent() {
+            return;
+        }
+        let request = adm::PutRobotsRequest {
+            place: Some(place),
+            robots: Some(robots),
+            local: false,
+        };
+        for attempt in 0..3 {
+            let answer = self.entry_admin.clone().put_robots(request.clone()).await;
+            self.note_extensions(&answer);
+            match answer {
+                Ok(_) => return,
+                Err(status) if status.code() == tonic::Code::Unimplemented => return,
+                Err(status) => tracing::warn!(%status, "PutRobots failed"),
+            }
+            tokio::time::sleep(retry_delay(attempt)).await;
+        }
+    }
+
+    /// Sets a queue's delay (robots.txt Crawl-delay) to the millisecond
+    /// where the frontier can hold it, else rounded up to whole seconds
+    /// (the URL Frontier API's SetDelay).
+    pub async fn set_queue_delay(&self, crawl: &str, queue: &str, delay: Duration) {
+        if !self.extensions_absent() {
+            let request = adm::SetQueueDelayRequest {
+                crawl_id: crawl.to_owned(),
+                key: queue.to_owned(),
+                delay_ms: u32::try_from(delay.as_millis()).unwrap_or(u32::MAX),
+                local: false,
+            };
+            for attempt in 0..5 {
+                let answer = self
+                    .entry_admin
+                    .clone()
+                    .set_queue_delay(request.clone())
+                    .await;
+                self.note_extensions(&answer);
+                match answer {
+                    Ok(_) => return,
+                    Err(status) if status.code() == tonic::Code::Unimplemented => break,
+                    Err(status) => tracing::warn!(%status, queue, "SetQueueDelay failed"),
+                }
+                tokio::time::sleep(retry_delay(attempt)).await;
+            }
+            if !self.extensions_absent() {
+                return;
+            }
+        }
+        let secs = u32::try_from(delay.as_millis().div_ceil(1000)).unwrap_or(u32::MAX);
+        self.set_delay(crawl, queue, secs).await;
+    }
+
     /// Blocks a queue until a UTC epoch second (Retry-After).
     pub async fn block_queue(&self, crawl: &str, queue: &str, until: u64) {
         let params = uf::BlockQueueParams {
@@ -295,8 +414,9 @@ impl FrontierLink {
     }
 }
 
-/// A client of one node.
-fn client_of(address: &str, token: Option<&str>) -> Result<Client, LinkError> {
+/// The clients of one node: the URL Frontier API and our admin API, over
+/// one channel.
+fn clients_of(address: &str, token: Option<&str>) -> Result<(Client, Admin), LinkError> {
     let bearer = Bearer::new(token).map_err(|error| LinkError {
         address: address.to_owned(),
         reason: error.to_string(),
@@ -309,8 +429,11 @@ fn client_of(address: &str, token: Option<&str>) -> Result<Client, LinkError> {
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .connect_lazy();
-    Ok(UrlFrontierClient::with_interceptor(channel, bearer)
-        .max_decoding_message_size(64 * 1024 * 1024))
+    Ok((
+        UrlFrontierClient::with_interceptor(channel.clone(), bearer.clone())
+            .max_decoding_message_size(64 * 1024 * 1024),
+        AdminClient::with_interceptor(channel, bearer),
+    ))
 }
 
 /// One GetURLs call, its answer collected.

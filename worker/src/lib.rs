@@ -10,14 +10,19 @@
 //! - [`sitemap`]: sitemap and sitemap index reading, gzip included.
 //! - [`output`]: WARC 1.1 files and the crawl log.
 //! - [`report`]: how a URL ended: the reasons, the crawl log's line.
-//! - [`frontier_link`]: leasing and acknowledged reports to the frontier.
-//! - [`crawler`]: the lease loop and the life of one leased URL.
+//! - [`frontier_link`]: leasing and acknowledged reports to the frontier,
+//!   and our frontier's extensions (robots.txt shelf, millisecond delays).
+//! - [`seen`]: links the frontier already acknowledged, not sent again.
+//! - [`pipeline`]: the lease loop and each leased host's paced pipeline.
+//! - [`crawler`]: the steps of one leased URL.
 pub mod crawler;
 pub mod fetch;
 pub mod frontier_link;
 pub mod links;
 pub mod output;
+pub mod pipeline;
 pub mod report;
 pub mod robots;
+pub mod seen;
 pub mod sitemap;
 pub mod ssrf;

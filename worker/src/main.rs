@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use worker::crawler::{WorkerConfig, WorkerStats, default_user_agent, run};
+use worker::crawler::{WorkerConfig, WorkerStats, default_user_agent};
+use worker::pipeline::run;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,6 +33,18 @@ struct Args {
     /// Most URLs of one host in flight.
     #[arg(long, env = "WORKER_PER_HOST", default_value_t = 1)]
     per_host: u32,
+    /// Most hosts (queues) held at once, each with its leased URLs fetched
+    /// within its politeness; many hosts with a delay each need many held.
+    #[arg(long, env = "WORKER_MAX_QUEUES", default_value_t = 256)]
+    max_queues: usize,
+    /// URLs of one host asked for per lease (the frontier gives no more
+    /// than the lease has room for at the host's delay).
+    #[arg(long, env = "WORKER_LEASE_PER_QUEUE", default_value_t = 32)]
+    lease_per_queue: u32,
+    /// Links the seen cache holds: links the frontier already acknowledged
+    /// are not sent again (0: send every link).
+    #[arg(long, env = "WORKER_SEEN_CACHE", default_value_t = 65_536)]
+    seen_cache: usize,
     /// Lease length asked of the frontier, seconds.
     #[arg(long, env = "WORKER_LEASE_SECS", default_value_t = 120)]
     lease_secs: u32,
@@ -124,6 +137,9 @@ fn main_result() -> anyhow::Result<()> {
     config.token = args.token;
     config.concurrency = args.concurrency;
     config.per_host = args.per_host;
+    config.max_queues = args.max_queues;
+    config.lease_per_queue = args.lease_per_queue;
+    config.seen_cache = args.seen_cache;
     config.lease_secs = args.lease_secs;
     config.output = args.output;
     if let Some(id) = args.worker_id {

@@ -64,6 +64,15 @@ pub enum Outcome {
     Retry(Reason, Option<u64>),
 }
 
+impl Outcome {
+    /// Whether the host asked for a pause (429 or 503 with Retry-After):
+    /// its other leased URLs then wait for the frontier's block.
+    #[must_use]
+    pub fn holds_off_the_host(&self) -> bool {
+        matches!(self, Self::Retry(Reason::ServerBusy, Some(_)))
+    }
+}
+
 /// One line of the crawl log: a leased URL and what became of it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CrawlLogEntry {

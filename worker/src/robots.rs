@@ -1,8 +1,9 @@
-//! robots.txt per origin (RFC 9309), fetched once per origin and kept for a
+//! robots.txt per origin (RFC 9309), read once per origin and kept for a
 //! TTL: 2xx is parsed (texting_robots), 4xx allows everything, 5xx or an
 //! unreachable server disallows for a while (the URL is retried later,
 //! not dropped). Concurrent fetches of one origin's URLs share one
-//! robots.txt request.
+//! lookup; where the answer comes from (the frontier's shelf, or the
+//! origin itself) is the caller's loader.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -73,6 +74,14 @@ impl OriginRobots {
                 }
             }
         }
+    }
+
+    /// The same rules, read at another moment (an answer another worker
+    /// read, whose age the frontier kept).
+    #[must_use]
+    pub fn read_at(mut self, at: Instant) -> Self {
+        self.fetched_at = at;
+        self
     }
 
     /// An origin whose address the SSRF guard refuses.
@@ -158,43 +167,60 @@ impl RobotsCache {
         }
     }
 
+    /// The user agent's product token the rules are read for.
+    #[must_use]
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// Whether rules read at `fetched_at` are still good to use.
+    #[must_use]
+    pub fn is_current(&self, rules: &Rules, fetched_at: Instant) -> bool {
+        let ttl = match rules {
+            Rules::Unavailable(_) | Rules::Refused(_) => self.unavailable_ttl,
+            _ => self.ttl,
+        };
+        fetched_at.elapsed() < ttl
+    }
+
     fn cell(&self, origin: &str) -> Cell {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let cell = entries.entry(origin.to_owned()).or_default();
-        if let Some(robots) = cell.get() {
-            let ttl = match robots.rules {
-                Rules::Unavailable(_) | Rules::Refused(_) => self.unavailable_ttl,
-                _ => self.ttl,
-            };
-            if robots.fetched_at.elapsed() >= ttl {
-                *cell = Arc::default();
-            }
+        if let Some(robots) = cell.get()
+            && !self.is_current(&robots.rules, robots.fetched_at)
+        {
+            *cell = Arc::default();
         }
         Arc::clone(cell)
     }
 
-    /// The robots of a URL's origin, fetched when not cached.
+    /// The robots of a URL's origin, read from the origin when not cached.
     pub async fn get(&self, fetcher: &Fetcher, url: &Url) -> Lookup {
+        self.get_or_load(url, |origin| async move {
+            let answer = fetch_answer(fetcher, &origin).await;
+            (self.rules_of(&answer), true)
+        })
+        .await
+    }
+
+    /// The robots of a URL's origin; when not cached, `load` is given the
+    /// origin and answers the rules and whether it read them from the
+    /// origin itself (then the lookup is fresh).
+    pub async fn get_or_load<F, Fut>(&self, url: &Url, load: F) -> Lookup
+    where
+        F: FnOnce(String) -> Fut,
+        Fut: std::future::Future<Output = (OriginRobots, bool)>,
+    {
         let origin = url.origin().ascii_serialization();
         let cell = self.cell(&origin);
         let mut fresh = false;
         let robots = cell
             .get_or_init(|| {
-                fresh = true;
+                let loading = load(origin.clone());
                 async {
-                    let answer = match Url::parse(&format!("{origin}/robots.txt")) {
-                        Ok(robots_url) => fetch_following(fetcher, robots_url).await,
-                        Err(_) => Ok(None),
-                    };
-                    Arc::new(match answer {
-                        Ok(answer) => OriginRobots::from_answer(
-                            &self.agent,
-                            answer
-                                .as_ref()
-                                .map(|(status, body)| (*status, body.as_ref())),
-                        ),
-                        Err(refused) => OriginRobots::refused(refused),
-                    })
+                    let (robots, from_origin) = loading.await;
+                    fresh = from_origin;
+                    Arc::new(robots)
                 }
             })
             .await;
@@ -203,15 +229,39 @@ impl RobotsCache {
             fresh,
         }
     }
+
+    /// The rules of an answer read from an origin.
+    #[must_use]
+    pub fn rules_of(&self, answer: &RobotsAnswer) -> OriginRobots {
+        match answer {
+            Ok(answer) => OriginRobots::from_answer(
+                &self.agent,
+                answer
+                    .as_ref()
+                    .map(|(status, body)| (*status, body.as_ref())),
+            ),
+            Err(refused) => OriginRobots::refused(refused.clone()),
+        }
+    }
+}
+
+/// What reading an origin's robots.txt gave: the status and body, `None`
+/// when there was no answer to be had, or why the SSRF guard refused an
+/// address on the way.
+pub type RobotsAnswer = Result<Option<(u16, bytes::Bytes)>, String>;
+
+/// Reads an origin's robots.txt (`origin` as `scheme://host[:port]`).
+pub async fn fetch_answer(fetcher: &Fetcher, origin: &str) -> RobotsAnswer {
+    match Url::parse(&format!("{origin}/robots.txt")) {
+        Ok(robots_url) => fetch_following(fetcher, robots_url).await,
+        Err(_) => Ok(None),
+    }
 }
 
 /// Fetches robots.txt following up to five redirects (RFC 9309 2.3.1.2):
 /// the answer, `None` when there is none to be had, or why the SSRF guard
 /// refused an address on the way.
-async fn fetch_following(
-    fetcher: &Fetcher,
-    mut url: Url,
-) -> Result<Option<(u16, bytes::Bytes)>, String> {
+async fn fetch_following(fetcher: &Fetcher, mut url: Url) -> RobotsAnswer {
     for _ in 0..=5 {
         let fetched = match fetcher.get(&url).await {
             Ok(fetched) => fetched,

@@ -133,6 +133,11 @@ pub struct ServeArgs {
     /// resume by themselves once there is room.
     #[arg(long, env = "FRONTIER_MIN_FREE_MB", default_value_t = 256)]
     min_free_mb: u64,
+    /// MiB of robots.txt answers kept for the workers (each origin's
+    /// robots.txt is then read once per deployment, not once per worker);
+    /// the oldest go first when it is full, and are read again when needed.
+    #[arg(long, env = "FRONTIER_ROBOTS_CACHE_MB", default_value_t = 64)]
+    robots_cache_mb: u64,
 }
 
 /// Logging to stderr, `RUST_LOG` levels (default info), changeable at run
@@ -212,6 +217,8 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
         default_delay: Duration::from_millis(args.default_delay_ms),
         cache_bytes: usize::try_from(args.cache_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
         min_free_bytes: args.min_free_mb.saturating_mul(1 << 20),
+        robots_shelf_bytes: usize::try_from(args.robots_cache_mb.saturating_mul(1 << 20))
+            .unwrap_or(usize::MAX),
     })
 }
 

@@ -54,6 +54,12 @@ impl ClusterAdmin {
     }
 
     /// Runs `call` on every node (see [`super::on_nodes`]).
+    /// Where a call for a queue goes: its partition's owner.
+    fn queue_owner(&self, crawl: &str, key: &str) -> Result<Target, Status> {
+        let partition = self.cluster.partition_of_host(crawl, key);
+        self.target(self.cluster.owner_of(partition)?)
+    }
+
     async fn on_nodes<T, F, Fut>(
         &self,
         live_only: bool,
@@ -352,5 +358,52 @@ impl Admin for ClusterAdmin {
             owners,
             answered_by: self.cluster.node_id().to_owned(),
         }))
+    }
+
+    async fn set_queue_delay(
+        &self,
+        request: Request<adm::SetQueueDelayRequest>,
+    ) -> Result<Response<adm::SetQueueDelayResponse>, Status> {
+        if self.cluster.accept_forwarded(&request)? || request.get_ref().local {
+            return self.local.set_queue_delay(request).await;
+        }
+        let params = adm::SetQueueDelayRequest {
+            local: true,
+            ..request.into_inner()
+        };
+        let target = self.queue_owner(&params.crawl_id, &params.key)?;
+        Ok(Response::new(call!(target, set_queue_delay, params)?))
+    }
+
+    async fn get_robots(
+        &self,
+        request: Request<adm::GetRobotsRequest>,
+    ) -> Result<Response<adm::GetRobotsResponse>, Status> {
+        if self.cluster.accept_forwarded(&request)? || request.get_ref().local {
+            return self.local.get_robots(request).await;
+        }
+        let params = adm::GetRobotsRequest {
+            local: true,
+            ..request.into_inner()
+        };
+        let place = params.place.clone().unwrap_or_default();
+        let target = self.queue_owner(&place.crawl_id, &place.key)?;
+        Ok(Response::new(call!(target, get_robots, params)?))
+    }
+
+    async fn put_robots(
+        &self,
+        request: Request<adm::PutRobotsRequest>,
+    ) -> Result<Response<adm::PutRobotsResponse>, Status> {
+        if self.cluster.accept_forwarded(&request)? || request.get_ref().local {
+            return self.local.put_robots(request).await;
+        }
+        let params = adm::PutRobotsRequest {
+            local: true,
+            ..request.into_inner()
+        };
+        let place = params.place.clone().unwrap_or_default();
+        let target = self.queue_owner(&place.crawl_id, &place.key)?;
+        Ok(Response::new(call!(target, put_robots, params)?))
     }
 }

@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 
 use super::{blocking, status_of};
 use crate::ingest::{DedupMode, Outcome, UrlCheck};
+use crate::robots_shelf::RobotsAnswer;
 use crate::service::{FrontierError, PartitionFigures, SharedFrontier, crawl_or_default};
 
 /// The admin API.
@@ -350,5 +351,72 @@ impl adm::admin_server::Admin for AdminService {
             owners: Vec::new(),
             answered_by: self.node.clone(),
         }))
+    }
+
+    async fn set_queue_delay(
+        &self,
+        request: Request<adm::SetQueueDelayRequest>,
+    ) -> Result<Response<adm::SetQueueDelayResponse>, Status> {
+        let request = request.into_inner();
+        if request.key.is_empty() {
+            return Err(Status::invalid_argument(
+                "SetQueueDelay needs a queue key (a crawl's default delay is set by SetDelay)",
+            ));
+        }
+        blocking(&self.frontier, move |f| {
+            Ok(f.scheduler().set_queue_delay(
+                crawl_or_default(&request.crawl_id),
+                &request.key,
+                std::time::Duration::from_millis(u64::from(request.delay_ms)),
+            )?)
+        })
+        .await?;
+        Ok(Response::new(adm::SetQueueDelayResponse {}))
+    }
+
+    async fn get_robots(
+        &self,
+        request: Request<adm::GetRobotsRequest>,
+    ) -> Result<Response<adm::GetRobotsResponse>, Status> {
+        let place = request.into_inner().place.unwrap_or_default();
+        let kept = self
+            .frontier
+            .robots()
+            .get(crawl_or_default(&place.crawl_id), &place.origin);
+        Ok(Response::new(adm::GetRobotsResponse {
+            robots: kept.map(|answer| adm::RobotsAnswer {
+                reached: answer.reached,
+                status: u32::from(answer.status),
+                body: answer.body,
+                fetched_at_ms: answer.fetched_at_ms,
+            }),
+        }))
+    }
+
+    async fn put_robots(
+        &self,
+        request: Request<adm::PutRobotsRequest>,
+    ) -> Result<Response<adm::PutRobotsResponse>, Status> {
+        let request = request.into_inner();
+        let place = request.place.unwrap_or_default();
+        let Some(answer) = request.robots else {
+            return Err(Status::invalid_argument("PutRobots needs an answer"));
+        };
+        let status = u16::try_from(answer.status)
+            .map_err(|_| Status::invalid_argument(format!("HTTP status {}", answer.status)))?;
+        self.frontier
+            .robots()
+            .put(
+                crawl_or_default(&place.crawl_id),
+                &place.origin,
+                RobotsAnswer {
+                    reached: answer.reached,
+                    status,
+                    body: answer.body,
+                    fetched_at_ms: answer.fetched_at_ms,
+                },
+            )
+            .map_err(|error| status_of(error.into()))?;
+        Ok(Response::new(adm::PutRobotsResponse {}))
     }
 }

@@ -122,11 +122,15 @@ async fn blocking<T: Send + 'static>(
         .map_err(status_of)
 }
 
+/// A client's metadata as stored: what the frontier sets on serving only
+/// (the queue's delay) is left out, so a report that echoes it back does
+/// not keep a stale copy.
 fn metadata_in(
     metadata: &std::collections::HashMap<String, uf::StringList>,
 ) -> BTreeMap<String, Vec<String>> {
     metadata
         .iter()
+        .filter(|(key, _)| key.as_str() != proto::metadata::QUEUE_DELAY_MS)
         .map(|(key, values)| (key.clone(), values.values.clone()))
         .collect()
 }
@@ -504,7 +508,16 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
             for served in served {
                 let info = match frontier.leased_record(&served) {
                     Ok(Some(record)) => Ok(uf::UrlInfo {
-                        metadata: metadata_out(&record.metadata),
+                        metadata: {
+                            let mut metadata = metadata_out(&record.metadata);
+                            metadata.insert(
+                                proto::metadata::QUEUE_DELAY_MS.to_owned(),
+                                uf::StringList {
+                                    values: vec![served.delay.as_millis().to_string()],
+                                },
+                            );
+                            metadata
+                        },
                         url: served.url,
                         key: served.queue,
                         crawl_id: served.crawl,

@@ -982,7 +982,7 @@ mod tests {
                 })])
                 .unwrap();
             store
-                .update_queue_settings("c", "q2", |record| record.delay_secs = Some(9))
+                .update_queue_settings("c", "q2", |record| record.delay_ms = Some(9))
                 .unwrap();
             crash_image(dir.path(), image.path());
         }
@@ -1009,7 +1009,7 @@ mod tests {
                     queue.to_owned(),
                     record.urls,
                     record.completed,
-                    record.delay_secs,
+                    record.delay_ms,
                 ));
             })
             .unwrap();
@@ -1186,14 +1186,14 @@ mod tests {
                 [("q".to_owned(), 2, 0), ("q2".to_owned(), 1, 0)]
             );
             store
-                .update_queue_settings("c", "q", |record| record.delay_secs = Some(7))
+                .update_queue_settings("c", "q", |record| record.delay_ms = Some(7))
                 .unwrap();
             // A settings write leaves the counts held, and both are seen.
             assert!(!store.lock_writer().queue_counts.is_empty());
             let mut delays = Vec::new();
             store
                 .for_each_queue(|_, queue, record| {
-                    delays.push((queue.to_owned(), record.urls, record.delay_secs))
+                    delays.push((queue.to_owned(), record.urls, record.delay_ms))
                 })
                 .unwrap();
             assert_eq!(

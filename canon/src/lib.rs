@@ -1,5 +1,7 @@
-//! URL canonicalisation: one spelling per resource, so that the filter and
-//! the store see equivalent URLs as one key.
+//! URL canonicalisation: one spelling per resource, so that the frontier's
+//! filter and store see equivalent URLs as one key, and a worker sends its
+//! outlinks already in that spelling (it then crawls exactly against any
+//! URL Frontier server, including one that stores URLs as given).
 //!
 //! Parsing follows the WHATWG URL standard (the `url` crate, as browsers
 //! do), which already gives most of RFC 3986 section 6.2.2 and 6.2.3:

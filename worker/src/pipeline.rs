@@ -1,0 +1,286 @@
+//! The lease loop and the per-host pipelines.
+//!
+//! The loop keeps up to `max_queues` queues (hosts) held, asking the
+//! frontier for several URLs of each at once; it backs off briefly when the
+//! frontier has none, and asks again as soon as a host's batch is done.
+//! Each leased batch runs as one host pipeline: its URLs are fetched back
+//! to back, at most `per_host` at a time, and no two request starts to the
+//! host closer than its delay (the frontier's, carried on each served URL,
+//! or robots.txt's Crawl-delay if longer; robots.txt's own read counts as a
+//! request). A fetch holds one of `concurrency` slots; what follows it
+//! (outlinks acknowledged, then the report) runs beside the next fetch.
+//!
+//! The frontier serves a queue to one lease at a time and starts its delay
+//! when the last URL of the lease is reported, so the gaps hold across
+//! workers too. A URL is only started while its lease has room for a whole
+//! fetch (or half the lease, if that is shorter); the rest of a batch, and what is unstarted at shutdown or after a
+//! Retry-After, goes back to the frontier due at once instead of waiting
+//! for its lease to run out.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use proto::metadata;
+use proto::urlfrontier::{GetParams, UrlInfo, get_params};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::crawler::{Context, WorkerConfig, WorkerError, WorkerStats, now_secs};
+use crate::frontier_link::meta_first;
+
+/// Spaces request starts to one host.
+#[derive(Debug, Default)]
+pub struct Pacer {
+    last_start: Option<Instant>,
+}
+
+impl Pacer {
+    /// Records a request that started at `at`.
+    pub fn started(&mut self, at: Instant) {
+        self.last_start = Some(self.last_start.map_or(at, |last| last.max(at)));
+    }
+
+    /// When the next request may start.
+    #[must_use]
+    pub fn next_start(&self, delay: Duration) -> Option<Instant> {
+        self.last_start.map(|last| last + delay)
+    }
+}
+
+/// The frontier's delay for a served URL's queue, when it says.
+fn frontier_delay(info: &UrlInfo) -> Duration {
+    meta_first(&info.metadata, metadata::QUEUE_DELAY_MS)
+        .and_then(|ms| ms.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_millis)
+}
+
+/// Runs until `shutdown` completes: stops leasing, gives fetches in
+/// flight `shutdown_grace` to finish and report, gives unstarted URLs
+/// back, flushes output.
+pub async fn run(
+    config: WorkerConfig,
+    stats: Arc<WorkerStats>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WorkerError> {
+    let context = Arc::new(Context::open(config, stats)?);
+    let slots = Arc::new(Semaphore::new(context.config.concurrency));
+    let (stop, stopping) = watch::channel(false);
+    let mut hosts = JoinSet::new();
+    let mut idle_rounds = 0_u32;
+    tokio::pin!(shutdown);
+    loop {
+        while let Some(done) = hosts.try_join_next() {
+            if let Err(error) = done {
+                tracing::error!(%error, "a host pipeline failed");
+            }
+        }
+        let room = context.config.max_queues.saturating_sub(hosts.len());
+        if room == 0 {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = hosts.join_next() => {}
+            }
+            continue;
+        }
+        let params = GetParams {
+            max_urls_per_queue: context.config.lease_per_queue,
+            max_queues: u32::try_from(room).unwrap_or(u32::MAX),
+            key: String::new(),
+            delay_requestable: context.config.lease_secs,
+            item: context.config.crawl.clone().map(get_params::Item::CrawlId),
+        };
+        let leased_at = Instant::now();
+        let leased = tokio::select! {
+            _ = &mut shutdown => break,
+            leased = context.link.lease(params) => leased,
+        };
+        let infos = match leased {
+            Ok(infos) => infos,
+            Err(status) => {
+                tracing::warn!(%status, "GetURLs failed; retrying");
+                idle_rounds = idle_rounds.saturating_add(1);
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    () = tokio::time::sleep(crate::frontier_link::retry_delay(idle_rounds)) => {}
+                }
+                continue;
+            }
+        };
+        if infos.is_empty() {
+            // Nothing due: wait a little longer each time, or until a host
+            // lets its queue go (it may be due again a delay later, and its
+            // outlinks may be due at once).
+            idle_rounds = idle_rounds.saturating_add(1);
+            let pause = Duration::from_millis((10_u64 << idle_rounds.min(5)).min(250));
+            tokio::select! {
+                _ = &mut shutdown => break,
+                () = tokio::time::sleep(pause) => {}
+                Some(_) = hosts.join_next(), if !hosts.is_empty() => idle_rounds = 0,
+            }
+            continue;
+        }
+        idle_rounds = 0;
+        let lease_end = leased_at + Duration::from_secs(u64::from(context.config.lease_secs));
+        for batch in by_queue(infos) {
+            let context = Arc::clone(&context);
+            let slots = Arc::clone(&slots);
+            let stopping = stopping.clone();
+            hosts.spawn(async move {
+                run_host(&context, batch, lease_end, &slots, stopping).await;
+            });
+        }
+    }
+    tracing::info!(hosts = hosts.len(), "stopping: no more leases");
+    let _ = stop.send(true);
+    context.finish(hosts).await;
+    Ok(())
+}
+
+/// Served URLs grouped by their queue, in the order served.
+fn by_queue(infos: Vec<UrlInfo>) -> Vec<Vec<UrlInfo>> {
+    let mut batches: Vec<Vec<UrlInfo>> = Vec::new();
+    for info in infos {
+        match batches
+            .iter_mut()
+            .find(|b| b[0].crawl_id == info.crawl_id && b[0].key == info.key)
+        {
+            Some(batch) => batch.push(info),
+            None => batches.push(vec![info]),
+        }
+    }
+    batches
+}
+
+/// One host's leased URLs, fetched within its politeness.
+async fn run_host(
+    context: &Arc<Context>,
+    batch: Vec<UrlInfo>,
+    lease_end: Instant,
+    slots: &Arc<Semaphore>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let per_host = Arc::new(Semaphore::new(context.config.per_host as usize));
+    let mut pacer = Pacer::default();
+    let mut tails = JoinSet::new();
+    // Set by a fetch that met Retry-After: the rest waits for the frontier.
+    let held_off = Arc::new(AtomicBool::new(false));
+    // Room a URL needs in its lease: a whole fetch and its report, or half
+    // the lease when that is shorter (a short lease still starts its URLs).
+    let lease = Duration::from_secs(u64::from(context.config.lease_secs));
+    let needed = (context.config.fetch.timeout + Duration::from_secs(5)).min(lease / 2);
+    let mut pending = batch.into_iter();
+    while let Some(info) = pending.next() {
+        let frontier_delay = frontier_delay(&info);
+        let prepared = crate::crawler::prepare(context, &info, &mut pacer).await;
+        let delay = frontier_delay.max(prepared.crawl_delay);
+        let (url, log) = match prepared.go {
+            Ok(go) => go,
+            Err((outcome, log)) => {
+                let context = Arc::clone(context);
+                tails.spawn(async move {
+                    crate::crawler::finish(&context, info, outcome, None, log).await;
+                });
+                continue;
+            }
+        };
+        let wait_for_turn = async {
+            let host = Arc::clone(&per_host).acquire_owned().await.ok()?;
+            if let Some(at) = pacer.next_start(delay) {
+                tokio::time::sleep_until(at.into()).await;
+            }
+            let slot = Arc::clone(slots).acquire_owned().await.ok()?;
+            Some((host, slot))
+        };
+        let permits = tokio::select! {
+            permits = wait_for_turn => permits,
+            _ = stopping.wait_for(|stop| *stop) => None,
+        };
+        let late = Instant::now() + needed > lease_end;
+        let (Some((host, slot)), false, false) = (permits, late, held_off.load(Ordering::Acquire))
+        else {
+            give_back(context, std::iter::once(info).chain(pending)).await;
+            break;
+        };
+        pacer.started(Instant::now());
+        let context = Arc::clone(context);
+        let held_off = Arc::clone(&held_off);
+        tails.spawn(async move {
+            let (outcome, status, log) =
+                crate::crawler::fetch_leased(&context, &info, &url, log, slot).await;
+            drop(host);
+            if outcome.holds_off_the_host() {
+                held_off.store(true, Ordering::Release);
+            }
+            crate::crawler::finish(&context, info, outcome, status, log).await;
+        });
+    }
+    while let Some(done) = tails.join_next().await {
+        if let Err(error) = done {
+            tracing::error!(%error, "a fetch task failed");
+        }
+    }
+}
+
+/// Gives leased URLs back unfetched, due at once: the frontier serves them
+/// again when the queue's turn comes, rather than when their leases end.
+async fn give_back(context: &Context, infos: impl Iterator<Item = UrlInfo>) {
+    for mut info in infos {
+        info.metadata.remove(metadata::QUEUE_DELAY_MS);
+        context.link.put_known(info, now_secs().max(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(crawl: &str, key: &str, url: &str) -> UrlInfo {
+        UrlInfo {
+            url: url.into(),
+            key: key.into(),
+            crawl_id: crawl.into(),
+            metadata: std::collections::HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn served_urls_group_by_queue_in_order() {
+        let batches = by_queue(vec![
+            info("c", "a", "1"),
+            info("c", "b", "2"),
+            info("c", "a", "3"),
+            info("d", "a", "4"),
+        ]);
+        let urls: Vec<Vec<&str>> = batches
+            .iter()
+            .map(|b| b.iter().map(|i| i.url.as_str()).collect())
+            .collect();
+        assert_eq!(urls, vec![vec!["1", "3"], vec!["2"], vec!["4"]]);
+    }
+
+    #[test]
+    fn the_pacer_spaces_starts_from_the_latest() {
+        let mut pacer = Pacer::default();
+        assert_eq!(pacer.next_start(Duration::from_secs(1)), None);
+        let t0 = Instant::now();
+        pacer.started(t0 + Duration::from_millis(50));
+        pacer.started(t0);
+        assert_eq!(
+            pacer.next_start(Duration::from_millis(100)),
+            Some(t0 + Duration::from_millis(150))
+        );
+    }
+
+    #[test]
+    fn the_frontier_delay_is_read_from_the_served_url() {
+        let mut served = info("c", "a", "http://a/");
+        assert_eq!(frontier_delay(&served), Duration::ZERO);
+        served.metadata.insert(
+            metadata::QUEUE_DELAY_MS.into(),
+            crate::frontier_link::meta_value("50"),
+        );
+        assert_eq!(frontier_delay(&served), Duration::from_millis(50));
+    }
+}
