@@ -18,6 +18,8 @@ fn workers(endpoint: &str, out: &std::path::Path) -> Vec<WorkerProcess> {
                 &[
                     "--concurrency",
                     "4",
+                    "--max-body-bytes",
+                    "1048576",
                     "--per-host",
                     "2",
                     "--retry-base-secs",

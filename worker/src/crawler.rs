@@ -109,7 +109,7 @@ impl WorkerConfig {
             max_queues: 256,
             lease_per_queue: 32,
             per_host: 1,
-            lease_secs: 120,
+            lease_secs: 60,
             output: None,
             worker_id: format!("worker-{}", std::process::id()),
             fetch: FetchConfig {
@@ -298,7 +298,7 @@ pub(crate) struct Prepared {
 pub(crate) async fn prepare(
     context: &Context,
     info: &UrlInfo,
-    pacer: &mut crate::pipeline::Pacer,
+    pace: &crate::pipeline::HostPace,
 ) -> Prepared {
     let depth: u32 = meta_first(&info.metadata, metadata::DEPTH)
         .and_then(|d| d.parse().ok())
@@ -316,7 +316,7 @@ pub(crate) async fn prepare(
             crawl_delay: Duration::ZERO,
         };
     };
-    let lookup = lookup_robots(context, info, &url, pacer).await;
+    let lookup = lookup_robots(context, info, &url, pace).await;
     let crawl_delay = lookup
         .robots
         .crawl_delay
@@ -430,6 +430,7 @@ pub(crate) async fn fetch_leased(
     info: &UrlInfo,
     url: &Url,
     mut log: CrawlLogEntry,
+    turn: crate::pipeline::HostTurn,
     slot: OwnedSemaphorePermit,
 ) -> (Outcome, Option<u16>, CrawlLogEntry) {
     let depth = log.depth;
@@ -438,6 +439,8 @@ pub(crate) async fn fetch_leased(
     let fetch_started = std::time::Instant::now();
     log.time = now_secs();
     let fetched = context.fetcher.get(url).await;
+    // The host has answered (or the request failed): the next one's turn.
+    drop(turn);
     metrics::histogram!("worker_fetch_seconds").record(fetch_started.elapsed().as_secs_f64());
     metrics::gauge!("worker_in_flight").decrement(1.0);
     context.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -560,9 +563,8 @@ async fn lookup_robots(
     context: &Context,
     info: &UrlInfo,
     url: &Url,
-    pacer: &mut crate::pipeline::Pacer,
+    pace: &crate::pipeline::HostPace,
 ) -> Lookup {
-    let before = std::time::Instant::now();
     let lookup = context
         .robots
         .get_or_load(url, |origin| async move {
@@ -600,7 +602,7 @@ async fn lookup_robots(
     )
     .increment(1);
     if lookup.fresh {
-        pacer.started(before);
+        pace.robots_read();
     }
     lookup
 }

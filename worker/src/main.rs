@@ -45,8 +45,10 @@ struct Args {
     /// are not sent again (0: send every link).
     #[arg(long, env = "WORKER_SEEN_CACHE", default_value_t = 65_536)]
     seen_cache: usize,
-    /// Lease length asked of the frontier, seconds.
-    #[arg(long, env = "WORKER_LEASE_SECS", default_value_t = 120)]
+    /// Lease length asked of the frontier, seconds. A restarted frontier
+    /// serves again once the leases it handed out have run out, so this is
+    /// also the longest pause a frontier restart causes.
+    #[arg(long, env = "WORKER_LEASE_SECS", default_value_t = 60)]
     lease_secs: u32,
     /// Directory for WARC files and the crawl log.
     #[arg(long, env = "WORKER_OUTPUT")]

@@ -18,34 +18,127 @@
 //! for its lease to run out.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use proto::metadata;
 use proto::urlfrontier::{GetParams, UrlInfo, get_params};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::crawler::{Context, WorkerConfig, WorkerError, WorkerStats, now_secs};
 use crate::frontier_link::meta_first;
 
-/// Spaces request starts to one host.
+/// Spaces request starts to one host: with a delay, a request starts only
+/// once every earlier one was answered, and the delay after the latest
+/// answer. An answer comes after the host saw its request, so the gaps
+/// between request starts hold as the host sees them, whatever the network
+/// latency.
 #[derive(Debug, Default)]
 pub struct Pacer {
-    last_start: Option<Instant>,
+    unanswered: usize,
+    last_answer: Option<Instant>,
+}
+
+/// When the next request to a host may start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// Now.
+    Now,
+    /// At this instant.
+    At(Instant),
+    /// Once the requests in flight are answered.
+    AfterAnswers,
 }
 
 impl Pacer {
-    /// Records a request that started at `at`.
-    pub fn started(&mut self, at: Instant) {
-        self.last_start = Some(self.last_start.map_or(at, |last| last.max(at)));
+    /// Records a request that starts now.
+    pub fn started(&mut self) {
+        self.unanswered += 1;
     }
 
-    /// When the next request may start.
+    /// Records the answer (or failure) of a started request, at `at`.
+    pub fn answered(&mut self, at: Instant) {
+        self.unanswered = self.unanswered.saturating_sub(1);
+        self.heard(at);
+    }
+
+    /// Records a request made and answered outside the pipeline (robots.txt).
+    pub fn heard(&mut self, at: Instant) {
+        self.last_answer = Some(self.last_answer.map_or(at, |last| last.max(at)));
+    }
+
+    /// When the next request may start, for a host with this delay.
     #[must_use]
-    pub fn next_start(&self, delay: Duration) -> Option<Instant> {
-        self.last_start.map(|last| last + delay)
+    pub fn turn(&self, delay: Duration, now: Instant) -> Turn {
+        if delay.is_zero() {
+            return Turn::Now;
+        }
+        if self.unanswered > 0 {
+            return Turn::AfterAnswers;
+        }
+        match self.last_answer {
+            Some(last) if last + delay > now => Turn::At(last + delay),
+            _ => Turn::Now,
+        }
+    }
+}
+
+/// A host's pacer, shared by its pipeline and the fetches it started.
+#[derive(Debug, Default)]
+pub(crate) struct HostPace {
+    pacer: Mutex<Pacer>,
+    answers: Notify,
+}
+
+impl HostPace {
+    fn pacer(&self) -> std::sync::MutexGuard<'_, Pacer> {
+        self.pacer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a robots.txt read from the host, answered now.
+    pub(crate) fn robots_read(&self) {
+        self.pacer().heard(Instant::now());
+    }
+
+    /// Waits until a request to the host may start.
+    async fn wait_turn(&self, delay: Duration) {
+        loop {
+            let answer = self.answers.notified();
+            tokio::pin!(answer);
+            answer.as_mut().enable();
+            let turn = self.pacer().turn(delay, Instant::now());
+            match turn {
+                Turn::Now => return,
+                Turn::At(at) => tokio::time::sleep_until(at.into()).await,
+                Turn::AfterAnswers => answer.await,
+            }
+        }
+    }
+}
+
+/// One started request's place in its host's pipeline: dropping it (when
+/// the answer is in, or the fetch failed) lets the next request's turn come.
+pub(crate) struct HostTurn {
+    pace: Arc<HostPace>,
+    _in_flight: OwnedSemaphorePermit,
+}
+
+impl HostTurn {
+    fn start(pace: &Arc<HostPace>, in_flight: OwnedSemaphorePermit) -> Self {
+        pace.pacer().started();
+        Self {
+            pace: Arc::clone(pace),
+            _in_flight: in_flight,
+        }
+    }
+}
+
+impl Drop for HostTurn {
+    fn drop(&mut self) {
+        self.pace.pacer().answered(Instant::now());
+        self.pace.answers.notify_waiters();
     }
 }
 
@@ -162,7 +255,7 @@ async fn run_host(
     mut stopping: watch::Receiver<bool>,
 ) {
     let per_host = Arc::new(Semaphore::new(context.config.per_host as usize));
-    let mut pacer = Pacer::default();
+    let pace = Arc::new(HostPace::default());
     let mut tails = JoinSet::new();
     // Set by a fetch that met Retry-After: the rest waits for the frontier.
     let held_off = Arc::new(AtomicBool::new(false));
@@ -173,7 +266,7 @@ async fn run_host(
     let mut pending = batch.into_iter();
     while let Some(info) = pending.next() {
         let frontier_delay = frontier_delay(&info);
-        let prepared = crate::crawler::prepare(context, &info, &mut pacer).await;
+        let prepared = crate::crawler::prepare(context, &info, &pace).await;
         let delay = frontier_delay.max(prepared.crawl_delay);
         let (url, log) = match prepared.go {
             Ok(go) => go,
@@ -186,30 +279,28 @@ async fn run_host(
             }
         };
         let wait_for_turn = async {
-            let host = Arc::clone(&per_host).acquire_owned().await.ok()?;
-            if let Some(at) = pacer.next_start(delay) {
-                tokio::time::sleep_until(at.into()).await;
-            }
+            let in_flight = Arc::clone(&per_host).acquire_owned().await.ok()?;
+            pace.wait_turn(delay).await;
             let slot = Arc::clone(slots).acquire_owned().await.ok()?;
-            Some((host, slot))
+            Some((in_flight, slot))
         };
         let permits = tokio::select! {
             permits = wait_for_turn => permits,
             _ = stopping.wait_for(|stop| *stop) => None,
         };
         let late = Instant::now() + needed > lease_end;
-        let (Some((host, slot)), false, false) = (permits, late, held_off.load(Ordering::Acquire))
+        let (Some((in_flight, slot)), false, false) =
+            (permits, late, held_off.load(Ordering::Acquire))
         else {
             give_back(context, std::iter::once(info).chain(pending)).await;
             break;
         };
-        pacer.started(Instant::now());
+        let turn = HostTurn::start(&pace, in_flight);
         let context = Arc::clone(context);
         let held_off = Arc::clone(&held_off);
         tails.spawn(async move {
             let (outcome, status, log) =
-                crate::crawler::fetch_leased(&context, &info, &url, log, slot).await;
-            drop(host);
+                crate::crawler::fetch_leased(&context, &info, &url, log, turn, slot).await;
             if outcome.holds_off_the_host() {
                 held_off.store(true, Ordering::Release);
             }
@@ -261,15 +352,31 @@ mod tests {
     }
 
     #[test]
-    fn the_pacer_spaces_starts_from_the_latest() {
+    fn the_pacer_spaces_starts_from_the_latest_answer() {
         let mut pacer = Pacer::default();
-        assert_eq!(pacer.next_start(Duration::from_secs(1)), None);
+        let delay = Duration::from_millis(100);
         let t0 = Instant::now();
-        pacer.started(t0 + Duration::from_millis(50));
-        pacer.started(t0);
+        assert_eq!(pacer.turn(delay, t0), Turn::Now);
+        pacer.started();
+        pacer.started();
+        assert_eq!(pacer.turn(delay, t0), Turn::AfterAnswers);
+        assert_eq!(pacer.turn(Duration::ZERO, t0), Turn::Now, "no delay");
+        pacer.answered(t0 + Duration::from_millis(50));
+        assert_eq!(pacer.turn(delay, t0), Turn::AfterAnswers, "one unanswered");
+        pacer.answered(t0 + Duration::from_millis(20));
         assert_eq!(
-            pacer.next_start(Duration::from_millis(100)),
-            Some(t0 + Duration::from_millis(150))
+            pacer.turn(delay, t0),
+            Turn::At(t0 + Duration::from_millis(150)),
+            "from the latest answer"
+        );
+        pacer.heard(t0 + Duration::from_millis(80));
+        assert_eq!(
+            pacer.turn(delay, t0),
+            Turn::At(t0 + Duration::from_millis(180))
+        );
+        assert_eq!(
+            pacer.turn(delay, t0 + Duration::from_millis(180)),
+            Turn::Now
         );
     }
 

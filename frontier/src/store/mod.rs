@@ -130,6 +130,8 @@ const DUE: TableDefinition<'_, (&str, &str, u64, &str), u32> = TableDefinition::
 const QUEUES: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("queues");
 const CRAWL_SETTINGS: TableDefinition<'_, &str, u32> = TableDefinition::new("crawl_settings");
 const SERVING_PAUSED_KEY: &str = "serving_paused";
+/// Epoch milliseconds no lease handed out from this store outlives.
+const LEASES_UNTIL_KEY: &str = "leases_until_ms";
 /// The LSN of the last write-ahead log record applied (see [`crate::wal`]).
 const APPLIED_LSN_KEY: &str = "applied_lsn";
 /// The LSN of the last group whose queue counts the `queues` table holds.

@@ -4,8 +4,8 @@
 use redb::{ReadableDatabase, ReadableTable};
 
 use super::{
-    CRAWL_SETTINGS, DUE, META, QUEUES, QueueRecord, SEED_HOSTS, SERVING_PAUSED_KEY, Store,
-    StoreError, URLS, decode_queue, decode_record, open_if_exists,
+    CRAWL_SETTINGS, DUE, LEASES_UNTIL_KEY, META, QUEUES, QueueRecord, SEED_HOSTS,
+    SERVING_PAUSED_KEY, Store, StoreError, URLS, decode_queue, decode_record, open_if_exists,
 };
 use crate::record::UrlRecord;
 
@@ -92,6 +92,14 @@ impl Store {
         Ok(meta
             .get(SERVING_PAUSED_KEY)?
             .is_some_and(|v| v.value() == 1))
+    }
+
+    /// Epoch milliseconds no lease handed out from this store outlives
+    /// (0: none recorded).
+    pub fn leases_until(&self) -> Result<u64, StoreError> {
+        let read = self.files()?.db.begin_read()?;
+        let meta = read.open_table(META)?;
+        Ok(meta.get(LEASES_UNTIL_KEY)?.map_or(0, |v| v.value()))
     }
 
     /// Up to `limit` due entries of one queue after `after` (exclusive;

@@ -6,8 +6,8 @@
 use redb::ReadableTable;
 
 use super::{
-    CRAWL_SETTINGS, META, PARTITIONS_KEY, QUEUES, QueueRecord, SEED_HOSTS, SERVING_PAUSED_KEY,
-    Store, StoreError, decode_queue,
+    CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, PARTITIONS_KEY, QUEUES, QueueRecord, SEED_HOSTS,
+    SERVING_PAUSED_KEY, Store, StoreError, decode_queue,
 };
 
 impl Store {
@@ -45,6 +45,15 @@ impl Store {
             write
                 .open_table(META)?
                 .insert(SERVING_PAUSED_KEY, u64::from(paused))?;
+            Ok(())
+        })
+    }
+
+    /// Records that no lease handed out from now on outlives `millis`
+    /// (epoch milliseconds), durably, before such leases go out.
+    pub fn set_leases_until(&self, millis: u64) -> Result<(), StoreError> {
+        self.write_durably(|write| {
+            write.open_table(META)?.insert(LEASES_UNTIL_KEY, millis)?;
             Ok(())
         })
     }

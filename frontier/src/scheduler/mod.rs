@@ -6,9 +6,14 @@
 //! in serving order per queue, and `queues` holds each queue's counts and
 //! settings. Memory holds, per queue, a mirror of that record, a small
 //! buffer of its next due URLs, the URLs leased now, and when it was last
-//! served. Leases are memory only: after a restart every URL not completed
-//! is servable again, which the API allows (a lease is a promise about this
-//! process's serves).
+//! served. Leases are memory only, but a
+//! lease's end is recorded durably before the lease goes out (as a
+//! horizon, set a quarter lease ahead so one write covers many serves).
+//! After a restart, nothing is served until that horizon has passed: a
+//! worker that leased URLs from the process before keeps fetching them
+//! and its reports are taken meanwhile, so a restart serves no URL again
+//! while an earlier lease on it may still be in use. A URL whose lease
+//! ran out before its report arrived is servable again, as always.
 //!
 //! # The buffer invariant
 //!
@@ -59,15 +64,19 @@
 //! at the queues it serves and the few it finds gated, never at all of
 //! them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::store::{
     Applied, Deletion, PreviousPlace, QueueRecord, Removed, Store, StoreError, WriteOp,
 };
 use crate::time::Timestamp;
+
+mod queue;
+
+use queue::{Crawl, Cursor, Lease, Queue, QueueState, WakeKey};
 
 /// Due URLs a refill reads from the store at once, and half the most a
 /// buffer holds before its tail goes back to being read from the store.
@@ -141,211 +150,6 @@ impl QueueCounts {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-enum Cursor {
-    /// Nothing read yet: every entry is in the store only.
-    NotLoaded,
-    /// Entries up to this key have been read.
-    UpTo(u64, String),
-    /// Every entry is in memory.
-    All,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Lease {
-    due_at: u64,
-    partition: u32,
-    until: Timestamp,
-}
-
-/// A wake-up list entry's key: (when, sequence number).
-type WakeKey = (Timestamp, u64);
-
-#[derive(Debug)]
-struct QueueState {
-    refill: usize,
-    record: QueueRecord,
-    buffer: BTreeMap<(u64, String), u32>,
-    cursor: Cursor,
-    leased: HashMap<String, Lease>,
-    earliest_expiry: Timestamp,
-    last_serve: Option<Timestamp>,
-    // The queue's valid entry on its crawl's wake-up list, if any.
-    wake: Option<WakeKey>,
-}
-
-impl QueueState {
-    fn new(record: QueueRecord, cursor: Cursor, refill: usize) -> Self {
-        Self {
-            refill,
-            record,
-            buffer: BTreeMap::new(),
-            cursor,
-            leased: HashMap::new(),
-            earliest_expiry: Timestamp::NEVER,
-            last_serve: None,
-            wake: None,
-        }
-    }
-
-    fn covers(&self, due_at: u64, url: &str) -> bool {
-        match &self.cursor {
-            Cursor::NotLoaded => false,
-            Cursor::UpTo(due, last) => (due_at, url) <= (*due, last.as_str()),
-            Cursor::All => true,
-        }
-    }
-
-    fn add_entry(&mut self, due_at: u64, url: &str, partition: u32) {
-        // A refill between a commit and its hook may have read the URL and
-        // leased it already: the hook must not buffer it a second time.
-        if self.covers(due_at, url) && !self.leased.contains_key(url) {
-            self.buffer.insert((due_at, url.to_owned()), partition);
-            if self.cursor == Cursor::All && self.buffer.len() > 2 * self.refill {
-                self.trim();
-            }
-        }
-    }
-
-    /// Leaves the buffer's tail to the store, so a queue that only grows
-    /// (a crawl discovering faster than it fetches) keeps a bounded buffer.
-    fn trim(&mut self) {
-        while self.buffer.len() > self.refill {
-            self.buffer.pop_last();
-        }
-        if let Some(((due, url), _)) = self.buffer.last_key_value() {
-            self.cursor = Cursor::UpTo(*due, url.clone());
-        }
-    }
-
-    /// Removes a URL's entry; answers whether it was leased.
-    fn remove_entry(&mut self, due_at: u64, url: &str) -> bool {
-        self.buffer.remove(&(due_at, url.to_owned()));
-        self.leased.remove(url).is_some()
-    }
-
-    fn expire_leases(&mut self, now: Timestamp) {
-        if now < self.earliest_expiry {
-            return;
-        }
-        let expired: Vec<(String, Lease)> = self
-            .leased
-            .iter()
-            .filter(|(_, lease)| lease.until <= now)
-            .map(|(url, lease)| (url.clone(), *lease))
-            .collect();
-        metrics::counter!("frontier_lease_expiries_total").increment(expired.len() as u64);
-        if !expired.is_empty() && expired.len() == self.leased.len() {
-            // Let go when the last lease ran out, not when that was seen.
-            if let Some(last) = expired.iter().map(|(_, lease)| lease.until).max() {
-                self.let_go(last);
-            }
-        }
-        for (url, lease) in expired {
-            self.leased.remove(&url);
-            // Beyond the cursor the store still has it, and a refill will
-            // read it now that it is no longer leased.
-            self.add_entry(lease.due_at, &url, lease.partition);
-        }
-        self.earliest_expiry = self
-            .leased
-            .values()
-            .map(|lease| lease.until)
-            .min()
-            .unwrap_or(Timestamp::NEVER);
-    }
-
-    /// The holder of the queue let go of it: the delay runs from now.
-    fn let_go(&mut self, now: Timestamp) {
-        self.last_serve = Some(self.last_serve.map_or(now, |last| last.max(now)));
-    }
-
-    fn leased_now(&self, now: Timestamp) -> u64 {
-        self.leased
-            .values()
-            .filter(|lease| lease.until > now)
-            .count() as u64
-    }
-
-    /// Whether the queue might have due URLs it has not read yet or holds.
-    fn may_have_due(&self) -> bool {
-        !self.buffer.is_empty() || self.cursor != Cursor::All
-    }
-}
-
-/// One queue of one crawl.
-#[derive(Debug)]
-pub struct Queue {
-    crawl: String,
-    key: String,
-    // A std Mutex: held for memory updates and one bounded store read,
-    // never across an await.
-    state: Mutex<QueueState>,
-}
-
-impl Queue {
-    fn lock(&self) -> MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// One crawl's queues and wake-up list.
-#[derive(Debug, Default)]
-struct Crawl {
-    queues: RwLock<HashMap<String, Arc<Queue>>>,
-    // Lock order: a queue's lock, then this; never the other way round.
-    wakeups: Mutex<BTreeMap<WakeKey, Arc<Queue>>>,
-}
-
-impl Crawl {
-    fn queue(&self, key: &str) -> Option<Arc<Queue>> {
-        self.queues
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(key)
-            .cloned()
-    }
-
-    /// The time of the earliest wake-up, if any.
-    fn first_wake(&self) -> Option<WakeKey> {
-        self.wakeups
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .first_key_value()
-            .map(|(key, _)| *key)
-    }
-
-    /// Takes the earliest wake-up whose time has come and that was there
-    /// before the call began (`first_new` is the call's first sequence
-    /// number); newer ones (queues this call already looked at) are set
-    /// aside in `deferred`, to be put back when the call ends.
-    fn take_due(
-        &self,
-        now: Timestamp,
-        first_new: u64,
-        deferred: &mut Vec<(WakeKey, Arc<Queue>)>,
-    ) -> Option<(WakeKey, Arc<Queue>)> {
-        let mut wakeups = self.wakeups.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            match wakeups.first_key_value() {
-                Some((key, _)) if key.0 <= now => {
-                    let entry = wakeups.pop_first()?;
-                    if entry.0.1 < first_new {
-                        return Some(entry);
-                    }
-                    deferred.push(entry);
-                }
-                _ => return None,
-            }
-        }
-    }
-
-    fn put_back(&self, entries: Vec<(WakeKey, Arc<Queue>)>) {
-        let mut wakeups = self.wakeups.lock().unwrap_or_else(PoisonError::into_inner);
-        wakeups.extend(entries);
-    }
-}
-
 /// The scheduler of every crawl's queues.
 pub struct Scheduler {
     store: Arc<Store>,
@@ -357,6 +161,10 @@ pub struct Scheduler {
     refill: usize,
     // When a report lets a queue go; tests set their own time.
     clock: Clock,
+    // Recorded in the store: no lease handed out outlives it.
+    lease_horizon: Mutex<Timestamp>,
+    // Leases of an earlier process on this store may run until then.
+    held_until: Timestamp,
 }
 
 type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -392,6 +200,15 @@ impl Scheduler {
             delays.insert(crawl.to_owned(), Duration::from_secs(u64::from(secs)));
         })?;
         let paused = store.serving_paused()?;
+        let horizon = Timestamp::from_unix_millis(store.leases_until()?);
+        let now = Timestamp::now();
+        if horizon > now {
+            tracing::info!(
+                wait_ms = horizon.unix_millis() - now.unix_millis(),
+                "serving resumes when the leases handed out before this start have run out; \
+                 reports are taken meanwhile"
+            );
+        }
         let scheduler = Self {
             store: Arc::clone(&store),
             crawls: RwLock::new(HashMap::new()),
@@ -401,6 +218,8 @@ impl Scheduler {
             paused: AtomicBool::new(paused),
             sequence: AtomicU64::new(0),
             refill,
+            lease_horizon: Mutex::new(horizon),
+            held_until: horizon,
         };
         let mut loaded = Vec::new();
         store.for_each_queue(|crawl, key, record| {
@@ -683,10 +502,41 @@ impl Scheduler {
     /// Leases due URLs as a GetURLs call asks: the queues whose time has
     /// come, oldest first, each through its gate.
     pub fn serve(&self, request: &ServeRequest, now: Timestamp) -> Result<Vec<Served>, StoreError> {
-        let mut served = Vec::new();
-        if self.paused.load(Ordering::Acquire) {
-            return Ok(served);
+        if self.paused.load(Ordering::Acquire) || now < self.held_until {
+            return Ok(Vec::new());
         }
+        let served = self.serve_gated(request, now)?;
+        if !served.is_empty() {
+            // On failure the URLs stay leased here until their leases run
+            // out, and the caller gets the error, not the URLs.
+            self.cover_leases(now, Duration::from_secs(u64::from(request.lease_secs)))?;
+        }
+        Ok(served)
+    }
+
+    /// Records, before leases that end at `now + lease` go out, that no
+    /// lease outlives a horizon past their end.
+    fn cover_leases(&self, now: Timestamp, lease: Duration) -> Result<(), StoreError> {
+        let until = now.saturating_add(lease);
+        let mut horizon = self
+            .lease_horizon
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if until <= *horizon {
+            return Ok(());
+        }
+        let ahead = until.saturating_add((lease / 4).max(Duration::from_secs(1)));
+        self.store.set_leases_until(ahead.unix_millis())?;
+        *horizon = ahead;
+        Ok(())
+    }
+
+    fn serve_gated(
+        &self,
+        request: &ServeRequest,
+        now: Timestamp,
+    ) -> Result<Vec<Served>, StoreError> {
+        let mut served = Vec::new();
         if let Some(key) = &request.queue {
             let crawls: Vec<String> = match &request.crawl {
                 Some(crawl) => vec![crawl.clone()],
@@ -1281,13 +1131,14 @@ mod tests {
     }
 
     #[test]
-    fn settings_and_counts_survive_a_restart_and_leases_do_not() {
+    fn settings_and_counts_survive_a_restart_and_leases_hold_serving_until_they_end() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_owned();
         let f = open_in(dir, 4);
         f.discover(&urls("a.example", 10), 10);
         f.discover(&urls("b.example", 3), 10);
-        let served = f.serve(&all(1000), 10 * SEC);
+        // Leases of 20 s from 10 s: the horizon goes 5 s past their end.
+        let served = f.serve(&all(20), 10 * SEC);
         assert_eq!(served.len(), 13);
         f.report(&served[0], 0);
         f.scheduler.set_delay("c", "b.example", 7).unwrap();
@@ -1310,12 +1161,42 @@ mod tests {
             .scheduler
             .counts("c", None, Timestamp::from_unix_millis(0));
         assert_eq!((counts.urls, counts.completed, counts.leased), (13, 1, 0));
-        // a.example is blocked until 50; b.example's 3 come back (no
-        // leases survive).
-        let again = f.serve(&all(1000), 20 * SEC);
+        // The earlier process's leases may still be in use until the
+        // horizon (35 s): nothing is served before it.
+        assert!(f.serve(&all(20), 20 * SEC).is_empty());
+        assert!(f.serve(&all(20), 35 * SEC - 1).is_empty());
+        // Then b.example's 3 come back; a.example is blocked until 50.
+        let again = f.serve(&all(60), 35 * SEC);
         assert_eq!(again.len(), 3);
-        let a = f.serve(&all(1000), 51 * SEC);
+        let a = f.serve(&all(60), 51 * SEC);
         assert_eq!(a.len(), 9);
+    }
+
+    #[test]
+    fn one_durable_horizon_covers_the_serves_of_a_quarter_lease() {
+        let f = fixture(4);
+        for host in 0..4 {
+            f.discover(&urls(&format!("h{host}.example"), 1), 10);
+        }
+        let one = |at: u64| {
+            f.serve(
+                &ServeRequest {
+                    max_queues: 1,
+                    lease_secs: 10,
+                    ..ServeRequest::default()
+                },
+                at,
+            )
+        };
+        let horizon = || f.ingest.store().leases_until().unwrap();
+        assert_eq!(horizon(), 0, "nothing leased, nothing recorded");
+        assert_eq!(one(10 * SEC).len(), 1);
+        assert_eq!(horizon(), 22_500, "lease end (20 s) plus a quarter lease");
+        // Leases ending by the horizon need no new write.
+        assert_eq!(one(12_500).len(), 1);
+        assert_eq!(horizon(), 22_500);
+        assert_eq!(one(13 * SEC).len(), 1);
+        assert_eq!(horizon(), 25_500);
     }
 
     #[test]

@@ -1,0 +1,214 @@
+//! A queue's memory: its buffer of next due URLs, its leases, its place
+//! on its crawl's wake-up list (see the scheduler's docs for the
+//! invariants these keep).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+
+use crate::store::QueueRecord;
+use crate::time::Timestamp;
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Cursor {
+    /// Nothing read yet: every entry is in the store only.
+    NotLoaded,
+    /// Entries up to this key have been read.
+    UpTo(u64, String),
+    /// Every entry is in memory.
+    All,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Lease {
+    pub(super) due_at: u64,
+    pub(super) partition: u32,
+    pub(super) until: Timestamp,
+}
+
+/// A wake-up list entry's key: (when, sequence number).
+pub(super) type WakeKey = (Timestamp, u64);
+
+#[derive(Debug)]
+pub(super) struct QueueState {
+    pub(super) refill: usize,
+    pub(super) record: QueueRecord,
+    pub(super) buffer: BTreeMap<(u64, String), u32>,
+    pub(super) cursor: Cursor,
+    pub(super) leased: HashMap<String, Lease>,
+    pub(super) earliest_expiry: Timestamp,
+    pub(super) last_serve: Option<Timestamp>,
+    // The queue's valid entry on its crawl's wake-up list, if any.
+    pub(super) wake: Option<WakeKey>,
+}
+
+impl QueueState {
+    pub(super) fn new(record: QueueRecord, cursor: Cursor, refill: usize) -> Self {
+        Self {
+            refill,
+            record,
+            buffer: BTreeMap::new(),
+            cursor,
+            leased: HashMap::new(),
+            earliest_expiry: Timestamp::NEVER,
+            last_serve: None,
+            wake: None,
+        }
+    }
+
+    pub(super) fn covers(&self, due_at: u64, url: &str) -> bool {
+        match &self.cursor {
+            Cursor::NotLoaded => false,
+            Cursor::UpTo(due, last) => (due_at, url) <= (*due, last.as_str()),
+            Cursor::All => true,
+        }
+    }
+
+    pub(super) fn add_entry(&mut self, due_at: u64, url: &str, partition: u32) {
+        // A refill between a commit and its hook may have read the URL and
+        // leased it already: the hook must not buffer it a second time.
+        if self.covers(due_at, url) && !self.leased.contains_key(url) {
+            self.buffer.insert((due_at, url.to_owned()), partition);
+            if self.cursor == Cursor::All && self.buffer.len() > 2 * self.refill {
+                self.trim();
+            }
+        }
+    }
+
+    /// Leaves the buffer's tail to the store, so a queue that only grows
+    /// (a crawl discovering faster than it fetches) keeps a bounded buffer.
+    pub(super) fn trim(&mut self) {
+        while self.buffer.len() > self.refill {
+            self.buffer.pop_last();
+        }
+        if let Some(((due, url), _)) = self.buffer.last_key_value() {
+            self.cursor = Cursor::UpTo(*due, url.clone());
+        }
+    }
+
+    /// Removes a URL's entry; answers whether it was leased.
+    pub(super) fn remove_entry(&mut self, due_at: u64, url: &str) -> bool {
+        self.buffer.remove(&(due_at, url.to_owned()));
+        self.leased.remove(url).is_some()
+    }
+
+    pub(super) fn expire_leases(&mut self, now: Timestamp) {
+        if now < self.earliest_expiry {
+            return;
+        }
+        let expired: Vec<(String, Lease)> = self
+            .leased
+            .iter()
+            .filter(|(_, lease)| lease.until <= now)
+            .map(|(url, lease)| (url.clone(), *lease))
+            .collect();
+        metrics::counter!("frontier_lease_expiries_total").increment(expired.len() as u64);
+        if !expired.is_empty() && expired.len() == self.leased.len() {
+            // Let go when the last lease ran out, not when that was seen.
+            if let Some(last) = expired.iter().map(|(_, lease)| lease.until).max() {
+                self.let_go(last);
+            }
+        }
+        for (url, lease) in expired {
+            self.leased.remove(&url);
+            // Beyond the cursor the store still has it, and a refill will
+            // read it now that it is no longer leased.
+            self.add_entry(lease.due_at, &url, lease.partition);
+        }
+        self.earliest_expiry = self
+            .leased
+            .values()
+            .map(|lease| lease.until)
+            .min()
+            .unwrap_or(Timestamp::NEVER);
+    }
+
+    /// The holder of the queue let go of it: the delay runs from now.
+    pub(super) fn let_go(&mut self, now: Timestamp) {
+        self.last_serve = Some(self.last_serve.map_or(now, |last| last.max(now)));
+    }
+
+    pub(super) fn leased_now(&self, now: Timestamp) -> u64 {
+        self.leased
+            .values()
+            .filter(|lease| lease.until > now)
+            .count() as u64
+    }
+
+    /// Whether the queue might have due URLs it has not read yet or holds.
+    pub(super) fn may_have_due(&self) -> bool {
+        !self.buffer.is_empty() || self.cursor != Cursor::All
+    }
+}
+
+/// One queue of one crawl.
+#[derive(Debug)]
+pub struct Queue {
+    pub(super) crawl: String,
+    pub(super) key: String,
+    // A std Mutex: held for memory updates and one bounded store read,
+    // never across an await.
+    pub(super) state: Mutex<QueueState>,
+}
+
+impl Queue {
+    pub(super) fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One crawl's queues and wake-up list.
+#[derive(Debug, Default)]
+pub(super) struct Crawl {
+    pub(super) queues: RwLock<HashMap<String, Arc<Queue>>>,
+    // Lock order: a queue's lock, then this; never the other way round.
+    pub(super) wakeups: Mutex<BTreeMap<WakeKey, Arc<Queue>>>,
+}
+
+impl Crawl {
+    pub(super) fn queue(&self, key: &str) -> Option<Arc<Queue>> {
+        self.queues
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
+
+    /// The time of the earliest wake-up, if any.
+    pub(super) fn first_wake(&self) -> Option<WakeKey> {
+        self.wakeups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .first_key_value()
+            .map(|(key, _)| *key)
+    }
+
+    /// Takes the earliest wake-up whose time has come and that was there
+    /// before the call began (`first_new` is the call's first sequence
+    /// number); newer ones (queues this call already looked at) are set
+    /// aside in `deferred`, to be put back when the call ends.
+    pub(super) fn take_due(
+        &self,
+        now: Timestamp,
+        first_new: u64,
+        deferred: &mut Vec<(WakeKey, Arc<Queue>)>,
+    ) -> Option<(WakeKey, Arc<Queue>)> {
+        let mut wakeups = self.wakeups.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            match wakeups.first_key_value() {
+                Some((key, _)) if key.0 <= now => {
+                    let entry = wakeups.pop_first()?;
+                    if entry.0.1 < first_new {
+                        return Some(entry);
+                    }
+                    deferred.push(entry);
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    pub(super) fn put_back(&self, entries: Vec<(WakeKey, Arc<Queue>)>) {
+        let mut wakeups = self.wakeups.lock().unwrap_or_else(PoisonError::into_inner);
+        wakeups.extend(entries);
+    }
+}
