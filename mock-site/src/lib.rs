@@ -50,8 +50,9 @@ use tokio::net::TcpListener;
 pub struct SiteConfig {
     /// Regular pages.
     pub pages: usize,
-    /// robots.txt Crawl-delay, seconds.
-    pub crawl_delay: Option<u32>,
+    /// robots.txt Crawl-delay (written in seconds, with a fraction when
+    /// it has one).
+    pub crawl_delay: Option<Duration>,
     /// How long `/slow.html` takes.
     pub slow: Duration,
     /// Added to every answer (a server's think time, for benchmarks).
@@ -253,6 +254,23 @@ impl MockSite {
         Self::serve(TcpListener::bind("127.0.0.1:0").await?, config)
     }
 
+    /// Starts `hosts` sites, each on a loopback address of its own
+    /// (127.0.0.2, 127.0.0.3, … 127.0.1.0, …), so that a crawler sees
+    /// as many hosts, each with its own robots.txt, pages and politeness.
+    pub async fn start_hosts(hosts: usize, config: SiteConfig) -> std::io::Result<Vec<Self>> {
+        let mut sites = Vec::with_capacity(hosts);
+        for i in 0..hosts {
+            // Linux routes all of 127.0.0.0/8 to the loopback interface.
+            let n = u32::try_from(i + 2)
+                .ok()
+                .filter(|n| *n < 1 << 16)
+                .ok_or_else(|| std::io::Error::other("too many loopback hosts"))?;
+            let address = std::net::Ipv4Addr::from(0x7f00_0000 | n);
+            sites.push(Self::serve(TcpListener::bind((address, 0)).await?, config)?);
+        }
+        Ok(sites)
+    }
+
     /// What its links start with: `http://127.0.0.1:PORT` unless served
     /// under another base.
     #[must_use]
@@ -347,7 +365,7 @@ impl MockSite {
             "/robots.txt" => {
                 let mut text = String::from("User-agent: *\nDisallow: /private/\n");
                 if let Some(delay) = self.config.crawl_delay {
-                    text.push_str(&format!("Crawl-delay: {delay}\n"));
+                    text.push_str(&format!("Crawl-delay: {}\n", delay.as_secs_f64()));
                 }
                 text.push_str(&format!("Sitemap: {base}/sitemap.xml\n"));
                 Response::builder()

@@ -326,7 +326,7 @@ async fn small_crawl(config: SiteConfig, dir: &std::path::Path) -> (MockSite, Fr
 async fn a_crawl_delay_spaces_requests_to_its_host() {
     let config = SiteConfig {
         pages: 3,
-        crawl_delay: Some(1),
+        crawl_delay: Some(std::time::Duration::from_secs(1)),
         ..SiteConfig::default()
     };
     let dir = tempfile::tempdir().unwrap();

@@ -169,7 +169,7 @@ async fn acknowledged_urls_survive_kill_9_and_are_stored_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn completed_urls_stay_completed_after_kill_9_and_leases_come_back() {
+async fn completed_urls_stay_completed_after_kill_9_and_leases_come_back_when_they_end() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let frontier = FrontierProcess::start(&data, &["--partitions", "4"]);
@@ -180,7 +180,7 @@ async fn completed_urls_stay_completed_after_kill_9_and_leases_come_back() {
     let leased: Vec<String> = client
         .get_ur_ls(GetParams {
             max_urls_per_queue: 3,
-            delay_requestable: 600,
+            delay_requestable: 10,
             item: Some(uf::get_params::Item::CrawlId("kill".into())),
             ..GetParams::default()
         })
@@ -210,28 +210,49 @@ async fn completed_urls_stay_completed_after_kill_9_and_leases_come_back() {
         (stats.size, stats.counts.get("completed").copied()),
         (140, Some(60))
     );
-    let served: Vec<String> = client
-        .get_ur_ls(GetParams {
-            delay_requestable: 600,
-            item: Some(uf::get_params::Item::CrawlId("kill".into())),
-            ..GetParams::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .map(|info| info.unwrap().url)
-        .collect()
-        .await;
+    // The leases handed out before the kill may still be in use: nothing
+    // is served until they have run out (the restart came well within
+    // their 10 s).
+    let serve = || {
+        let mut client = client.clone();
+        async move {
+            client
+                .get_ur_ls(GetParams {
+                    delay_requestable: 600,
+                    item: Some(uf::get_params::Item::CrawlId("kill".into())),
+                    ..GetParams::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .map(|info| info.unwrap().url)
+                .collect::<Vec<String>>()
+                .await
+        }
+    };
+    assert!(serve().await.is_empty(), "served while earlier leases run");
+    assert!(
+        frontier
+            .log_text()
+            .contains("serving resumes when the leases handed out before this start have run out")
+    );
+    // Then every URL not completed comes back, the leased ones included.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let served = loop {
+        let served = serve().await;
+        if !served.is_empty() {
+            break served;
+        }
+        assert!(std::time::Instant::now() < deadline, "leases never ended");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
     let served: BTreeSet<String> = served.into_iter().collect();
     let expected: BTreeSet<String> = urls
         .iter()
         .filter(|u| !completed.contains(u))
         .cloned()
         .collect();
-    assert_eq!(
-        served, expected,
-        "leases are forgotten, completions are not"
-    );
+    assert_eq!(served, expected, "leases end, completions stay");
     let status = client
         .get_url_status(UrlStatusRequest {
             url: completed[0].clone(),

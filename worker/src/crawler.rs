@@ -1,7 +1,7 @@
 //! The life of one leased URL, in three steps the host pipeline (see
-//! [`crate::pipeline`]) runs: [`prepare`] (robots.txt, from the worker's
-//! cache, the frontier's shelf or the origin), [`fetch_leased`] (the
-//! request, WARC records, links), [`finish`] (outlinks acknowledged, then
+//! [`crate::pipeline`]) runs: `prepare` (robots.txt, from the worker's
+//! cache, the frontier's shelf or the origin), `fetch_leased` (the
+//! request, WARC records, links), `finish` (outlinks acknowledged, then
 //! the URL's own report, so the frontier never looks finished while a
 //! page's outlinks are on their way).
 //!
@@ -84,6 +84,9 @@ pub struct WorkerConfig {
     pub links: LinkOptions,
     /// Longest URL sent (the frontier's limit; longer ones it refuses).
     pub max_url_length: usize,
+    /// Links deeper than this are not sent, for a frontier with no depth
+    /// limit of its own; `None`: the frontier decides.
+    pub max_depth: Option<u32>,
     /// URLs the seen cache holds (0: none): links the frontier already
     /// acknowledged are not sent again.
     pub seen_cache: usize,
@@ -128,6 +131,7 @@ impl WorkerConfig {
             robots_unavailable_ttl: Duration::from_secs(600),
             links: LinkOptions::default(),
             max_url_length: 2048,
+            max_depth: None,
             seen_cache: 65_536,
             warc_max_bytes: 1 << 30,
             shutdown_grace: Duration::from_secs(10),
@@ -795,6 +799,9 @@ async fn send_links(
         Links::SitemapPages => 1,
         Links::Sitemaps(_) => 0,
     };
+    if context.config.max_depth.is_some_and(|max| link_depth > max) {
+        return;
+    }
     let mut spelled = std::collections::HashSet::new();
     let mut items = Vec::new();
     let mut cacheable = Vec::new();

@@ -1,6 +1,7 @@
 //! The worker's side of the URL Frontier API: leasing, and reports that are
 //! sent again until the frontier acknowledges them (a result is never
-//! dropped because the frontier was briefly away).
+//! dropped because the frontier was briefly away), over one long-lived
+//! stream each for reports and outlinks (see `acked`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,6 +14,8 @@ use proto::urlfrontier::{
 };
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+
+use crate::acked::{AckedStream, Outlinks, Refused, Reports};
 
 /// Why the link cannot be set up.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +55,12 @@ pub struct FrontierLink {
     entry_endpoint: String,
     token: Option<String>,
     nodes: std::sync::Arc<std::sync::Mutex<Nodes>>,
+    // Started on first use (a runtime is needed), ended with the last clone.
+    reports: std::sync::Arc<std::sync::OnceLock<AckedStream<Reports>>>,
+    outlinks: std::sync::Arc<std::sync::OnceLock<AckedStream<Outlinks>>>,
+    // The frontier answered UNIMPLEMENTED to PutDiscovered: outlinks go as
+    // discovered items of PutURLs.
+    no_put_discovered: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How often the link asks for the frontier's nodes again.
@@ -89,7 +98,28 @@ impl FrontierLink {
                 next: 0,
                 refreshed: None,
             })),
+            reports: std::sync::Arc::default(),
+            outlinks: std::sync::Arc::default(),
+            no_put_discovered: std::sync::Arc::default(),
         })
+    }
+
+    /// A function giving the client for the `n`-th try, as
+    /// [`Self::client_at`], that does not keep the link alive.
+    fn client_picker(&self) -> impl Fn(usize) -> Client + Send + 'static {
+        let entry = self.entry.clone();
+        let nodes = std::sync::Arc::clone(&self.nodes);
+        move |n| pick_client(&entry, &nodes, n)
+    }
+
+    fn reports(&self) -> &AckedStream<Reports> {
+        self.reports
+            .get_or_init(|| AckedStream::start(self.client_picker()))
+    }
+
+    fn outlinks(&self) -> &AckedStream<Outlinks> {
+        self.outlinks
+            .get_or_init(|| AckedStream::start(self.client_picker()))
     }
 
     fn nodes(&self) -> std::sync::MutexGuard<'_, Nodes> {
@@ -101,11 +131,7 @@ impl FrontierLink {
     /// The client for the `n`-th try of a call: the entry first, then the
     /// other nodes in turn.
     fn client_at(&self, n: usize) -> Client {
-        let nodes = self.nodes();
-        match n % (nodes.others.len() + 1) {
-            0 => self.entry.clone(),
-            i => nodes.others[i - 1].1.clone(),
-        }
+        pick_client(&self.entry, &self.nodes, n)
     }
 
     /// Asks for the frontier's nodes when the last answer is old.
@@ -180,33 +206,46 @@ impl FrontierLink {
     }
 
     /// Sends a page's outlinks as one batch until it is acknowledged;
-    /// answers each item's status (OK: stored as new).
+    /// answers each item's status (OK: stored as new). A frontier without
+    /// PutDiscovered gets them as discovered items of PutURLs.
     pub async fn put_outlinks(&self, id: String, items: Vec<UrlInfo>) -> Vec<i32> {
-        let batch = DiscoveredBatch { id, items };
-        let ack = self
-            .resend_until_acked(
-                "PutDiscovered",
-                |mut client| {
-                    let batch = batch.clone();
-                    async move {
-                        first_ack(
-                            client
-                                .put_discovered(futures::stream::iter([batch]))
-                                .await?
-                                .into_inner(),
-                        )
-                        .await
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.no_put_discovered.load(Relaxed) {
+            let batch = DiscoveredBatch {
+                id,
+                items: items.clone(),
+            };
+            match self.outlinks().send(batch).await {
+                Ok(ack) => return ack.statuses,
+                Err(Refused::Unimplemented) => {
+                    if !self.no_put_discovered.swap(true, Relaxed) {
+                        tracing::info!(
+                            "the frontier lacks PutDiscovered: outlinks go as discovered \
+                             items of PutURLs"
+                        );
                     }
-                },
-                |ack: &uf::BatchAck| !ack.statuses.contains(&(Ack::Fail as i32)),
-            )
-            .await;
-        ack.statuses
+                }
+            }
+        }
+        let sends = items.into_iter().map(|info| {
+            self.reports().send(UrlItem {
+                item: Some(uf::url_item::Item::Discovered(uf::DiscoveredUrlItem {
+                    info: Some(info),
+                })),
+                ..UrlItem::default()
+            })
+        });
+        futures::future::join_all(sends)
+            .await
+            .into_iter()
+            .map(|ack| ack.map_or(Ack::Fail as i32, |ack| ack.status))
+            .collect()
     }
 
     /// Reports a URL's state (a known item) until it is acknowledged.
     /// SKIPPED is final too (the frontier refuses that item for good).
     pub async fn put_known(&self, info: UrlInfo, refetchable_from_date: u64) {
+        let url = info.url.clone();
         let item = UrlItem {
             item: Some(uf::url_item::Item::Known(uf::KnownUrlItem {
                 info: Some(info),
@@ -214,48 +253,11 @@ impl FrontierLink {
             })),
             ..UrlItem::default()
         };
-        self.resend_until_acked(
-            "PutURLs",
-            |mut client| {
-                let item = item.clone();
-                async move {
-                    first_ack(
-                        client
-                            .put_ur_ls(futures::stream::iter([item]))
-                            .await?
-                            .into_inner(),
-                    )
-                    .await
-                }
-            },
-            |ack: &uf::AckMessage| ack.status() != Ack::Fail,
-        )
-        .await;
-    }
-
-    /// Sends one report (`send` opens the call and answers its first ack)
-    /// again and again, with a growing pause, until an ack is `final_ack`:
-    /// an unacknowledged result is never dropped.
-    async fn resend_until_acked<A, F, Fut>(
-        &self,
-        call: &'static str,
-        send: F,
-        final_ack: impl Fn(&A) -> bool,
-    ) -> A
-    where
-        F: Fn(Client) -> Fut,
-        Fut: std::future::Future<Output = Result<A, tonic::Status>>,
-    {
-        let mut attempt = 0;
-        loop {
-            match send(self.client_at(attempt as usize)).await {
-                Ok(ack) if final_ack(&ack) => return ack,
-                Ok(_) => tracing::warn!(call, "the frontier answered FAIL; resending"),
-                Err(status) => tracing::warn!(%status, call, "not acknowledged; resending"),
-            }
-            metrics::counter!("worker_report_retries_total", "call" => call).increment(1);
-            tokio::time::sleep(retry_delay(attempt)).await;
-            attempt += 1;
+        if let Err(Refused::Unimplemented) = self.reports().send(item).await {
+            tracing::error!(
+                %url,
+                "the frontier does not serve PutURLs: this URL's report cannot be sent"
+            );
         }
     }
 
@@ -414,6 +416,18 @@ impl FrontierLink {
     }
 }
 
+/// The client for the `n`-th try of a call: the entry first, then the
+/// other nodes in turn.
+fn pick_client(entry: &Client, nodes: &std::sync::Mutex<Nodes>, n: usize) -> Client {
+    let nodes = nodes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match n % (nodes.others.len() + 1) {
+        0 => entry.clone(),
+        i => nodes.others[i - 1].1.clone(),
+    }
+}
+
 /// The clients of one node: the URL Frontier API and our admin API, over
 /// one channel.
 fn clients_of(address: &str, token: Option<&str>) -> Result<(Client, Admin), LinkError> {
@@ -444,13 +458,6 @@ async fn lease_from(mut client: Client, params: GetParams) -> Result<Vec<UrlInfo
         infos.push(info);
     }
     Ok(infos)
-}
-
-/// The first ack of a streamed call.
-async fn first_ack<T>(mut acks: tonic::Streaming<T>) -> Result<T, tonic::Status> {
-    acks.message()
-        .await?
-        .ok_or_else(|| tonic::Status::unavailable("the call ended without an ack"))
 }
 
 /// One metadata value as the API carries it.

@@ -12,9 +12,11 @@
 //! - [`report`]: how a URL ended: the reasons, the crawl log's line.
 //! - [`frontier_link`]: leasing and acknowledged reports to the frontier,
 //!   and our frontier's extensions (robots.txt shelf, millisecond delays).
+//! - `acked`: the long-lived report and outlink streams under it.
 //! - [`seen`]: links the frontier already acknowledged, not sent again.
 //! - [`pipeline`]: the lease loop and each leased host's paced pipeline.
 //! - [`crawler`]: the steps of one leased URL.
+mod acked;
 pub mod crawler;
 pub mod fetch;
 pub mod frontier_link;

@@ -110,6 +110,10 @@ struct Args {
     /// cache hits, report retries.
     #[arg(long, env = "WORKER_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Links deeper than this (hops from a seed) are not sent: for a
+    /// frontier without a depth limit of its own (ours has --max-depth).
+    #[arg(long, env = "WORKER_MAX_DEPTH")]
+    max_depth: Option<u32>,
     /// Do not read sitemaps.
     #[arg(long, env = "WORKER_NO_SITEMAPS")]
     no_sitemaps: bool,
@@ -163,6 +167,7 @@ fn main_result() -> anyhow::Result<()> {
     config.warc_max_bytes = args.warc_max_bytes;
     config.shutdown_grace = Duration::from_secs(args.shutdown_secs);
     config.sitemaps = !args.no_sitemaps;
+    config.max_depth = args.max_depth;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

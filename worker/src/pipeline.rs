@@ -4,19 +4,25 @@
 //! frontier for several URLs of each at once; it backs off briefly when the
 //! frontier has none, and asks again as soon as a host's batch is done.
 //! Each leased batch runs as one host pipeline: its URLs are fetched back
-//! to back, at most `per_host` at a time, and no two request starts to the
-//! host closer than its delay (the frontier's, carried on each served URL,
-//! or robots.txt's Crawl-delay if longer; robots.txt's own read counts as a
-//! request). A fetch holds one of `concurrency` slots; what follows it
-//! (outlinks acknowledged, then the report) runs beside the next fetch.
+//! to back, at most `per_host` at a time, and no request to the host starts
+//! before every earlier one was answered and its delay (the frontier's,
+//! carried on each served URL, or robots.txt's Crawl-delay if longer) has
+//! passed since the latest answer. robots.txt's own read counts as a
+//! request. Pacing from the answer, not the start, keeps the gaps as the
+//! host sees them whatever the latency; a host's pace is shared by all its
+//! batches and outlives them by the longest delay, since a plain v2.6
+//! frontier may serve its next URLs before the last one was fetched. A
+//! fetch holds one of `concurrency` slots; what follows it (outlinks
+//! acknowledged, then the report) runs beside the next fetch.
 //!
-//! The frontier serves a queue to one lease at a time and starts its delay
+//! Our frontier serves a queue to one lease at a time and starts its delay
 //! when the last URL of the lease is reported, so the gaps hold across
 //! workers too. A URL is only started while its lease has room for a whole
-//! fetch (or half the lease, if that is shorter); the rest of a batch, and what is unstarted at shutdown or after a
-//! Retry-After, goes back to the frontier due at once instead of waiting
-//! for its lease to run out.
+//! fetch (or half the lease, if that is shorter); the rest of a batch, and
+//! what is unstarted at shutdown or after a Retry-After, goes back to the
+//! frontier due at once instead of waiting for its lease to run out.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -69,6 +75,15 @@ impl Pacer {
         self.last_answer = Some(self.last_answer.map_or(at, |last| last.max(at)));
     }
 
+    /// Whether nothing is in flight and nothing was answered for `keep`.
+    #[must_use]
+    pub fn quiet_since(&self, now: Instant, keep: Duration) -> bool {
+        self.unanswered == 0
+            && self
+                .last_answer
+                .is_none_or(|last| now.saturating_duration_since(last) >= keep)
+    }
+
     /// When the next request may start, for a host with this delay.
     #[must_use]
     pub fn turn(&self, delay: Duration, now: Instant) -> Turn {
@@ -85,14 +100,25 @@ impl Pacer {
     }
 }
 
-/// A host's pacer, shared by its pipeline and the fetches it started.
-#[derive(Debug, Default)]
+/// A host's pacer and its in-flight bound, shared by every batch of the
+/// host this worker holds (a plain v2.6 frontier may serve one host's URLs
+/// in several leases at once) and by the fetches they started.
+#[derive(Debug)]
 pub(crate) struct HostPace {
     pacer: Mutex<Pacer>,
     answers: Notify,
+    in_flight: Arc<Semaphore>,
 }
 
 impl HostPace {
+    fn new(per_host: u32) -> Self {
+        Self {
+            pacer: Mutex::default(),
+            answers: Notify::new(),
+            in_flight: Arc::new(Semaphore::new(per_host as usize)),
+        }
+    }
+
     fn pacer(&self) -> std::sync::MutexGuard<'_, Pacer> {
         self.pacer.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -102,15 +128,30 @@ impl HostPace {
         self.pacer().heard(Instant::now());
     }
 
-    /// Waits until a request to the host may start.
-    async fn wait_turn(&self, delay: Duration) {
+    /// Waits until a request to the host may start, and starts it (in the
+    /// pacer's eyes) in the same step, so two batches of one host never
+    /// both take one turn.
+    async fn take_turn(self: &Arc<Self>, delay: Duration) -> Option<HostTurn> {
+        let in_flight = Arc::clone(&self.in_flight).acquire_owned().await.ok()?;
         loop {
             let answer = self.answers.notified();
             tokio::pin!(answer);
             answer.as_mut().enable();
-            let turn = self.pacer().turn(delay, Instant::now());
+            let turn = {
+                let mut pacer = self.pacer();
+                let turn = pacer.turn(delay, Instant::now());
+                if turn == Turn::Now {
+                    pacer.started();
+                }
+                turn
+            };
             match turn {
-                Turn::Now => return,
+                Turn::Now => {
+                    return Some(HostTurn {
+                        pace: Arc::clone(self),
+                        _in_flight: in_flight,
+                    });
+                }
                 Turn::At(at) => tokio::time::sleep_until(at.into()).await,
                 Turn::AfterAnswers => answer.await,
             }
@@ -119,26 +160,62 @@ impl HostPace {
 }
 
 /// One started request's place in its host's pipeline: dropping it (when
-/// the answer is in, or the fetch failed) lets the next request's turn come.
+/// the answer is in, or the fetch failed or never began) lets the next
+/// request's turn come.
 pub(crate) struct HostTurn {
     pace: Arc<HostPace>,
     _in_flight: OwnedSemaphorePermit,
-}
-
-impl HostTurn {
-    fn start(pace: &Arc<HostPace>, in_flight: OwnedSemaphorePermit) -> Self {
-        pace.pacer().started();
-        Self {
-            pace: Arc::clone(pace),
-            _in_flight: in_flight,
-        }
-    }
 }
 
 impl Drop for HostTurn {
     fn drop(&mut self) {
         self.pace.pacer().answered(Instant::now());
         self.pace.answers.notify_waiters();
+    }
+}
+
+/// The hosts this worker has fetched from lately, by queue key: a host's
+/// pace outlives its batch, since the next batch (which a plain v2.6
+/// frontier may serve as soon as the first was served) must keep the gap
+/// after the last answer too.
+#[derive(Debug)]
+struct Hosts {
+    paces: Mutex<HostMap>,
+    // A pace with nothing in flight is dropped once its last answer is
+    // older than this (the longest delay a host can have).
+    keep: Duration,
+}
+
+#[derive(Debug, Default)]
+struct HostMap {
+    by_key: HashMap<String, Arc<HostPace>>,
+    sweep_at: usize,
+}
+
+impl Hosts {
+    fn new(keep: Duration) -> Self {
+        Self {
+            paces: Mutex::default(),
+            keep,
+        }
+    }
+
+    /// The host's pace, shared with its other batches.
+    fn of(&self, key: &str, per_host: u32) -> Arc<HostPace> {
+        let mut map = self.paces.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(pace) = map.by_key.get(key) {
+            return Arc::clone(pace);
+        }
+        if map.by_key.len() >= map.sweep_at {
+            let now = Instant::now();
+            map.by_key.retain(|_, pace| {
+                Arc::strong_count(pace) > 1 || !pace.pacer().quiet_since(now, self.keep)
+            });
+            map.sweep_at = (2 * map.by_key.len()).max(64);
+        }
+        let pace = Arc::new(HostPace::new(per_host));
+        map.by_key.insert(key.to_owned(), Arc::clone(&pace));
+        pace
     }
 }
 
@@ -159,6 +236,9 @@ pub async fn run(
 ) -> Result<(), WorkerError> {
     let context = Arc::new(Context::open(config, stats)?);
     let slots = Arc::new(Semaphore::new(context.config.concurrency));
+    let paces = Arc::new(Hosts::new(Duration::from_secs(u64::from(
+        context.config.max_crawl_delay_secs,
+    ))));
     let (stop, stopping) = watch::channel(false);
     let mut hosts = JoinSet::new();
     let mut idle_rounds = 0_u32;
@@ -220,8 +300,9 @@ pub async fn run(
             let context = Arc::clone(&context);
             let slots = Arc::clone(&slots);
             let stopping = stopping.clone();
+            let paces = Arc::clone(&paces);
             hosts.spawn(async move {
-                run_host(&context, batch, lease_end, &slots, stopping).await;
+                run_host(&context, batch, lease_end, &slots, &paces, stopping).await;
             });
         }
     }
@@ -252,10 +333,13 @@ async fn run_host(
     batch: Vec<UrlInfo>,
     lease_end: Instant,
     slots: &Arc<Semaphore>,
+    paces: &Hosts,
     mut stopping: watch::Receiver<bool>,
 ) {
-    let per_host = Arc::new(Semaphore::new(context.config.per_host as usize));
-    let pace = Arc::new(HostPace::default());
+    let Some(key) = batch.first().map(|info| info.key.clone()) else {
+        return;
+    };
+    let pace = paces.of(&key, context.config.per_host);
     let mut tails = JoinSet::new();
     // Set by a fetch that met Retry-After: the rest waits for the frontier.
     let held_off = Arc::new(AtomicBool::new(false));
@@ -279,23 +363,20 @@ async fn run_host(
             }
         };
         let wait_for_turn = async {
-            let in_flight = Arc::clone(&per_host).acquire_owned().await.ok()?;
-            pace.wait_turn(delay).await;
+            let turn = pace.take_turn(delay).await?;
             let slot = Arc::clone(slots).acquire_owned().await.ok()?;
-            Some((in_flight, slot))
+            Some((turn, slot))
         };
         let permits = tokio::select! {
             permits = wait_for_turn => permits,
             _ = stopping.wait_for(|stop| *stop) => None,
         };
         let late = Instant::now() + needed > lease_end;
-        let (Some((in_flight, slot)), false, false) =
-            (permits, late, held_off.load(Ordering::Acquire))
+        let (Some((turn, slot)), false, false) = (permits, late, held_off.load(Ordering::Acquire))
         else {
             give_back(context, std::iter::once(info).chain(pending)).await;
             break;
         };
-        let turn = HostTurn::start(&pace, in_flight);
         let context = Arc::clone(context);
         let held_off = Arc::clone(&held_off);
         tails.spawn(async move {

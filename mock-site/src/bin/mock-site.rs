@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Parser;
 use mock_site::{MockSite, SiteConfig, expected_fetches};
 
@@ -22,9 +23,9 @@ struct Args {
     /// Milliseconds added to every answer.
     #[arg(long, env = "MOCK_SITE_LATENCY_MS", default_value_t = 0)]
     latency_ms: u64,
-    /// robots.txt Crawl-delay, seconds.
+    /// robots.txt Crawl-delay, seconds (a fraction allowed, e.g. 0.25).
     #[arg(long, env = "MOCK_SITE_CRAWL_DELAY")]
-    crawl_delay: Option<u32>,
+    crawl_delay: Option<f64>,
     /// The base URL clients reach the site by (default: http://LISTEN);
     /// absolute links use it.
     #[arg(long, env = "MOCK_SITE_BASE_URL")]
@@ -42,7 +43,10 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let config = SiteConfig {
         pages: args.pages,
-        crawl_delay: args.crawl_delay,
+        crawl_delay: args
+            .crawl_delay
+            .map(|secs| Duration::try_from_secs_f64(secs).context("--crawl-delay"))
+            .transpose()?,
         slow: Duration::from_millis(800),
         latency: Duration::from_millis(args.latency_ms),
     };
