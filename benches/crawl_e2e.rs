@@ -1,5 +1,8 @@
-//! End-to-end pages/s of `crawl` on the mock site, with 1, 2 and 4
-//! workers, against `wget --recursive` on the same site in the same run.
+//! End-to-end pages/s and CPU per page (user + system time of the whole
+//! process over pages fetched) of `crawl` on the mock site, with 1, 2 and 4
+//! workers, against `wget --recursive` on the same site in the same run;
+//! then the links `crawl` sends the frontier per page with its seen cache
+//! and without.
 //!
 //! `cargo bench --bench crawl_e2e [-- --pages N --latency-ms L --depth D]`
 //! (defaults: 10,000 pages, no added latency, depth limit 30 for both
@@ -27,6 +30,69 @@ fn pages(site: &MockSite) -> usize {
         .count()
 }
 
+/// User + system CPU seconds of this process's waited-for children so far
+/// (Linux: /proc/self/stat, in clock ticks of 1/100 s).
+fn children_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    // After the command name: state is field 3, cutime 16, cstime 17.
+    let ticks = |field: usize| -> f64 {
+        fields
+            .get(field - 3)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(16) + ticks(17)) / 100.0
+}
+
+/// The number after `label` in a `crawl` summary.
+fn summary_figure(summary: &str, label: &str) -> Option<u64> {
+    let at = summary.find(label)? + label.len();
+    summary[at..].split_whitespace().next()?.parse().ok()
+}
+
+/// One `crawl` of a fresh site: pages fetched, seconds, CPU seconds, the
+/// summary.
+fn run_crawl(
+    runtime: &tokio::runtime::Runtime,
+    config: SiteConfig,
+    depth: &str,
+    workers: usize,
+    extra: &[&str],
+) -> (usize, f64, f64, String) {
+    let site = runtime.block_on(MockSite::start(config)).expect("site");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cpu_before = children_cpu_seconds();
+    let started = Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_crawl"))
+        .arg(format!("{}/", site.base()))
+        .args(["--allow-private", "--delay-ms", "0", "--max-depth", depth])
+        // The site's flaky page answers 500 once: retry it at once, as
+        // wget would (it does not wait between tries either).
+        .args(["--retry-base-secs", "1"])
+        .args(["--workers", &workers.to_string()])
+        .args(extra)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .output()
+        .expect("crawl runs");
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = children_cpu_seconds() - cpu_before;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (pages(&site), seconds, cpu, summary)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let config = SiteConfig {
@@ -43,12 +109,13 @@ fn main() {
         config.latency.as_millis()
     );
     println!();
-    println!("| crawler | pages fetched | seconds | pages/s | ratio to wget |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| crawler | pages fetched | seconds | pages/s | ratio to wget | CPU ms per page |");
+    println!("|---|---:|---:|---:|---:|---:|");
     // wget first: its rate is what the others are compared with.
     let wget = which_wget().map(|wget| {
         let site = runtime.block_on(MockSite::start(config)).expect("site");
         let dir = tempfile::tempdir().expect("temp dir");
+        let cpu_before = children_cpu_seconds();
         let started = Instant::now();
         let status = Command::new(wget)
             .args([
@@ -65,6 +132,7 @@ fn main() {
             .status()
             .expect("wget runs");
         let seconds = started.elapsed().as_secs_f64();
+        let cpu = children_cpu_seconds() - cpu_before;
         // wget exits 8 when some pages answered an error (the site has a
         // 404 and a 500) and 4 when a URL's host does not resolve (the
         // site's off-site redirect): still a finished crawl.
@@ -73,39 +141,43 @@ fn main() {
             "wget failed: {status}"
         );
         let fetched = pages(&site);
-        (fetched, seconds, fetched as f64 / seconds)
+        (fetched, seconds, fetched as f64 / seconds, cpu)
     });
-    let rate_of_wget = wget.map(|(_, _, rate)| rate);
+    let rate_of_wget = wget.map(|(_, _, rate, _)| rate);
     for workers in [1, 2, 4] {
-        let site = runtime.block_on(MockSite::start(config)).expect("site");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let started = Instant::now();
-        let output = Command::new(env!("CARGO_BIN_EXE_crawl"))
-            .arg(format!("{}/", site.base()))
-            .args(["--allow-private", "--delay-ms", "0", "--max-depth", &depth])
-            // The site's flaky page answers 500 once: retry it at once, as
-            // wget would (it does not wait between tries either).
-            .args(["--retry-base-secs", "1"])
-            .args(["--workers", &workers.to_string(), "--out"])
-            .arg(dir.path().join("out"))
-            .output()
-            .expect("crawl runs");
-        let seconds = started.elapsed().as_secs_f64();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let fetched = pages(&site);
+        let (fetched, seconds, cpu, _) = run_crawl(&runtime, config, &depth, workers, &[]);
         let rate = fetched as f64 / seconds;
         let ratio = rate_of_wget.map_or_else(|| "n/a".to_owned(), |w| format!("{:.2}", rate / w));
-        println!("| crawl, {workers} worker(s) | {fetched} | {seconds:.1} | {rate:.0} | {ratio} |");
+        let cpu_ms = 1000.0 * cpu / fetched as f64;
+        println!(
+            "| crawl, {workers} worker(s) | {fetched} | {seconds:.1} | {rate:.0} | {ratio} | {cpu_ms:.3} |"
+        );
     }
     match wget {
-        Some((fetched, seconds, rate)) => {
-            println!("| wget --recursive | {fetched} | {seconds:.1} | {rate:.0} | 1.00 |");
+        Some((fetched, seconds, rate, cpu)) => {
+            let cpu_ms = 1000.0 * cpu / fetched as f64;
+            println!(
+                "| wget --recursive | {fetched} | {seconds:.1} | {rate:.0} | 1.00 | {cpu_ms:.3} |"
+            );
         }
-        None => println!("| wget --recursive | not installed | | | |"),
+        None => println!("| wget --recursive | not installed | | | | |"),
+    }
+    println!();
+    println!(
+        "| crawl, 1 worker | pages fetched | links sent to the frontier | per page | links the seen cache kept back |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for (name, extra) in [
+        ("seen cache off", ["--seen-cache", "0"]),
+        ("seen cache on (default size)", ["--seen-cache", "65536"]),
+    ] {
+        let (fetched, _, _, summary) = run_crawl(&runtime, config, &depth, 1, &extra);
+        let sent = summary_figure(&summary, "links sent ").unwrap_or(0);
+        let cached = summary_figure(&summary, "kept back by the seen cache ").unwrap_or(0);
+        println!(
+            "| {name} | {fetched} | {sent} | {:.2} | {cached} |",
+            sent as f64 / fetched as f64
+        );
     }
 }
 

@@ -46,6 +46,10 @@ pub struct Args {
     /// Fetches in flight per worker.
     #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
+    /// Same-host links each worker remembers the frontier acknowledged,
+    /// and does not send again (0: send every link).
+    #[arg(long, default_value_t = 65_536)]
+    pub seen_cache: usize,
     /// Output directory: the frontier's store, WARC files and crawl logs.
     /// Running again with the same directory resumes.
     #[arg(long)]
@@ -213,6 +217,7 @@ fn start_workers(
         let mut config = WorkerConfig::new(endpoint);
         config.crawl = Some(DEFAULT_CRAWL.to_owned());
         config.concurrency = args.concurrency;
+        config.seen_cache = args.seen_cache;
         config.output = Some(warc_dir.to_owned());
         config.worker_id = format!("w{i}");
         config.fetch.allow_private = args.allow_private;

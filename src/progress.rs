@@ -119,6 +119,12 @@ pub fn summarize(
     let _ = writeln!(text, "  links refused: {}", skipped.join("  "));
     let _ = writeln!(
         text,
+        "  links sent {}, kept back by the seen cache {}",
+        stats.links_sent.load(Ordering::Relaxed),
+        stats.links_cached.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        text,
         "  filters: {} keys in {} partitions, {} bytes, fill {:.4}, estimated FP {:.2e}, observed FP {}/{} maybes refuted, {} rebuilds",
         health.partitions.iter().map(|p| p.stored).sum::<u64>(),
         health.set.partitions.len(),

@@ -260,15 +260,21 @@ impl MockSite {
     pub async fn start_hosts(hosts: usize, config: SiteConfig) -> std::io::Result<Vec<Self>> {
         let mut sites = Vec::with_capacity(hosts);
         for i in 0..hosts {
-            // Linux routes all of 127.0.0.0/8 to the loopback interface.
-            let n = u32::try_from(i + 2)
-                .ok()
-                .filter(|n| *n < 1 << 16)
-                .ok_or_else(|| std::io::Error::other("too many loopback hosts"))?;
-            let address = std::net::Ipv4Addr::from(0x7f00_0000 | n);
-            sites.push(Self::serve(TcpListener::bind((address, 0)).await?, config)?);
+            sites.push(Self::start_on_loopback(i, config).await?);
         }
         Ok(sites)
+    }
+
+    /// Starts the `index`-th of [`Self::start_hosts`]'s sites, on
+    /// 127.0.0.(index + 2) counted on through the loopback block.
+    pub async fn start_on_loopback(index: usize, config: SiteConfig) -> std::io::Result<Self> {
+        // Linux routes all of 127.0.0.0/8 to the loopback interface.
+        let n = u32::try_from(index + 2)
+            .ok()
+            .filter(|n| *n < 1 << 16)
+            .ok_or_else(|| std::io::Error::other("too many loopback hosts"))?;
+        let address = std::net::Ipv4Addr::from(0x7f00_0000 | n);
+        Self::serve(TcpListener::bind((address, 0)).await?, config)
     }
 
     /// What its links start with: `http://127.0.0.1:PORT` unless served

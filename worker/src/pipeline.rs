@@ -108,6 +108,10 @@ pub(crate) struct HostPace {
     pacer: Mutex<Pacer>,
     answers: Notify,
     in_flight: Arc<Semaphore>,
+    // Fetches started and not yet reported: a fetch's report travels beside
+    // the next fetch, but no further, so a worker killed mid-crawl leaves
+    // at most two pages per `per_host` in flight.
+    unreported: Arc<Semaphore>,
 }
 
 impl HostPace {
@@ -116,6 +120,7 @@ impl HostPace {
             pacer: Mutex::default(),
             answers: Notify::new(),
             in_flight: Arc::new(Semaphore::new(per_host as usize)),
+            unreported: Arc::new(Semaphore::new(2 * per_host as usize)),
         }
     }
 
@@ -130,8 +135,13 @@ impl HostPace {
 
     /// Waits until a request to the host may start, and starts it (in the
     /// pacer's eyes) in the same step, so two batches of one host never
-    /// both take one turn.
-    async fn take_turn(self: &Arc<Self>, delay: Duration) -> Option<HostTurn> {
+    /// both take one turn. The second permit is held until the URL is
+    /// reported.
+    async fn take_turn(
+        self: &Arc<Self>,
+        delay: Duration,
+    ) -> Option<(HostTurn, OwnedSemaphorePermit)> {
+        let unreported = Arc::clone(&self.unreported).acquire_owned().await.ok()?;
         let in_flight = Arc::clone(&self.in_flight).acquire_owned().await.ok()?;
         loop {
             let answer = self.answers.notified();
@@ -147,10 +157,11 @@ impl HostPace {
             };
             match turn {
                 Turn::Now => {
-                    return Some(HostTurn {
+                    let turn = HostTurn {
                         pace: Arc::clone(self),
                         _in_flight: in_flight,
-                    });
+                    };
+                    return Some((turn, unreported));
                 }
                 Turn::At(at) => tokio::time::sleep_until(at.into()).await,
                 Turn::AfterAnswers => answer.await,
@@ -363,16 +374,17 @@ async fn run_host(
             }
         };
         let wait_for_turn = async {
-            let turn = pace.take_turn(delay).await?;
+            let (turn, unreported) = pace.take_turn(delay).await?;
             let slot = Arc::clone(slots).acquire_owned().await.ok()?;
-            Some((turn, slot))
+            Some((turn, unreported, slot))
         };
         let permits = tokio::select! {
             permits = wait_for_turn => permits,
             _ = stopping.wait_for(|stop| *stop) => None,
         };
         let late = Instant::now() + needed > lease_end;
-        let (Some((turn, slot)), false, false) = (permits, late, held_off.load(Ordering::Acquire))
+        let (Some((turn, unreported, slot)), false, false) =
+            (permits, late, held_off.load(Ordering::Acquire))
         else {
             give_back(context, std::iter::once(info).chain(pending)).await;
             break;
@@ -386,6 +398,7 @@ async fn run_host(
                 held_off.store(true, Ordering::Release);
             }
             crate::crawler::finish(&context, info, outcome, status, log).await;
+            drop(unreported);
         });
     }
     while let Some(done) = tails.join_next().await {
