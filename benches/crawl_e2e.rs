@@ -50,7 +50,12 @@ fn children_cpu_seconds() -> f64 {
 /// The number after `label` in a `crawl` summary.
 fn summary_figure(summary: &str, label: &str) -> Option<u64> {
     let at = summary.find(label)? + label.len();
-    summary[at..].split_whitespace().next()?.parse().ok()
+    summary[at..]
+        .split_whitespace()
+        .next()?
+        .trim_end_matches(',')
+        .parse()
+        .ok()
 }
 
 /// One `crawl` of a fresh site: pages fetched, seconds, CPU seconds, the

@@ -25,7 +25,11 @@ pub async fn watch_progress(
     time_limit_secs: Option<u64>,
 ) -> Ending {
     let tty = std::io::stderr().is_terminal();
-    let mut ticker = tokio::time::interval(Duration::from_millis(if tty { 250 } else { 2000 }));
+    let print_every = Duration::from_millis(if tty { 250 } else { 2000 });
+    // The end is looked for often (the counts are in memory), so a short
+    // crawl does not wait out a printing interval to finish.
+    let mut ticker = tokio::time::interval(Duration::from_millis(100));
+    let mut printed: Option<Instant> = None;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     let ending = loop {
@@ -44,12 +48,16 @@ pub async fn watch_progress(
             stats.in_flight.load(Ordering::Relaxed),
             done as f64 / elapsed,
         );
-        if tty {
-            eprint!("\r{line}\x1b[K");
-        } else {
-            eprintln!("{line}");
+        let finished = counts.urls > 0 && counts.completed == counts.urls;
+        if finished || printed.is_none_or(|at| at.elapsed() >= print_every) {
+            printed = Some(Instant::now());
+            if tty {
+                eprint!("\r{line}\x1b[K");
+            } else {
+                eprintln!("{line}");
+            }
         }
-        if counts.urls > 0 && counts.completed == counts.urls {
+        if finished {
             break Ending::Finished;
         }
         if time_limit_secs.is_some_and(|limit| started.elapsed() >= Duration::from_secs(limit)) {

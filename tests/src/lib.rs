@@ -20,6 +20,12 @@
 //! - `tests/hostile_sites.rs`: the worker against sites that misbehave.
 //! - `tests/crawl_end_to_end.rs`: frontier + worker processes crawling the
 //!   mock site, exactly; worker and frontier kills; Crawl-delay.
+//! - `tests/politeness.rs`: gaps between request starts as the site sees
+//!   them, with three workers, a whole-second and a sub-second Crawl-delay
+//!   on several hosts; robots.txt and the sitemap read once per host.
+//! - `tests/plain_frontier.rs`: our worker against a minimal v2.6 frontier
+//!   that stores URLs as given and serves none of our extensions.
+//! - `tests/cluster.rs`: frontier nodes coordinated through a real etcd.
 //! - `tests/crawl_command.rs`: `crawl --demo`, stop and resume.
 //! - `tests/deploy_manifests.rs`: deploy/ checked without a cluster.
 

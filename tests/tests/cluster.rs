@@ -15,6 +15,9 @@ use proto::urlfrontier as uf;
 const MAX_DEPTH: u32 = 40;
 
 const WORKER_ARGS: &[&str] = &[
+    // Bounds the pages a killed worker or frontier leaves in flight.
+    "--unacked-per-host",
+    "2",
     "--concurrency",
     "4",
     "--max-body-bytes",

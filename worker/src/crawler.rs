@@ -59,6 +59,10 @@ pub struct WorkerConfig {
     pub lease_per_queue: u32,
     /// Most URLs of one queue (host) in flight.
     pub per_host: u32,
+    /// Most pages of one host started and not yet reported, per
+    /// `per_host` (at least 1: with 1 a fetch waits for the previous
+    /// report).
+    pub unacked_per_host: u32,
     /// Lease length asked for, seconds.
     pub lease_secs: u32,
     /// WARC files and crawl log go here, when set.
@@ -112,6 +116,7 @@ impl WorkerConfig {
             max_queues: 256,
             lease_per_queue: 32,
             per_host: 1,
+            unacked_per_host: 8,
             lease_secs: 60,
             output: None,
             worker_id: format!("worker-{}", std::process::id()),
@@ -229,11 +234,13 @@ impl Context {
     pub(crate) fn open(config: WorkerConfig, stats: Arc<WorkerStats>) -> Result<Self, WorkerError> {
         if config.concurrency == 0
             || config.per_host == 0
+            || config.unacked_per_host == 0
             || config.max_queues == 0
             || config.lease_per_queue == 0
         {
             return Err(WorkerError::Config(
-                "--concurrency, --max-queues, --lease-per-queue and --per-host must be at least 1"
+                "--concurrency, --max-queues, --lease-per-queue, --per-host and \
+                 --unacked-per-host must be at least 1"
                     .into(),
             ));
         }

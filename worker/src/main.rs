@@ -33,6 +33,12 @@ struct Args {
     /// Most URLs of one host in flight.
     #[arg(long, env = "WORKER_PER_HOST", default_value_t = 1)]
     per_host: u32,
+    /// Most pages of one host fetched (or being fetched) and not yet
+    /// acknowledged by the frontier, per --per-host: their reports travel
+    /// while the next pages are fetched. A worker killed mid-crawl leaves
+    /// at most this many per host to be fetched again.
+    #[arg(long, env = "WORKER_UNACKED_PER_HOST", default_value_t = 8)]
+    unacked_per_host: u32,
     /// Most hosts (queues) held at once, each with its leased URLs fetched
     /// within its politeness; many hosts with a delay each need many held.
     #[arg(long, env = "WORKER_MAX_QUEUES", default_value_t = 256)]
@@ -143,6 +149,7 @@ fn main_result() -> anyhow::Result<()> {
     config.token = args.token;
     config.concurrency = args.concurrency;
     config.per_host = args.per_host;
+    config.unacked_per_host = args.unacked_per_host;
     config.max_queues = args.max_queues;
     config.lease_per_queue = args.lease_per_queue;
     config.seen_cache = args.seen_cache;

@@ -108,19 +108,21 @@ pub(crate) struct HostPace {
     pacer: Mutex<Pacer>,
     answers: Notify,
     in_flight: Arc<Semaphore>,
-    // Fetches started and not yet reported: a fetch's report travels beside
-    // the next fetch, but no further, so a worker killed mid-crawl leaves
-    // at most two pages per `per_host` in flight.
+    // Fetches started and not yet reported: reports travel beside the next
+    // fetches, but only so far, so a worker killed mid-crawl leaves a
+    // bounded number of pages in flight.
     unreported: Arc<Semaphore>,
 }
 
 impl HostPace {
-    fn new(per_host: u32) -> Self {
+    fn new(per_host: u32, unacked_per_host: u32) -> Self {
         Self {
             pacer: Mutex::default(),
             answers: Notify::new(),
             in_flight: Arc::new(Semaphore::new(per_host as usize)),
-            unreported: Arc::new(Semaphore::new(2 * per_host as usize)),
+            unreported: Arc::new(Semaphore::new(
+                (per_host as usize).saturating_mul(unacked_per_host as usize),
+            )),
         }
     }
 
@@ -212,7 +214,7 @@ impl Hosts {
     }
 
     /// The host's pace, shared with its other batches.
-    fn of(&self, key: &str, per_host: u32) -> Arc<HostPace> {
+    fn of(&self, key: &str, per_host: u32, unacked_per_host: u32) -> Arc<HostPace> {
         let mut map = self.paces.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(pace) = map.by_key.get(key) {
             return Arc::clone(pace);
@@ -224,7 +226,7 @@ impl Hosts {
             });
             map.sweep_at = (2 * map.by_key.len()).max(64);
         }
-        let pace = Arc::new(HostPace::new(per_host));
+        let pace = Arc::new(HostPace::new(per_host, unacked_per_host));
         map.by_key.insert(key.to_owned(), Arc::clone(&pace));
         pace
     }
@@ -350,7 +352,11 @@ async fn run_host(
     let Some(key) = batch.first().map(|info| info.key.clone()) else {
         return;
     };
-    let pace = paces.of(&key, context.config.per_host);
+    let pace = paces.of(
+        &key,
+        context.config.per_host,
+        context.config.unacked_per_host,
+    );
     let mut tails = JoinSet::new();
     // Set by a fetch that met Retry-After: the rest waits for the frontier.
     let held_off = Arc::new(AtomicBool::new(false));
