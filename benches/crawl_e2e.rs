@@ -24,10 +24,7 @@ fn arg(args: &[String], name: &str, default: u64) -> u64 {
 
 /// Pages the site answered (robots.txt and the sitemap left out).
 fn pages(site: &MockSite) -> usize {
-    site.hits()
-        .iter()
-        .filter(|h| h.target != "/robots.txt" && h.target != "/sitemap.xml")
-        .count()
+    site.page_fetches().values().map(|&n| n as usize).sum()
 }
 
 /// User + system CPU seconds of this process's waited-for children so far

@@ -310,6 +310,16 @@ impl MockSite {
         counts
     }
 
+    /// How often each page was requested: [`Self::fetch_counts`] without
+    /// robots.txt and the sitemap, which the ground truth leaves out.
+    #[must_use]
+    pub fn page_fetches(&self) -> BTreeMap<String, u32> {
+        let mut counts = self.fetch_counts();
+        counts.remove("/robots.txt");
+        counts.remove("/sitemap.xml");
+        counts
+    }
+
     async fn answer(&self, request: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
         let target = request
             .uri()

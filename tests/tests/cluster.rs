@@ -4,7 +4,6 @@
 //! fall in partitions of different nodes). Skipped, saying so, where no
 //! etcd binary is installed; `.ci/run` installs one.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -103,20 +102,13 @@ async fn sites(count: u8) -> Vec<MockSite> {
     sites
 }
 
-fn page_fetches(site: &MockSite) -> BTreeMap<String, u32> {
-    site.fetch_counts()
-        .into_iter()
-        .filter(|(path, _)| path != "/robots.txt" && path != "/sitemap.xml")
-        .collect()
-}
-
 /// Every site fetched as its ground truth says, with at most `extra`
 /// fetches beyond it over all sites (pages in flight at a kill).
 fn check_sites(sites: &[MockSite], extra: u32) {
     let expected = expected_fetches(&SiteConfig::default(), MAX_DEPTH);
     let mut surplus = 0;
     for site in sites {
-        let fetched = page_fetches(site);
+        let fetched = site.page_fetches();
         for (path, times) in &expected {
             let got = fetched.get(path).copied().unwrap_or(0);
             assert!(

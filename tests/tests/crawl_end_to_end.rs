@@ -9,13 +9,6 @@ use mock_site::{MockSite, NEVER_FETCHED, SiteConfig, expected_fetches};
 
 const MAX_DEPTH: u32 = 40;
 
-fn page_fetches(site: &MockSite) -> BTreeMap<String, u32> {
-    site.fetch_counts()
-        .into_iter()
-        .filter(|(path, _)| path != "/robots.txt" && path != "/sitemap.xml")
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_workers_crawl_the_site_exactly_once() {
     let site = MockSite::start(SiteConfig::default()).await.unwrap();
@@ -87,7 +80,7 @@ async fn three_workers_crawl_the_site_exactly_once() {
     }
 
     let expected = expected_fetches(&SiteConfig::default(), MAX_DEPTH);
-    let fetched = page_fetches(&site);
+    let fetched = site.page_fetches();
     let missing: Vec<_> = expected
         .keys()
         .filter(|p| !fetched.contains_key(*p))
@@ -215,7 +208,7 @@ const WORKER_ARGS: &[&str] = &[
 /// (pages in flight at the fault), nothing forbidden.
 fn check_with_fault(site: &MockSite, extra: u32) {
     let expected = expected_fetches(&SiteConfig::default(), MAX_DEPTH);
-    let fetched = page_fetches(site);
+    let fetched = site.page_fetches();
     let mut surplus = 0;
     for (path, times) in &expected {
         let got = fetched.get(path).copied().unwrap_or(0);
@@ -345,7 +338,7 @@ async fn a_crawl_delay_spaces_requests_to_its_host() {
     assert!(status.success(), "{text}");
     let (status, text) = frontier_cli(&endpoint, &["status", "--wait", "--timeout-secs", "180"]);
     assert!(status.success(), "crawl did not finish: {text}");
-    assert_eq!(page_fetches(&site), expected_fetches(&config, 2));
+    assert_eq!(site.page_fetches(), expected_fetches(&config, 2));
     // The frontier spaces its serves of the host by the Crawl-delay; a
     // request starts a little after its serve (the first one also after
     // the robots.txt and sitemap reads). So each gap between request starts
