@@ -690,16 +690,12 @@ async fn record_answer(context: &Context, url: &Url, fetched: &Fetched, log: &mu
     log.bytes = Some(fetched.body.len() as u64);
     log.truncated = Some(fetched.truncated);
     if let Some(output) = &context.output {
-        let output = Arc::clone(output);
         let head = request_head(url, &context.config.fetch.user_agent);
-        let target = url.to_string();
-        let copy = fetched.clone();
-        match tokio::task::spawn_blocking(move || output.write_exchange(&target, &head, &copy))
-            .await
-        {
-            Ok(Ok(digest)) => log.digest = Some(digest),
-            Ok(Err(error)) => tracing::error!(%error, "WARC write failed"),
-            Err(error) => tracing::error!(%error, "WARC writer panicked"),
+        // Written in place: a thread hand-off per page cost more than the
+        // write, which goes to the page cache.
+        match output.write_exchange(url.as_str(), &head, fetched) {
+            Ok(digest) => log.digest = Some(digest),
+            Err(error) => tracing::error!(%error, "WARC write failed"),
         }
     }
 }

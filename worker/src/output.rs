@@ -62,9 +62,35 @@ struct WarcFile {
     current: Option<(File, PathBuf)>,
     written: u64,
     serial: u32,
-    // One compressor for every record: making one zeroes a few hundred
-    // kilobytes of tables, more work than compressing a small page.
-    deflate: flate2::Compress,
+    /// Syncs of rotated files, run off the writer's thread (a writer may be
+    /// an async task) and joined by [`Output::flush`].
+    syncing: Vec<std::thread::JoinHandle<io::Result<()>>>,
+}
+
+/// The outcome of a rotated file's sync.
+fn joined(sync: std::thread::JoinHandle<io::Result<()>>) -> io::Result<()> {
+    sync.join()
+        .map_err(|_| io::Error::other("a WARC file's sync panicked"))?
+}
+
+thread_local! {
+    // One compressor per thread for every record it writes: making one
+    // zeroes a few hundred kilobytes of tables, more work than compressing
+    // a small page. Per thread, so records are compressed outside the
+    // file's lock.
+    static DEFLATE: std::cell::RefCell<flate2::Compress> =
+        std::cell::RefCell::new(flate2::Compress::new(flate2::Compression::fast(), false));
+}
+
+/// A WARC record as one gzip member, ready to append.
+fn record_member(mut header: RawRecordHeader, body: &[u8]) -> io::Result<Vec<u8>> {
+    header.headers.insert(
+        WarcHeader::ContentLength,
+        body.len().to_string().into_bytes(),
+    );
+    let mut record = Vec::with_capacity(body.len() + 512);
+    WarcWriter::new(&mut record).write_raw(header, &body)?;
+    DEFLATE.with(|deflate| gzip_member(&mut deflate.borrow_mut(), &record))
 }
 
 impl WarcFile {
@@ -77,7 +103,15 @@ impl WarcFile {
                 .ok_or_else(|| io::Error::other("no file"));
         }
         if let Some((file, _)) = self.current.take() {
-            file.sync_all()?;
+            let (done, running) = std::mem::take(&mut self.syncing)
+                .into_iter()
+                .partition::<Vec<_>, _>(std::thread::JoinHandle::is_finished);
+            self.syncing = running;
+            for sync in done {
+                joined(sync)?;
+            }
+            self.syncing
+                .push(std::thread::spawn(move || file.sync_all()));
         }
         self.serial += 1;
         let stamp = std::time::SystemTime::now()
@@ -104,28 +138,21 @@ impl WarcFile {
             (WarcHeader::Filename, name),
             (WarcHeader::ContentType, "application/warc-fields".into()),
         ]);
-        self.append(header, info.as_bytes())?;
+        self.append(&record_member(header, info.as_bytes())?)?;
         self.current
             .as_mut()
             .map(|(file, _)| file)
             .ok_or_else(|| io::Error::other("no file"))
     }
 
-    /// Appends one record as its own gzip member.
-    fn append(&mut self, mut header: RawRecordHeader, body: &[u8]) -> io::Result<()> {
-        header.headers.insert(
-            WarcHeader::ContentLength,
-            body.len().to_string().into_bytes(),
-        );
-        let mut record = Vec::with_capacity(body.len() + 512);
-        WarcWriter::new(&mut record).write_raw(header, &body)?;
-        let member = gzip_member(&mut self.deflate, &record)?;
+    /// Appends gzip members whole.
+    fn append(&mut self, members: &[u8]) -> io::Result<()> {
         let file = match self.current.as_mut() {
             Some((file, _)) => file,
             None => return Err(io::Error::other("no WARC file open")),
         };
-        file.write_all(&member)?;
-        self.written += member.len() as u64;
+        file.write_all(members)?;
+        self.written += members.len() as u64;
         Ok(())
     }
 }
@@ -210,7 +237,7 @@ impl Output {
                 current: None,
                 written: 0,
                 serial: 0,
-                deflate: flate2::Compress::new(flate2::Compression::fast(), false),
+                syncing: Vec::new(),
             }),
             log: Mutex::new(BufWriter::new(log)),
             dir: dir.to_owned(),
@@ -218,7 +245,8 @@ impl Output {
     }
 
     /// Writes a fetch's request and response records; answers the
-    /// payload digest.
+    /// payload digest. Short enough for an async task: one write to the
+    /// page cache, and a rotated file is synced on a thread of its own.
     pub fn write_exchange(
         &self,
         url: &str,
@@ -253,8 +281,6 @@ impl Output {
         );
         http.extend_from_slice(&fetched.body);
 
-        let mut warc = self.warc.lock().unwrap_or_else(PoisonError::into_inner);
-        warc.writer()?;
         let mut response_fields = vec![
             (WarcHeader::WarcType, "response".to_owned()),
             (WarcHeader::TargetURI, url.to_owned()),
@@ -286,8 +312,14 @@ impl Output {
             ),
             (WarcHeader::ConcurrentTo, response_id),
         ]);
-        warc.append(request, request_head)?;
-        warc.append(response, &http)?;
+        // Compressed before the lock, written in one call under it: the
+        // pair stays together and concurrent fetches only queue for the
+        // write itself.
+        let mut members = record_member(request, request_head)?;
+        members.extend_from_slice(&record_member(response, &http)?);
+        let mut warc = self.warc.lock().unwrap_or_else(PoisonError::into_inner);
+        warc.writer()?;
+        warc.append(&members)?;
         Ok(payload_digest)
     }
 
@@ -307,6 +339,9 @@ impl Output {
             log.get_ref().sync_all()?;
         }
         let mut warc = self.warc.lock().unwrap_or_else(PoisonError::into_inner);
+        for sync in warc.syncing.drain(..) {
+            joined(sync)?;
+        }
         if let Some((file, _)) = warc.current.as_mut() {
             file.flush()?;
             file.sync_all()?;
