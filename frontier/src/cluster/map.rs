@@ -95,6 +95,74 @@ impl PartitionMap {
         Some(Self { epoch: 1, owners })
     }
 
+    /// The map that spreads the partitions evenly over `nodes` while moving
+    /// as few as it can: each node keeps what it owns up to its share; the
+    /// partitions of nodes not in `nodes` (gone, or being drained) and the
+    /// excess of nodes above their share go to the nodes below theirs. The
+    /// shares differ by at most one, and the larger ones go to the nodes
+    /// that own most now, so that the fewest partitions move. The epoch is
+    /// one more than this map's when anything moves; `None` without nodes.
+    #[must_use]
+    pub fn rebalanced(&self, nodes: &BTreeSet<String>) -> Option<Self> {
+        if nodes.is_empty() {
+            return None;
+        }
+        let mut owned: BTreeMap<&str, usize> = nodes.iter().map(|n| (n.as_str(), 0)).collect();
+        for owner in &self.owners {
+            if let Some(count) = owned.get_mut(owner.as_str()) {
+                *count += 1;
+            }
+        }
+        let mut by_holding: Vec<(&str, usize)> = owned.into_iter().collect();
+        by_holding.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let (base, extra) = (
+            self.owners.len() / nodes.len(),
+            self.owners.len() % nodes.len(),
+        );
+        let mut room: BTreeMap<&str, usize> = by_holding
+            .iter()
+            .enumerate()
+            .map(|(rank, (node, _))| (*node, base + usize::from(rank < extra)))
+            .collect();
+        let mut owners: Vec<Option<String>> = self
+            .owners
+            .iter()
+            .map(|owner| match room.get_mut(owner.as_str()) {
+                Some(left) if *left > 0 => {
+                    *left -= 1;
+                    Some(owner.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        let mut takers = by_holding
+            .iter()
+            .flat_map(|(node, _)| std::iter::repeat_n(*node, room[node]));
+        for owner in owners.iter_mut().filter(|owner| owner.is_none()) {
+            *owner = takers.next().map(str::to_owned);
+        }
+        let owners: Vec<String> = owners.into_iter().flatten().collect();
+        let epoch = if owners == self.owners {
+            self.epoch
+        } else {
+            self.epoch + 1
+        };
+        Some(Self { epoch, owners })
+    }
+
+    /// The partitions whose owner differs between this map and `next`, as
+    /// (partition, owner here, owner there).
+    #[must_use]
+    pub fn moves_to<'a>(&'a self, next: &'a Self) -> Vec<(u32, &'a str, &'a str)> {
+        self.owners
+            .iter()
+            .zip(&next.owners)
+            .enumerate()
+            .filter(|(_, (from, to))| from != to)
+            .map(|(p, (from, to))| (p as u32, from.as_str(), to.as_str()))
+            .collect()
+    }
+
     /// The partitions `node` owns.
     pub fn owned_by<'a>(&'a self, node: &'a str) -> impl Iterator<Item = u32> + 'a {
         self.owners
@@ -147,6 +215,83 @@ mod tests {
             let again = PartitionMap::first(partitions, &nodes.iter().rev().cloned().collect());
             prop_assert_eq!(Some(map), again);
         }
+    }
+
+    fn map_over(partitions: usize, owners: &[usize], names: &[String]) -> PartitionMap {
+        PartitionMap {
+            epoch: 7,
+            owners: (0..partitions)
+                .map(|p| names[owners[p % owners.len()] % names.len()].clone())
+                .collect(),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn a_rebalanced_map_is_even_moves_the_fewest_and_leaves_drained_nodes_empty(
+            partitions in 1usize..200,
+            layout in proptest::collection::vec(0usize..8, 1..50),
+            names in proptest::collection::btree_set("[a-z]{1,4}", 1..8),
+            keep in proptest::collection::vec(proptest::bool::ANY, 8),
+        ) {
+            let names: Vec<String> = names.into_iter().collect();
+            let map = map_over(partitions, &layout, &names);
+            // Some nodes stay, some leave, one may join.
+            let mut nodes: BTreeSet<String> = names
+                .iter()
+                .zip(&keep)
+                .filter(|(_, keep)| **keep)
+                .map(|(name, _)| name.clone())
+                .collect();
+            nodes.insert("joiner".to_owned());
+            let next = map.rebalanced(&nodes).unwrap();
+            prop_assert_eq!(next.owners.len(), partitions);
+            let counts: Vec<usize> = nodes.iter().map(|n| next.owned_by(n).count()).collect();
+            prop_assert_eq!(counts.iter().sum::<usize>(), partitions);
+            prop_assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1);
+            // Fewest moves: every partition of a node that left moves, and
+            // of a staying node only what it holds above the largest share.
+            let share = partitions.div_ceil(nodes.len());
+            let floor = partitions / nodes.len();
+            let mut held: Vec<usize> = nodes.iter().map(|n| map.owned_by(n).count()).collect();
+            held.sort_unstable_by(|a, b| b.cmp(a));
+            let extra = partitions % nodes.len();
+            let least: usize = (0..partitions)
+                .filter(|&p| !nodes.contains(&map.owners[p]))
+                .count()
+                + held
+                    .iter()
+                    .enumerate()
+                    .map(|(rank, &h)| h.saturating_sub(if rank < extra { share } else { floor }))
+                    .sum::<usize>();
+            let moves = map.moves_to(&next);
+            prop_assert_eq!(moves.len(), least);
+            for (_, from, to) in &moves {
+                prop_assert!(nodes.contains(*to));
+                prop_assert_ne!(from, to);
+            }
+            prop_assert_eq!(next.epoch, if moves.is_empty() { 7 } else { 8 });
+            // A balanced map stays as it is.
+            prop_assert_eq!(next.rebalanced(&nodes), Some(next.clone()));
+        }
+    }
+
+    #[test]
+    fn a_joining_node_takes_partitions_from_each_and_a_drained_one_gives_all_back() {
+        let three: BTreeSet<String> = ["a", "b", "c"].map(String::from).into();
+        let map = PartitionMap::first(12, &three).unwrap();
+        let four: BTreeSet<String> = ["a", "b", "c", "d"].map(String::from).into();
+        let grown = map.rebalanced(&four).unwrap();
+        assert_eq!(grown.owned_by("d").count(), 3);
+        assert_eq!(map.moves_to(&grown).len(), 3);
+        for node in ["a", "b", "c"] {
+            assert_eq!(grown.owned_by(node).count(), 3, "{node} gave one");
+        }
+        let without_b: BTreeSet<String> = ["a", "c", "d"].map(String::from).into();
+        let drained = grown.rebalanced(&without_b).unwrap();
+        assert_eq!(drained.owned_by("b").count(), 0);
+        assert_eq!(grown.moves_to(&drained).len(), 3);
+        assert_eq!(drained.epoch, grown.epoch + 1);
     }
 
     #[test]
