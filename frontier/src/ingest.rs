@@ -40,6 +40,10 @@ use crate::scope::{Rules, SeedHosts, SkipReason};
 use crate::snapshots;
 use crate::store::{Applied, Deletion, KnownUrl, NewUrl, Removed, Store, StoreError, WriteOp};
 
+mod partition_copy;
+
+pub use partition_copy::{PartitionUrl, TakeError, Taken};
+
 /// How a "maybe" from the filter is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DedupMode {

@@ -27,7 +27,8 @@
 //!   two threads, one per store file, so that consecutive groups overlap.
 //! - [`ingest`]: discovered and known URLs in: canonicalise, admit, exact
 //!   (or Bloom) dedup against partitioned filters that always hold every
-//!   stored key; deletions; online filter rebuilds.
+//!   stored key; deletions; online filter rebuilds; a partition copied
+//!   page by page into another store (`ingest/partition_copy.rs`).
 //! - [`scheduler`]: queues, leases, the serving gate, wake-up lists.
 //! - [`robots_shelf`]: robots.txt answers kept for the workers, per origin.
 //! - [`service`]: the frontier as one object (ingest, scheduler, rebuild

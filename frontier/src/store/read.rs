@@ -245,4 +245,40 @@ impl Store {
         }
         Ok(count)
     }
+
+    /// Up to `limit` URLs of one partition that follow the key `after`
+    /// (crawl, URL), in key order, as (crawl, URL, record), from one
+    /// snapshot: a partition is read page by page, and a reader that
+    /// stopped resumes after the last key it took.
+    pub fn partition_page(
+        &self,
+        partition: u32,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<(String, String, UrlRecord)>, StoreError> {
+        use std::ops::Bound;
+        let read = self.files()?.urls_db.begin_read()?;
+        let Some(table) = open_if_exists(&read, URLS)? else {
+            return Ok(Vec::new());
+        };
+        let start = match after {
+            Some((crawl, url)) => Bound::Excluded((partition, crawl, url)),
+            None => Bound::Included((partition, "", "")),
+        };
+        let end = match partition.checked_add(1) {
+            Some(next) => Bound::Excluded((next, "", "")),
+            None => Bound::Unbounded,
+        };
+        let mut page = Vec::with_capacity(limit.min(4096));
+        for entry in table.range::<(u32, &str, &str)>((start, end))?.take(limit) {
+            let (key, value) = entry?;
+            let (_, crawl, url) = key.value();
+            page.push((
+                crawl.to_owned(),
+                url.to_owned(),
+                decode_record(crawl, url, value.value())?,
+            ));
+        }
+        Ok(page)
+    }
 }

@@ -1,0 +1,347 @@
+//! A partition's URLs copied from one store into another: the unit a
+//! cluster moves between nodes. The sender reads the partition in key order,
+//! a page at a time from a snapshot, so a copy that broke resumes after the
+//! last key taken; the receiver takes each page through the group commit and
+//! teaches its filter a URL only once the URL's record is durable, so the
+//! filter holds every key the store holds at every moment of the copy.
+//!
+//! Taking is idempotent: a URL the receiver does not hold is stored whole
+//! (created date, depth, queue, due date, metadata), and one it holds takes
+//! the sender's queue, due date and metadata (created date and depth never
+//! change for a URL). A page taken twice, or a later copy of a URL the
+//! sender changed after an earlier page, leaves the sender's latest state.
+
+use std::sync::atomic::Ordering;
+
+use super::{Ingest, IngestError, canonicalise, filter_key, partition_of};
+use crate::record::UrlRecord;
+use crate::store::{Applied, KnownUrl, NewUrl, WriteOp};
+
+/// One URL of a partition as it travels between stores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionUrl {
+    /// The crawl.
+    pub crawl: String,
+    /// The canonical URL.
+    pub url: String,
+    /// Everything the sender stores for it.
+    pub record: UrlRecord,
+}
+
+/// What taking a page did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Taken {
+    /// URLs this store did not hold, now stored.
+    pub stored: u64,
+    /// URLs it held, now in the sender's state.
+    pub updated: u64,
+}
+
+/// Why a page cannot be taken; nothing of it was stored.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TakeError {
+    /// A URL does not belong where it was sent: not canonical, or of
+    /// another partition (the stores differ in partition count or rules of
+    /// canonicalisation, or the page is damaged).
+    #[error("{url:?} of crawl {crawl:?} is not a canonical URL of partition {partition}: {reason}")]
+    Misplaced {
+        crawl: String,
+        url: String,
+        partition: u32,
+        reason: String,
+    },
+    /// The partition is not one of this store's.
+    #[error("partition {partition} is not one of this store's {partitions}")]
+    NoSuchPartition { partition: u32, partitions: usize },
+    /// The store failed.
+    #[error(transparent)]
+    Ingest(#[from] IngestError),
+}
+
+impl Ingest {
+    /// Up to `limit` URLs of a partition after the key `after` (crawl, URL),
+    /// in key order, from one snapshot.
+    pub fn partition_page(
+        &self,
+        partition: u32,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<PartitionUrl>, IngestError> {
+        Ok(self
+            .store
+            .partition_page(partition, after, limit)?
+            .into_iter()
+            .map(|(crawl, url, record)| PartitionUrl { crawl, url, record })
+            .collect())
+    }
+
+    /// Takes a page of another store's partition in (module docs); durable
+    /// when this returns.
+    pub fn take_partition_urls(
+        &self,
+        partition: u32,
+        urls: Vec<PartitionUrl>,
+    ) -> Result<Taken, TakeError> {
+        let partitions = self.filters.partition_count();
+        if partition as usize >= partitions {
+            return Err(TakeError::NoSuchPartition {
+                partition,
+                partitions,
+            });
+        }
+        for moved in &urls {
+            self.check_placed(partition, moved)?;
+        }
+        let committer = self
+            .committer
+            .as_ref()
+            .ok_or(IngestError::Store(crate::store::StoreError::Stopped))?;
+        let ops: Vec<WriteOp> = urls
+            .iter()
+            .map(|moved| {
+                WriteOp::Discover(NewUrl {
+                    crawl: moved.crawl.clone(),
+                    url: moved.url.clone(),
+                    partition,
+                    maybe_known: true,
+                    record: moved.record.clone(),
+                })
+            })
+            .collect();
+        let applied = committer.apply(ops).map_err(IngestError::from)?;
+        let mut taken = Taken::default();
+        let mut held = Vec::new();
+        for (moved, applied) in urls.into_iter().zip(applied) {
+            if matches!(applied, Applied::Discovered { stored: true }) {
+                self.learn(partition, &moved)?;
+                taken.stored += 1;
+            } else {
+                held.push(moved);
+            }
+        }
+        if held.is_empty() {
+            return Ok(taken);
+        }
+        let ops: Vec<WriteOp> = held
+            .iter()
+            .map(|moved| {
+                WriteOp::Known(KnownUrl {
+                    crawl: moved.crawl.clone(),
+                    url: moved.url.clone(),
+                    partition,
+                    queue_key: Some(moved.record.queue_key.clone()),
+                    default_queue: moved.record.queue_key.clone(),
+                    due_at: moved.record.due_at,
+                    metadata: moved.record.metadata.clone(),
+                    now: moved.record.created_at,
+                })
+            })
+            .collect();
+        let applied = committer.apply(ops).map_err(IngestError::from)?;
+        for (moved, applied) in held.iter().zip(applied) {
+            // Removed between the two commits (a deletion) and so created
+            // again by the second: the filter learns it as new.
+            if matches!(applied, Applied::Known { previous: None, .. }) {
+                self.learn(partition, moved)?;
+                taken.stored += 1;
+            } else {
+                taken.updated += 1;
+            }
+        }
+        Ok(taken)
+    }
+
+    /// A URL the store now holds joins its partition's filter.
+    fn learn(&self, partition: u32, moved: &PartitionUrl) -> Result<(), IngestError> {
+        let partition = partition as usize;
+        self.filters
+            .insert(partition, filter_key(&moved.crawl, &moved.url))?;
+        self.counters[partition]
+            .stored
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn check_placed(&self, partition: u32, moved: &PartitionUrl) -> Result<(), TakeError> {
+        let misplaced = |reason: String| TakeError::Misplaced {
+            crawl: moved.crawl.clone(),
+            url: moved.url.clone(),
+            partition,
+            reason,
+        };
+        let canonical = canonicalise(&moved.url, self.max_url_length)
+            .map_err(|error| misplaced(error.to_string()))?;
+        if canonical.as_str() != moved.url {
+            return Err(misplaced(format!("its canonical form is {canonical}")));
+        }
+        let home = partition_of(
+            &moved.crawl,
+            canonical.host(),
+            self.filters.partition_count(),
+        );
+        if home != partition as usize {
+            return Err(misplaced(format!("its partition here is {home}")));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::{DedupMode, Discovered, FilterConfig, Outcome};
+    use crate::scope::Rules;
+    use crate::store::Store;
+
+    fn open(dir: &std::path::Path) -> Ingest {
+        let config = FilterConfig {
+            partitions: 4,
+            expected_urls_per_partition: 1000,
+            ..FilterConfig::default()
+        };
+        Ingest::open(Store::open(dir).unwrap(), config, DedupMode::Exact, 2048).unwrap()
+    }
+
+    fn discover(ingest: &Ingest, crawl: &str, urls: &[String]) {
+        let items: Vec<Discovered> = urls
+            .iter()
+            .map(|url| Discovered {
+                url: url.clone(),
+                depth: 2,
+                ..Discovered::default()
+            })
+            .collect();
+        let outcomes = ingest
+            .put_discovered(crawl, &items, &Rules::default(), 1_000)
+            .unwrap();
+        assert!(outcomes.iter().all(|o| *o == Outcome::Stored));
+    }
+
+    /// Every URL of `partition`, read a page of `page` at a time.
+    fn whole(ingest: &Ingest, partition: u32, page: usize) -> Vec<PartitionUrl> {
+        let mut all: Vec<PartitionUrl> = Vec::new();
+        loop {
+            let after = all.last().map(|u| (u.crawl.clone(), u.url.clone()));
+            let next = ingest
+                .partition_page(
+                    partition,
+                    after.as_ref().map(|(c, u)| (c.as_str(), u.as_str())),
+                    page,
+                )
+                .unwrap();
+            if next.is_empty() {
+                return all;
+            }
+            all.extend(next);
+        }
+    }
+
+    #[test]
+    fn a_partition_copied_page_by_page_arrives_whole_and_its_filter_holds_every_key() {
+        let (from_dir, to_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (from, to) = (open(from_dir.path()), open(to_dir.path()));
+        let urls: Vec<String> = (0..40)
+            .map(|i| format!("http://host{}.example/p/{i}", i % 7))
+            .collect();
+        discover(&from, "c1", &urls);
+        discover(&from, "c2", &urls[..10]);
+        let mut copied = 0;
+        for partition in 0..4 {
+            let pages = whole(&from, partition, 3);
+            let expected = from.partition_page(partition, None, usize::MAX).unwrap();
+            assert_eq!(pages, expected, "paging reads each URL once, in key order");
+            for chunk in pages.chunks(5) {
+                to.take_partition_urls(partition, chunk.to_vec()).unwrap();
+            }
+            // Taken twice: nothing new, every URL updated in place.
+            let again = to.take_partition_urls(partition, pages.clone()).unwrap();
+            assert_eq!(again.stored, 0);
+            assert_eq!(again.updated, pages.len() as u64);
+            assert_eq!(whole(&to, partition, 1000), pages);
+            for moved in &pages {
+                let key = filter_key(&moved.crawl, &moved.url);
+                assert!(to.filters().contains(partition as usize, key).unwrap());
+            }
+            copied += pages.len();
+        }
+        assert_eq!(copied, 50);
+        // The copy deduplicates as the original does.
+        let outcomes = to
+            .put_discovered(
+                "c1",
+                &[Discovered {
+                    url: urls[3].clone(),
+                    ..Discovered::default()
+                }],
+                &Rules::default(),
+                2_000,
+            )
+            .unwrap();
+        assert_ne!(outcomes[0], Outcome::Stored);
+    }
+
+    #[test]
+    fn a_later_copy_of_a_url_brings_the_senders_latest_state() {
+        let (from_dir, to_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (from, to) = (open(from_dir.path()), open(to_dir.path()));
+        let url = "http://a.example/x".to_owned();
+        discover(&from, "c", std::slice::from_ref(&url));
+        let partition = partition_of("c", "a.example", 4) as u32;
+        let first = from.partition_page(partition, None, 10).unwrap();
+        to.take_partition_urls(partition, first.clone()).unwrap();
+        let mut later = first[0].clone();
+        later.record.due_at = 0;
+        later.record.queue_key = "elsewhere".into();
+        later.record.metadata.insert("k".into(), vec!["v".into()]);
+        let taken = to
+            .take_partition_urls(partition, vec![later.clone()])
+            .unwrap();
+        assert_eq!(
+            taken,
+            Taken {
+                stored: 0,
+                updated: 1
+            }
+        );
+        let held = to.partition_page(partition, None, 10).unwrap();
+        assert_eq!(held, vec![later.clone()]);
+        assert_eq!(held[0].record.created_at, first[0].record.created_at);
+        assert_eq!(held[0].record.depth, 2);
+    }
+
+    #[test]
+    fn urls_of_another_partition_or_not_canonical_are_refused_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let to = open(dir.path());
+        let home = partition_of("c", "a.example", 4) as u32;
+        let elsewhere = (home + 1) % 4;
+        let good = PartitionUrl {
+            crawl: "c".into(),
+            url: "http://a.example/x".into(),
+            record: UrlRecord {
+                due_at: 5,
+                queue_key: "a.example".into(),
+                ..UrlRecord::default()
+            },
+        };
+        let error = to
+            .take_partition_urls(elsewhere, vec![good.clone()])
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("its partition here is"),
+            "{error}"
+        );
+        let spelled = PartitionUrl {
+            url: "HTTP://A.example/x".into(),
+            ..good.clone()
+        };
+        let error = to
+            .take_partition_urls(home, vec![good.clone(), spelled])
+            .unwrap_err();
+        assert!(error.to_string().contains("canonical form"), "{error}");
+        assert!(to.partition_page(home, None, 10).unwrap().is_empty());
+        let error = to.take_partition_urls(9, vec![good]).unwrap_err();
+        assert!(matches!(error, TakeError::NoSuchPartition { .. }));
+    }
+}
