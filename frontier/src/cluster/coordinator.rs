@@ -125,6 +125,10 @@ pub async fn join(
         .map_err(unreachable)?
         .map_err(refused)?;
     let (changes, _) = tokio::sync::watch::channel(0);
+    // Nothing is served until a map gives this node partitions.
+    frontier
+        .scheduler()
+        .set_served_partitions(Some(vec![false; facts.partitions as usize]));
     let cluster = Arc::new(Cluster {
         peers: super::peers::Peers::new(options.token.clone()),
         options,
@@ -359,10 +363,28 @@ async fn refresh(cluster: &Cluster) -> Result<i64, etcd_client::Error> {
             .take_kv()
             .and_then(|kv| kv.value_str().ok().map(str::to_owned));
     }
-    let previous_epoch = cluster.epoch();
+    let previous = cluster.view();
     let epoch = view.map.as_ref().map_or(0, |m| m.epoch);
-    if epoch != previous_epoch {
+    if epoch != previous.map.as_ref().map_or(0, |m| m.epoch) {
         tracing::info!(epoch, "partition map changed");
+    }
+    let owned = |view: &View| {
+        view.map
+            .as_ref()
+            .map(|map| map.owned_by(&cluster.options.node_id).collect::<Vec<u32>>())
+    };
+    let now_owned = owned(&view);
+    if now_owned != owned(&previous) {
+        let mut served = vec![false; cluster.partitions()];
+        for partition in now_owned.iter().flatten() {
+            if let Some(slot) = served.get_mut(*partition as usize) {
+                *slot = true;
+            }
+        }
+        cluster
+            .frontier
+            .scheduler()
+            .set_served_partitions(Some(served));
     }
     cluster.view.store(Arc::new(view));
     cluster.changes.send_modify(|generation| *generation += 1);

@@ -50,6 +50,18 @@
 //! lease length allows at that spacing (half of it), so that a holder
 //! spacing them does not outlive its lease.
 //!
+//! # The partition gate
+//!
+//! A cluster node serves only the partitions its map gives it and that are
+//! not moving: its store may hold a partition it is receiving (not served
+//! until the map flips to it) or one it has handed over (not served again,
+//! and deleted once the flip is durable). A buffered URL carries its
+//! partition, and a queue whose next URL is of a partition not served here
+//! hands nothing out and is taken off the wake-up list; a change of the
+//! served set puts every queue back through [`Scheduler::reschedule`]. A
+//! queue whose key is not its URLs' host may mix partitions: its URLs wait
+//! behind a head URL of a partition not served.
+//!
 //! # Finding servable queues without scanning them
 //!
 //! Each crawl has a wake-up list ordered by (time, sequence number): a
@@ -165,6 +177,9 @@ pub struct Scheduler {
     lease_horizon: Mutex<Timestamp>,
     // Leases of an earlier process on this store may run until then.
     held_until: Timestamp,
+    // The partitions served here, by index; `None`: all (module docs: the
+    // partition gate).
+    serving: arc_swap::ArcSwapOption<Vec<bool>>,
 }
 
 type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -220,6 +235,7 @@ impl Scheduler {
             refill,
             lease_horizon: Mutex::new(horizon),
             held_until: horizon,
+            serving: arc_swap::ArcSwapOption::empty(),
         };
         let mut loaded = Vec::new();
         store.for_each_queue(|crawl, key, record| {
@@ -332,7 +348,11 @@ impl Scheduler {
         }
         let lease_expiry = (!state.leased.is_empty()).then_some(state.earliest_expiry);
         let mut at = Timestamp::NEVER;
-        if state.may_have_due() {
+        let head_served = state
+            .buffer
+            .first_key_value()
+            .is_none_or(|(_, partition)| self.serves(*partition));
+        if state.may_have_due() && head_served {
             let due = state
                 .buffer
                 .first_key_value()
@@ -357,6 +377,43 @@ impl Scheduler {
         }
         if at != Timestamp::NEVER {
             self.wake(queue, state, at);
+        }
+    }
+
+    /// Whether URLs of `partition` are served here.
+    fn serves(&self, partition: u32) -> bool {
+        self.serving
+            .load()
+            .as_ref()
+            .is_none_or(|served| served.get(partition as usize).copied().unwrap_or(false))
+    }
+
+    /// Serves only the partitions marked in `served` (by index), or all
+    /// with `None`; every queue is looked at again, so one of a partition
+    /// now served is woken.
+    pub fn set_served_partitions(&self, served: Option<Vec<bool>>) {
+        self.serving.store(served.map(Arc::new));
+        let now = (self.clock)();
+        let crawls: Vec<Arc<Crawl>> = self
+            .crawls
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        for crawl in crawls {
+            let queues: Vec<Arc<Queue>> = crawl
+                .queues
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .cloned()
+                .collect();
+            for queue in queues {
+                let mut state = queue.lock();
+                let delay = self.delay_of(&queue.crawl, &state.record);
+                self.reschedule(&queue, &mut state, delay, now);
+            }
         }
     }
 
@@ -691,7 +748,7 @@ impl Scheduler {
             let Some(entry) = state.buffer.first_entry() else {
                 break;
             };
-            if entry.key().0 > now_secs {
+            if entry.key().0 > now_secs || !self.serves(*entry.get()) {
                 break;
             }
             let ((due_at, url), partition) = entry.remove_entry();
@@ -1010,6 +1067,36 @@ mod tests {
 
     fn urls(host: &str, n: usize) -> Vec<String> {
         (0..n).map(|i| format!("http://{host}/p{i:04}")).collect()
+    }
+
+    #[test]
+    fn only_the_partitions_served_here_are_handed_out() {
+        let f = fixture(4);
+        let partition = |host: &str| crate::ingest::partition_of("c", host, 4);
+        let here = "a.example";
+        let away = (b'b'..=b'z')
+            .map(|c| format!("{}.example", c as char))
+            .find(|host| partition(host) != partition(here))
+            .unwrap();
+        f.discover(&urls(here, 3), 10);
+        f.discover(&urls(&away, 3), 10);
+        let mut served = vec![false; 4];
+        served[partition(here)] = true;
+        f.scheduler.set_served_partitions(Some(served));
+        let first = f.serve(&all(30), 10 * SEC);
+        assert_eq!(first, urls(here, 3), "only the served partition's queue");
+        assert!(f.serve(&all(30), 11 * SEC).is_empty());
+        f.scheduler.set_served_partitions(None);
+        assert_eq!(f.serve(&all(30), 12 * SEC), urls(&away, 3));
+        for url in &first {
+            f.report(url, 0);
+        }
+        // Nothing served: a URL that came in meanwhile waits too.
+        f.scheduler.set_served_partitions(Some(vec![false; 4]));
+        f.discover(&urls(here, 4)[3..], 13);
+        assert!(f.serve(&all(30), 13 * SEC).is_empty());
+        f.scheduler.set_served_partitions(None);
+        assert_eq!(f.serve(&all(30), 14 * SEC), urls(here, 4)[3..].to_vec());
     }
 
     #[test]
