@@ -677,6 +677,7 @@ impl Ingest {
             queue: queue.map(str::to_owned),
             created_before,
             partitions: self.filters.partition_count() as u32,
+            partition: None,
         };
         let whole_crawl = queue.is_none() && deletion.removes_queues();
         let committer = self.committer.as_ref().ok_or(StoreError::Stopped)?;

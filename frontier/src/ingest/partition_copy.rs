@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 
 use super::{Ingest, IngestError, canonicalise, filter_key, partition_of};
 use crate::record::UrlRecord;
-use crate::store::{Applied, KnownUrl, NewUrl, WriteOp};
+use crate::store::{Applied, Deletion, KnownUrl, NewUrl, WriteOp};
 
 /// One URL of a partition as it travels between stores.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +152,58 @@ impl Ingest {
         Ok(taken)
     }
 
+    /// Removes every URL of a partition, of every crawl, durably: the
+    /// sender's copy, once the partition's new owner serves it and no
+    /// writes for it come here. The partition's filter is then rebuilt from
+    /// the store, so it does not go on holding the keys that left. Queues
+    /// keep their settings. Answers how many URLs went.
+    pub fn drop_partition(&self, partition: u32) -> Result<u64, TakeError> {
+        let partitions = self.filters.partition_count();
+        if partition as usize >= partitions {
+            return Err(TakeError::NoSuchPartition {
+                partition,
+                partitions,
+            });
+        }
+        let mut crawls = std::collections::BTreeSet::new();
+        self.store
+            .for_each_url_in_partition(partition, |crawl, _| {
+                if !crawls.contains(crawl) {
+                    crawls.insert(crawl.to_owned());
+                }
+            })
+            .map_err(IngestError::from)?;
+        let ops: Vec<WriteOp> = crawls
+            .into_iter()
+            .map(|crawl| {
+                WriteOp::Delete(Deletion {
+                    crawl,
+                    queue: None,
+                    created_before: None,
+                    partitions: partitions as u32,
+                    partition: Some(partition),
+                })
+            })
+            .collect();
+        let mut dropped = 0;
+        if !ops.is_empty() {
+            let committer = self
+                .committer
+                .as_ref()
+                .ok_or(IngestError::Store(crate::store::StoreError::Stopped))?;
+            for applied in committer.apply(ops).map_err(IngestError::from)? {
+                if let Applied::Deleted(removed) = applied {
+                    dropped += removed.urls;
+                }
+            }
+        }
+        self.counters[partition as usize]
+            .stored
+            .store(0, Ordering::Relaxed);
+        self.rebuild_partition(partition as usize, self.config.expected_urls_per_partition)?;
+        Ok(dropped)
+    }
+
     /// A URL the store now holds joins its partition's filter.
     fn learn(&self, partition: u32, moved: &PartitionUrl) -> Result<(), IngestError> {
         let partition = partition as usize;
@@ -279,6 +331,50 @@ mod tests {
             )
             .unwrap();
         assert_ne!(outcomes[0], Outcome::Stored);
+    }
+
+    #[test]
+    fn a_dropped_partition_leaves_the_others_whole_and_its_urls_can_come_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = open(dir.path());
+        let urls: Vec<String> = (0..40)
+            .map(|i| format!("http://host{}.example/p/{i}", i % 7))
+            .collect();
+        discover(&from, "c1", &urls);
+        discover(&from, "c2", &urls[..10]);
+        let before: Vec<Vec<PartitionUrl>> = (0..4).map(|p| whole(&from, p, 100)).collect();
+        let gone = before.iter().position(|urls| !urls.is_empty()).unwrap() as u32;
+        let dropped = from.drop_partition(gone).unwrap();
+        assert_eq!(dropped, before[gone as usize].len() as u64);
+        for partition in 0..4 {
+            let left = whole(&from, partition, 100);
+            if partition == gone {
+                assert!(left.is_empty());
+            } else {
+                assert_eq!(left, before[partition as usize]);
+            }
+        }
+        // A URL that left can be stored again: the filter forgot it too,
+        // or the store refutes its "maybe".
+        let back = &before[gone as usize][0];
+        let outcomes = from
+            .put_discovered(
+                &back.crawl,
+                &[Discovered {
+                    url: back.url.clone(),
+                    ..Discovered::default()
+                }],
+                &Rules::default(),
+                3_000,
+            )
+            .unwrap();
+        assert_eq!(outcomes, vec![Outcome::Stored]);
+        assert_eq!(from.drop_partition(gone).unwrap(), 1);
+        assert_eq!(from.drop_partition(gone).unwrap(), 0);
+        assert!(matches!(
+            from.drop_partition(4),
+            Err(TakeError::NoSuchPartition { .. })
+        ));
     }
 
     #[test]

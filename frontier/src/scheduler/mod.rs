@@ -1100,6 +1100,26 @@ mod tests {
     }
 
     #[test]
+    fn a_dropped_partition_is_not_served_and_its_queues_count_nothing() {
+        let f = fixture(2);
+        let partition = |host: &str| crate::ingest::partition_of("c", host, 4);
+        let away = "a.example";
+        let here = (b'b'..=b'z')
+            .map(|c| format!("{}.example", c as char))
+            .find(|host| partition(host) != partition(away))
+            .unwrap();
+        f.discover(&urls(away, 5), 10);
+        f.discover(&urls(&here, 2), 10);
+        let dropped = f.ingest.drop_partition(partition(away) as u32).unwrap();
+        assert_eq!(dropped, 5);
+        assert_eq!(f.serve(&all(30), 10 * SEC), urls(&here, 2));
+        let counts = f
+            .scheduler
+            .counts("c", Some(away), Timestamp::from_unix_secs(10));
+        assert_eq!((counts.urls, counts.completed), (0, 0));
+    }
+
+    #[test]
     fn each_due_url_is_served_once_per_lease_across_refills_and_trims() {
         // Refill 4 with 50 URLs: every path of the buffer is taken.
         let f = fixture(4);

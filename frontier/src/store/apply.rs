@@ -319,7 +319,11 @@ impl Store {
     ) -> Result<Removed, StoreError> {
         let crawl = deletion.crawl.as_str();
         let mut removed = Removed::default();
-        for partition in 0..deletion.partitions {
+        let partitions = match deletion.partition {
+            Some(only) => only..only.saturating_add(1).min(deletion.partitions),
+            None => 0..deletion.partitions,
+        };
+        for partition in partitions {
             // (URL, queue, due date) of each URL to remove; collected first,
             // since a table cannot change under its own iterator.
             let mut doomed: Vec<(String, String, u64)> = Vec::new();

@@ -981,6 +981,7 @@ mod tests {
                     queue: Some("q2".into()),
                     created_before: None,
                     partitions: 4,
+                    partition: None,
                 })])
                 .unwrap();
             store
@@ -1222,6 +1223,7 @@ mod tests {
             queue: Some("q".into()),
             created_before: None,
             partitions: 4,
+            partition: None,
         });
         leave_in_log(
             dir.path(),
@@ -1253,6 +1255,7 @@ mod tests {
             queue: Some("q".into()),
             created_before: None,
             partitions: 4,
+            partition: None,
         });
         store
             .apply(&[

@@ -117,6 +117,9 @@ pub struct Deletion {
     pub created_before: Option<u64>,
     /// The store's partition count (URL keys start with the partition).
     pub partitions: u32,
+    /// Only this partition's URLs (a partition handed to another node);
+    /// queues keep their settings, as their other URLs may live elsewhere.
+    pub partition: Option<u32>,
 }
 
 impl Deletion {
@@ -124,7 +127,7 @@ impl Deletion {
     /// included, not only URLs.
     #[must_use]
     pub fn removes_queues(&self) -> bool {
-        self.created_before.is_none()
+        self.created_before.is_none() && self.partition.is_none()
     }
 }
 

@@ -10,6 +10,9 @@ use crate::store::{Deletion, KnownUrl, NewUrl, WriteOp};
 const TAG_DISCOVER: u8 = 1;
 const TAG_KNOWN: u8 = 2;
 const TAG_DELETE: u8 = 3;
+/// A deletion of one partition's URLs: [`TAG_DELETE`]'s fields, then the
+/// partition. A tag of its own, so logs written before it read as before.
+const TAG_DELETE_IN_PARTITION: u8 = 4;
 
 /// The payload of one record: a group's writes.
 #[must_use]
@@ -44,7 +47,11 @@ pub fn encode_ops(ops: &[WriteOp]) -> Vec<u8> {
                 put_bytes(&mut out, &carrier.encode());
             }
             WriteOp::Delete(deletion) => {
-                out.push(TAG_DELETE);
+                out.push(if deletion.partition.is_some() {
+                    TAG_DELETE_IN_PARTITION
+                } else {
+                    TAG_DELETE
+                });
                 put_str(&mut out, &deletion.crawl);
                 put_optional(&mut out, deletion.queue.as_deref());
                 match deletion.created_before {
@@ -55,6 +62,9 @@ pub fn encode_ops(ops: &[WriteOp]) -> Vec<u8> {
                     None => out.push(0),
                 }
                 out.extend_from_slice(&deletion.partitions.to_le_bytes());
+                if let Some(partition) = deletion.partition {
+                    out.extend_from_slice(&partition.to_le_bytes());
+                }
             }
         }
     }
@@ -90,7 +100,7 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<WriteOp>, RecordError> {
                 now: reader.u64()?,
                 metadata: UrlRecord::decode(read_bytes(&mut reader)?)?.metadata,
             }),
-            TAG_DELETE => WriteOp::Delete(Deletion {
+            tag @ (TAG_DELETE | TAG_DELETE_IN_PARTITION) => WriteOp::Delete(Deletion {
                 crawl: reader.string()?,
                 queue: read_optional(&mut reader)?,
                 created_before: if read_flag(&mut reader)? {
@@ -99,6 +109,11 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<WriteOp>, RecordError> {
                     None
                 },
                 partitions: reader.u32()?,
+                partition: if tag == TAG_DELETE_IN_PARTITION {
+                    Some(reader.u32()?)
+                } else {
+                    None
+                },
             }),
             tag => return Err(RecordError::UnknownTag(tag)),
         };

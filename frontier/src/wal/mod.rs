@@ -766,14 +766,16 @@ mod tests {
                 ".{0,8}",
                 prop::option::of(".{0,10}"),
                 prop::option::of(any::<u64>()),
-                any::<u32>()
+                any::<u32>(),
+                prop::option::of(any::<u32>())
             )
-                .prop_map(|(crawl, queue, created_before, partitions)| {
+                .prop_map(|(crawl, queue, created_before, partitions, partition)| {
                     WriteOp::Delete(Deletion {
                         crawl,
                         queue,
                         created_before,
                         partitions,
+                        partition,
                     })
                 }),
         ]
@@ -789,6 +791,7 @@ mod tests {
             queue: None,
             created_before: None,
             partitions: 4,
+            partition: None,
         })]
     }
 
