@@ -42,7 +42,9 @@ use crate::store::{Applied, Deletion, KnownUrl, NewUrl, Removed, Store, StoreErr
 
 mod partition_copy;
 
-pub use partition_copy::{PartitionUrl, TakeError, Taken};
+pub use partition_copy::{Changes, PartitionUrl, TakeError, Taken};
+
+use partition_copy::CopyTracker;
 
 /// How a "maybe" from the filter is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -249,6 +251,8 @@ pub struct Ingest {
     max_url_length: usize,
     max_metadata_bytes: usize,
     counters: Box<[PartitionCounters]>,
+    // What changed in partitions being copied out (see `partition_copy`).
+    copies: Arc<CopyTracker>,
 }
 
 /// Most bytes of metadata one URL may carry unless configured otherwise:
@@ -387,7 +391,17 @@ impl Ingest {
         })?;
         let store = Arc::new(store);
         let hook = make_hook(&store)?;
+        let copies = Arc::new(CopyTracker::default());
+        let tracker = Arc::clone(&copies);
+        let tracked: CommitHook = Box::new(move |ops, applied| {
+            tracker.on_commit(ops, applied);
+            if let Some(hook) = &hook {
+                hook(ops, applied);
+            }
+        });
+        let hook = Some(tracked);
         Ok(Self {
+            copies,
             seeds: std::sync::RwLock::new(
                 seeds.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
             ),

@@ -5,13 +5,22 @@
 //! teaches its filter a URL only once the URL's record is durable, so the
 //! filter holds every key the store holds at every moment of the copy.
 //!
+//! The sender notes what is written to a partition while it is copied
+//! (tracking starts before the first page is read, so every write is in a
+//! page's snapshot or noted): a cutover, once writes to the partition have
+//! stopped, sends only those URLs again. A deletion cannot be sent that way
+//! (the receiver would not learn which URLs went), so after one the
+//! receiver takes the whole partition again.
+//!
 //! Taking is idempotent: a URL the receiver does not hold is stored whole
 //! (created date, depth, queue, due date, metadata), and one it holds takes
 //! the sender's queue, due date and metadata (created date and depth never
 //! change for a URL). A page taken twice, or a later copy of a URL the
 //! sender changed after an earlier page, leaves the sender's latest state.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
+use std::sync::{Mutex, PoisonError};
 
 use super::{Ingest, IngestError, canonicalise, filter_key, partition_of};
 use crate::record::UrlRecord;
@@ -26,6 +35,56 @@ pub struct PartitionUrl {
     pub url: String,
     /// Everything the sender stores for it.
     pub record: UrlRecord,
+}
+
+/// What was written to a tracked partition since its tracking began or
+/// its changes were last taken.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Changes {
+    /// (crawl, URL) of every URL stored or changed, in key order.
+    pub touched: BTreeSet<(String, String)>,
+    /// A deletion removed URLs of the partition.
+    pub deleted: bool,
+}
+
+/// The partitions being copied out and what was written to each; fed by
+/// the commit hook, in commit order.
+#[derive(Debug, Default)]
+pub(super) struct CopyTracker {
+    tracked: Mutex<HashMap<u32, Changes>>,
+}
+
+impl CopyTracker {
+    pub(super) fn on_commit(&self, ops: &[WriteOp], applied: &[Applied]) {
+        let mut tracked = self.tracked.lock().unwrap_or_else(PoisonError::into_inner);
+        if tracked.is_empty() {
+            return;
+        }
+        for (op, applied) in ops.iter().zip(applied) {
+            let (partition, crawl, url) = match (op, applied) {
+                (WriteOp::Discover(new), Applied::Discovered { stored: true }) => {
+                    (new.partition, &new.crawl, &new.url)
+                }
+                (WriteOp::Known(known), _) => (known.partition, &known.crawl, &known.url),
+                (WriteOp::Delete(_), Applied::Deleted(removed)) => {
+                    for partition in removed.per_partition.keys() {
+                        if let Some(changes) = tracked.get_mut(partition) {
+                            changes.deleted = true;
+                        }
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            if let Some(changes) = tracked.get_mut(&partition) {
+                changes.touched.insert((crawl.clone(), url.clone()));
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Changes>> {
+        self.tracked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// What taking a page did.
@@ -204,6 +263,45 @@ impl Ingest {
         Ok(dropped)
     }
 
+    /// Starts noting what is written to a partition, from nothing (also
+    /// when it was tracked already): call before a copy reads its first
+    /// page.
+    pub fn track_partition(&self, partition: u32) {
+        self.copies.lock().insert(partition, Changes::default());
+    }
+
+    /// What was written to a partition since its tracking began or this was
+    /// last asked; tracking goes on. `None` when the partition is not
+    /// tracked, as after a restart: the receiver then takes it whole.
+    pub fn take_partition_changes(&self, partition: u32) -> Option<Changes> {
+        self.copies.lock().get_mut(&partition).map(std::mem::take)
+    }
+
+    /// Stops tracking a partition.
+    pub fn untrack_partition(&self, partition: u32) {
+        self.copies.lock().remove(&partition);
+    }
+
+    /// The URLs of `keys` (crawl, URL) as this store holds them now; those
+    /// it does not hold are left out.
+    pub fn partition_urls<'a>(
+        &self,
+        partition: u32,
+        keys: impl IntoIterator<Item = &'a (String, String)>,
+    ) -> Result<Vec<PartitionUrl>, IngestError> {
+        let mut held = Vec::new();
+        for (crawl, url) in keys {
+            if let Some(record) = self.store.get(partition, crawl, url)? {
+                held.push(PartitionUrl {
+                    crawl: crawl.clone(),
+                    url: url.clone(),
+                    record,
+                });
+            }
+        }
+        Ok(held)
+    }
+
     /// A URL the store now holds joins its partition's filter.
     fn learn(&self, partition: u32, moved: &PartitionUrl) -> Result<(), IngestError> {
         let partition = partition as usize;
@@ -375,6 +473,60 @@ mod tests {
             from.drop_partition(4),
             Err(TakeError::NoSuchPartition { .. })
         ));
+    }
+
+    #[test]
+    fn a_copy_while_writes_go_on_plus_the_noted_changes_is_exact() {
+        let (from_dir, to_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (from, to) = (open(from_dir.path()), open(to_dir.path()));
+        let host = |i: usize| format!("http://h{}.example/", i % 3);
+        let urls: Vec<String> = (0..30).map(|i| format!("{}{i}", host(i))).collect();
+        discover(&from, "c", &urls[..20]);
+        let partition = partition_of("c", "h0.example", 4) as u32;
+        assert_eq!(from.take_partition_changes(partition), None, "not tracked");
+        from.track_partition(partition);
+        // Copy the first page, then writes land: new URLs, a report.
+        let first = from.partition_page(partition, None, 2).unwrap();
+        to.take_partition_urls(partition, first.clone()).unwrap();
+        discover(&from, "c", &urls[20..]);
+        let reported = first[0].clone();
+        from.put_known(
+            "c",
+            &[crate::ingest::Known {
+                url: reported.url.clone(),
+                due_at: 0,
+                ..crate::ingest::Known::default()
+            }],
+            &Rules::default(),
+            5,
+        )
+        .unwrap();
+        let after = (first[1].crawl.as_str(), first[1].url.as_str());
+        let rest = from
+            .partition_page(partition, Some(after), usize::MAX)
+            .unwrap();
+        to.take_partition_urls(partition, rest).unwrap();
+        // The cutover: what changed is sent again.
+        let changes = from.take_partition_changes(partition).unwrap();
+        assert!(!changes.deleted);
+        assert!(
+            changes
+                .touched
+                .contains(&(reported.crawl.clone(), reported.url.clone()))
+        );
+        let tail = from.partition_urls(partition, &changes.touched).unwrap();
+        to.take_partition_urls(partition, tail).unwrap();
+        assert_eq!(whole(&to, partition, 7), whole(&from, partition, 7));
+        assert_eq!(
+            from.take_partition_changes(partition),
+            Some(Changes::default())
+        );
+        // A deletion is noted as such; untracked, nothing is noted.
+        from.delete("c", Some("h0.example"), None).unwrap();
+        let changes = from.take_partition_changes(partition).unwrap();
+        assert!(changes.deleted);
+        from.untrack_partition(partition);
+        assert_eq!(from.take_partition_changes(partition), None);
     }
 
     #[test]
