@@ -869,3 +869,85 @@ async fn invalid_utf8_from_a_raw_client_is_invalid_argument_and_loses_nothing() 
         assert_eq!(answer.is_ok(), stored, "{url}: {answer:?}");
     }
 }
+
+/// CopyPartition pages through each partition of the store in key order:
+/// every stored URL once, in the partition its host hashes to, with its
+/// whole record; the last page says so, and a partition the store does not
+/// have is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_partition_pages_through_every_url_once_with_its_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(dir.path(), &["--partitions", "4"]);
+    let urls: Vec<String> = (0..200).map(url).collect();
+    let stored = put_urls(&frontier, urls.iter().map(|u| discovered(u)).collect(), 200).await;
+    assert_eq!(stored.len(), 200);
+    let done: BTreeSet<String> = urls.iter().step_by(3).cloned().collect();
+    let reported = put_urls(
+        &frontier,
+        done.iter().map(|u| known(u, 0)).collect(),
+        done.len(),
+    )
+    .await;
+    assert_eq!(reported.len(), done.len());
+
+    let mut admin = frontier.admin().await;
+    let mut copied = BTreeSet::new();
+    for partition in 0..4 {
+        let mut after: Option<proto::admin::PartitionKey> = None;
+        let mut keys = Vec::new();
+        loop {
+            let page = admin
+                .copy_partition(proto::admin::CopyPartitionRequest {
+                    partition,
+                    after: after.clone(),
+                    limit: 7,
+                    track: after.is_none(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(page.urls.len() <= 7);
+            for moved in &page.urls {
+                let record = frontier::record::UrlRecord::decode(&moved.record).unwrap();
+                assert_eq!(moved.crawl_id, "kill");
+                assert_eq!(
+                    record.is_completed(),
+                    done.contains(&moved.url),
+                    "{}",
+                    moved.url
+                );
+                let host = url::Url::parse(&moved.url)
+                    .unwrap()
+                    .host_str()
+                    .unwrap()
+                    .to_owned();
+                assert_eq!(record.queue_key, host);
+                assert_eq!(
+                    frontier::ingest::partition_of("kill", &host, 4),
+                    partition as usize
+                );
+                keys.push((moved.crawl_id.clone(), moved.url.clone()));
+                assert!(copied.insert(moved.url.clone()), "{} twice", moved.url);
+            }
+            if page.end {
+                break;
+            }
+            let last = page.urls.last().expect("a page before the end holds URLs");
+            after = Some(proto::admin::PartitionKey {
+                crawl_id: last.crawl_id.clone(),
+                url: last.url.clone(),
+            });
+        }
+        assert!(keys.windows(2).all(|pair| pair[0] < pair[1]), "key order");
+    }
+    assert_eq!(copied, urls.iter().cloned().collect::<BTreeSet<_>>());
+    let refused = admin
+        .copy_partition(proto::admin::CopyPartitionRequest {
+            partition: 4,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("not one of this store's 4"));
+}

@@ -406,4 +406,12 @@ impl Admin for ClusterAdmin {
         let target = self.queue_owner(&place.crawl_id, &place.key)?;
         Ok(Response::new(call!(target, put_robots, params)?))
     }
+
+    /// A copy reads this node's store: never fanned out or forwarded.
+    async fn copy_partition(
+        &self,
+        request: Request<adm::CopyPartitionRequest>,
+    ) -> Result<Response<adm::CopyPartitionPage>, Status> {
+        self.local.copy_partition(request).await
+    }
 }

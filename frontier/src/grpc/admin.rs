@@ -419,4 +419,60 @@ impl adm::admin_server::Admin for AdminService {
             .map_err(|error| status_of(error.into()))?;
         Ok(Response::new(adm::PutRobotsResponse {}))
     }
+
+    async fn copy_partition(
+        &self,
+        request: Request<adm::CopyPartitionRequest>,
+    ) -> Result<Response<adm::CopyPartitionPage>, Status> {
+        let request = request.into_inner();
+        let partitions = self.frontier.ingest().filters().partition_count();
+        if request.partition as usize >= partitions {
+            return Err(Status::invalid_argument(format!(
+                "partition {} is not one of this store's {partitions}",
+                request.partition
+            )));
+        }
+        let limit = match request.limit {
+            0 => COPY_PAGE,
+            limit => (limit as usize).min(MAX_COPY_PAGE),
+        };
+        let page = blocking(&self.frontier, move |f| {
+            if request.track {
+                f.ingest().track_partition(request.partition);
+            }
+            let after = request
+                .after
+                .as_ref()
+                .map(|key| (key.crawl_id.as_str(), key.url.as_str()));
+            // One more than asked: whether the page is the last.
+            Ok(f.ingest()
+                .partition_page(request.partition, after, limit + 1)?)
+        })
+        .await?;
+        let read = page.len();
+        let mut urls = Vec::with_capacity(read.min(limit));
+        let mut bytes = 0;
+        for moved in page.into_iter().take(limit) {
+            if bytes >= COPY_PAGE_BYTES {
+                break;
+            }
+            let record = moved.record.encode();
+            bytes += moved.crawl.len() + moved.url.len() + record.len();
+            urls.push(adm::PartitionUrl {
+                crawl_id: moved.crawl,
+                url: moved.url,
+                record,
+            });
+        }
+        let end = urls.len() == read;
+        Ok(Response::new(adm::CopyPartitionPage { urls, end }))
+    }
 }
+
+/// URLs in a CopyPartition answer unless the caller asks for fewer, and
+/// the most it may ask for.
+const COPY_PAGE: usize = 4096;
+const MAX_COPY_PAGE: usize = 16 * 1024;
+/// A CopyPartition answer ends once its URLs pass this many bytes (URLs may
+/// carry up to 16 KiB of metadata each), well under a message's limit.
+const COPY_PAGE_BYTES: usize = 2 << 20;
