@@ -112,6 +112,10 @@ pub enum IngestError {
     /// The filter configuration is impossible.
     #[error("invalid filter configuration: {0}")]
     Filter(#[from] FilterError),
+    /// A partition the writes reach is being handed to another node:
+    /// nothing of them was stored, and sent again they reach its new owner.
+    #[error("partition {0} is moving to another node: nothing of this was stored; send it again")]
+    PartitionMoving(u32),
 }
 
 impl IngestError {
@@ -253,6 +257,10 @@ pub struct Ingest {
     counters: Box<[PartitionCounters]>,
     // What changed in partitions being copied out (see `partition_copy`).
     copies: Arc<CopyTracker>,
+    // Partitions taking no writes (being handed over): a write holds this
+    // shared from its check to its commit, so sealing (exclusive) waits for
+    // the writes already past the check.
+    sealed: std::sync::RwLock<std::collections::BTreeSet<u32>>,
 }
 
 /// Most bytes of metadata one URL may carry unless configured otherwise:
@@ -402,6 +410,7 @@ impl Ingest {
         let hook = Some(tracked);
         Ok(Self {
             copies,
+            sealed: std::sync::RwLock::default(),
             seeds: std::sync::RwLock::new(
                 seeds.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
             ),
@@ -686,6 +695,12 @@ impl Ingest {
         queue: Option<&str>,
         created_before: Option<u64>,
     ) -> Result<Removed, IngestError> {
+        // A deletion may reach any partition; the tail of one being handed
+        // over is already on its way.
+        let sealed = self.open_for_writes();
+        if let Some(&partition) = sealed.first() {
+            return Err(IngestError::PartitionMoving(partition));
+        }
         let deletion = Deletion {
             crawl: crawl.to_owned(),
             queue: queue.map(str::to_owned),
@@ -801,6 +816,10 @@ impl Ingest {
         if ops.is_empty() {
             return Ok(outcomes);
         }
+        let sealed = self.open_for_writes();
+        if let Some(&(partition, _)) = keys.iter().find(|(p, _)| sealed.contains(&(*p as u32))) {
+            return Err(IngestError::PartitionMoving(partition as u32));
+        }
         let committer = self.committer.as_ref().ok_or(StoreError::Stopped)?;
         let applied = committer.apply(ops)?;
         // Durable now: a URL the crawl did not know joins its filter.
@@ -832,6 +851,15 @@ impl Ingest {
         self.drop_known(&mut candidates, &mut outcomes)?;
         if candidates.is_empty() {
             return Ok(outcomes);
+        }
+        let sealed = self.open_for_writes();
+        if let Some(candidate) = candidates
+            .iter()
+            .find(|c| sealed.contains(&(c.mark.partition as u32)))
+        {
+            return Err(IngestError::PartitionMoving(
+                candidate.mark.partition as u32,
+            ));
         }
         let (marks, new_urls): (Vec<FilterMark>, Vec<NewUrl>) = candidates
             .into_iter()

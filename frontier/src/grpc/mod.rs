@@ -17,7 +17,7 @@ use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status, Streaming};
 
 pub use self::admin::AdminService;
-use crate::ingest::{Discovered, Known, Outcome};
+use crate::ingest::{Discovered, IngestError, Known, Outcome};
 use crate::record::UrlRecord;
 use crate::scheduler::ServeRequest;
 use crate::service::{Frontier, FrontierError, SharedFrontier, UrlFilter, crawl_or_default};
@@ -36,6 +36,9 @@ pub fn status_of(error: FrontierError) -> Status {
         FrontierError::NotFound(message) => Status::not_found(message),
         FrontierError::ShuttingDown => Status::unavailable(error.to_string()),
         FrontierError::Thread(_) => Status::internal(error.to_string()),
+        FrontierError::Ingest(error @ IngestError::PartitionMoving(_)) => {
+            Status::unavailable(error.to_string())
+        }
         FrontierError::Ingest(error) => {
             log_write_failure(&error, "storage failure");
             if error.is_disk_full() {

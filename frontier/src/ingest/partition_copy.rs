@@ -302,6 +302,32 @@ impl Ingest {
         Ok(held)
     }
 
+    /// Stops writes to a partition (a write already past its check is
+    /// waited for), then answers what was written to it since its changes
+    /// were last taken, or `None` if it was not tracked. Deletions are
+    /// refused while any partition is sealed. Sealing twice is harmless.
+    pub fn seal_partition(&self, partition: u32) -> Option<Changes> {
+        self.sealed
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(partition);
+        self.take_partition_changes(partition)
+    }
+
+    /// Lets writes reach a partition again.
+    pub fn unseal_partition(&self, partition: u32) {
+        self.sealed
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&partition);
+    }
+
+    /// The sealed partitions, held shared until the caller's write has
+    /// committed.
+    pub(super) fn open_for_writes(&self) -> std::sync::RwLockReadGuard<'_, BTreeSet<u32>> {
+        self.sealed.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// A URL the store now holds joins its partition's filter.
     fn learn(&self, partition: u32, moved: &PartitionUrl) -> Result<(), IngestError> {
         let partition = partition as usize;
@@ -527,6 +553,55 @@ mod tests {
         assert!(changes.deleted);
         from.untrack_partition(partition);
         assert_eq!(from.take_partition_changes(partition), None);
+    }
+
+    #[test]
+    fn a_sealed_partition_takes_no_writes_until_unsealed() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = open(dir.path());
+        let partition = partition_of("c", "a.example", 4) as u32;
+        let other = (b'b'..=b'z')
+            .map(|c| format!("{}.example", c as char))
+            .find(|host| partition_of("c", host, 4) as u32 != partition)
+            .unwrap();
+        from.track_partition(partition);
+        discover(&from, "c", &["http://a.example/1".to_owned()]);
+        let changes = from.seal_partition(partition).unwrap();
+        assert_eq!(changes.touched.len(), 1);
+        let refused = from
+            .put_discovered(
+                "c",
+                &[Discovered {
+                    url: "http://a.example/2".into(),
+                    ..Discovered::default()
+                }],
+                &Rules::default(),
+                1,
+            )
+            .unwrap_err();
+        assert!(matches!(refused, IngestError::PartitionMoving(p) if p == partition));
+        let known = crate::ingest::Known {
+            url: "http://a.example/1".into(),
+            ..crate::ingest::Known::default()
+        };
+        assert!(matches!(
+            from.put_known("c", std::slice::from_ref(&known), &Rules::default(), 1),
+            Err(IngestError::PartitionMoving(_))
+        ));
+        assert!(matches!(
+            from.delete("c", None, None),
+            Err(IngestError::PartitionMoving(_))
+        ));
+        // Other partitions take writes; nothing reached the sealed one.
+        discover(&from, "c", &[format!("http://{other}/1")]);
+        assert_eq!(from.partition_page(partition, None, 10).unwrap().len(), 1);
+        assert_eq!(
+            from.take_partition_changes(partition),
+            Some(Changes::default())
+        );
+        from.unseal_partition(partition);
+        discover(&from, "c", &["http://a.example/2".to_owned()]);
+        from.put_known("c", &[known], &Rules::default(), 1).unwrap();
     }
 
     #[test]

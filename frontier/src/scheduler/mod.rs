@@ -827,6 +827,38 @@ impl Scheduler {
             .filter(|&until| until > now)
     }
 
+    /// The URLs of a partition leased now, and when the last of those
+    /// leases ends: what a partition's new owner must not serve before.
+    #[must_use]
+    pub fn leases_in_partition(&self, partition: u32, now: Timestamp) -> (u64, Timestamp) {
+        let mut leased = 0;
+        let mut last = now;
+        for crawl in self
+            .crawls
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
+            let queues: Vec<Arc<Queue>> = crawl
+                .queues
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .cloned()
+                .collect();
+            for queue in queues {
+                let state = queue.lock();
+                for lease in state.leased.values() {
+                    if lease.partition == partition && lease.until > now {
+                        leased += 1;
+                        last = last.max(lease.until);
+                    }
+                }
+            }
+        }
+        (leased, last)
+    }
+
     /// Counts of one queue, or of every queue of a crawl (`queue` `None`).
     #[must_use]
     pub fn counts(&self, crawl: &str, queue: Option<&str>, now: Timestamp) -> QueueCounts {
@@ -1088,6 +1120,10 @@ mod tests {
         assert!(f.serve(&all(30), 11 * SEC).is_empty());
         f.scheduler.set_served_partitions(None);
         assert_eq!(f.serve(&all(30), 12 * SEC), urls(&away, 3));
+        let (leased, until) = f
+            .scheduler
+            .leases_in_partition(partition(&away) as u32, Timestamp::from_unix_secs(20));
+        assert_eq!((leased, until), (3, Timestamp::from_unix_secs(42)));
         for url in &first {
             f.report(url, 0);
         }
