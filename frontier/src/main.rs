@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use cli::admin::{check, cluster, health, probe, rebuild, seed, set_active, status};
+use cli::admin::{check, cluster, drain, health, probe, rebuild, seed, set_active, status};
 use cli::serve::{ServeArgs, init_logging, serve};
 use cli::{ClientArgs, repair, transfer};
 
@@ -65,13 +65,16 @@ enum Command {
         json: bool,
     },
     /// The cluster: nodes (alive, address, partitions, rates), the map's
-    /// epoch and the leader; a node without a cluster shows itself.
+    /// epoch and the leader, partition moves in flight; a node without a
+    /// cluster shows itself.
     Cluster {
         #[command(flatten)]
         client: ClientArgs,
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(subcommand)]
+        action: Option<ClusterAction>,
     },
     /// Rebuild one partition's filter, or all of them.
     Rebuild {
@@ -198,7 +201,16 @@ fn run(log_control: frontier::grpc::LogControl) -> anyhow::Result<ExitCode> {
                 partitions,
                 json,
             } => health(client, partitions, json).await,
-            Command::Cluster { client, json } => cluster(client, json).await,
+            Command::Cluster {
+                client,
+                json,
+                action: None,
+            } => cluster(client, json).await,
+            Command::Cluster {
+                client,
+                action: Some(ClusterAction::Drain { node }),
+                ..
+            } => drain(client, node).await,
             Command::Rebuild {
                 client,
                 partition,
@@ -219,4 +231,16 @@ fn run(log_control: frontier::grpc::LogControl) -> anyhow::Result<ExitCode> {
             }
         }
     })
+}
+
+/// Changes to a cluster's membership.
+#[derive(Subcommand, Debug)]
+enum ClusterAction {
+    /// Moves every partition off a node, a few at a time; once `frontier
+    /// cluster` shows it owning none and no move in flight, it can be
+    /// stopped and removed.
+    Drain {
+        /// The node's ID.
+        node: String,
+    },
 }

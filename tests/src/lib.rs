@@ -26,6 +26,7 @@
 //! - `tests/plain_frontier.rs`: our worker against a minimal v2.6 frontier
 //!   that stores URLs as given and serves none of our extensions.
 //! - `tests/cluster.rs`: frontier nodes coordinated through a real etcd.
+//! - `tests/cluster_moves.rs`: partitions moving as nodes join and drain.
 //! - `tests/crawl_command.rs`: `crawl --demo`, stop and resume.
 //! - `tests/deploy_manifests.rs`: deploy/ checked without a cluster.
 

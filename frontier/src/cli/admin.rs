@@ -269,6 +269,22 @@ pub async fn probe(client: ClientArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+pub async fn drain(client: ClientArgs, node: String) -> anyhow::Result<ExitCode> {
+    let mut admin = client.admin().await?;
+    let answer = admin
+        .drain_node(proto::admin::DrainNodeRequest {
+            node_id: node.clone(),
+        })
+        .await?
+        .into_inner();
+    println!(
+        "draining {node}: its {} partitions move away a few at a time; \
+         `frontier cluster` shows the moves, and {node} can stop once it owns none",
+        answer.owned
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn cluster(client: ClientArgs, json: bool) -> anyhow::Result<ExitCode> {
     let mut admin = client.admin().await?;
     let status = admin

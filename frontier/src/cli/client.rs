@@ -10,13 +10,18 @@ use tonic::transport::Channel;
 #[derive(Debug, clap::Args)]
 pub struct ClientArgs {
     /// The frontier's address.
-    #[arg(long, env = "FRONTIER_ADDR", default_value = "http://127.0.0.1:7071")]
+    #[arg(
+        long,
+        global = true,
+        env = "FRONTIER_ADDR",
+        default_value = "http://127.0.0.1:7071"
+    )]
     pub addr: String,
     /// The crawl (empty: DEFAULT).
-    #[arg(long, env = "FRONTIER_CRAWL", default_value = "")]
+    #[arg(long, global = true, env = "FRONTIER_CRAWL", default_value = "")]
     pub crawl: String,
     /// The admin token, for calls that change the frontier.
-    #[arg(long, env = "FRONTIER_TOKEN", hide_env_values = true)]
+    #[arg(long, global = true, env = "FRONTIER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 }
 

@@ -115,6 +115,15 @@ pub fn cluster_json(status: &proto::admin::ClusterStatus) -> serde_json::Value {
         "partitions": status.partitions,
         "leader": status.leader,
         "answered_by": status.answered_by,
+        "draining": status.draining,
+        "moves": status.moves.iter().map(|m| serde_json::json!({
+            "partition": m.partition,
+            "from": m.from,
+            "to": m.to,
+            "phase": m.phase,
+            "copied": m.copied,
+            "leased": m.leased,
+        })).collect::<Vec<_>>(),
         "nodes": status.nodes.iter().map(|node| {
             let rates = node.last_minute.unwrap_or_default();
             serde_json::json!({
@@ -170,6 +179,15 @@ pub fn print_cluster(status: &proto::admin::ClusterStatus) {
             } else {
                 format!("  ({})", node.error)
             }
+        );
+    }
+    for node in &status.draining {
+        println!("  draining {node}: its partitions move away");
+    }
+    for moving in &status.moves {
+        println!(
+            "  partition {:>4}  {} -> {}  {:<8} copied {:>10}  leased at cutover {}",
+            moving.partition, moving.from, moving.to, moving.phase, moving.copied, moving.leased
         );
     }
 }

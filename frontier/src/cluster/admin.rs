@@ -357,6 +357,19 @@ impl Admin for ClusterAdmin {
             nodes,
             owners,
             answered_by: self.cluster.node_id().to_owned(),
+            moves: view
+                .moves
+                .values()
+                .map(|(record, _)| adm::PartitionMove {
+                    partition: record.partition,
+                    from: record.from.clone(),
+                    to: record.to.clone(),
+                    phase: record.phase.as_str().to_owned(),
+                    copied: record.copied,
+                    leased: record.leased,
+                })
+                .collect(),
+            draining: view.draining.iter().cloned().collect(),
         }))
     }
 
@@ -413,5 +426,22 @@ impl Admin for ClusterAdmin {
         request: Request<adm::CopyPartitionRequest>,
     ) -> Result<Response<adm::CopyPartitionPage>, Status> {
         self.local.copy_partition(request).await
+    }
+
+    async fn seal_partition(
+        &self,
+        request: Request<adm::SealPartitionRequest>,
+    ) -> Result<Response<adm::SealedPartition>, Status> {
+        super::moves::seal(&self.cluster, request.into_inner().partition)
+            .await
+            .map(Response::new)
+    }
+
+    async fn drain_node(
+        &self,
+        request: Request<adm::DrainNodeRequest>,
+    ) -> Result<Response<adm::DrainNodeResponse>, Status> {
+        let owned = super::moves::drain(&self.cluster, &request.into_inner().node_id).await?;
+        Ok(Response::new(adm::DrainNodeResponse { owned }))
     }
 }

@@ -25,7 +25,7 @@ use crate::service::SharedFrontier;
 /// Pause between two attempts at etcd after a failure.
 const RETRY: Duration = Duration::from_secs(1);
 
-fn prefix(name: &str) -> String {
+pub(super) fn prefix(name: &str) -> String {
     format!("/crawl-frontier/{name}/")
 }
 
@@ -138,6 +138,7 @@ pub async fn join(
         changes,
         etcd,
         tasks: std::sync::Mutex::new(Vec::new()),
+        moves: tokio::sync::Mutex::default(),
     });
     // The first view before any call is routed; the watch goes on from
     // its revision.
@@ -153,6 +154,7 @@ pub async fn join(
         tokio::spawn(watch(Arc::clone(&cluster), read_at)),
         tokio::spawn(apply_settings(Arc::clone(&cluster))),
         tokio::spawn(lead(Arc::clone(&cluster))),
+        tokio::spawn(super::moves::run(Arc::clone(&cluster))),
     ];
     cluster
         .tasks
@@ -325,13 +327,27 @@ async fn refresh(cluster: &Cluster) -> Result<i64, etcd_client::Error> {
         .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
         .await?;
     let revision = answer.header().map_or(0, |h| h.revision());
-    let mut view = View::default();
+    let mut view = View {
+        revision,
+        ..View::default()
+    };
     for kv in answer.kvs() {
         let Ok(key) = kv.key_str() else { continue };
         let key = &key[prefix.len()..];
         let value = kv.value();
         let parsed = if key == "map" {
+            view.map_revision = kv.mod_revision();
             serde_json::from_slice(value).map(|map: PartitionMap| view.map = Some(map))
+        } else if let Some(partition) = key.strip_prefix("moves/") {
+            serde_json::from_slice(value).map(|record: super::moves::MoveRecord| {
+                if partition == record.partition.to_string() {
+                    view.moves
+                        .insert(record.partition, (record, kv.mod_revision()));
+                }
+            })
+        } else if let Some(id) = key.strip_prefix("draining/") {
+            view.draining.insert(id.to_owned());
+            Ok(())
         } else if let Some(id) = key.strip_prefix("nodes/") {
             serde_json::from_slice(value).map(|member: Member| {
                 view.members.insert(id.to_owned(), member);
@@ -368,24 +384,7 @@ async fn refresh(cluster: &Cluster) -> Result<i64, etcd_client::Error> {
     if epoch != previous.map.as_ref().map_or(0, |m| m.epoch) {
         tracing::info!(epoch, "partition map changed");
     }
-    let owned = |view: &View| {
-        view.map
-            .as_ref()
-            .map(|map| map.owned_by(&cluster.options.node_id).collect::<Vec<u32>>())
-    };
-    let now_owned = owned(&view);
-    if now_owned != owned(&previous) {
-        let mut served = vec![false; cluster.partitions()];
-        for partition in now_owned.iter().flatten() {
-            if let Some(slot) = served.get_mut(*partition as usize) {
-                *slot = true;
-            }
-        }
-        cluster
-            .frontier
-            .scheduler()
-            .set_served_partitions(Some(served));
-    }
+    super::moves::settle(cluster, &view).await;
     cluster.view.store(Arc::new(view));
     cluster.changes.send_modify(|generation| *generation += 1);
     Ok(revision)
@@ -467,15 +466,20 @@ async fn lead(cluster: Arc<Cluster>) {
             tracing::info!(node = cluster.options.node_id, "elected leader");
             let _ = won;
             let mut changes = cluster.changes.subscribe();
+            // An interval, not a sleep per turn: views that change faster
+            // than a third of the lease (moves do) must not starve the
+            // keep-alive.
+            let mut keep_alive = tokio::time::interval(cluster.options.lease_ttl / 3);
             loop {
                 write_first_map(&cluster, &mut etcd).await?;
+                super::moves::plan(&cluster, &mut etcd).await?;
                 tokio::select! {
                     changed = changes.changed() => {
                         if changed.is_err() {
                             return Ok(());
                         }
                     }
-                    () = tokio::time::sleep(cluster.options.lease_ttl / 3) => {
+                    _ = keep_alive.tick() => {
                         keeper.keep_alive().await?;
                         match answers.message().await? {
                             Some(answer) if answer.ttl() > 0 => {}

@@ -54,6 +54,7 @@ macro_rules! fan_out {
 mod admin;
 mod coordinator;
 pub mod map;
+pub mod moves;
 mod peers;
 mod router;
 
@@ -129,6 +130,15 @@ pub struct View {
     pub leader: Option<String>,
     /// Crawl-wide settings.
     pub settings: CrawlSettings,
+    /// Partition moves in flight.
+    pub moves: moves::Moves,
+    /// Nodes whose partitions move away.
+    pub draining: std::collections::BTreeSet<String>,
+    /// etcd's modification revision of the map (a flip is conditional on
+    /// it).
+    pub map_revision: i64,
+    /// The etcd revision this view was read at.
+    pub revision: i64,
 }
 
 /// Where one call goes: this node's own service, or a peer's client and
@@ -205,6 +215,7 @@ pub struct Cluster {
     etcd: etcd_client::Client,
     peers: peers::Peers,
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    moves: tokio::sync::Mutex<moves::MoveState>,
 }
 
 impl std::fmt::Debug for Cluster {

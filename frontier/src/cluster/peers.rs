@@ -85,7 +85,8 @@ impl Peers {
             .connect_lazy();
         let frontier = UrlFrontierClient::with_interceptor(channel.clone(), bearer.clone())
             .max_decoding_message_size(64 << 20);
-        let admin = AdminClient::with_interceptor(channel, bearer);
+        let admin =
+            AdminClient::with_interceptor(channel, bearer).max_decoding_message_size(64 << 20);
         let peer = Arc::new(Peer {
             endpoint: endpoint.to_owned(),
             discovered: put_link!(frontier, put_discovered),

@@ -350,6 +350,8 @@ impl adm::admin_server::Admin for AdminService {
             }],
             owners: Vec::new(),
             answered_by: self.node.clone(),
+            moves: Vec::new(),
+            draining: Vec::new(),
         }))
     }
 
@@ -467,6 +469,27 @@ impl adm::admin_server::Admin for AdminService {
         let end = urls.len() == read;
         Ok(Response::new(adm::CopyPartitionPage { urls, end }))
     }
+
+    async fn seal_partition(
+        &self,
+        _request: Request<adm::SealPartitionRequest>,
+    ) -> Result<Response<adm::SealedPartition>, Status> {
+        Err(not_in_a_cluster("SealPartition"))
+    }
+
+    async fn drain_node(
+        &self,
+        _request: Request<adm::DrainNodeRequest>,
+    ) -> Result<Response<adm::DrainNodeResponse>, Status> {
+        Err(not_in_a_cluster("DrainNode"))
+    }
+}
+
+/// A cluster call made to a node on its own.
+fn not_in_a_cluster(method: &str) -> Status {
+    Status::failed_precondition(format!(
+        "{method} is a cluster call and this frontier is not in a cluster (start it with --etcd)"
+    ))
 }
 
 /// URLs in a CopyPartition answer unless the caller asks for fewer, and

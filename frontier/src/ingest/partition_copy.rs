@@ -303,15 +303,17 @@ impl Ingest {
     }
 
     /// Stops writes to a partition (a write already past its check is
-    /// waited for), then answers what was written to it since its changes
-    /// were last taken, or `None` if it was not tracked. Deletions are
-    /// refused while any partition is sealed. Sealing twice is harmless.
+    /// waited for), then answers what was written to it since its tracking
+    /// began (or its changes were last taken), or `None` if it was not
+    /// tracked. Deletions are refused while any partition is sealed.
+    /// Sealing again answers the same, so a receiver that crashed after a
+    /// seal gets the whole tail again.
     pub fn seal_partition(&self, partition: u32) -> Option<Changes> {
         self.sealed
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(partition);
-        self.take_partition_changes(partition)
+        self.copies.lock().get(&partition).cloned()
     }
 
     /// Lets writes reach a partition again.
@@ -596,8 +598,9 @@ mod tests {
         discover(&from, "c", &[format!("http://{other}/1")]);
         assert_eq!(from.partition_page(partition, None, 10).unwrap().len(), 1);
         assert_eq!(
-            from.take_partition_changes(partition),
-            Some(Changes::default())
+            from.seal_partition(partition),
+            Some(changes),
+            "sealed again: the same tail"
         );
         from.unseal_partition(partition);
         discover(&from, "c", &["http://a.example/2".to_owned()]);

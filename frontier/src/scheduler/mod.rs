@@ -58,7 +58,7 @@
 //! and deleted once the flip is durable). A buffered URL carries its
 //! partition, and a queue whose next URL is of a partition not served here
 //! hands nothing out and is taken off the wake-up list; a change of the
-//! served set puts every queue back through [`Scheduler::reschedule`]. A
+//! served set ([`Scheduler::set_served_partitions`]) reschedules every queue. A
 //! queue whose key is not its URLs' host may mix partitions: its URLs wait
 //! behind a head URL of a partition not served.
 //!
@@ -426,12 +426,18 @@ impl Scheduler {
                     let queue = self.queue_or_new(&new.crawl, &new.record.queue_key);
                     let mut state = queue.lock();
                     state.record.urls += 1;
-                    state.add_entry(new.record.due_at, &new.url, new.partition);
-                    self.wake(
-                        &queue,
-                        &mut state,
-                        Timestamp::from_unix_secs(new.record.due_at),
-                    );
+                    // A record stored whole (a moved partition, a salvage)
+                    // may be completed already.
+                    if new.record.is_completed() {
+                        state.record.completed += 1;
+                    } else {
+                        state.add_entry(new.record.due_at, &new.url, new.partition);
+                        self.wake(
+                            &queue,
+                            &mut state,
+                            Timestamp::from_unix_secs(new.record.due_at),
+                        );
+                    }
                 }
                 (
                     WriteOp::Known(known),
@@ -1153,6 +1159,56 @@ mod tests {
             .scheduler
             .counts("c", Some(away), Timestamp::from_unix_secs(10));
         assert_eq!((counts.urls, counts.completed), (0, 0));
+    }
+
+    #[test]
+    fn records_taken_whole_are_served_unless_completed() {
+        let f = fixture(2);
+        let partition = crate::ingest::partition_of("c", "a.example", 4) as u32;
+        let record = |due_at| crate::record::UrlRecord {
+            created_at: 1,
+            due_at,
+            depth: 3,
+            queue_key: "a.example".into(),
+            metadata: BTreeMap::new(),
+        };
+        let moved = |url: &str, due_at| crate::ingest::PartitionUrl {
+            crawl: "c".into(),
+            url: url.into(),
+            record: record(due_at),
+        };
+        f.ingest
+            .take_partition_urls(
+                partition,
+                vec![
+                    moved("http://a.example/done", 0),
+                    moved("http://a.example/due", 5),
+                ],
+            )
+            .unwrap();
+        let counts = f
+            .scheduler
+            .counts("c", Some("a.example"), Timestamp::from_unix_secs(10));
+        assert_eq!((counts.urls, counts.completed), (2, 1));
+        assert_eq!(
+            f.serve(&all(30), 10 * SEC),
+            vec!["http://a.example/due".to_owned()]
+        );
+        // The store agrees after a restart.
+        let Fixture {
+            ingest,
+            scheduler,
+            _dir,
+            ..
+        } = f;
+        drop(scheduler);
+        ingest.shutdown().unwrap();
+        let reopened = open_in(_dir, 2);
+        let counts =
+            reopened
+                .scheduler
+                .counts("c", Some("a.example"), Timestamp::from_unix_secs(10));
+        assert_eq!((counts.urls, counts.completed), (2, 1));
     }
 
     #[test]

@@ -96,19 +96,24 @@ impl Store {
     ) -> Result<Applied, StoreError> {
         let stored = Self::discover(urls, new)?;
         if stored {
-            effects.changes.push(MainFileChange::Insert {
-                crawl: new.crawl.clone(),
-                queue: new.record.queue_key.clone(),
-                due_at: new.record.due_at,
-                url: new.url.clone(),
-                partition: new.partition,
-            });
+            // A record stored whole (a moved partition, a salvage) may be
+            // completed: it is counted so and never due.
+            let completed = new.record.is_completed();
+            if !completed {
+                effects.changes.push(MainFileChange::Insert {
+                    crawl: new.crawl.clone(),
+                    queue: new.record.queue_key.clone(),
+                    due_at: new.record.due_at,
+                    url: new.url.clone(),
+                    partition: new.partition,
+                });
+            }
             effects.count(
                 &new.crawl,
                 &new.record.queue_key,
                 CountDelta {
                     urls: 1,
-                    completed: 0,
+                    completed: i64::from(completed),
                 },
             );
         }

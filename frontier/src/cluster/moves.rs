@@ -1,0 +1,734 @@
+//! Partition moves: a partition's records go from one node to another while
+//! the crawl goes on (ARCHITECTURE.md: the move protocol).
+//!
+//! etcd holds each move under `moves/P` (at most a few at once), draining
+//! nodes under `draining/ID`, and the map. The leader plans: it rebalances
+//! the map over the live nodes that are not draining and starts the moves
+//! that take a partition from a live node to a live node, rolling back a
+//! move whose receiver is gone before its flip. The receiver drives a move:
+//!
+//! 1. copy: it empties its own copy of the partition, then pages through
+//!    the owner's (CopyPartition), which notes the partition's writes from
+//!    the first page on;
+//! 2. cutover (written to etcd first): the owner seals the partition (no
+//!    writes, not served) and answers the writes noted since the copy
+//!    began, or says it has none (it restarted, or a deletion reached the
+//!    partition: the receiver then copies it whole again, under the seal);
+//! 3. flip: one etcd transaction, conditional on the map and the move being
+//!    as read, gives the partition to the receiver in a new epoch and
+//!    records until when the old owner's leases on it may run; the
+//!    receiver serves it once they have;
+//! 4. the old owner deletes its copy and says so; the receiver then removes
+//!    the move.
+//!
+//! Every step is safe to repeat after a crash of either node: a copy starts
+//! over, a seal answers all writes since the copy began, the flip happens
+//! once, and a node reads its part (sealing, serving, deleting) from etcd
+//! when it starts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+use tonic::Status;
+
+use super::map::PartitionMap;
+use super::{Cluster, View};
+use crate::ingest::PartitionUrl;
+use crate::record::UrlRecord;
+use crate::time::Timestamp;
+
+/// Moves in flight at once, cluster-wide: each costs its two nodes a copy.
+const MOVES_IN_FLIGHT: usize = 2;
+/// URLs per copy page.
+const COPY_PAGE: u32 = 4096;
+/// Pause before a move step that failed is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Where a move is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MovePhase {
+    /// The receiver copies while the owner serves.
+    Copy,
+    /// The owner is sealed; the receiver takes the tail and flips.
+    Cutover,
+    /// The map gives the partition to the receiver.
+    Flipped,
+}
+
+impl MovePhase {
+    /// The name etcd and GetCluster use.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Copy => "copy",
+            Self::Cutover => "cutover",
+            Self::Flipped => "flipped",
+        }
+    }
+}
+
+/// A move as etcd holds it under `moves/P`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveRecord {
+    pub partition: u32,
+    pub from: String,
+    pub to: String,
+    pub phase: MovePhase,
+    /// URLs copied so far.
+    #[serde(default)]
+    pub copied: u64,
+    /// URLs the old owner had leased at the cutover.
+    #[serde(default)]
+    pub leased: u64,
+    /// The receiver serves the partition from then on (UTC ms): the last
+    /// of those leases has ended.
+    #[serde(default)]
+    pub hold_until_ms: u64,
+    /// The old owner has deleted its copy.
+    #[serde(default)]
+    pub from_done: bool,
+}
+
+pub(super) fn move_key(cluster: &Cluster, partition: u32) -> String {
+    format!(
+        "{}moves/{partition}",
+        super::coordinator::prefix(&cluster.options.name)
+    )
+}
+
+fn map_key(cluster: &Cluster) -> String {
+    format!("{}map", super::coordinator::prefix(&cluster.options.name))
+}
+
+fn now_ms() -> u64 {
+    Timestamp::now().unix_millis()
+}
+
+/// The partitions this node serves in `view`: those the map gives it, less
+/// one it is handing over (at its cutover) and one it received whose old
+/// owner's leases may still run.
+pub(super) fn served_partitions(
+    view: &View,
+    node: &str,
+    partitions: usize,
+    now_ms: u64,
+) -> Vec<bool> {
+    let mut served = vec![false; partitions];
+    let Some(map) = &view.map else {
+        return served;
+    };
+    for partition in map.owned_by(node) {
+        if let Some(slot) = served.get_mut(partition as usize) {
+            *slot = true;
+        }
+    }
+    for (partition, (record, _)) in &view.moves {
+        let handing_over = record.phase == MovePhase::Cutover && record.from == node;
+        let held = record.phase == MovePhase::Flipped
+            && record.to == node
+            && now_ms < record.hold_until_ms;
+        if (handing_over || held)
+            && let Some(slot) = served.get_mut(*partition as usize)
+        {
+            *slot = false;
+        }
+    }
+    served
+}
+
+/// Brings this node in step with the moves of a new view: seals the
+/// partitions it hands over, unseals those no longer moving, and serves
+/// what [`served_partitions`] says. Runs before the view is used.
+pub(super) async fn settle(cluster: &Cluster, view: &View) {
+    let me = cluster.options.node_id.as_str();
+    let sealing: BTreeSet<u32> = view
+        .moves
+        .iter()
+        .filter(|(_, (r, _))| r.from == me && r.phase == MovePhase::Cutover)
+        .map(|(p, _)| *p)
+        .collect();
+    let mut state = cluster.moves.lock().await;
+    // A seal ends with its move: rolled back (gone from a view read after
+    // the seal), or handed over (the partition deleted first, by
+    // `hand_over_done`). Not on a view that predates the seal.
+    let opened: Vec<u32> = state
+        .sealed
+        .iter()
+        .filter(|(partition, sealed_at)| {
+            !view.moves.contains_key(partition) && view.revision > **sealed_at
+        })
+        .map(|(partition, _)| *partition)
+        .collect();
+    let newly: Vec<u32> = sealing
+        .iter()
+        .filter(|partition| !state.sealed.contains_key(partition))
+        .copied()
+        .collect();
+    if !opened.is_empty() || !newly.is_empty() {
+        let frontier = Arc::clone(&cluster.frontier);
+        let unsealing = opened.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for partition in newly {
+                frontier.ingest().seal_partition(partition);
+            }
+            for partition in unsealing {
+                frontier.ingest().unseal_partition(partition);
+            }
+        })
+        .await;
+        for partition in opened {
+            state.sealed.remove(&partition);
+        }
+        for partition in sealing {
+            state.sealed.entry(partition).or_insert(view.revision);
+        }
+    }
+    let mut served = served_partitions(view, me, cluster.partitions(), now_ms());
+    // Sealed here by a SealPartition this view may not show yet.
+    for partition in state.sealed.keys() {
+        if let Some(slot) = served.get_mut(*partition as usize) {
+            *slot = false;
+        }
+    }
+    if state.served.as_ref() != Some(&served) {
+        cluster
+            .frontier
+            .scheduler()
+            .set_served_partitions(Some(served.clone()));
+        state.served = Some(served);
+    }
+}
+
+/// What a node keeps of its moves in memory.
+#[derive(Debug, Default)]
+pub(super) struct MoveState {
+    /// Partitions sealed here, with the etcd revision the seal was read at.
+    sealed: BTreeMap<u32, i64>,
+    served: Option<Vec<bool>>,
+    /// Partitions this node is receiving now (a task each).
+    running: BTreeSet<u32>,
+}
+
+/// The leader's part: roll back moves whose receiver is gone, then start
+/// moves toward a balanced map, a few at a time.
+pub(super) async fn plan(cluster: &Cluster, etcd: &mut Client) -> Result<(), etcd_client::Error> {
+    let view = cluster.view();
+    let Some(map) = &view.map else {
+        return Ok(());
+    };
+    let live: BTreeSet<String> = view.members.keys().cloned().collect();
+    let mut in_flight = 0;
+    for (partition, (record, revision)) in &view.moves {
+        let receiver_gone = !live.contains(&record.to) || view.draining.contains(&record.to);
+        if record.phase != MovePhase::Flipped && receiver_gone {
+            let key = move_key(cluster, *partition);
+            let undone = etcd
+                .txn(
+                    Txn::new()
+                        .when([Compare::mod_revision(
+                            key.clone(),
+                            CompareOp::Equal,
+                            *revision,
+                        )])
+                        .and_then([TxnOp::delete(key, None)]),
+                )
+                .await?;
+            if undone.succeeded() {
+                tracing::warn!(
+                    partition,
+                    from = record.from,
+                    to = record.to,
+                    "move rolled back: its receiver is gone"
+                );
+            }
+            continue;
+        }
+        // A flipped move only waits (for leases, for the old copy to go).
+        if record.phase != MovePhase::Flipped {
+            in_flight += 1;
+        }
+    }
+    let eligible: BTreeSet<String> = live.difference(&view.draining).cloned().collect();
+    let Some(target) = map.rebalanced(&eligible) else {
+        return Ok(());
+    };
+    for (partition, from, to) in map.moves_to(&target) {
+        if in_flight >= MOVES_IN_FLIGHT {
+            break;
+        }
+        if view.moves.contains_key(&partition) || !live.contains(from) {
+            continue; // moving already, or its data is on a node that is away
+        }
+        let record = MoveRecord {
+            partition,
+            from: from.to_owned(),
+            to: to.to_owned(),
+            phase: MovePhase::Copy,
+            copied: 0,
+            leased: 0,
+            hold_until_ms: 0,
+            from_done: false,
+        };
+        let key = move_key(cluster, partition);
+        let started = etcd
+            .txn(
+                Txn::new()
+                    .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(
+                        key,
+                        serde_json::to_vec(&record).unwrap_or_default(),
+                        None,
+                    )]),
+            )
+            .await?;
+        if started.succeeded() {
+            tracing::info!(partition, from, to, "partition move started");
+            in_flight += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Every node's part, on each change of the view and at least every
+/// second: receive the moves addressed here, delete what was handed over,
+/// end moves whose hold has passed, and serve a received partition once
+/// its hold ends.
+pub(super) async fn run(cluster: Arc<Cluster>) {
+    let mut changes = cluster.changes.subscribe();
+    loop {
+        let view = cluster.view();
+        settle(&cluster, &view).await;
+        let me = cluster.options.node_id.clone();
+        for (&partition, (record, revision)) in &view.moves {
+            match record.phase {
+                MovePhase::Copy | MovePhase::Cutover if record.to == me => {
+                    let mut state = cluster.moves.lock().await;
+                    if state.running.insert(partition) {
+                        tokio::spawn(receive(Arc::clone(&cluster), partition));
+                    }
+                }
+                MovePhase::Flipped if record.from == me && !record.from_done => {
+                    if let Err(error) = hand_over_done(&cluster, record, *revision).await {
+                        tracing::warn!(partition, %error, "cannot delete the handed-over partition yet");
+                    }
+                }
+                MovePhase::Flipped
+                    if record.to == me && record.from_done && now_ms() >= record.hold_until_ms =>
+                {
+                    let key = move_key(&cluster, partition);
+                    let mut etcd = cluster.etcd.clone();
+                    let _ = etcd
+                        .txn(
+                            Txn::new()
+                                .when([Compare::mod_revision(
+                                    key.clone(),
+                                    CompareOp::Equal,
+                                    *revision,
+                                )])
+                                .and_then([TxnOp::delete(key, None)]),
+                        )
+                        .await;
+                }
+                _ => {}
+            }
+        }
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep(RETRY) => {}
+        }
+    }
+}
+
+/// The old owner after the flip: deletes its copy, lets writes reach the
+/// partition's number again (they are routed to the new owner), and
+/// records that it is done.
+async fn hand_over_done(
+    cluster: &Cluster,
+    record: &MoveRecord,
+    revision: i64,
+) -> Result<(), String> {
+    let partition = record.partition;
+    let frontier = Arc::clone(&cluster.frontier);
+    let dropped = tokio::task::spawn_blocking(move || {
+        let dropped = frontier.ingest().drop_partition(partition);
+        frontier.ingest().untrack_partition(partition);
+        frontier.ingest().unseal_partition(partition);
+        dropped
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())?;
+    cluster.moves.lock().await.sealed.remove(&partition);
+    let done = MoveRecord {
+        from_done: true,
+        ..record.clone()
+    };
+    let key = move_key(cluster, partition);
+    let mut etcd = cluster.etcd.clone();
+    let recorded = etcd
+        .txn(
+            Txn::new()
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    revision,
+                )])
+                .and_then([TxnOp::put(
+                    key,
+                    serde_json::to_vec(&done).unwrap_or_default(),
+                    None,
+                )]),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if recorded.succeeded() {
+        tracing::info!(
+            partition,
+            to = record.to,
+            dropped,
+            "handed-over partition deleted here"
+        );
+    }
+    Ok(())
+}
+
+/// The receiver's task for one move, until the move is flipped or gone.
+async fn receive(cluster: Arc<Cluster>, partition: u32) {
+    loop {
+        match receive_step(&cluster, partition).await {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(partition, %error, "partition move step failed; retrying");
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+    cluster.moves.lock().await.running.remove(&partition);
+}
+
+/// One step of a move as etcd holds it now; `Ok(true)` once there is
+/// nothing left for the receiver.
+async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<bool, Status> {
+    let mut etcd = cluster.etcd.clone();
+    let key = move_key(cluster, partition);
+    let unavailable = |e: etcd_client::Error| Status::unavailable(format!("etcd: {e}"));
+    let answer = etcd.get(key.clone(), None).await.map_err(unavailable)?;
+    let Some(kv) = answer.kvs().first() else {
+        return Ok(true); // rolled back or finished
+    };
+    let revision = kv.mod_revision();
+    let record: MoveRecord = serde_json::from_slice(kv.value())
+        .map_err(|e| Status::internal(format!("{key} is unreadable: {e}")))?;
+    if record.to != cluster.options.node_id || record.phase == MovePhase::Flipped {
+        return Ok(true);
+    }
+    let view = cluster.view();
+    let Some(owner) = view.members.get(&record.from) else {
+        return Err(Status::unavailable(format!(
+            "node {} (the partition's owner) is away",
+            record.from
+        )));
+    };
+    let mut admin = cluster.peers.get(&owner.endpoint())?.admin();
+    match record.phase {
+        MovePhase::Copy => {
+            drop_local(cluster, partition).await?;
+            let copied = copy_whole(cluster, &mut admin, partition, true).await?;
+            let next = MoveRecord {
+                phase: MovePhase::Cutover,
+                copied,
+                ..record
+            };
+            put_if_unchanged(&mut etcd, &key, revision, &next, None).await?;
+            tracing::info!(
+                partition,
+                copied,
+                from = next.from,
+                "partition copied; cutover"
+            );
+        }
+        MovePhase::Cutover => {
+            let sealed = admin
+                .seal_partition(proto::admin::SealPartitionRequest { partition })
+                .await?
+                .into_inner();
+            let tail = if sealed.tracked {
+                let urls = decode_page(sealed.urls)?;
+                let count = urls.len() as u64;
+                take(cluster, partition, urls).await?;
+                count
+            } else {
+                drop_local(cluster, partition).await?;
+                copy_whole(cluster, &mut admin, partition, false).await?
+            };
+            let Some(map) = &view.map else {
+                return Err(Status::unavailable("no partition map yet"));
+            };
+            let mut next_map = map.clone();
+            if let Some(owner) = next_map.owners.get_mut(partition as usize) {
+                owner.clone_from(&record.to);
+            }
+            next_map.epoch += 1;
+            let flipped = MoveRecord {
+                phase: MovePhase::Flipped,
+                leased: sealed.leased,
+                hold_until_ms: sealed.leases_until_ms,
+                ..record
+            };
+            put_if_unchanged(
+                &mut etcd,
+                &key,
+                revision,
+                &flipped,
+                Some((map_key(cluster), view.map_revision, &next_map)),
+            )
+            .await?;
+            tracing::info!(
+                partition,
+                from = flipped.from,
+                epoch = next_map.epoch,
+                tail,
+                leased = flipped.leased,
+                "partition moved here"
+            );
+            return Ok(true);
+        }
+        MovePhase::Flipped => return Ok(true),
+    }
+    Ok(false)
+}
+
+/// Writes a move's next state (and with it, for the flip, the map) if
+/// neither changed since read.
+async fn put_if_unchanged(
+    etcd: &mut Client,
+    key: &str,
+    revision: i64,
+    record: &MoveRecord,
+    map: Option<(String, i64, &PartitionMap)>,
+) -> Result<(), Status> {
+    let mut when = vec![Compare::mod_revision(key, CompareOp::Equal, revision)];
+    let mut then = vec![TxnOp::put(
+        key,
+        serde_json::to_vec(record).unwrap_or_default(),
+        None,
+    )];
+    if let Some((map_key, map_revision, map)) = map {
+        when.push(Compare::mod_revision(
+            map_key.clone(),
+            CompareOp::Equal,
+            map_revision,
+        ));
+        then.push(TxnOp::put(
+            map_key,
+            serde_json::to_vec(map).unwrap_or_default(),
+            None,
+        ));
+    }
+    let written = etcd
+        .txn(Txn::new().when(when).and_then(then))
+        .await
+        .map_err(|e| Status::unavailable(format!("etcd: {e}")))?;
+    if written.succeeded() {
+        Ok(())
+    } else {
+        Err(Status::aborted(format!(
+            "{key} or the map changed meanwhile; reading again"
+        )))
+    }
+}
+
+type AdminPeer = proto::admin::admin_client::AdminClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        proto::bearer::Bearer,
+    >,
+>;
+
+/// Pages through the owner's copy of a partition into this node's store;
+/// answers how many URLs came.
+async fn copy_whole(
+    cluster: &Cluster,
+    admin: &mut AdminPeer,
+    partition: u32,
+    track: bool,
+) -> Result<u64, Status> {
+    let mut after: Option<proto::admin::PartitionKey> = None;
+    let mut copied = 0;
+    loop {
+        let page = admin
+            .copy_partition(proto::admin::CopyPartitionRequest {
+                partition,
+                after: after.clone(),
+                limit: COPY_PAGE,
+                track: track && after.is_none(),
+            })
+            .await?
+            .into_inner();
+        let end = page.end;
+        after = page.urls.last().map(|last| proto::admin::PartitionKey {
+            crawl_id: last.crawl_id.clone(),
+            url: last.url.clone(),
+        });
+        let urls = decode_page(page.urls)?;
+        copied += urls.len() as u64;
+        take(cluster, partition, urls).await?;
+        if end || after.is_none() {
+            return Ok(copied);
+        }
+    }
+}
+
+fn decode_page(urls: Vec<proto::admin::PartitionUrl>) -> Result<Vec<PartitionUrl>, Status> {
+    urls.into_iter()
+        .map(|moved| {
+            let record = UrlRecord::decode(&moved.record).map_err(|e| {
+                Status::data_loss(format!("the record of {} came unreadable: {e}", moved.url))
+            })?;
+            Ok(PartitionUrl {
+                crawl: moved.crawl_id,
+                url: moved.url,
+                record,
+            })
+        })
+        .collect()
+}
+
+async fn take(cluster: &Cluster, partition: u32, urls: Vec<PartitionUrl>) -> Result<(), Status> {
+    let frontier = Arc::clone(&cluster.frontier);
+    tokio::task::spawn_blocking(move || frontier.ingest().take_partition_urls(partition, urls))
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map(|_| ())
+        .map_err(|e| Status::unavailable(format!("cannot store the moved URLs: {e}")))
+}
+
+async fn drop_local(cluster: &Cluster, partition: u32) -> Result<(), Status> {
+    let frontier = Arc::clone(&cluster.frontier);
+    tokio::task::spawn_blocking(move || frontier.ingest().drop_partition(partition))
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map(|_| ())
+        .map_err(|e| Status::unavailable(format!("cannot empty the partition here: {e}")))
+}
+
+/// The owner's answer to SealPartition: only for a move etcd holds at its
+/// cutover from this node.
+pub(super) async fn seal(
+    cluster: &Cluster,
+    partition: u32,
+) -> Result<proto::admin::SealedPartition, Status> {
+    let mut etcd = cluster.etcd.clone();
+    let key = move_key(cluster, partition);
+    let answer = etcd
+        .get(key.clone(), None)
+        .await
+        .map_err(|e| Status::unavailable(format!("etcd: {e}")))?;
+    let record: Option<MoveRecord> = answer
+        .kvs()
+        .first()
+        .and_then(|kv| serde_json::from_slice(kv.value()).ok());
+    match &record {
+        Some(r) if r.phase == MovePhase::Cutover && r.from == cluster.options.node_id => {}
+        _ => {
+            return Err(Status::failed_precondition(format!(
+                "partition {partition} is not at the cutover of a move from node {}",
+                cluster.options.node_id
+            )));
+        }
+    }
+    let revision = answer.header().map_or(0, |h| h.revision());
+    {
+        // Not served from here on, before its leases are counted.
+        let mut state = cluster.moves.lock().await;
+        state.sealed.entry(partition).or_insert(revision);
+        if let Some(served) = state.served.as_mut()
+            && let Some(slot) = served.get_mut(partition as usize)
+        {
+            *slot = false;
+            cluster
+                .frontier
+                .scheduler()
+                .set_served_partitions(Some(served.clone()));
+        }
+    }
+    let frontier = Arc::clone(&cluster.frontier);
+    tokio::task::spawn_blocking(move || {
+        let changes = frontier.ingest().seal_partition(partition);
+        let (leased, until) = frontier
+            .scheduler()
+            .leases_in_partition(partition, Timestamp::now());
+        let mut sealed = proto::admin::SealedPartition {
+            leased,
+            leases_until_ms: until.unix_millis(),
+            ..Default::default()
+        };
+        if let Some(changes) = changes.filter(|c| !c.deleted) {
+            sealed.tracked = true;
+            sealed.urls = frontier
+                .ingest()
+                .partition_urls(partition, &changes.touched)
+                .map_err(|e| Status::unavailable(e.to_string()))?
+                .into_iter()
+                .map(|moved| proto::admin::PartitionUrl {
+                    crawl_id: moved.crawl,
+                    url: moved.url,
+                    record: moved.record.encode(),
+                })
+                .collect();
+        }
+        Ok(sealed)
+    })
+    .await
+    .map_err(|e| Status::internal(e.to_string()))?
+}
+
+/// Marks a node as draining: the leader moves its partitions away.
+pub(super) async fn drain(cluster: &Cluster, node: &str) -> Result<u32, Status> {
+    let view = cluster.view();
+    let known = view.members.contains_key(node)
+        || view
+            .map
+            .as_ref()
+            .is_some_and(|map| map.owners.iter().any(|o| o == node));
+    if !known {
+        return Err(Status::not_found(format!(
+            "no node {node:?} in cluster {:?}",
+            cluster.options.name
+        )));
+    }
+    let others: BTreeSet<&String> = view
+        .members
+        .keys()
+        .filter(|id| *id != node && !view.draining.contains(*id))
+        .collect();
+    if others.is_empty() {
+        return Err(Status::failed_precondition(format!(
+            "node {node:?} is the only node left to own partitions: start another before draining it"
+        )));
+    }
+    let key = format!(
+        "{}draining/{node}",
+        super::coordinator::prefix(&cluster.options.name)
+    );
+    let mut etcd = cluster.etcd.clone();
+    etcd.put(key, b"{}".to_vec(), None).await.map_err(|e| {
+        Status::unavailable(format!("cannot record the drain in etcd ({e}); retry"))
+    })?;
+    Ok(view
+        .map
+        .as_ref()
+        .map_or(0, |map| map.owned_by(node).count() as u32))
+}
+
+/// Moves as a view lists them: partition to (record, etcd mod revision).
+pub type Moves = BTreeMap<u32, (MoveRecord, i64)>;

@@ -1,0 +1,268 @@
+//! Partition moves in a real cluster (a real etcd, `frontier serve --etcd`
+//! processes): a node that joins takes its share of partitions with every
+//! URL and its state, a drained node gives all of them back and ends up
+//! holding none, and the moved partitions are served from their new owner.
+//! Skipped, saying so, where no etcd binary is installed.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crawl_tests::{EtcdProcess, FrontierProcess, etcd_or_skip, frontier_cli};
+use futures::StreamExt;
+use proto::urlfrontier::{self as uf, url_item};
+
+const CRAWL: &str = "moves";
+
+fn start_node(etcd: &EtcdProcess, dir: &Path, id: &str) -> FrontierProcess {
+    FrontierProcess::start(
+        &dir.join(id),
+        &[
+            "--etcd",
+            &etcd.endpoint,
+            "--cluster",
+            "moves",
+            "--node-id",
+            id,
+            "--initial-nodes",
+            "1",
+            "--partitions",
+            "8",
+            "--lease-ttl-secs",
+            "2",
+            "--default-delay-ms",
+            "0",
+        ],
+    )
+}
+
+fn url(i: usize) -> String {
+    format!("http://h{}.example/p/{i}", i % 60)
+}
+
+fn item(url: &str, known: Option<u64>) -> uf::UrlItem {
+    let info = Some(uf::UrlInfo {
+        url: url.to_owned(),
+        crawl_id: CRAWL.into(),
+        ..uf::UrlInfo::default()
+    });
+    uf::UrlItem {
+        id: url.to_owned(),
+        item: Some(match known {
+            Some(refetchable_from_date) => url_item::Item::Known(uf::KnownUrlItem {
+                info,
+                refetchable_from_date,
+            }),
+            None => url_item::Item::Discovered(uf::DiscoveredUrlItem { info }),
+        }),
+        ..uf::UrlItem::default()
+    }
+}
+
+/// Puts items through PutURLs until each is acknowledged OK (a FAIL, as
+/// while a partition moves, is sent again).
+async fn put_all(node: &FrontierProcess, items: Vec<uf::UrlItem>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut pending = items;
+    while !pending.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{} items never acknowledged",
+            pending.len()
+        );
+        let mut client = node.client().await;
+        let mut acks = client
+            .put_ur_ls(tokio_stream::iter(pending.clone()))
+            .await
+            .unwrap()
+            .into_inner();
+        let mut ok = BTreeSet::new();
+        while let Some(Ok(ack)) = acks.next().await {
+            if ack.status() == uf::ack_message::Status::Ok {
+                ok.insert(ack.id);
+            }
+        }
+        pending.retain(|item| !ok.contains(&item.id));
+    }
+}
+
+async fn local_count(node: &FrontierProcess) -> u64 {
+    node.client()
+        .await
+        .count_ur_ls(uf::CountUrlParams {
+            crawl_id: CRAWL.into(),
+            local: Some(true),
+            ..uf::CountUrlParams::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .value
+}
+
+async fn cluster_of(node: &FrontierProcess) -> proto::admin::ClusterStatus {
+    node.admin()
+        .await
+        .get_cluster(proto::admin::GetClusterRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Polls until no move is in flight, each node owns `owned[i]` partitions
+/// and holds `held[i]` URLs of the crawl.
+async fn wait_until_settled(
+    nodes: &[&FrontierProcess],
+    ids: &[&str],
+    owned: &[usize],
+    held: &[u64],
+) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let status = cluster_of(nodes[0]).await;
+        let mut counts = Vec::new();
+        for node in nodes {
+            counts.push(local_count(node).await);
+        }
+        let owns: Vec<usize> = ids
+            .iter()
+            .map(|id| status.owners.iter().filter(|o| o == id).count())
+            .collect();
+        if status.moves.is_empty() && owns == owned && counts == held {
+            return;
+        }
+        if Instant::now() >= deadline {
+            for node in nodes {
+                eprintln!("---- node log ----\n{}", node.log_text());
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled: owners {owns:?} (want {owned:?}), URLs held {counts:?} (want {held:?}), moves {:?}",
+            status.moves
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Leases every due URL of the crawl from `node` (the cluster's whole
+/// answer comes from its own partitions).
+async fn lease_all(node: &FrontierProcess) -> Vec<String> {
+    let mut served = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut stream = node
+            .client()
+            .await
+            .get_ur_ls(uf::GetParams {
+                max_urls_per_queue: 0,
+                max_queues: 0,
+                delay_requestable: 10,
+                item: Some(uf::get_params::Item::CrawlId(CRAWL.into())),
+                ..uf::GetParams::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let before = served.len();
+        while let Some(Ok(info)) = stream.next().await {
+            served.push(info.url);
+        }
+        if served.len() == before
+            && Instant::now() > deadline.checked_sub(Duration::from_secs(28)).unwrap()
+        {
+            return served;
+        }
+        assert!(Instant::now() < deadline);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_takes_its_share_and_a_drained_node_gives_all_back() {
+    let Some(binary) =
+        etcd_or_skip("a_joining_node_takes_its_share_and_a_drained_node_gives_all_back")
+    else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let n1 = start_node(&etcd, dir.path(), "n1");
+    wait_until_settled(&[&n1], &["n1"], &[8], &[0]).await;
+    let urls: Vec<String> = (0..600).map(url).collect();
+    put_all(&n1, urls.iter().map(|u| item(u, None)).collect()).await;
+    // A third of them completed: their state must travel too.
+    let completed: BTreeSet<String> = urls.iter().step_by(3).cloned().collect();
+    put_all(&n1, completed.iter().map(|u| item(u, Some(0))).collect()).await;
+
+    let n2 = start_node(&etcd, dir.path(), "n2");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (moved_count, kept_count) = loop {
+        let status = cluster_of(&n1).await;
+        let (a, b) = (local_count(&n1).await, local_count(&n2).await);
+        if status.moves.is_empty()
+            && status.owners.iter().filter(|o| *o == "n2").count() == 4
+            && a + b == 600
+        {
+            break (b, a);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "n2 never took its share: {status:?}, held {a} + {b}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(moved_count > 0, "n2 holds URLs of its partitions");
+    // Every URL is found through either node, with its state.
+    for probe in [&n1, &n2] {
+        let mut client = probe.client().await;
+        for u in urls.iter().step_by(7) {
+            let status = client
+                .get_url_status(uf::UrlStatusRequest {
+                    url: u.clone(),
+                    crawl_id: CRAWL.into(),
+                    ..uf::UrlStatusRequest::default()
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{u}: {e}"))
+                .into_inner();
+            let done = matches!(
+                status.item,
+                Some(url_item::Item::Known(uf::KnownUrlItem {
+                    refetchable_from_date: 0,
+                    ..
+                }))
+            );
+            assert_eq!(done, completed.contains(u), "{u}: {status:?}");
+        }
+    }
+    // Each node serves its own partitions, each URL once.
+    let mut served = lease_all(&n1).await;
+    let from_n2 = lease_all(&n2).await;
+    assert_eq!(
+        from_n2.len() as u64 + served.len() as u64,
+        400,
+        "kept {kept_count}"
+    );
+    served.extend(from_n2);
+    let distinct: BTreeSet<String> = served.iter().cloned().collect();
+    assert_eq!(distinct.len(), served.len(), "a URL served twice");
+    let due: BTreeSet<String> = urls
+        .iter()
+        .filter(|u| !completed.contains(*u))
+        .cloned()
+        .collect();
+    assert_eq!(distinct, due);
+
+    // Drain n2: everything comes back to n1 and n2 holds nothing.
+    let (status, text) = frontier_cli(&n1.endpoint(), &["cluster", "drain", "n2"]);
+    assert!(status.success(), "{text}");
+    wait_until_settled(&[&n1, &n2], &["n1", "n2"], &[8, 0], &[600, 0]).await;
+    let (status, text) = frontier_cli(&n1.endpoint(), &["cluster", "drain", "n1"]);
+    assert!(!status.success(), "the last node cannot be drained: {text}");
+    assert!(text.contains("only node left"), "{text}");
+    let (status, text) = frontier_cli(&n1.endpoint(), &["cluster", "drain", "n9"]);
+    assert!(
+        !status.success() && text.contains("no node") && text.contains("n9"),
+        "{text}"
+    );
+}
