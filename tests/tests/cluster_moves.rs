@@ -260,6 +260,16 @@ async fn a_joining_node_takes_its_share_and_a_drained_node_gives_all_back() {
     let (status, text) = frontier_cli(&n1.endpoint(), &["cluster", "drain", "n1"]);
     assert!(!status.success(), "the last node cannot be drained: {text}");
     assert!(text.contains("only node left"), "{text}");
+    // Stopped and started again, the drained node takes its share again.
+    assert!(n2.terminate().success());
+    let n2 = start_node(&etcd, dir.path(), "n2");
+    wait_until_settled(
+        &[&n1, &n2],
+        &["n1", "n2"],
+        &[4, 4],
+        &[kept_count, moved_count],
+    )
+    .await;
     let (status, text) = frontier_cli(&n1.endpoint(), &["cluster", "drain", "n9"]);
     assert!(
         !status.success() && text.contains("no node") && text.contains("n9"),

@@ -149,6 +149,7 @@ pub async fn join(
             None
         }
     };
+    super::moves::end_finished_drain(&cluster).await;
     let tasks = vec![
         tokio::spawn(keep_registered(Arc::clone(&cluster), lease, member)),
         tokio::spawn(watch(Arc::clone(&cluster), read_at)),

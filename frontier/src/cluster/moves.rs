@@ -730,5 +730,29 @@ pub(super) async fn drain(cluster: &Cluster, node: &str) -> Result<u32, Status> 
         .map_or(0, |map| map.owned_by(node).count() as u32))
 }
 
+/// A node that starts owning nothing while marked as draining was drained
+/// and is back (a StatefulSet scaled up again): it takes partitions again.
+/// One still owning some is restarting mid-drain and stays marked.
+pub(super) async fn end_finished_drain(cluster: &Cluster) {
+    let view = cluster.view();
+    let me = &cluster.options.node_id;
+    let owns = view
+        .map
+        .as_ref()
+        .is_some_and(|map| map.owned_by(me).next().is_some());
+    if !view.draining.contains(me) || owns || view.moves.values().any(|(r, _)| &r.from == me) {
+        return;
+    }
+    let key = format!(
+        "{}draining/{me}",
+        super::coordinator::prefix(&cluster.options.name)
+    );
+    let mut etcd = cluster.etcd.clone();
+    match etcd.delete(key, None).await {
+        Ok(_) => tracing::info!("this node was drained and is back: it takes partitions again"),
+        Err(error) => tracing::warn!(%error, "cannot clear this node's finished drain"),
+    }
+}
+
 /// Moves as a view lists them: partition to (record, etcd mod revision).
 pub type Moves = BTreeMap<u32, (MoveRecord, i64)>;
