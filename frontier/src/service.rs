@@ -418,6 +418,18 @@ impl Frontier {
         &self.scheduler
     }
 
+    /// Refuses a change of a queue's settings while the queue's partition
+    /// is sealed (being handed to another node, which takes the settings as
+    /// they were at the seal): the caller sends it again to the new owner.
+    pub fn queue_settings_open(&self, crawl: &str, queue: &str) -> Result<(), FrontierError> {
+        let partitions = self.ingest.filters().partition_count();
+        let partition = crate::ingest::partition_of(crawl, queue, partitions) as u32;
+        if self.ingest.is_sealed(partition) {
+            return Err(IngestError::PartitionMoving(partition).into());
+        }
+        Ok(())
+    }
+
     /// The robots.txt answers kept for the workers.
     #[must_use]
     pub fn robots(&self) -> &RobotsShelf {

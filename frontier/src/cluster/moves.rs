@@ -226,18 +226,7 @@ pub(super) async fn plan(cluster: &Cluster, etcd: &mut Client) -> Result<(), etc
         let receiver_gone = !live.contains(&record.to) || view.draining.contains(&record.to);
         if record.phase != MovePhase::Flipped && receiver_gone {
             let key = move_key(cluster, *partition);
-            let undone = etcd
-                .txn(
-                    Txn::new()
-                        .when([Compare::mod_revision(
-                            key.clone(),
-                            CompareOp::Equal,
-                            *revision,
-                        )])
-                        .and_then([TxnOp::delete(key, None)]),
-                )
-                .await?;
-            if undone.succeeded() {
+            if delete_if_unchanged(etcd, key, *revision).await? {
                 tracing::warn!(
                     partition,
                     from = record.from,
@@ -321,17 +310,7 @@ pub(super) async fn run(cluster: Arc<Cluster>) {
                 {
                     let key = move_key(&cluster, partition);
                     let mut etcd = cluster.etcd.clone();
-                    let _ = etcd
-                        .txn(
-                            Txn::new()
-                                .when([Compare::mod_revision(
-                                    key.clone(),
-                                    CompareOp::Equal,
-                                    *revision,
-                                )])
-                                .and_then([TxnOp::delete(key, None)]),
-                        )
-                        .await;
+                    let _ = delete_if_unchanged(&mut etcd, key, *revision).await;
                 }
                 _ => {}
             }
@@ -457,7 +436,7 @@ async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<bool, St
             );
         }
         MovePhase::Cutover => {
-            let sealed = admin
+            let mut sealed = admin
                 .seal_partition(proto::admin::SealPartitionRequest { partition })
                 .await?
                 .into_inner();
@@ -470,6 +449,7 @@ async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<bool, St
                 drop_local(cluster, partition).await?;
                 copy_whole(cluster, &mut admin, partition, false).await?
             };
+            take_queue_settings(cluster, std::mem::take(&mut sealed.queues)).await?;
             let Some(map) = &view.map else {
                 return Err(Status::unavailable("no partition map yet"));
             };
@@ -505,6 +485,26 @@ async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<bool, St
         MovePhase::Flipped => return Ok(true),
     }
     Ok(false)
+}
+
+/// Deletes a key if it is as read; answers whether it was.
+async fn delete_if_unchanged(
+    etcd: &mut Client,
+    key: String,
+    revision: i64,
+) -> Result<bool, etcd_client::Error> {
+    let deleted = etcd
+        .txn(
+            Txn::new()
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    revision,
+                )])
+                .and_then([TxnOp::delete(key, None)]),
+        )
+        .await?;
+    Ok(deleted.succeeded())
 }
 
 /// Writes a move's next state (and with it, for the flip, the map) if
@@ -612,6 +612,35 @@ async fn take(cluster: &Cluster, partition: u32, urls: Vec<PartitionUrl>) -> Res
         .map_err(|e| Status::unavailable(format!("cannot store the moved URLs: {e}")))
 }
 
+/// The moved queues' settings, before the flip: serving under the new
+/// owner starts with them.
+async fn take_queue_settings(
+    cluster: &Cluster,
+    queues: Vec<proto::admin::MovedQueue>,
+) -> Result<(), Status> {
+    if queues.is_empty() {
+        return Ok(());
+    }
+    let frontier = Arc::clone(&cluster.frontier);
+    tokio::task::spawn_blocking(move || {
+        for queue in queues {
+            let settings = crate::store::QueueRecord {
+                blocked_until: queue.blocked_until,
+                delay_ms: queue.delay_ms,
+                crawl_limit: queue.crawl_limit,
+                ..crate::store::QueueRecord::default()
+            };
+            frontier
+                .scheduler()
+                .set_queue_settings(&queue.crawl_id, &queue.key, settings)?;
+        }
+        Ok::<(), crate::store::StoreError>(())
+    })
+    .await
+    .map_err(|e| Status::internal(e.to_string()))?
+    .map_err(|e| Status::unavailable(format!("cannot keep the moved queues' settings: {e}")))
+}
+
 async fn drop_local(cluster: &Cluster, partition: u32) -> Result<(), Status> {
     let frontier = Arc::clone(&cluster.frontier);
     tokio::task::spawn_blocking(move || frontier.ingest().drop_partition(partition))
@@ -672,6 +701,26 @@ pub(super) async fn seal(
             leases_until_ms: until.unix_millis(),
             ..Default::default()
         };
+        let partitions = frontier.ingest().filters().partition_count();
+        frontier
+            .ingest()
+            .store()
+            .for_each_queue(|crawl, key, record| {
+                let has_settings =
+                    record.blocked_until > 0 || record.delay_ms.is_some() || record.crawl_limit > 0;
+                if has_settings
+                    && crate::ingest::partition_of(crawl, key, partitions) == partition as usize
+                {
+                    sealed.queues.push(proto::admin::MovedQueue {
+                        crawl_id: crawl.to_owned(),
+                        key: key.to_owned(),
+                        blocked_until: record.blocked_until,
+                        delay_ms: record.delay_ms,
+                        crawl_limit: record.crawl_limit,
+                    });
+                }
+            })
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         if let Some(changes) = changes.filter(|c| !c.deleted) {
             sealed.tracked = true;
             sealed.urls = frontier

@@ -366,6 +366,7 @@ impl adm::admin_server::Admin for AdminService {
             ));
         }
         blocking(&self.frontier, move |f| {
+            f.queue_settings_open(crawl_or_default(&request.crawl_id), &request.key)?;
             Ok(f.scheduler().set_queue_delay(
                 crawl_or_default(&request.crawl_id),
                 &request.key,

@@ -665,6 +665,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
             ));
         }
         blocking(&self.frontier, move |f| {
+            f.queue_settings_open(crawl_or_default(&params.crawl_id), &params.key)?;
             Ok(f.scheduler().block_until(
                 crawl_or_default(&params.crawl_id),
                 &params.key,
@@ -699,6 +700,9 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
     ) -> Result<Response<uf::Empty>, Status> {
         let params = request.into_inner();
         blocking(&self.frontier, move |f| {
+            if !params.key.is_empty() {
+                f.queue_settings_open(crawl_or_default(&params.crawl_id), &params.key)?;
+            }
             Ok(f.scheduler().set_delay(
                 crawl_or_default(&params.crawl_id),
                 &params.key,
@@ -740,6 +744,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
             return Err(Status::invalid_argument("SetCrawlLimit needs a queue key"));
         }
         blocking(&self.frontier, move |f| {
+            f.queue_settings_open(crawl_or_default(&params.crawl_id), &params.key)?;
             Ok(f.scheduler().set_crawl_limit(
                 crawl_or_default(&params.crawl_id),
                 &params.key,

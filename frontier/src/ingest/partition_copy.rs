@@ -316,6 +316,12 @@ impl Ingest {
         self.copies.lock().get(&partition).cloned()
     }
 
+    /// Whether a partition takes no writes now.
+    #[must_use]
+    pub fn is_sealed(&self, partition: u32) -> bool {
+        self.open_for_writes().contains(&partition)
+    }
+
     /// Lets writes reach a partition again.
     pub fn unseal_partition(&self, partition: u32) {
         self.sealed

@@ -86,6 +86,7 @@ use crate::store::{
 };
 use crate::time::Timestamp;
 
+mod partitions;
 mod queue;
 
 use queue::{Crawl, Cursor, Lease, Queue, QueueState, WakeKey};
@@ -386,35 +387,6 @@ impl Scheduler {
             .load()
             .as_ref()
             .is_none_or(|served| served.get(partition as usize).copied().unwrap_or(false))
-    }
-
-    /// Serves only the partitions marked in `served` (by index), or all
-    /// with `None`; every queue is looked at again, so one of a partition
-    /// now served is woken.
-    pub fn set_served_partitions(&self, served: Option<Vec<bool>>) {
-        self.serving.store(served.map(Arc::new));
-        let now = (self.clock)();
-        let crawls: Vec<Arc<Crawl>> = self
-            .crawls
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
-        for crawl in crawls {
-            let queues: Vec<Arc<Queue>> = crawl
-                .queues
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .values()
-                .cloned()
-                .collect();
-            for queue in queues {
-                let mut state = queue.lock();
-                let delay = self.delay_of(&queue.crawl, &state.record);
-                self.reschedule(&queue, &mut state, delay, now);
-            }
-        }
     }
 
     /// Brings memory in step with a committed transaction. Called by the
@@ -831,38 +803,6 @@ impl Scheduler {
             .get(url)
             .map(|lease| lease.until)
             .filter(|&until| until > now)
-    }
-
-    /// The URLs of a partition leased now, and when the last of those
-    /// leases ends: what a partition's new owner must not serve before.
-    #[must_use]
-    pub fn leases_in_partition(&self, partition: u32, now: Timestamp) -> (u64, Timestamp) {
-        let mut leased = 0;
-        let mut last = now;
-        for crawl in self
-            .crawls
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-        {
-            let queues: Vec<Arc<Queue>> = crawl
-                .queues
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .values()
-                .cloned()
-                .collect();
-            for queue in queues {
-                let state = queue.lock();
-                for lease in state.leased.values() {
-                    if lease.partition == partition && lease.until > now {
-                        leased += 1;
-                        last = last.max(lease.until);
-                    }
-                }
-            }
-        }
-        (leased, last)
     }
 
     /// Counts of one queue, or of every queue of a crawl (`queue` `None`).

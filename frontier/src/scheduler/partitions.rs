@@ -1,0 +1,88 @@
+//! What a cluster node's scheduler needs of partitions: which are served
+//! here (module docs of [`super`]: the partition gate), the leases on one,
+//! and setting a moved queue's settings whole.
+
+use std::sync::{Arc, PoisonError};
+
+use super::{Crawl, Queue, Scheduler};
+use crate::store::{QueueRecord, StoreError};
+use crate::time::Timestamp;
+
+impl Scheduler {
+    /// Serves only the partitions marked in `served` (by index), or all
+    /// with `None`; every queue is looked at again, so one of a partition
+    /// now served is woken.
+    pub fn set_served_partitions(&self, served: Option<Vec<bool>>) {
+        self.serving.store(served.map(Arc::new));
+        let now = (self.clock)();
+        let crawls: Vec<Arc<Crawl>> = self
+            .crawls
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        for crawl in crawls {
+            let queues: Vec<Arc<Queue>> = crawl
+                .queues
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .cloned()
+                .collect();
+            for queue in queues {
+                let mut state = queue.lock();
+                let delay = self.delay_of(&queue.crawl, &state.record);
+                self.reschedule(&queue, &mut state, delay, now);
+            }
+        }
+    }
+
+    /// The URLs of a partition leased now, and when the last of those
+    /// leases ends: what a partition's new owner must not serve before.
+    #[must_use]
+    pub fn leases_in_partition(&self, partition: u32, now: Timestamp) -> (u64, Timestamp) {
+        let mut leased = 0;
+        let mut last = now;
+        for crawl in self
+            .crawls
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
+            let queues: Vec<Arc<Queue>> = crawl
+                .queues
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .cloned()
+                .collect();
+            for queue in queues {
+                let state = queue.lock();
+                for lease in state.leased.values() {
+                    if lease.partition == partition && lease.until > now {
+                        leased += 1;
+                        last = last.max(lease.until);
+                    }
+                }
+            }
+        }
+        (leased, last)
+    }
+
+    /// Gives a queue the settings of a record (blocked until, delay, crawl
+    /// limit; not its counts), durably: a moved queue's settings as its
+    /// old owner kept them.
+    pub fn set_queue_settings(
+        &self,
+        crawl: &str,
+        queue: &str,
+        settings: QueueRecord,
+    ) -> Result<(), StoreError> {
+        self.update_settings(crawl, queue, |record| {
+            record.blocked_until = settings.blocked_until;
+            record.delay_ms = settings.delay_ms;
+            record.crawl_limit = settings.crawl_limit;
+        })
+    }
+}
