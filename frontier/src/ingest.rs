@@ -697,10 +697,7 @@ impl Ingest {
     ) -> Result<Removed, IngestError> {
         // A deletion may reach any partition; the tail of one being handed
         // over is already on its way.
-        let sealed = self.open_for_writes();
-        if let Some(&partition) = sealed.first() {
-            return Err(IngestError::PartitionMoving(partition));
-        }
+        let _writes_open = self.writes_open_to(0..self.filters.partition_count())?;
         let deletion = Deletion {
             crawl: crawl.to_owned(),
             queue: queue.map(str::to_owned),
@@ -816,10 +813,7 @@ impl Ingest {
         if ops.is_empty() {
             return Ok(outcomes);
         }
-        let sealed = self.open_for_writes();
-        if let Some(&(partition, _)) = keys.iter().find(|(p, _)| sealed.contains(&(*p as u32))) {
-            return Err(IngestError::PartitionMoving(partition as u32));
-        }
+        let _writes_open = self.writes_open_to(keys.iter().map(|(partition, _)| *partition))?;
         let committer = self.committer.as_ref().ok_or(StoreError::Stopped)?;
         let applied = committer.apply(ops)?;
         // Durable now: a URL the crawl did not know joins its filter.
@@ -852,15 +846,7 @@ impl Ingest {
         if candidates.is_empty() {
             return Ok(outcomes);
         }
-        let sealed = self.open_for_writes();
-        if let Some(candidate) = candidates
-            .iter()
-            .find(|c| sealed.contains(&(c.mark.partition as u32)))
-        {
-            return Err(IngestError::PartitionMoving(
-                candidate.mark.partition as u32,
-            ));
-        }
+        let _writes_open = self.writes_open_to(candidates.iter().map(|c| c.mark.partition))?;
         let (marks, new_urls): (Vec<FilterMark>, Vec<NewUrl>) = candidates
             .into_iter()
             .map(|candidate| (candidate.mark, candidate.url))

@@ -332,8 +332,24 @@ impl Ingest {
 
     /// The sealed partitions, held shared until the caller's write has
     /// committed.
-    pub(super) fn open_for_writes(&self) -> std::sync::RwLockReadGuard<'_, BTreeSet<u32>> {
+    fn open_for_writes(&self) -> std::sync::RwLockReadGuard<'_, BTreeSet<u32>> {
         self.sealed.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Holds writes to `partitions` open until the guard drops (keep it
+    /// until the write has committed), or refuses if one of them is sealed.
+    pub(super) fn writes_open_to(
+        &self,
+        partitions: impl IntoIterator<Item = usize>,
+    ) -> Result<std::sync::RwLockReadGuard<'_, BTreeSet<u32>>, IngestError> {
+        let sealed = self.open_for_writes();
+        match partitions
+            .into_iter()
+            .find(|partition| sealed.contains(&(*partition as u32)))
+        {
+            Some(partition) => Err(IngestError::PartitionMoving(partition as u32)),
+            None => Ok(sealed),
+        }
     }
 
     /// A URL the store now holds joins its partition's filter.

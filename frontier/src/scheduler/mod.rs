@@ -476,14 +476,7 @@ impl Scheduler {
                     .unwrap_or_else(PoisonError::into_inner)
                     .remove(crawl);
                 if let Some(gone) = gone {
-                    let queues: Vec<Arc<Queue>> = gone
-                        .queues
-                        .read()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .values()
-                        .cloned()
-                        .collect();
-                    queues.iter().for_each(forget);
+                    gone.all_queues().iter().for_each(forget);
                 }
                 self.default_delays
                     .write()

@@ -15,26 +15,10 @@ impl Scheduler {
     pub fn set_served_partitions(&self, served: Option<Vec<bool>>) {
         self.serving.store(served.map(Arc::new));
         let now = (self.clock)();
-        let crawls: Vec<Arc<Crawl>> = self
-            .crawls
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
-        for crawl in crawls {
-            let queues: Vec<Arc<Queue>> = crawl
-                .queues
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .values()
-                .cloned()
-                .collect();
-            for queue in queues {
-                let mut state = queue.lock();
-                let delay = self.delay_of(&queue.crawl, &state.record);
-                self.reschedule(&queue, &mut state, delay, now);
-            }
+        for queue in self.every_queue() {
+            let mut state = queue.lock();
+            let delay = self.delay_of(&queue.crawl, &state.record);
+            self.reschedule(&queue, &mut state, delay, now);
         }
     }
 
@@ -44,30 +28,28 @@ impl Scheduler {
     pub fn leases_in_partition(&self, partition: u32, now: Timestamp) -> (u64, Timestamp) {
         let mut leased = 0;
         let mut last = now;
-        for crawl in self
-            .crawls
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-        {
-            let queues: Vec<Arc<Queue>> = crawl
-                .queues
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .values()
-                .cloned()
-                .collect();
-            for queue in queues {
-                let state = queue.lock();
-                for lease in state.leased.values() {
-                    if lease.partition == partition && lease.until > now {
-                        leased += 1;
-                        last = last.max(lease.until);
-                    }
+        for queue in self.every_queue() {
+            let state = queue.lock();
+            for lease in state.leased.values() {
+                if lease.partition == partition && lease.until > now {
+                    leased += 1;
+                    last = last.max(lease.until);
                 }
             }
         }
         (leased, last)
+    }
+
+    /// Every queue of every crawl now, no lock held.
+    fn every_queue(&self) -> Vec<Arc<Queue>> {
+        let crawls: Vec<Arc<Crawl>> = self
+            .crawls
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        crawls.iter().flat_map(|crawl| crawl.all_queues()).collect()
     }
 
     /// Gives a queue the settings of a record (blocked until, delay, crawl

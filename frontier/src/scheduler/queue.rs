@@ -165,6 +165,16 @@ pub(super) struct Crawl {
 }
 
 impl Crawl {
+    /// Every queue of the crawl now, its lock let go.
+    pub(super) fn all_queues(&self) -> Vec<Arc<Queue>> {
+        self.queues
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
     pub(super) fn queue(&self, key: &str) -> Option<Arc<Queue>> {
         self.queues
             .read()
