@@ -352,29 +352,16 @@ async fn hand_over_done(
     };
     let key = move_key(cluster, partition);
     let mut etcd = cluster.etcd.clone();
-    let recorded = etcd
-        .txn(
-            Txn::new()
-                .when([Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    revision,
-                )])
-                .and_then([TxnOp::put(
-                    key,
-                    serde_json::to_vec(&done).unwrap_or_default(),
-                    None,
-                )]),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    if recorded.succeeded() {
-        tracing::info!(
+    match put_if_unchanged(&mut etcd, &key, revision, &done, None).await {
+        Ok(()) => tracing::info!(
             partition,
             to = record.to,
             dropped,
             "handed-over partition deleted here"
-        );
+        ),
+        // Recorded already by an earlier turn: nothing more to say.
+        Err(status) if status.code() == tonic::Code::Aborted => {}
+        Err(status) => return Err(status.message().to_owned()),
     }
     Ok(())
 }

@@ -1040,15 +1040,21 @@ mod tests {
         (0..n).map(|i| format!("http://{host}/p{i:04}")).collect()
     }
 
+    /// A host whose partition (of 4, crawl "c") differs from `host`'s.
+    fn host_in_another_partition(host: &str) -> String {
+        let partition = |host: &str| crate::ingest::partition_of("c", host, 4);
+        (b'b'..=b'z')
+            .map(|c| format!("{}.example", c as char))
+            .find(|other| partition(other) != partition(host))
+            .unwrap()
+    }
+
     #[test]
     fn only_the_partitions_served_here_are_handed_out() {
         let f = fixture(4);
         let partition = |host: &str| crate::ingest::partition_of("c", host, 4);
         let here = "a.example";
-        let away = (b'b'..=b'z')
-            .map(|c| format!("{}.example", c as char))
-            .find(|host| partition(host) != partition(here))
-            .unwrap();
+        let away = host_in_another_partition(here);
         f.discover(&urls(here, 3), 10);
         f.discover(&urls(&away, 3), 10);
         let mut served = vec![false; 4];
@@ -1079,10 +1085,7 @@ mod tests {
         let f = fixture(2);
         let partition = |host: &str| crate::ingest::partition_of("c", host, 4);
         let away = "a.example";
-        let here = (b'b'..=b'z')
-            .map(|c| format!("{}.example", c as char))
-            .find(|host| partition(host) != partition(away))
-            .unwrap();
+        let here = host_in_another_partition(away);
         f.discover(&urls(away, 5), 10);
         f.discover(&urls(&here, 2), 10);
         let dropped = f.ingest.drop_partition(partition(away) as u32).unwrap();
