@@ -42,7 +42,7 @@ use crate::store::{Applied, Deletion, KnownUrl, NewUrl, Removed, Store, StoreErr
 
 mod partition_copy;
 
-pub use partition_copy::{Changes, PartitionUrl, TakeError, Taken};
+pub use partition_copy::{Changes, PartitionUrl, SealedTail, TakeError, Taken};
 
 use partition_copy::CopyTracker;
 

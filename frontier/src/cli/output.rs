@@ -122,7 +122,11 @@ pub fn cluster_json(status: &proto::admin::ClusterStatus) -> serde_json::Value {
             "to": m.to,
             "phase": m.phase,
             "copied": m.copied,
+            "copied_bytes": m.copied_bytes,
+            "started_at_ms": m.started_at_ms,
+            "cutover_ms": m.cutover_ms,
             "leased": m.leased,
+            "old_copy_deleted": m.old_copy_deleted,
         })).collect::<Vec<_>>(),
         "nodes": status.nodes.iter().map(|node| {
             let rates = node.last_minute.unwrap_or_default();
@@ -184,10 +188,32 @@ pub fn print_cluster(status: &proto::admin::ClusterStatus) {
     for node in &status.draining {
         println!("  draining {node}: its partitions move away");
     }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     for moving in &status.moves {
-        println!(
-            "  partition {:>4}  {} -> {}  {:<8} copied {:>10}  leased at cutover {}",
-            moving.partition, moving.from, moving.to, moving.phase, moving.copied, moving.leased
+        let mut line = format!(
+            "  partition {:>4}  {} -> {}  {:<8} copied {:>10} URLs {:>8.1} MB  for {:.0} s",
+            moving.partition,
+            moving.from,
+            moving.to,
+            moving.phase,
+            moving.copied,
+            moving.copied_bytes as f64 / 1e6,
+            now_ms.saturating_sub(moving.started_at_ms) as f64 / 1e3,
         );
+        if moving.phase == "flipped" {
+            line.push_str(&format!(
+                "  cutover {} ms, {} leased then{}",
+                moving.cutover_ms,
+                moving.leased,
+                if moving.old_copy_deleted {
+                    ", old copy deleted"
+                } else {
+                    ""
+                }
+            ));
+        }
+        println!("{line}");
     }
 }

@@ -106,6 +106,11 @@ pub struct ServeArgs {
     /// Seconds joining keeps trying an unreachable etcd before giving up.
     #[arg(long, env = "FRONTIER_ETCD_TIMEOUT_SECS", default_value_t = 60)]
     etcd_timeout_secs: u64,
+    /// URLs per page when this node copies a partition moving to it
+    /// (with --etcd): smaller pages hold less in memory at once and cost
+    /// more round trips.
+    #[arg(long, env = "FRONTIER_MOVE_PAGE_URLS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    move_page_urls: u32,
     /// Serve Prometheus metrics on this address (`GET /metrics`).
     #[arg(long, env = "FRONTIER_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
@@ -230,6 +235,9 @@ pub async fn serve(
     args: ServeArgs,
     log_control: frontier::grpc::LogControl,
 ) -> anyhow::Result<ExitCode> {
+    // Faults injected on purpose, by tests of the cluster's partition moves
+    // only: `FAILPOINTS=name=action;...` (the fail crate's syntax).
+    let _failpoints = std::env::var_os("FAILPOINTS").map(|_| fail::FailScenario::setup());
     let config = config_of(&args)?;
     // Flags are checked before the store opens, which can take minutes.
     let access = access_of(&args)?;
@@ -329,6 +337,7 @@ fn cluster_options(
         lease_ttl: Duration::from_secs(args.lease_ttl_secs),
         join_timeout: Duration::from_secs(args.etcd_timeout_secs),
         token: args.admin_token.clone(),
+        move_page_urls: args.move_page_urls,
     }))
 }
 

@@ -367,6 +367,10 @@ impl Admin for ClusterAdmin {
                     phase: record.phase.as_str().to_owned(),
                     copied: record.copied,
                     leased: record.leased,
+                    copied_bytes: record.copied_bytes,
+                    started_at_ms: record.started_at_ms,
+                    cutover_ms: record.cutover_ms,
+                    old_copy_deleted: record.from_done,
                 })
                 .collect(),
             draining: view.draining.iter().cloned().collect(),
@@ -384,6 +388,12 @@ impl Admin for ClusterAdmin {
             local: true,
             ..request.into_inner()
         };
+        // A sealed partition takes no settings: wait out its cutover.
+        self.cluster
+            .past_cutovers([self
+                .cluster
+                .partition_of_host(&params.crawl_id, &params.key)])
+            .await;
         let target = self.queue_owner(&params.crawl_id, &params.key)?;
         Ok(Response::new(call!(target, set_queue_delay, params)?))
     }
@@ -432,7 +442,7 @@ impl Admin for ClusterAdmin {
         &self,
         request: Request<adm::SealPartitionRequest>,
     ) -> Result<Response<adm::SealedPartition>, Status> {
-        super::moves::seal(&self.cluster, request.into_inner().partition)
+        super::moves::seal(&self.cluster, request.into_inner())
             .await
             .map(Response::new)
     }

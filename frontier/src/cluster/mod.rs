@@ -58,7 +58,7 @@ pub mod moves;
 mod peers;
 mod router;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,6 +67,7 @@ use tonic::Status;
 
 pub use admin::ClusterAdmin;
 pub use coordinator::join;
+pub(crate) use moves::failpoint_hit;
 pub use router::ClusterRouter;
 
 use map::{ClusterFacts, CrawlSettings, Member, PartitionMap};
@@ -98,6 +99,8 @@ pub struct ClusterOptions {
     pub join_timeout: Duration,
     /// Sent to the other nodes on calls that need it.
     pub token: Option<String>,
+    /// URLs per page when copying a partition moving here.
+    pub move_page_urls: u32,
 }
 
 /// Why a node cannot join.
@@ -196,6 +199,11 @@ struct Shares {
     away: Option<Status>,
 }
 
+/// How long a write waits for a partition's cutover to end before it is
+/// refused (the cutover sends only the writes of the copy's duration, so it
+/// is short).
+const CUTOVER_WAIT: Duration = Duration::from_secs(30);
+
 /// Where a partition is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owner {
@@ -264,6 +272,33 @@ impl Cluster {
     pub fn partition_of_url(&self, crawl: &str, url: &str) -> Option<usize> {
         let canonical = crate::canonical::canonicalise(url, self.facts.max_url_length).ok()?;
         Some(self.partition_of_host(crawl, canonical.host()))
+    }
+
+    /// Waits while a move of one of `partitions` is at its cutover (its old
+    /// owner takes no writes for it, and the new one does not own it yet),
+    /// until the flip or the rollback, or at most [`CUTOVER_WAIT`]: writes
+    /// then go where the map says, so a write that reached the old owner
+    /// during the cutover is forwarded rather than refused.
+    pub async fn past_cutovers(&self, partitions: impl IntoIterator<Item = usize>) {
+        let at_cutover = |view: &View, partitions: &BTreeSet<u32>| {
+            view.moves.iter().any(|(partition, (record, _))| {
+                record.phase == moves::MovePhase::Cutover && partitions.contains(partition)
+            })
+        };
+        if self.view().moves.is_empty() {
+            return;
+        }
+        let partitions: BTreeSet<u32> = partitions.into_iter().map(|p| p as u32).collect();
+        let mut changes = self.changes.subscribe();
+        let deadline = tokio::time::Instant::now() + CUTOVER_WAIT;
+        while at_cutover(&self.view(), &partitions) {
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                // Past the bound (or shutting down): the write is refused
+                // and the client sends it again.
+                Ok(Err(_)) | Err(_) => return,
+            }
+        }
     }
 
     /// The partition of a host (a default queue key) in a crawl.

@@ -42,8 +42,6 @@ use crate::time::Timestamp;
 
 /// Moves in flight at once, cluster-wide: each costs its two nodes a copy.
 const MOVES_IN_FLIGHT: usize = 2;
-/// URLs per copy page.
-const COPY_PAGE: u32 = 4096;
 /// Pause before a move step that failed is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -81,6 +79,18 @@ pub struct MoveRecord {
     /// URLs copied so far.
     #[serde(default)]
     pub copied: u64,
+    /// Bytes of the URLs and records copied so far.
+    #[serde(default)]
+    pub copied_bytes: u64,
+    /// When the leader started the move (UTC ms).
+    #[serde(default)]
+    pub started_at_ms: u64,
+    /// When the cutover began (UTC ms).
+    #[serde(default)]
+    pub cutover_at_ms: u64,
+    /// From the cutover's start to the flip.
+    #[serde(default)]
+    pub cutover_ms: u64,
     /// URLs the old owner had leased at the cutover.
     #[serde(default)]
     pub leased: u64,
@@ -258,6 +268,10 @@ pub(super) async fn plan(cluster: &Cluster, etcd: &mut Client) -> Result<(), etc
             to: to.to_owned(),
             phase: MovePhase::Copy,
             copied: 0,
+            copied_bytes: 0,
+            started_at_ms: now_ms(),
+            cutover_at_ms: 0,
+            cutover_ms: 0,
             leased: 0,
             hold_until_ms: 0,
             from_done: false,
@@ -308,9 +322,9 @@ pub(super) async fn run(cluster: Arc<Cluster>) {
                 MovePhase::Flipped
                     if record.to == me && record.from_done && now_ms() >= record.hold_until_ms =>
                 {
-                    let key = move_key(&cluster, partition);
-                    let mut etcd = cluster.etcd.clone();
-                    let _ = delete_if_unchanged(&mut etcd, key, *revision).await;
+                    if let Err(error) = finish(&cluster, partition, *revision).await {
+                        tracing::warn!(partition, %error, "cannot end the move yet");
+                    }
                 }
                 _ => {}
             }
@@ -326,6 +340,31 @@ pub(super) async fn run(cluster: Arc<Cluster>) {
     }
 }
 
+/// The receiver, once the old owner deleted its copy and the old leases
+/// ended: the move is over.
+async fn finish(cluster: &Cluster, partition: u32, revision: i64) -> Result<(), Status> {
+    fail::fail_point!("move-before-finish", |_| Err(failpoint_hit(
+        "move-before-finish"
+    )));
+    let key = move_key(cluster, partition);
+    let mut etcd = cluster.etcd.clone();
+    delete_if_unchanged(&mut etcd, key, revision)
+        .await
+        .map_err(|e| Status::unavailable(format!("etcd: {e}")))?;
+    Ok(())
+}
+
+/// A fault injected on purpose (by the `FAILPOINTS` variable, in tests of
+/// moves interrupted at a chosen step): logged, so the test sees the step
+/// reached. The step fails and is tried again, so the move waits there.
+pub(crate) fn failpoint_hit(name: &str) -> Status {
+    tracing::warn!(
+        failpoint = name,
+        "failpoint hit: this step fails on purpose"
+    );
+    Status::unavailable(format!("failpoint {name}"))
+}
+
 /// The old owner after the flip: deletes its copy, lets writes reach the
 /// partition's number again (they are routed to the new owner), and
 /// records that it is done.
@@ -335,6 +374,11 @@ async fn hand_over_done(
     revision: i64,
 ) -> Result<(), String> {
     let partition = record.partition;
+    fail::fail_point!("move-before-delete", |_| Err(failpoint_hit(
+        "move-before-delete"
+    )
+    .message()
+    .to_owned()));
     let frontier = Arc::clone(&cluster.frontier);
     let dropped = tokio::task::spawn_blocking(move || {
         let dropped = frontier.ingest().drop_partition(partition);
@@ -353,7 +397,7 @@ async fn hand_over_done(
     let key = move_key(cluster, partition);
     let mut etcd = cluster.etcd.clone();
     match put_if_unchanged(&mut etcd, &key, revision, &done, None).await {
-        Ok(()) => tracing::info!(
+        Ok(_) => tracing::info!(
             partition,
             to = record.to,
             dropped,
@@ -405,73 +449,175 @@ async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<bool, St
         )));
     };
     let mut admin = cluster.peers.get(&owner.endpoint())?.admin();
-    match record.phase {
+    let mut progress = Progress::new(etcd, key, revision, record);
+    match progress.record.phase {
         MovePhase::Copy => {
             drop_local(cluster, partition).await?;
-            let copied = copy_whole(cluster, &mut admin, partition, true).await?;
-            let next = MoveRecord {
-                phase: MovePhase::Cutover,
-                copied,
-                ..record
-            };
-            put_if_unchanged(&mut etcd, &key, revision, &next, None).await?;
+            progress.restart();
+            copy_whole(cluster, &mut admin, partition, true, &mut progress).await?;
+            progress.record.phase = MovePhase::Cutover;
+            progress.record.cutover_at_ms = now_ms();
+            progress.write().await?;
             tracing::info!(
                 partition,
-                copied,
-                from = next.from,
+                copied = progress.record.copied,
+                bytes = progress.record.copied_bytes,
+                from = progress.record.from,
                 "partition copied; cutover"
             );
+            Ok(false)
         }
         MovePhase::Cutover => {
-            let mut sealed = admin
-                .seal_partition(proto::admin::SealPartitionRequest { partition })
-                .await?
-                .into_inner();
-            let tail = if sealed.tracked {
-                let urls = decode_page(sealed.urls)?;
-                let count = urls.len() as u64;
-                take(cluster, partition, urls).await?;
-                count
-            } else {
-                drop_local(cluster, partition).await?;
-                copy_whole(cluster, &mut admin, partition, false).await?
-            };
-            take_queue_settings(cluster, std::mem::take(&mut sealed.queues)).await?;
-            let Some(map) = &view.map else {
-                return Err(Status::unavailable("no partition map yet"));
-            };
-            let mut next_map = map.clone();
-            if let Some(owner) = next_map.owners.get_mut(partition as usize) {
-                owner.clone_from(&record.to);
-            }
-            next_map.epoch += 1;
-            let flipped = MoveRecord {
-                phase: MovePhase::Flipped,
-                leased: sealed.leased,
-                hold_until_ms: sealed.leases_until_ms,
-                ..record
-            };
-            put_if_unchanged(
-                &mut etcd,
-                &key,
-                revision,
-                &flipped,
-                Some((map_key(cluster), view.map_revision, &next_map)),
-            )
-            .await?;
-            tracing::info!(
-                partition,
-                from = flipped.from,
-                epoch = next_map.epoch,
-                tail,
-                leased = flipped.leased,
-                "partition moved here"
-            );
-            return Ok(true);
+            cut_over(cluster, &view, &mut admin, progress).await?;
+            Ok(true)
         }
-        MovePhase::Flipped => return Ok(true),
+        MovePhase::Flipped => Ok(true),
     }
-    Ok(false)
+}
+
+/// The cutover: seals the partition at its owner, takes the tail (or the
+/// whole partition again when the owner cannot say what changed), the
+/// queue settings, and flips the map.
+async fn cut_over(
+    cluster: &Arc<Cluster>,
+    view: &View,
+    admin: &mut AdminPeer,
+    mut progress: Progress,
+) -> Result<(), Status> {
+    let partition = progress.record.partition;
+    let page = cluster.options.move_page_urls;
+    let first = seal_page(admin, partition, None, page).await?;
+    let (leased, leases_until_ms) = (first.leased, first.leases_until_ms);
+    let queues = first.queues.clone();
+    let tail = if first.tracked {
+        let mut sealed = first;
+        let mut tail = 0;
+        loop {
+            let after = sealed.urls.last().map(|last| proto::admin::PartitionKey {
+                crawl_id: last.crawl_id.clone(),
+                url: last.url.clone(),
+            });
+            let urls = decode_page(std::mem::take(&mut sealed.urls))?;
+            tail += urls.len() as u64;
+            take(cluster, partition, urls).await?;
+            if sealed.end || after.is_none() {
+                break tail;
+            }
+            sealed = seal_page(admin, partition, after, page).await?;
+            if !sealed.tracked {
+                return Err(Status::unavailable(
+                    "the partition's owner restarted during the cutover; starting it again",
+                ));
+            }
+        }
+    } else {
+        drop_local(cluster, partition).await?;
+        progress.restart();
+        copy_whole(cluster, admin, partition, false, &mut progress).await?;
+        progress.record.copied
+    };
+    take_queue_settings(cluster, queues).await?;
+    fail::fail_point!("move-before-flip", |_| Err(failpoint_hit(
+        "move-before-flip"
+    )));
+    let Some(map) = &view.map else {
+        return Err(Status::unavailable("no partition map yet"));
+    };
+    let mut next_map = map.clone();
+    if let Some(owner) = next_map.owners.get_mut(partition as usize) {
+        owner.clone_from(&progress.record.to);
+    }
+    next_map.epoch += 1;
+    let record = &mut progress.record;
+    record.phase = MovePhase::Flipped;
+    record.leased = leased;
+    record.hold_until_ms = leases_until_ms;
+    record.cutover_ms = now_ms().saturating_sub(record.cutover_at_ms);
+    let flipped = record.clone();
+    put_if_unchanged(
+        &mut progress.etcd,
+        &progress.key,
+        progress.revision,
+        &flipped,
+        Some((map_key(cluster), view.map_revision, &next_map)),
+    )
+    .await?;
+    tracing::info!(
+        partition,
+        from = flipped.from,
+        epoch = next_map.epoch,
+        tail,
+        leased = flipped.leased,
+        cutover_ms = flipped.cutover_ms,
+        "partition moved here"
+    );
+    Ok(())
+}
+
+async fn seal_page(
+    admin: &mut AdminPeer,
+    partition: u32,
+    after: Option<proto::admin::PartitionKey>,
+    limit: u32,
+) -> Result<proto::admin::SealedPartition, Status> {
+    Ok(admin
+        .seal_partition(proto::admin::SealPartitionRequest {
+            partition,
+            after,
+            limit,
+        })
+        .await?
+        .into_inner())
+}
+
+/// A move's record as the receiver advances it, written back to etcd
+/// conditionally on the revision it last wrote or read.
+struct Progress {
+    etcd: Client,
+    key: String,
+    revision: i64,
+    record: MoveRecord,
+    written: std::time::Instant,
+}
+
+/// How often a copy writes its progress to etcd.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+impl Progress {
+    fn new(etcd: Client, key: String, revision: i64, record: MoveRecord) -> Self {
+        Self {
+            etcd,
+            key,
+            revision,
+            record,
+            written: std::time::Instant::now(),
+        }
+    }
+
+    /// A copy starts from nothing.
+    fn restart(&mut self) {
+        self.record.copied = 0;
+        self.record.copied_bytes = 0;
+    }
+
+    /// Counts a copied page; writes the counts about every second, so
+    /// `frontier cluster` shows them (and a move rolled back meanwhile
+    /// stops its copy).
+    async fn copied(&mut self, urls: u64, bytes: u64) -> Result<(), Status> {
+        self.record.copied += urls;
+        self.record.copied_bytes += bytes;
+        if self.written.elapsed() >= PROGRESS_EVERY {
+            self.write().await?;
+        }
+        Ok(())
+    }
+
+    async fn write(&mut self) -> Result<(), Status> {
+        self.revision =
+            put_if_unchanged(&mut self.etcd, &self.key, self.revision, &self.record, None).await?;
+        self.written = std::time::Instant::now();
+        Ok(())
+    }
 }
 
 /// Deletes a key if it is as read; answers whether it was.
@@ -495,14 +641,14 @@ async fn delete_if_unchanged(
 }
 
 /// Writes a move's next state (and with it, for the flip, the map) if
-/// neither changed since read.
+/// neither changed since read; answers the key's new revision.
 async fn put_if_unchanged(
     etcd: &mut Client,
     key: &str,
     revision: i64,
     record: &MoveRecord,
     map: Option<(String, i64, &PartitionMap)>,
-) -> Result<(), Status> {
+) -> Result<i64, Status> {
     let mut when = vec![Compare::mod_revision(key, CompareOp::Equal, revision)];
     let mut then = vec![TxnOp::put(
         key,
@@ -526,7 +672,8 @@ async fn put_if_unchanged(
         .await
         .map_err(|e| Status::unavailable(format!("etcd: {e}")))?;
     if written.succeeded() {
-        Ok(())
+        // The transaction's revision is the key's new mod revision.
+        Ok(written.header().map_or(0, |h| h.revision()))
     } else {
         Err(Status::aborted(format!(
             "{key} or the map changed meanwhile; reading again"
@@ -541,22 +688,22 @@ type AdminPeer = proto::admin::admin_client::AdminClient<
     >,
 >;
 
-/// Pages through the owner's copy of a partition into this node's store;
-/// answers how many URLs came.
+/// Pages through the owner's copy of a partition into this node's store,
+/// counting in `progress`.
 async fn copy_whole(
     cluster: &Cluster,
     admin: &mut AdminPeer,
     partition: u32,
     track: bool,
-) -> Result<u64, Status> {
+    progress: &mut Progress,
+) -> Result<(), Status> {
     let mut after: Option<proto::admin::PartitionKey> = None;
-    let mut copied = 0;
     loop {
         let page = admin
             .copy_partition(proto::admin::CopyPartitionRequest {
                 partition,
                 after: after.clone(),
-                limit: COPY_PAGE,
+                limit: cluster.options.move_page_urls,
                 track: track && after.is_none(),
             })
             .await?
@@ -566,11 +713,18 @@ async fn copy_whole(
             crawl_id: last.crawl_id.clone(),
             url: last.url.clone(),
         });
+        let bytes: usize = page
+            .urls
+            .iter()
+            .map(|u| u.crawl_id.len() + u.url.len() + u.record.len())
+            .sum();
         let urls = decode_page(page.urls)?;
-        copied += urls.len() as u64;
+        let count = urls.len() as u64;
         take(cluster, partition, urls).await?;
+        progress.copied(count, bytes as u64).await?;
+        fail::fail_point!("move-copy-page", |_| Err(failpoint_hit("move-copy-page")));
         if end || after.is_none() {
-            return Ok(copied);
+            return Ok(());
         }
     }
 }
@@ -638,11 +792,13 @@ async fn drop_local(cluster: &Cluster, partition: u32) -> Result<(), Status> {
 }
 
 /// The owner's answer to SealPartition: only for a move etcd holds at its
-/// cutover from this node.
+/// cutover from this node. The first page (no `after`) seals and carries
+/// the leases and queue settings; each page carries the tail's next URLs.
 pub(super) async fn seal(
     cluster: &Cluster,
-    partition: u32,
+    request: proto::admin::SealPartitionRequest,
 ) -> Result<proto::admin::SealedPartition, Status> {
+    let partition = request.partition;
     let mut etcd = cluster.etcd.clone();
     let key = move_key(cluster, partition);
     let answer = etcd
@@ -663,7 +819,8 @@ pub(super) async fn seal(
         }
     }
     let revision = answer.header().map_or(0, |h| h.revision());
-    {
+    let first = request.after.is_none();
+    if first {
         // Not served from here on, before its leases are counted.
         let mut state = cluster.moves.lock().await;
         state.sealed.entry(partition).or_insert(revision);
@@ -677,43 +834,34 @@ pub(super) async fn seal(
                 .set_served_partitions(Some(served.clone()));
         }
     }
+    let limit = match request.limit {
+        0 => 4096,
+        limit => limit.min(65_536) as usize,
+    };
     let frontier = Arc::clone(&cluster.frontier);
-    tokio::task::spawn_blocking(move || {
-        let changes = frontier.ingest().seal_partition(partition);
-        let (leased, until) = frontier
-            .scheduler()
-            .leases_in_partition(partition, Timestamp::now());
-        let mut sealed = proto::admin::SealedPartition {
-            leased,
-            leases_until_ms: until.unix_millis(),
-            ..Default::default()
-        };
-        let partitions = frontier.ingest().filters().partition_count();
-        frontier
-            .ingest()
-            .store()
-            .for_each_queue(|crawl, key, record| {
-                let has_settings =
-                    record.blocked_until > 0 || record.delay_ms.is_some() || record.crawl_limit > 0;
-                if has_settings
-                    && crate::ingest::partition_of(crawl, key, partitions) == partition as usize
-                {
-                    sealed.queues.push(proto::admin::MovedQueue {
-                        crawl_id: crawl.to_owned(),
-                        key: key.to_owned(),
-                        blocked_until: record.blocked_until,
-                        delay_ms: record.delay_ms,
-                        crawl_limit: record.crawl_limit,
-                    });
-                }
-            })
-            .map_err(|e| Status::unavailable(e.to_string()))?;
-        if let Some(changes) = changes.filter(|c| !c.deleted) {
-            sealed.tracked = true;
-            sealed.urls = frontier
+    let sealed = tokio::task::spawn_blocking(move || {
+        let tail = frontier.ingest().seal_partition(partition);
+        let mut sealed = proto::admin::SealedPartition::default();
+        if first {
+            let (leased, until) = frontier
+                .scheduler()
+                .leases_in_partition(partition, Timestamp::now());
+            sealed.leased = leased;
+            sealed.leases_until_ms = until.unix_millis();
+            sealed.queues = queues_with_settings(&frontier, partition)?;
+        }
+        let after = request.after.map(|key| (key.crawl_id, key.url));
+        let page = match tail.filter(|tail| !tail.deleted) {
+            Some(_) => frontier
                 .ingest()
-                .partition_urls(partition, &changes.touched)
-                .map_err(|e| Status::unavailable(e.to_string()))?
+                .sealed_tail_page(partition, after.as_ref(), limit)
+                .map_err(|e| Status::unavailable(e.to_string()))?,
+            None => None,
+        };
+        if let Some((urls, end)) = page {
+            sealed.tracked = true;
+            sealed.end = end;
+            sealed.urls = urls
                 .into_iter()
                 .map(|moved| proto::admin::PartitionUrl {
                     crawl_id: moved.crawl,
@@ -722,10 +870,43 @@ pub(super) async fn seal(
                 })
                 .collect();
         }
-        Ok(sealed)
+        Ok::<_, Status>(sealed)
     })
     .await
-    .map_err(|e| Status::internal(e.to_string()))?
+    .map_err(|e| Status::internal(e.to_string()))??;
+    fail::fail_point!("seal-partition-answer", |_| Err(failpoint_hit(
+        "seal-partition-answer"
+    )));
+    Ok(sealed)
+}
+
+/// The settings of a partition's queues that have any.
+fn queues_with_settings(
+    frontier: &crate::service::Frontier,
+    partition: u32,
+) -> Result<Vec<proto::admin::MovedQueue>, Status> {
+    let partitions = frontier.ingest().filters().partition_count();
+    let mut queues = Vec::new();
+    frontier
+        .ingest()
+        .store()
+        .for_each_queue(|crawl, key, record| {
+            let has_settings =
+                record.blocked_until > 0 || record.delay_ms.is_some() || record.crawl_limit > 0;
+            if has_settings
+                && crate::ingest::partition_of(crawl, key, partitions) == partition as usize
+            {
+                queues.push(proto::admin::MovedQueue {
+                    crawl_id: crawl.to_owned(),
+                    key: key.to_owned(),
+                    blocked_until: record.blocked_until,
+                    delay_ms: record.delay_ms,
+                    crawl_limit: record.crawl_limit,
+                });
+            }
+        })
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    Ok(queues)
 }
 
 /// Marks a node as draining: the leader moves its partitions away.

@@ -48,7 +48,7 @@ macro_rules! at_queue_owner {
             local: true,
             ..$request.into_inner()
         };
-        let target = $self.queue_owner(&params.crawl_id, &params.key)?;
+        let target = $self.queue_owner(&params.crawl_id, &params.key).await?;
         Ok(Response::new(call!(target, $method, params)?))
     }};
 }
@@ -80,10 +80,12 @@ impl ClusterRouter {
             .target(owner, &self.local, super::peers::Peer::frontier)
     }
 
-    /// The owner of a queue, for calls about it (the key is taken as the
-    /// host, as it is by default).
-    fn queue_owner(&self, crawl: &str, key: &str) -> Result<Target, Status> {
+    /// The owner of a queue, for calls that change it (the key is taken as
+    /// the host, as it is by default), once its partition is past any
+    /// cutover.
+    async fn queue_owner(&self, crawl: &str, key: &str) -> Result<Target, Status> {
         let partition = self.cluster.partition_of_host(crawl, key);
+        self.cluster.past_cutovers([partition]).await;
         self.target(self.cluster.owner_of(partition)?)
     }
 
@@ -119,13 +121,16 @@ async fn route_batch(
 ) -> Result<uf::BatchAck, Status> {
     let fail = uf::ack_message::Status::Fail as i32;
     let mut statuses = vec![fail; batch.items.len()];
+    let partitions: Vec<Option<usize>> = batch
+        .items
+        .iter()
+        .map(|info| cluster.partition_of_url(&info.crawl_id, &info.url))
+        .collect();
+    cluster
+        .past_cutovers(partitions.iter().copied().flatten())
+        .await;
     let epoch = cluster.epoch();
-    let split = cluster.shares(
-        batch
-            .items
-            .iter()
-            .map(|info| cluster.partition_of_url(&info.crawl_id, &info.url)),
-    );
+    let split = cluster.shares(partitions);
     if let Some(status) = &split.away {
         log_unrouted(status);
     }
@@ -173,7 +178,6 @@ async fn route_items(
     cluster: Arc<Cluster>,
     items: Vec<uf::UrlItem>,
 ) -> Result<Vec<uf::AckMessage>, Status> {
-    let epoch = cluster.epoch();
     let ack_id = |item: &uf::UrlItem| {
         if item.id.is_empty() {
             info_of(item).map_or_else(String::new, |info| info.url.clone())
@@ -188,9 +192,17 @@ async fn route_items(
             status: uf::ack_message::Status::Fail as i32,
         })
         .collect();
-    let split = cluster.shares(items.iter().map(|item| {
-        info_of(item).and_then(|info| cluster.partition_of_url(&info.crawl_id, &info.url))
-    }));
+    let partitions: Vec<Option<usize>> = items
+        .iter()
+        .map(|item| {
+            info_of(item).and_then(|info| cluster.partition_of_url(&info.crawl_id, &info.url))
+        })
+        .collect();
+    cluster
+        .past_cutovers(partitions.iter().copied().flatten())
+        .await;
+    let epoch = cluster.epoch();
+    let split = cluster.shares(partitions);
     if let Some(status) = &split.away {
         log_unrouted(status);
     }
@@ -533,7 +545,7 @@ impl UrlFrontier for ClusterRouter {
             fan_out!(self, true, set_delay, params)?;
             return Ok(Response::new(uf::Empty {}));
         }
-        let target = self.queue_owner(&params.crawl_id, &params.key)?;
+        let target = self.queue_owner(&params.crawl_id, &params.key).await?;
         Ok(Response::new(call!(target, set_delay, params)?))
     }
 

@@ -435,6 +435,12 @@ impl adm::admin_server::Admin for AdminService {
                 request.partition
             )));
         }
+        if request.after.is_some() {
+            // Tests of a move whose owner dies mid-copy hold the copy here.
+            fail::fail_point!("copy-partition-later-page", |_| Err(
+                crate::cluster::failpoint_hit("copy-partition-later-page")
+            ));
+        }
         let limit = match request.limit {
             0 => COPY_PAGE,
             limit => (limit as usize).min(MAX_COPY_PAGE),

@@ -47,6 +47,15 @@ pub struct Changes {
     pub deleted: bool,
 }
 
+/// A sealed partition's tail: what was written to it during its copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SealedTail {
+    /// URLs stored or changed.
+    pub urls: usize,
+    /// A deletion reached the partition: the tail cannot say what went.
+    pub deleted: bool,
+}
+
 /// The partitions being copied out and what was written to each; fed by
 /// the commit hook, in commit order.
 #[derive(Debug, Default)]
@@ -303,17 +312,58 @@ impl Ingest {
     }
 
     /// Stops writes to a partition (a write already past its check is
-    /// waited for), then answers what was written to it since its tracking
-    /// began (or its changes were last taken), or `None` if it was not
-    /// tracked. Deletions are refused while any partition is sealed.
-    /// Sealing again answers the same, so a receiver that crashed after a
-    /// seal gets the whole tail again.
-    pub fn seal_partition(&self, partition: u32) -> Option<Changes> {
+    /// waited for), then answers the size of what was written to it since
+    /// its tracking began (or its changes were last taken), or `None` if it
+    /// was not tracked; [`Self::sealed_tail_page`] reads it. Deletions are
+    /// refused while any partition is sealed. Sealing again answers the
+    /// same, so a receiver that crashed after a seal gets the whole tail
+    /// again.
+    pub fn seal_partition(&self, partition: u32) -> Option<SealedTail> {
         self.sealed
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(partition);
-        self.copies.lock().get(&partition).cloned()
+        self.copies
+            .lock()
+            .get(&partition)
+            .map(|changes| SealedTail {
+                urls: changes.touched.len(),
+                deleted: changes.deleted,
+            })
+    }
+
+    /// Up to `limit` URLs of a sealed partition's tail after the key
+    /// `after`, in key order, as this store holds them now (a URL since
+    /// deleted is left out), and whether the tail ends with them; `None`
+    /// when the partition is not tracked. Paged so that a tail of any size
+    /// travels in bounded answers.
+    pub fn sealed_tail_page(
+        &self,
+        partition: u32,
+        after: Option<&(String, String)>,
+        limit: usize,
+    ) -> Result<Option<(Vec<PartitionUrl>, bool)>, IngestError> {
+        let keys: Vec<(String, String)> = {
+            let copies = self.copies.lock();
+            let Some(changes) = copies.get(&partition) else {
+                return Ok(None);
+            };
+            match after {
+                Some(after) => changes
+                    .touched
+                    .range::<(String, String), _>((
+                        std::ops::Bound::Excluded(after),
+                        std::ops::Bound::Unbounded,
+                    ))
+                    .take(limit + 1)
+                    .cloned()
+                    .collect(),
+                None => changes.touched.iter().take(limit + 1).cloned().collect(),
+            }
+        };
+        let end = keys.len() <= limit;
+        let page = self.partition_urls(partition, keys.iter().take(limit))?;
+        Ok(Some((page, end)))
     }
 
     /// Whether a partition takes no writes now.
@@ -590,8 +640,14 @@ mod tests {
             .unwrap();
         from.track_partition(partition);
         discover(&from, "c", &["http://a.example/1".to_owned()]);
-        let changes = from.seal_partition(partition).unwrap();
-        assert_eq!(changes.touched.len(), 1);
+        let tail = from.seal_partition(partition).unwrap();
+        assert_eq!(
+            tail,
+            SealedTail {
+                urls: 1,
+                deleted: false
+            }
+        );
         let refused = from
             .put_discovered(
                 "c",
@@ -621,12 +677,43 @@ mod tests {
         assert_eq!(from.partition_page(partition, None, 10).unwrap().len(), 1);
         assert_eq!(
             from.seal_partition(partition),
-            Some(changes),
+            Some(tail),
             "sealed again: the same tail"
         );
         from.unseal_partition(partition);
         discover(&from, "c", &["http://a.example/2".to_owned()]);
         from.put_known("c", &[known], &Rules::default(), 1).unwrap();
+    }
+
+    #[test]
+    fn a_sealed_tail_is_read_in_pages_in_key_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = open(dir.path());
+        let partition = partition_of("c", "a.example", 4) as u32;
+        assert_eq!(from.sealed_tail_page(partition, None, 2).unwrap(), None);
+        discover(&from, "c", &["http://a.example/before".to_owned()]);
+        from.track_partition(partition);
+        let written: Vec<String> = (0..7).map(|i| format!("http://a.example/{i}")).collect();
+        discover(&from, "c", &written);
+        assert_eq!(from.seal_partition(partition).unwrap().urls, 7);
+        let mut after = None;
+        let mut read = Vec::new();
+        let mut pages = 0;
+        loop {
+            let (page, end) = from
+                .sealed_tail_page(partition, after.as_ref(), 3)
+                .unwrap()
+                .unwrap();
+            pages += 1;
+            assert!(page.len() <= 3);
+            after = page.last().map(|u| (u.crawl.clone(), u.url.clone()));
+            read.extend(page.into_iter().map(|u| u.url));
+            if end {
+                break;
+            }
+        }
+        assert_eq!(pages, 3);
+        assert_eq!(read, written, "every URL written since tracking, once");
     }
 
     #[test]
