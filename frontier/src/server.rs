@@ -192,7 +192,9 @@ pub async fn run(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha);
-    let local = UrlFrontierService::new(Arc::clone(&frontier), options.clone());
+    let (stopping, stopping_seen) = tokio::sync::watch::channel(false);
+    let local = UrlFrontierService::new(Arc::clone(&frontier), options.clone())
+        .ending_streams_on(stopping_seen);
     let local_admin = AdminService::new(frontier, options.node.clone());
     let router = match &options.cluster {
         Some(cluster) => router
@@ -208,14 +210,42 @@ pub async fn run(
             .add_service(proto::urlfrontier::url_frontier_server::UrlFrontierServer::new(local))
             .add_service(proto::admin::admin_server::AdminServer::new(local_admin)),
     };
-    let served = router
-        .serve_with_incoming_shutdown(incoming(listener, max_connections), shutdown)
-        .await;
+    let (grace_starts, stopped) = tokio::sync::oneshot::channel();
+    let signal = async move {
+        shutdown.await;
+        let _ = stopping.send(true);
+        let _ = grace_starts.send(());
+    };
+    let serving = router.serve_with_incoming_shutdown(incoming(listener, max_connections), signal);
+    // Write streams end at the signal (workers would keep them open for as
+    // long as they run); any other call still open after a grace is
+    // dropped (an ack not sent is a write the client sends again; nothing
+    // acknowledged is lost).
+    let grace_over = async move {
+        if stopped.await.is_ok() {
+            tokio::time::sleep(CALLS_GRACE).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    let served = tokio::select! {
+        served = serving => served,
+        () = grace_over => {
+            tracing::warn!(
+                grace_secs = CALLS_GRACE.as_secs(),
+                "calls still open after the shutdown's grace (such as workers' streams): closed"
+            );
+            Ok(())
+        }
+    };
     watcher.abort();
     let _ = watcher.await;
     served?;
     Ok(())
 }
+
+/// How long a shutdown waits for the calls in flight to end.
+const CALLS_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How often the health service looks at whether the store takes writes.
 const WRITE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);

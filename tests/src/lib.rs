@@ -122,16 +122,27 @@ impl FrontierProcess {
 
     /// Like [`Self::start`]; on failure answers the process's log.
     pub fn try_start(data_dir: &Path, args: &[&str]) -> Result<Self, String> {
-        Self::try_start_on(data_dir, "127.0.0.1:0", args)
+        Self::try_start_on(data_dir, "127.0.0.1:0", args, &[])
     }
 
     /// Starts on a given address (a restart where clients expect it).
     pub fn start_on(data_dir: &Path, listen: &str, args: &[&str]) -> Self {
-        Self::try_start_on(data_dir, listen, args)
+        Self::try_start_on(data_dir, listen, args, &[])
             .unwrap_or_else(|log| panic!("frontier did not start:\n{log}"))
     }
 
-    fn try_start_on(data_dir: &Path, listen: &str, args: &[&str]) -> Result<Self, String> {
+    /// Like [`Self::start`], with environment variables set.
+    pub fn start_with_env(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::try_start_on(data_dir, "127.0.0.1:0", args, env)
+            .unwrap_or_else(|log| panic!("frontier did not start:\n{log}"))
+    }
+
+    fn try_start_on(
+        data_dir: &Path,
+        listen: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self, String> {
         static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = data_dir
@@ -145,6 +156,7 @@ impl FrontierProcess {
             .args(["--listen", listen])
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("log file"))
@@ -461,7 +473,9 @@ pub struct EtcdProcess {
     child: Child,
     /// Its client endpoint (`http://127.0.0.1:PORT`).
     pub endpoint: String,
-    _dir: tempfile::TempDir,
+    binary: PathBuf,
+    peer_url: String,
+    dir: tempfile::TempDir,
 }
 
 impl EtcdProcess {
@@ -481,44 +495,81 @@ impl EtcdProcess {
             let (client, peer) = (free(), free());
             let endpoint = format!("http://127.0.0.1:{client}");
             let peer_url = format!("http://127.0.0.1:{peer}");
-            let log = dir.path().join("etcd.log");
-            let mut child = Command::new(binary)
-                .args(["--name", "test", "--data-dir"])
-                .arg(dir.path().join("data"))
-                .args(["--listen-client-urls", &endpoint])
-                .args(["--advertise-client-urls", &endpoint])
-                .args(["--listen-peer-urls", &peer_url])
-                .args(["--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &format!("test={peer_url}")])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).expect("etcd log"))
-                .spawn()
-                .expect("etcd starts");
-            // etcd says when it serves; its log is the only signal it gives.
-            let ready = (0..600).any(|_| {
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                if text.contains("ready to serve client requests") {
-                    return true;
+            match Self::spawn(binary, dir.path(), &endpoint, &peer_url) {
+                Ok(child) => {
+                    return Self {
+                        child,
+                        endpoint,
+                        binary: binary.to_owned(),
+                        peer_url,
+                        dir,
+                    };
                 }
-                if let Ok(Some(_)) = child.try_wait() {
-                    return false;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                false
-            });
-            if ready && child.try_wait().ok().flatten().is_none() {
-                return Self {
-                    child,
-                    endpoint,
-                    _dir: dir,
-                };
+                Err(log) => last_log = log,
             }
-            let _ = child.kill();
-            let _ = child.wait();
-            last_log = std::fs::read_to_string(&log).unwrap_or_default();
         }
         panic!("etcd did not start:\n{last_log}");
+    }
+
+    /// Runs etcd on `dir` and waits until it serves; on failure answers its
+    /// log.
+    fn spawn(binary: &Path, dir: &Path, endpoint: &str, peer_url: &str) -> Result<Child, String> {
+        let log = dir.join("etcd.log");
+        let mut child = Command::new(binary)
+            .args(["--name", "test", "--data-dir"])
+            .arg(dir.join("data"))
+            .args(["--listen-client-urls", endpoint])
+            .args(["--advertise-client-urls", endpoint])
+            .args(["--listen-peer-urls", peer_url])
+            .args(["--initial-advertise-peer-urls", peer_url])
+            .args(["--initial-cluster", &format!("test={peer_url}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("etcd log"))
+            .spawn()
+            .expect("etcd starts");
+        // etcd says when it serves; its log is the only signal it gives.
+        let ready = (0..600).any(|_| {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("ready to serve client requests") {
+                return true;
+            }
+            if let Ok(Some(_)) = child.try_wait() {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            false
+        });
+        if ready && child.try_wait().ok().flatten().is_none() {
+            return Ok(child);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Err(std::fs::read_to_string(&log).unwrap_or_default())
+    }
+
+    /// SIGKILL, then etcd again on the same data and ports: it holds what it
+    /// had committed.
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut last_log = String::new();
+        // A port taken meanwhile by another process is waited out.
+        for _ in 0..20 {
+            match Self::spawn(
+                &self.binary,
+                self.dir.path(),
+                &self.endpoint,
+                &self.peer_url,
+            ) {
+                Ok(child) => {
+                    self.child = child;
+                    return;
+                }
+                Err(log) => last_log = log,
+            }
+        }
+        panic!("etcd did not start again:\n{last_log}");
     }
 
     /// SIGKILL.

@@ -366,3 +366,443 @@ async fn moves_survive_kill_9_of_either_node() {
     assert_eq!(distinct.len(), served.len(), "a URL served twice");
     assert_eq!(distinct, urls.iter().cloned().collect::<BTreeSet<_>>());
 }
+
+/// A node started with a failpoint (`FAILPOINTS`, see the `fail` crate)
+/// that holds its moves at one step: the step fails on purpose, logs so,
+/// and is tried again, so the move waits there until the node is killed.
+fn start_node_failing_at(
+    etcd: &EtcdProcess,
+    dir: &Path,
+    id: &str,
+    failpoint: Option<&str>,
+) -> FrontierProcess {
+    let args = [
+        "--etcd",
+        &etcd.endpoint,
+        "--cluster",
+        "moves",
+        "--node-id",
+        id,
+        "--partitions",
+        "8",
+        "--lease-ttl-secs",
+        "2",
+        "--default-delay-ms",
+        "0",
+        // Pages of a few URLs: a copy takes several, so it can break
+        // between two.
+        "--move-page-urls",
+        "40",
+    ];
+    let setting = failpoint.map(|name| format!("{name}=return"));
+    let env: Vec<(&str, &str)> = setting
+        .iter()
+        .map(|setting| ("FAILPOINTS", setting.as_str()))
+        .collect();
+    FrontierProcess::start_with_env(&dir.join(id), &args, &env)
+}
+
+/// Waits until a node's log says its failpoint was reached more than
+/// `seen` times; answers how many times.
+async fn wait_for_failpoint_after(node: &FrontierProcess, name: &str, seen: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let log = node.log_text();
+        let hits = log
+            .lines()
+            .filter(|l| l.contains("failpoint hit") && l.contains(name))
+            .count();
+        if hits > seen {
+            return hits;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the move never reached {name}:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_for_failpoint(node: &FrontierProcess, name: &str) -> usize {
+    wait_for_failpoint_after(node, name, 0).await
+}
+
+fn send_signal(node: &FrontierProcess, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(node.pid() as i32).expect("a pid");
+    rustix::process::kill_process(pid, signal).expect("signalled");
+}
+
+/// The phases of the moves in flight, and whether their old copies are
+/// deleted.
+async fn moves_of(node: &FrontierProcess) -> Vec<(String, bool)> {
+    cluster_of(node)
+        .await
+        .moves
+        .into_iter()
+        .map(|m| (m.phase, m.old_copy_deleted))
+        .collect()
+}
+
+/// kill -9 at each step of a move, on the side that holds the move there:
+/// the old owner mid-copy, sealed at its cutover, and after the flip before
+/// it deleted its copy; the receiver mid-copy, before its flip, and before
+/// it ended the move; both nodes down at once; etcd restarted at a cutover;
+/// the old owner stopped at a cutover until taken for gone, then resumed.
+/// Writes go on through the moves. Each time the move completes, and every
+/// URL acknowledged is held by its owner alone, found, and served once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_killed_at_any_step_completes_with_nothing_lost() {
+    let Some(binary) = etcd_or_skip("a_move_killed_at_any_step_completes_with_nothing_lost") else {
+        return;
+    };
+    let mut etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let first = 2400;
+    let urls: Vec<String> = (0..first + 800).map(url).collect();
+
+    // Join (n1 -> n2), with faults on the old owner's side.
+    let n1 = start_node_failing_at(&etcd, dir.path(), "n1", Some("copy-partition-later-page"));
+    wait_until_settled(&[&n1], &["n1"], &[8], &[0]).await;
+    put_all(&n1, urls[..first].iter().map(|u| item(u, None)).collect()).await;
+    let n2 = start_node_failing_at(&etcd, dir.path(), "n2", None);
+    wait_for_failpoint(&n1, "copy-partition-later-page").await;
+    assert!(
+        local_count(&n2).await > 0,
+        "the receiver holds a partial copy"
+    );
+    n1.kill();
+    let n1 = start_node_failing_at(&etcd, dir.path(), "n1", Some("seal-partition-answer"));
+    let seen = wait_for_failpoint(&n1, "seal-partition-answer").await;
+    assert!(
+        moves_of(&n2)
+            .await
+            .iter()
+            .any(|(phase, _)| phase == "cutover"),
+        "{:?}",
+        moves_of(&n2).await
+    );
+    // etcd restarted at the cutover: the move goes on from what it holds.
+    etcd.restart();
+    wait_for_failpoint_after(&n1, "seal-partition-answer", seen).await;
+    n1.kill();
+    let n1 = start_node_failing_at(&etcd, dir.path(), "n1", Some("move-before-delete"));
+    wait_for_failpoint(&n1, "move-before-delete").await;
+    assert!(
+        moves_of(&n2).await.contains(&("flipped".to_owned(), false)),
+        "{:?}",
+        moves_of(&n2).await
+    );
+    n1.kill();
+    let n1 = start_node_failing_at(&etcd, dir.path(), "n1", None);
+    // Writes through either node meanwhile, some to partitions at their
+    // cutover: acknowledged once they reach the partition's owner.
+    put_all(
+        &n2,
+        urls[first..first + 400]
+            .iter()
+            .map(|u| item(u, None))
+            .collect(),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (kept, moved) = loop {
+        let status = cluster_of(&n1).await;
+        let (a, b) = (local_count(&n1).await, local_count(&n2).await);
+        if status.moves.is_empty()
+            && status.owners.iter().filter(|o| *o == "n2").count() == 4
+            && a + b == first as u64 + 400
+        {
+            break (a, b);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the join never finished: {status:?}, held {a} + {b}\n{}\n{}",
+            n1.log_text(),
+            n2.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(kept > 0 && moved > 0, "held {kept} + {moved}");
+
+    // Drain (n2 -> n1), with faults on the receiver's side.
+    n1.kill();
+    let n1 = start_node_failing_at(&etcd, dir.path(), "n1", Some("move-copy-page"));
+    let (status, text) = frontier_cli(&n2.endpoint(), &["cluster", "drain", "n2"]);
+    assert!(status.success(), "{text}");
+    wait_for_failpoint(&n1, "move-copy-page").await;
+    n1.kill();
+    let n1 = start_node_failing_at(&etcd, dir.path(), "n1", Some("move-before-flip"));
+    let seen = wait_for_failpoint(&n1, "move-before-flip").await;
+    // The old owner, sealed, stopped (SIGSTOP) until the cluster takes it
+    // for gone, then resumed with the view it had: the move goes on.
+    let alive = |status: &proto::admin::ClusterStatus, id: &str| {
+        status.nodes.iter().any(|node| node.id == id && node.alive)
+    };
+    send_signal(&n2, rustix::process::Signal::STOP);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while alive(&cluster_of(&n1).await, "n2") {
+        assert!(Instant::now() < deadline, "n2 never seen gone");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    send_signal(&n2, rustix::process::Signal::CONT);
+    while !alive(&cluster_of(&n1).await, "n2") {
+        assert!(Instant::now() < deadline, "n2 never back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for_failpoint_after(&n1, "move-before-flip", seen).await;
+    n1.kill();
+    let n1 = start_node_failing_at(&etcd, dir.path(), "n1", Some("move-before-finish"));
+    wait_for_failpoint(&n1, "move-before-finish").await;
+    assert!(
+        moves_of(&n1).await.contains(&("flipped".to_owned(), true)),
+        "{:?}",
+        moves_of(&n1).await
+    );
+    // Both down, the old owner first; then both back in the other order.
+    n2.kill();
+    n1.kill();
+    let n1 = start_node_failing_at(&etcd, dir.path(), "n1", None);
+    let n2 = start_node_failing_at(&etcd, dir.path(), "n2", None);
+    put_all(
+        &n1,
+        urls[first + 400..].iter().map(|u| item(u, None)).collect(),
+    )
+    .await;
+    wait_until_settled(&[&n1, &n2], &["n1", "n2"], &[8, 0], &[urls.len() as u64, 0]).await;
+    for probe in [&n1, &n2] {
+        let mut client = probe.client().await;
+        for u in urls.iter().step_by(11) {
+            client
+                .get_url_status(uf::UrlStatusRequest {
+                    url: u.clone(),
+                    crawl_id: CRAWL.into(),
+                    ..uf::UrlStatusRequest::default()
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{u}: {e}"));
+        }
+    }
+    let mut served = lease_all(&n1).await;
+    served.extend(lease_all(&n2).await);
+    let distinct: BTreeSet<String> = served.iter().cloned().collect();
+    assert_eq!(distinct.len(), served.len(), "a URL served twice");
+    assert_eq!(distinct, urls.iter().cloned().collect::<BTreeSet<_>>());
+}
+
+/// Waits until no move is in flight and the map gives each of `ids` the
+/// partitions of `shares` (in any order).
+async fn wait_for_shares(node: &FrontierProcess, ids: &[&str], shares: &[usize]) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut wanted = shares.to_vec();
+    wanted.sort_unstable();
+    loop {
+        let status = cluster_of(node).await;
+        let mut owned: Vec<usize> = ids
+            .iter()
+            .map(|id| status.owners.iter().filter(|o| o == id).count())
+            .collect();
+        owned.sort_unstable();
+        if status.moves.is_empty() && owned == wanted {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "shares {owned:?} never became {wanted:?}: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// URLs leased by an old owner at the cutovers of the moves to `node`, as
+/// its log reports them: the only pages a move may have fetched twice.
+fn leased_at_cutovers(node: &FrontierProcess) -> u32 {
+    node.log_text()
+        .lines()
+        .filter(|line| line.contains("partition moved here"))
+        .filter_map(|line| {
+            let line = without_colours(line);
+            let at = line.find("leased=")? + "leased=".len();
+            line[at..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
+        .sum()
+}
+
+/// A log line without its terminal colour codes (`ESC [ ... m`).
+fn without_colours(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+/// The crawl as users run it while the frontier grows from one node to
+/// three and shrinks to two (the third drained, then stopped): workers
+/// given the first node find the others, and every page of twelve hosts is
+/// fetched exactly once, apart from URLs an old owner had leased at a
+/// cutover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crawl_goes_on_while_the_cluster_grows_to_three_and_shrinks_to_two() {
+    let Some(binary) =
+        etcd_or_skip("a_crawl_goes_on_while_the_cluster_grows_to_three_and_shrinks_to_two")
+    else {
+        return;
+    };
+    const MAX_DEPTH: &str = "40";
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let config = mock_site::SiteConfig {
+        pages: 60,
+        // Think time: URLs stay leased a while, so cutovers meet leases.
+        latency: Duration::from_millis(100),
+        ..mock_site::SiteConfig::default()
+    };
+    let sites = mock_site::MockSite::start_hosts(12, config).await.unwrap();
+    let node = |id: &str| {
+        FrontierProcess::start(
+            &dir.path().join(id),
+            &[
+                "--etcd",
+                &etcd.endpoint,
+                "--cluster",
+                "resize",
+                "--node-id",
+                id,
+                "--partitions",
+                "8",
+                "--lease-ttl-secs",
+                "2",
+                "--max-depth",
+                MAX_DEPTH,
+                // Politeness stretches the crawl over the resizes.
+                "--default-delay-ms",
+                "250",
+            ],
+        )
+    };
+    let n1 = node("n1");
+    wait_for_shares(&n1, &["n1"], &[8]).await;
+    let out = dir.path().join("out");
+    // As the cluster crawl tests run workers (the site's ground truth
+    // assumes the body limit and retries).
+    let worker_args = [
+        "--concurrency",
+        "8",
+        "--unacked-per-host",
+        "2",
+        "--max-body-bytes",
+        "1048576",
+        "--retry-base-secs",
+        "1",
+        "--max-retries",
+        "2",
+        "--lease-secs",
+        "10",
+    ];
+    let workers = [
+        crawl_tests::WorkerProcess::start(&n1.endpoint(), &out, "w1", &worker_args),
+        crawl_tests::WorkerProcess::start(&n1.endpoint(), &out, "w2", &worker_args),
+    ];
+    let mut seed = vec!["seed".to_owned()];
+    seed.extend(sites.iter().map(|site| format!("{}/", site.base())));
+    let seed: Vec<&str> = seed.iter().map(String::as_str).collect();
+    let (status, text) = frontier_cli(&n1.endpoint(), &seed);
+    assert!(status.success(), "{text}");
+    if tokio::time::timeout(Duration::from_secs(60), sites[0].answered_at_least(5))
+        .await
+        .is_err()
+    {
+        let logs: Vec<String> = workers
+            .iter()
+            .map(|w| std::fs::read_to_string(&w.log).unwrap_or_default())
+            .collect();
+        panic!(
+            "the crawl never started:\n{}\n{}",
+            n1.log_text(),
+            logs.join("\n")
+        );
+    }
+
+    let n2 = node("n2");
+    let n3 = node("n3");
+    wait_for_shares(&n1, &["n1", "n2", "n3"], &[3, 3, 2]).await;
+    let (status, text) = frontier_cli(&n1.endpoint(), &["cluster", "drain", "n3"]);
+    assert!(status.success(), "{text}");
+    wait_for_shares(&n1, &["n1", "n2", "n3"], &[4, 4, 0]).await;
+    let progress = n1.progress().await;
+    assert!(
+        progress.due_now + progress.scheduled_later + progress.leased > 0,
+        "the crawl ended before the cluster shrank: the test no longer \
+         crawls through the moves ({progress:?})"
+    );
+    assert_eq!(
+        local_count_of(&n3, "").await,
+        0,
+        "a drained node holds nothing"
+    );
+    let leased = leased_at_cutovers(&n1) + leased_at_cutovers(&n2) + leased_at_cutovers(&n3);
+    // Stopped while workers still hold streams to it: it shuts down clean.
+    let n3_log = n3.log.clone();
+    let exit = n3.terminate();
+    let log = std::fs::read_to_string(n3_log).unwrap();
+    assert!(
+        exit.success() && log.contains("clean shutdown"),
+        "{exit}: {log}"
+    );
+
+    let (status, text) = frontier_cli(
+        &n2.endpoint(),
+        &["status", "--wait", "--timeout-secs", "240"],
+    );
+    assert!(status.success(), "crawl did not finish: {text}");
+    for worker in workers {
+        assert!(worker.terminate().success());
+    }
+    let expected = mock_site::expected_fetches(&config, MAX_DEPTH.parse().unwrap());
+    let mut surplus = 0;
+    for site in &sites {
+        let fetched = site.page_fetches();
+        for (path, times) in &expected {
+            let got = fetched.get(path).copied().unwrap_or(0);
+            assert!(got >= *times, "{}{path} fetched {got} times", site.base());
+            surplus += got - times;
+        }
+        let beyond: Vec<&String> = fetched
+            .keys()
+            .filter(|path| !expected.contains_key(*path))
+            .collect();
+        assert!(beyond.is_empty(), "{}: fetched {beyond:?}", site.base());
+    }
+    assert!(
+        surplus <= leased,
+        "{surplus} pages fetched twice; {leased} were leased at cutovers"
+    );
+    eprintln!("pages fetched twice: {surplus}; leased at cutovers: {leased}");
+}
+
+async fn local_count_of(node: &FrontierProcess, crawl: &str) -> u64 {
+    node.client()
+        .await
+        .count_ur_ls(uf::CountUrlParams {
+            crawl_id: crawl.into(),
+            local: Some(true),
+            ..uf::CountUrlParams::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .value
+}

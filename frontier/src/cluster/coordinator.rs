@@ -337,7 +337,6 @@ async fn refresh(cluster: &Cluster) -> Result<i64, etcd_client::Error> {
         let key = &key[prefix.len()..];
         let value = kv.value();
         let parsed = if key == "map" {
-            view.map_revision = kv.mod_revision();
             serde_json::from_slice(value).map(|map: PartitionMap| view.map = Some(map))
         } else if let Some(partition) = key.strip_prefix("moves/") {
             serde_json::from_slice(value).map(|record: super::moves::MoveRecord| {

@@ -137,9 +137,6 @@ pub struct View {
     pub moves: moves::Moves,
     /// Nodes whose partitions move away.
     pub draining: std::collections::BTreeSet<String>,
-    /// etcd's modification revision of the map (a flip is conditional on
-    /// it).
-    pub map_revision: i64,
     /// The etcd revision this view was read at.
     pub revision: i64,
 }

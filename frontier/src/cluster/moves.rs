@@ -416,6 +416,12 @@ async fn receive(cluster: Arc<Cluster>, partition: u32) {
         match receive_step(&cluster, partition).await {
             Ok(true) => break,
             Ok(false) => {}
+            // Another step (such as another move's flip) changed etcd
+            // meanwhile: read again at once rather than after a pause that
+            // would lengthen the cutover.
+            Err(error) if error.code() == tonic::Code::Aborted => {
+                tracing::debug!(partition, %error, "partition move step raced; again");
+            }
             Err(error) => {
                 tracing::warn!(partition, %error, "partition move step failed; retrying");
                 tokio::time::sleep(RETRY).await;
@@ -468,7 +474,7 @@ async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<bool, St
             Ok(false)
         }
         MovePhase::Cutover => {
-            cut_over(cluster, &view, &mut admin, progress).await?;
+            cut_over(cluster, &mut admin, progress).await?;
             Ok(true)
         }
         MovePhase::Flipped => Ok(true),
@@ -480,7 +486,6 @@ async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<bool, St
 /// queue settings, and flips the map.
 async fn cut_over(
     cluster: &Arc<Cluster>,
-    view: &View,
     admin: &mut AdminPeer,
     mut progress: Progress,
 ) -> Result<(), Status> {
@@ -520,9 +525,9 @@ async fn cut_over(
     fail::fail_point!("move-before-flip", |_| Err(failpoint_hit(
         "move-before-flip"
     )));
-    let Some(map) = &view.map else {
-        return Err(Status::unavailable("no partition map yet"));
-    };
+    // The map as etcd holds it now (the view may lag behind another
+    // move's flip): the flip is conditional on it.
+    let (map, map_revision) = current_map(cluster).await?;
     let mut next_map = map.clone();
     if let Some(owner) = next_map.owners.get_mut(partition as usize) {
         owner.clone_from(&progress.record.to);
@@ -539,7 +544,7 @@ async fn cut_over(
         &progress.key,
         progress.revision,
         &flipped,
-        Some((map_key(cluster), view.map_revision, &next_map)),
+        Some((map_key(cluster), map_revision, &next_map)),
     )
     .await?;
     tracing::info!(
@@ -552,6 +557,22 @@ async fn cut_over(
         "partition moved here"
     );
     Ok(())
+}
+
+/// The partition map and its revision, read from etcd.
+async fn current_map(cluster: &Cluster) -> Result<(PartitionMap, i64), Status> {
+    let mut etcd = cluster.etcd.clone();
+    let answer = etcd
+        .get(map_key(cluster), None)
+        .await
+        .map_err(|e| Status::unavailable(format!("etcd: {e}")))?;
+    let kv = answer
+        .kvs()
+        .first()
+        .ok_or_else(|| Status::unavailable("no partition map yet"))?;
+    let map = serde_json::from_slice(kv.value())
+        .map_err(|e| Status::internal(format!("the partition map is unreadable: {e}")))?;
+    Ok((map, kv.mod_revision()))
 }
 
 async fn seal_page(

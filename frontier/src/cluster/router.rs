@@ -413,6 +413,7 @@ impl UrlFrontier for ClusterRouter {
         let cluster = Arc::clone(&self.cluster);
         let acks = request
             .into_inner()
+            .take_until(self.local.shutting_down())
             .ready_chunks(PUT_CHUNK)
             .then(move |chunk| {
                 let local = local.clone();
@@ -443,14 +444,17 @@ impl UrlFrontier for ClusterRouter {
         }
         let local = self.local.clone();
         let cluster = Arc::clone(&self.cluster);
-        let acks = request.into_inner().map(move |batch| {
-            let local = local.clone();
-            let cluster = Arc::clone(&cluster);
-            async move {
-                let batch = batch.map_err(crate::grpc::incoming_error)?;
-                route_batch(local, cluster, batch).await
-            }
-        });
+        let acks = request
+            .into_inner()
+            .take_until(self.local.shutting_down())
+            .map(move |batch| {
+                let local = local.clone();
+                let cluster = Arc::clone(&cluster);
+                async move {
+                    let batch = batch.map_err(crate::grpc::incoming_error)?;
+                    route_batch(local, cluster, batch).await
+                }
+            });
         Ok(Response::new(Box::pin(acks.buffered(BATCHES_IN_FLIGHT))))
     }
 

@@ -240,6 +240,8 @@ pub struct UrlFrontierService {
     options: ServerOptions,
     /// Shared by every write call (see [`WRITE_SLOTS`]).
     write_slots: Arc<Semaphore>,
+    /// Turns true when the server begins to shut down.
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl UrlFrontierService {
@@ -251,6 +253,28 @@ impl UrlFrontierService {
             frontier,
             options,
             write_slots: Arc::new(Semaphore::new(WRITE_SLOTS)),
+            stopping: tokio::sync::watch::channel(false).1,
+        }
+    }
+
+    /// The service whose write streams end once `stopping` turns true.
+    #[must_use]
+    pub fn ending_streams_on(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.stopping = stopping;
+        self
+    }
+
+    /// Completes once the server begins to shut down. Write streams (which
+    /// workers keep open for as long as they run) end then: what arrived
+    /// before is stored and acknowledged, and the call ends, so that the
+    /// shutdown does not wait on them.
+    pub(crate) fn shutting_down(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut stopping = self.stopping.clone();
+        async move {
+            // No sender (a service not run by the server): never.
+            if stopping.wait_for(|stopping| *stopping).await.is_err() {
+                std::future::pending::<()>().await;
+            }
         }
     }
 }
@@ -552,6 +576,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         // answered at once.
         let acks = request
             .into_inner()
+            .take_until(self.shutting_down())
             .ready_chunks(PUT_BATCH)
             .then(move |chunk| {
                 let frontier = Arc::clone(&frontier);
@@ -590,23 +615,26 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         // the last one's: discovered batches are independent of each other
         // (the same URL in two of them is stored once either way). Acks
         // keep the batches' order.
-        let acks = request.into_inner().map(move |batch| {
-            let frontier = Arc::clone(&frontier);
-            let slots = Arc::clone(&slots);
-            async move {
-                let batch = batch.map_err(incoming_error)?;
-                if batch.items.is_empty() {
-                    return Ok(uf::BatchAck {
-                        id: batch.id,
-                        statuses: Vec::new(),
-                    });
+        let acks = request
+            .into_inner()
+            .take_until(self.shutting_down())
+            .map(move |batch| {
+                let frontier = Arc::clone(&frontier);
+                let slots = Arc::clone(&slots);
+                async move {
+                    let batch = batch.map_err(incoming_error)?;
+                    if batch.items.is_empty() {
+                        return Ok(uf::BatchAck {
+                            id: batch.id,
+                            statuses: Vec::new(),
+                        });
+                    }
+                    let id = batch.id.clone();
+                    let statuses =
+                        blocking_write(slots, move || batch_statuses(&frontier, &batch)).await?;
+                    Ok(uf::BatchAck { id, statuses })
                 }
-                let id = batch.id.clone();
-                let statuses =
-                    blocking_write(slots, move || batch_statuses(&frontier, &batch)).await?;
-                Ok(uf::BatchAck { id, statuses })
-            }
-        });
+            });
         Ok(Response::new(Box::pin(
             acks.buffered(DISCOVERED_BATCHES_IN_FLIGHT),
         )))
