@@ -241,6 +241,25 @@ impl FrontierProcess {
         self.child.wait().expect("frontier exits")
     }
 
+    /// SIGTERM, then waits at most `limit`; `None` if it has not exited
+    /// by then (it is killed when dropped).
+    pub fn terminate_within(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> Option<std::process::ExitStatus> {
+        signal(&self.child, rustix::process::Signal::TERM);
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// The log so far.
     #[must_use]
     pub fn log_text(&self) -> String {

@@ -308,6 +308,43 @@ async fn sigterm_stops_cleanly_and_the_next_start_uses_the_snapshots() {
     assert!(log.contains("--partitions 4"), "{log}");
 }
 
+/// A worker keeps its PutURLs stream open for as long as it runs: at
+/// SIGTERM the stream ends after its acks, and the frontier stops clean
+/// (with snapshots) instead of waiting on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_open_write_streams_and_stops_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let frontier = FrontierProcess::start(&data, &["--partitions", "4"]);
+    let (items, outgoing) = tokio::sync::mpsc::channel(4);
+    let mut acks = frontier
+        .client()
+        .await
+        .put_ur_ls(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+        .await
+        .unwrap()
+        .into_inner();
+    items.send(discovered(&url(1))).await.unwrap();
+    let ack = acks.next().await.unwrap().unwrap();
+    assert_eq!(ack.status(), Ack::Ok);
+    // `items` stays open: the stream is still the client's to use.
+    let mut frontier = frontier;
+    let status = frontier
+        .terminate_within(std::time::Duration::from_secs(60))
+        .expect("the frontier stops while a client's write stream is open");
+    assert!(status.success(), "{status}");
+    assert!(acks.next().await.is_none_or(|end| end.is_ok()));
+    drop(items);
+    let frontier = FrontierProcess::start(&data, &["--partitions", "4"]);
+    assert!(
+        frontier
+            .log_text()
+            .contains("filters loaded from snapshots"),
+        "{}",
+        frontier.log_text()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_answers_as_the_spec_says() {
     let dir = tempfile::tempdir().unwrap();
