@@ -939,6 +939,7 @@ async fn copy_partition_pages_through_every_url_once_with_its_record() {
                     after: after.clone(),
                     limit: 7,
                     track: after.is_none(),
+                    catch_up: false,
                 })
                 .await
                 .unwrap()

@@ -461,6 +461,7 @@ async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<bool, St
             drop_local(cluster, partition).await?;
             progress.restart();
             copy_whole(cluster, &mut admin, partition, true, &mut progress).await?;
+            let caught_up = catch_up(cluster, &mut admin, partition).await?;
             progress.record.phase = MovePhase::Cutover;
             progress.record.cutover_at_ms = now_ms();
             progress.write().await?;
@@ -468,6 +469,7 @@ async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<bool, St
                 partition,
                 copied = progress.record.copied,
                 bytes = progress.record.copied_bytes,
+                caught_up,
                 from = progress.record.from,
                 "partition copied; cutover"
             );
@@ -726,6 +728,7 @@ async fn copy_whole(
                 after: after.clone(),
                 limit: cluster.options.move_page_urls,
                 track: track && after.is_none(),
+                catch_up: false,
             })
             .await?
             .into_inner();
@@ -748,6 +751,58 @@ async fn copy_whole(
             return Ok(());
         }
     }
+}
+
+/// Catch-up rounds at most before a cutover.
+const CATCH_UP_ROUNDS: usize = 4;
+
+/// After the copy, before the seal: rounds that each take what was written
+/// to the partition during the one before (the first, during the copy),
+/// until a round is smaller than a page. The sealed tail is then only what
+/// arrives during the last, short round, and so is the cutover's pause.
+/// Answers the URLs taken.
+async fn catch_up(cluster: &Cluster, admin: &mut AdminPeer, partition: u32) -> Result<u64, Status> {
+    let mut taken = 0;
+    for _ in 0..CATCH_UP_ROUNDS {
+        let mut after: Option<proto::admin::PartitionKey> = None;
+        let mut round = 0;
+        loop {
+            let page = admin
+                .copy_partition(proto::admin::CopyPartitionRequest {
+                    partition,
+                    after: after.clone(),
+                    limit: cluster.options.move_page_urls,
+                    track: false,
+                    catch_up: true,
+                })
+                .await?
+                .into_inner();
+            if !page.tracked {
+                // No round to take (a deletion reached the partition, or
+                // the owner restarted): the seal says so and the cutover
+                // copies the partition whole.
+                return Ok(taken);
+            }
+            if after.is_none() {
+                round = page.round_urls;
+            }
+            let end = page.end;
+            after = page.urls.last().map(|last| proto::admin::PartitionKey {
+                crawl_id: last.crawl_id.clone(),
+                url: last.url.clone(),
+            });
+            let urls = decode_page(page.urls)?;
+            taken += urls.len() as u64;
+            take(cluster, partition, urls).await?;
+            if end || after.is_none() {
+                break;
+            }
+        }
+        if round <= u64::from(cluster.options.move_page_urls) {
+            break;
+        }
+    }
+    Ok(taken)
 }
 
 fn decode_page(urls: Vec<proto::admin::PartitionUrl>) -> Result<Vec<PartitionUrl>, Status> {

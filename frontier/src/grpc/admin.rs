@@ -445,23 +445,47 @@ impl adm::admin_server::Admin for AdminService {
             0 => COPY_PAGE,
             limit => (limit as usize).min(MAX_COPY_PAGE),
         };
-        let page = blocking(&self.frontier, move |f| {
+        let catch_up = request.catch_up;
+        let (page, end, round) = blocking(&self.frontier, move |f| {
             if request.track {
                 f.ingest().track_partition(request.partition);
+            }
+            if catch_up {
+                let after = request.after.map(|key| (key.crawl_id, key.url));
+                let round = match after {
+                    None => f.ingest().begin_catch_up(request.partition),
+                    Some(_) => Some(0),
+                };
+                if round.is_none() {
+                    return Ok((Vec::new(), true, None));
+                }
+                return Ok(
+                    match f
+                        .ingest()
+                        .catch_up_page(request.partition, after.as_ref(), limit)?
+                    {
+                        Some((page, end)) => (page, end, round),
+                        None => (Vec::new(), true, None),
+                    },
+                );
             }
             let after = request
                 .after
                 .as_ref()
                 .map(|key| (key.crawl_id.as_str(), key.url.as_str()));
             // One more than asked: whether the page is the last.
-            Ok(f.ingest()
-                .partition_page(request.partition, after, limit + 1)?)
+            let mut page = f
+                .ingest()
+                .partition_page(request.partition, after, limit + 1)?;
+            let end = page.len() <= limit;
+            page.truncate(limit);
+            Ok((page, end, Some(0)))
         })
         .await?;
         let read = page.len();
-        let mut urls = Vec::with_capacity(read.min(limit));
+        let mut urls = Vec::with_capacity(read);
         let mut bytes = 0;
-        for moved in page.into_iter().take(limit) {
+        for moved in page {
             if bytes >= COPY_PAGE_BYTES {
                 break;
             }
@@ -473,8 +497,14 @@ impl adm::admin_server::Admin for AdminService {
                 record,
             });
         }
-        let end = urls.len() == read;
-        Ok(Response::new(adm::CopyPartitionPage { urls, end }))
+        // Cut short by the byte bound: the next page goes on after it.
+        let end = end && urls.len() == read;
+        Ok(Response::new(adm::CopyPartitionPage {
+            urls,
+            end,
+            tracked: round.is_some(),
+            round_urls: round.unwrap_or(0) as u64,
+        }))
     }
 
     async fn seal_partition(

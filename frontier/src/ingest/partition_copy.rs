@@ -61,6 +61,8 @@ pub struct SealedTail {
 #[derive(Debug, Default)]
 pub(super) struct CopyTracker {
     tracked: Mutex<HashMap<u32, Changes>>,
+    /// Per partition, the URLs of the catch-up round being read.
+    rounds: Mutex<HashMap<u32, BTreeSet<(String, String)>>>,
 }
 
 impl CopyTracker {
@@ -94,6 +96,32 @@ impl CopyTracker {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Changes>> {
         self.tracked.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    fn rounds(&self) -> std::sync::MutexGuard<'_, HashMap<u32, BTreeSet<(String, String)>>> {
+        self.rounds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Up to `limit` keys of `keys` after `after`, and whether none follow.
+fn keys_after(
+    keys: &BTreeSet<(String, String)>,
+    after: Option<&(String, String)>,
+    limit: usize,
+) -> (Vec<(String, String)>, bool) {
+    let mut page: Vec<(String, String)> = match after {
+        Some(after) => keys
+            .range::<(String, String), _>((
+                std::ops::Bound::Excluded(after),
+                std::ops::Bound::Unbounded,
+            ))
+            .take(limit + 1)
+            .cloned()
+            .collect(),
+        None => keys.iter().take(limit + 1).cloned().collect(),
+    };
+    let end = page.len() <= limit;
+    page.truncate(limit);
+    (page, end)
 }
 
 /// What taking a page did.
@@ -277,6 +305,47 @@ impl Ingest {
     /// page.
     pub fn track_partition(&self, partition: u32) {
         self.copies.lock().insert(partition, Changes::default());
+        self.copies.rounds().remove(&partition);
+    }
+
+    /// Begins a catch-up round of a tracked partition: what was written to
+    /// it since its tracking began (or the last round began) becomes the
+    /// round, read with [`Self::catch_up_page`], and noting starts afresh.
+    /// Answers the round's size; `None` when the partition is not tracked
+    /// or a deletion reached it (a round cannot say what went: the seal
+    /// will answer it has no tail, and the receiver copies it whole).
+    /// Rounds before the seal leave it only what was written during the
+    /// last one, so the cutover is short.
+    pub fn begin_catch_up(&self, partition: u32) -> Option<usize> {
+        let mut tracked = self.copies.lock();
+        let changes = tracked.get_mut(&partition)?;
+        if changes.deleted {
+            return None;
+        }
+        let round = std::mem::take(&mut changes.touched);
+        drop(tracked);
+        let size = round.len();
+        self.copies.rounds().insert(partition, round);
+        Some(size)
+    }
+
+    /// Up to `limit` URLs of a partition's catch-up round after the key
+    /// `after`, as this store holds them now, and whether the round ends
+    /// with them; `None` when no round is under way (the owner restarted).
+    pub fn catch_up_page(
+        &self,
+        partition: u32,
+        after: Option<&(String, String)>,
+        limit: usize,
+    ) -> Result<Option<(Vec<PartitionUrl>, bool)>, IngestError> {
+        let (keys, end) = {
+            let rounds = self.copies.rounds();
+            let Some(round) = rounds.get(&partition) else {
+                return Ok(None);
+            };
+            keys_after(round, after, limit)
+        };
+        Ok(Some((self.partition_urls(partition, &keys)?, end)))
     }
 
     /// What was written to a partition since its tracking began or this was
@@ -289,6 +358,7 @@ impl Ingest {
     /// Stops tracking a partition.
     pub fn untrack_partition(&self, partition: u32) {
         self.copies.lock().remove(&partition);
+        self.copies.rounds().remove(&partition);
     }
 
     /// The URLs of `keys` (crawl, URL) as this store holds them now; those
@@ -343,26 +413,14 @@ impl Ingest {
         after: Option<&(String, String)>,
         limit: usize,
     ) -> Result<Option<(Vec<PartitionUrl>, bool)>, IngestError> {
-        let keys: Vec<(String, String)> = {
+        let (keys, end) = {
             let copies = self.copies.lock();
             let Some(changes) = copies.get(&partition) else {
                 return Ok(None);
             };
-            match after {
-                Some(after) => changes
-                    .touched
-                    .range::<(String, String), _>((
-                        std::ops::Bound::Excluded(after),
-                        std::ops::Bound::Unbounded,
-                    ))
-                    .take(limit + 1)
-                    .cloned()
-                    .collect(),
-                None => changes.touched.iter().take(limit + 1).cloned().collect(),
-            }
+            keys_after(&changes.touched, after, limit)
         };
-        let end = keys.len() <= limit;
-        let page = self.partition_urls(partition, keys.iter().take(limit))?;
+        let page = self.partition_urls(partition, &keys)?;
         Ok(Some((page, end)))
     }
 
@@ -714,6 +772,40 @@ mod tests {
         }
         assert_eq!(pages, 3);
         assert_eq!(read, written, "every URL written since tracking, once");
+    }
+
+    #[test]
+    fn catch_up_rounds_each_take_what_the_one_before_left_and_the_seal_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = open(dir.path());
+        let partition = partition_of("c", "a.example", 4) as u32;
+        assert_eq!(from.begin_catch_up(partition), None, "not tracked");
+        from.track_partition(partition);
+        let during_copy: Vec<String> = (0..5).map(|i| format!("http://a.example/c{i}")).collect();
+        discover(&from, "c", &during_copy);
+        assert_eq!(from.begin_catch_up(partition), Some(5));
+        let during_round: Vec<String> = (0..2).map(|i| format!("http://a.example/r{i}")).collect();
+        discover(&from, "c", &during_round);
+        let (first, end) = from.catch_up_page(partition, None, 3).unwrap().unwrap();
+        assert!(!end);
+        let after = first.last().map(|u| (u.crawl.clone(), u.url.clone()));
+        let (rest, end) = from
+            .catch_up_page(partition, after.as_ref(), 3)
+            .unwrap()
+            .unwrap();
+        assert!(end);
+        let round: Vec<String> = first.iter().chain(&rest).map(|u| u.url.clone()).collect();
+        assert_eq!(round, during_copy);
+        // The next round is what arrived during this one; then the seal
+        // answers only what came after that.
+        assert_eq!(from.begin_catch_up(partition), Some(2));
+        assert_eq!(from.seal_partition(partition).unwrap().urls, 0);
+        from.unseal_partition(partition);
+        // After a deletion no round can say what went.
+        from.delete("c", Some("a.example"), None).unwrap();
+        assert_eq!(from.begin_catch_up(partition), None);
+        from.untrack_partition(partition);
+        assert_eq!(from.catch_up_page(partition, None, 3).unwrap(), None);
     }
 
     #[test]
