@@ -336,6 +336,12 @@ async fn run(fill: usize, streams: usize, baseline_secs: u64) {
         "Ingest during the move: {:.2}x the rate outside one.",
         during.rate() / outside.rate()
     );
+    for line in n1.log_text().lines() {
+        if line.contains("handed-over partition deleted here") {
+            println!();
+            println!("n1: {line}");
+        }
+    }
     println!();
     println!(
         "Fill ({} stored, {} known already): URLs/s per tenth {}",

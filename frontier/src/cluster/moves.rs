@@ -380,6 +380,7 @@ async fn hand_over_done(
     .message()
     .to_owned()));
     let frontier = Arc::clone(&cluster.frontier);
+    let started = std::time::Instant::now();
     let dropped = tokio::task::spawn_blocking(move || {
         let dropped = frontier.ingest().drop_partition(partition);
         frontier.ingest().untrack_partition(partition);
@@ -401,6 +402,7 @@ async fn hand_over_done(
             partition,
             to = record.to,
             dropped,
+            ms = started.elapsed().as_millis() as u64,
             "handed-over partition deleted here"
         ),
         // Recorded already by an earlier turn: nothing more to say.
