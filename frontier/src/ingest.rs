@@ -704,6 +704,7 @@ impl Ingest {
             created_before,
             partitions: self.filters.partition_count() as u32,
             partition: None,
+            urls_below: None,
         };
         let whole_crawl = queue.is_none() && deletion.removes_queues();
         let committer = self.committer.as_ref().ok_or(StoreError::Stopped)?;

@@ -26,6 +26,9 @@ use super::{Ingest, IngestError, canonicalise, filter_key, partition_of};
 use crate::record::UrlRecord;
 use crate::store::{Applied, Deletion, KnownUrl, NewUrl, WriteOp};
 
+/// URLs per commit when a partition's copy is deleted.
+const DROP_CHUNK: usize = 20_000;
+
 /// One URL of a partition as it travels between stores.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionUrl {
@@ -254,6 +257,10 @@ impl Ingest {
     /// the store, so it does not go on holding the keys that left. Queues
     /// keep their settings. Answers how many URLs went.
     pub fn drop_partition(&self, partition: u32) -> Result<u64, TakeError> {
+        self.drop_partition_in_chunks(partition, DROP_CHUNK)
+    }
+
+    fn drop_partition_in_chunks(&self, partition: u32, chunk: usize) -> Result<u64, TakeError> {
         let partitions = self.filters.partition_count();
         if partition as usize >= partitions {
             return Err(TakeError::NoSuchPartition {
@@ -261,33 +268,45 @@ impl Ingest {
                 partitions,
             });
         }
-        let mut crawls = std::collections::BTreeSet::new();
+        // Per crawl, every `chunk`-th URL ends a chunk (the chunk is
+        // what sorts before it), and a last deletion takes the crawl's rest.
+        let mut chunks: Vec<(String, Option<String>)> = Vec::new();
+        let mut current: Option<String> = None;
+        let mut in_chunk = 0;
         self.store
-            .for_each_url_in_partition(partition, |crawl, _| {
-                if !crawls.contains(crawl) {
-                    crawls.insert(crawl.to_owned());
+            .for_each_url_in_partition(partition, |crawl, url| {
+                if current.as_deref() != Some(crawl) {
+                    if let Some(done) = current.replace(crawl.to_owned()) {
+                        chunks.push((done, None));
+                    }
+                    in_chunk = 0;
                 }
+                if in_chunk == chunk {
+                    chunks.push((crawl.to_owned(), Some(url.to_owned())));
+                    in_chunk = 0;
+                }
+                in_chunk += 1;
             })
             .map_err(IngestError::from)?;
-        let ops: Vec<WriteOp> = crawls
-            .into_iter()
-            .map(|crawl| {
-                WriteOp::Delete(Deletion {
-                    crawl,
-                    queue: None,
-                    created_before: None,
-                    partitions: partitions as u32,
-                    partition: Some(partition),
-                })
-            })
-            .collect();
+        if let Some(done) = current {
+            chunks.push((done, None));
+        }
         let mut dropped = 0;
-        if !ops.is_empty() {
-            let committer = self
-                .committer
-                .as_ref()
-                .ok_or(IngestError::Store(crate::store::StoreError::Stopped))?;
-            for applied in committer.apply(ops).map_err(IngestError::from)? {
+        let committer = self
+            .committer
+            .as_ref()
+            .ok_or(IngestError::Store(crate::store::StoreError::Stopped))?;
+        // One commit per chunk, so the node's other writes go on between.
+        for (crawl, below) in chunks {
+            let op = WriteOp::Delete(Deletion {
+                crawl,
+                queue: None,
+                created_before: None,
+                partitions: partitions as u32,
+                partition: Some(partition),
+                urls_below: below,
+            });
+            for applied in committer.apply(vec![op]).map_err(IngestError::from)? {
                 if let Applied::Deleted(removed) = applied {
                     dropped += removed.urls;
                 }
@@ -599,8 +618,12 @@ mod tests {
         discover(&from, "c1", &urls);
         discover(&from, "c2", &urls[..10]);
         let before: Vec<Vec<PartitionUrl>> = (0..4).map(|p| whole(&from, p, 100)).collect();
-        let gone = before.iter().position(|urls| !urls.is_empty()).unwrap() as u32;
-        let dropped = from.drop_partition(gone).unwrap();
+        let gone = before
+            .iter()
+            .position(|urls| urls.iter().filter(|u| u.crawl == "c2").count() > 3)
+            .unwrap() as u32;
+        // Chunks of 3: several commits per crawl, the last taking the rest.
+        let dropped = from.drop_partition_in_chunks(gone, 3).unwrap();
         assert_eq!(dropped, before[gone as usize].len() as u64);
         for partition in 0..4 {
             let left = whole(&from, partition, 100);

@@ -332,7 +332,13 @@ impl Store {
             // (URL, queue, due date) of each URL to remove; collected first,
             // since a table cannot change under its own iterator.
             let mut doomed: Vec<(String, String, u64)> = Vec::new();
-            for entry in urls.range((partition, crawl, "")..(partition + 1, "", ""))? {
+            let entries = match deletion.urls_below.as_deref() {
+                Some(below) if deletion.partition.is_some() => {
+                    urls.range((partition, crawl, "")..(partition, crawl, below))?
+                }
+                _ => urls.range((partition, crawl, "")..(partition + 1, "", ""))?,
+            };
+            for entry in entries {
                 let (key, value) = entry?;
                 let (_, entry_crawl, url) = key.value();
                 if entry_crawl != crawl {

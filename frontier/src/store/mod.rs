@@ -982,6 +982,7 @@ mod tests {
                     created_before: None,
                     partitions: 4,
                     partition: None,
+                    urls_below: None,
                 })])
                 .unwrap();
             store
@@ -1224,6 +1225,7 @@ mod tests {
             created_before: None,
             partitions: 4,
             partition: None,
+            urls_below: None,
         });
         leave_in_log(
             dir.path(),
@@ -1256,6 +1258,7 @@ mod tests {
             created_before: None,
             partitions: 4,
             partition: None,
+            urls_below: None,
         });
         store
             .apply(&[

@@ -13,6 +13,9 @@ const TAG_DELETE: u8 = 3;
 /// A deletion of one partition's URLs: [`TAG_DELETE`]'s fields, then the
 /// partition. A tag of its own, so logs written before it read as before.
 const TAG_DELETE_IN_PARTITION: u8 = 4;
+/// A chunk of one partition's deletion: [`TAG_DELETE_IN_PARTITION`]'s
+/// fields, then the URL its chunk ends before.
+const TAG_DELETE_IN_PARTITION_BELOW: u8 = 5;
 
 /// The payload of one record: a group's writes.
 #[must_use]
@@ -47,10 +50,12 @@ pub fn encode_ops(ops: &[WriteOp]) -> Vec<u8> {
                 put_bytes(&mut out, &carrier.encode());
             }
             WriteOp::Delete(deletion) => {
-                out.push(if deletion.partition.is_some() {
-                    TAG_DELETE_IN_PARTITION
-                } else {
-                    TAG_DELETE
+                // A bound is only meaningful within a partition.
+                let below = deletion.partition.and(deletion.urls_below.as_deref());
+                out.push(match (deletion.partition, below) {
+                    (Some(_), Some(_)) => TAG_DELETE_IN_PARTITION_BELOW,
+                    (Some(_), None) => TAG_DELETE_IN_PARTITION,
+                    (None, _) => TAG_DELETE,
                 });
                 put_str(&mut out, &deletion.crawl);
                 put_optional(&mut out, deletion.queue.as_deref());
@@ -64,6 +69,9 @@ pub fn encode_ops(ops: &[WriteOp]) -> Vec<u8> {
                 out.extend_from_slice(&deletion.partitions.to_le_bytes());
                 if let Some(partition) = deletion.partition {
                     out.extend_from_slice(&partition.to_le_bytes());
+                }
+                if let Some(below) = below {
+                    put_str(&mut out, below);
                 }
             }
         }
@@ -100,21 +108,28 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<WriteOp>, RecordError> {
                 now: reader.u64()?,
                 metadata: UrlRecord::decode(read_bytes(&mut reader)?)?.metadata,
             }),
-            tag @ (TAG_DELETE | TAG_DELETE_IN_PARTITION) => WriteOp::Delete(Deletion {
-                crawl: reader.string()?,
-                queue: read_optional(&mut reader)?,
-                created_before: if read_flag(&mut reader)? {
-                    Some(reader.u64()?)
-                } else {
-                    None
-                },
-                partitions: reader.u32()?,
-                partition: if tag == TAG_DELETE_IN_PARTITION {
-                    Some(reader.u32()?)
-                } else {
-                    None
-                },
-            }),
+            tag @ (TAG_DELETE | TAG_DELETE_IN_PARTITION | TAG_DELETE_IN_PARTITION_BELOW) => {
+                WriteOp::Delete(Deletion {
+                    crawl: reader.string()?,
+                    queue: read_optional(&mut reader)?,
+                    created_before: if read_flag(&mut reader)? {
+                        Some(reader.u64()?)
+                    } else {
+                        None
+                    },
+                    partitions: reader.u32()?,
+                    partition: if tag == TAG_DELETE {
+                        None
+                    } else {
+                        Some(reader.u32()?)
+                    },
+                    urls_below: if tag == TAG_DELETE_IN_PARTITION_BELOW {
+                        Some(reader.string()?)
+                    } else {
+                        None
+                    },
+                })
+            }
             tag => return Err(RecordError::UnknownTag(tag)),
         };
         ops.push(op);

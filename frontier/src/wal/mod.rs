@@ -767,17 +767,22 @@ mod tests {
                 prop::option::of(".{0,10}"),
                 prop::option::of(any::<u64>()),
                 any::<u32>(),
-                prop::option::of(any::<u32>())
+                prop::option::of(any::<u32>()),
+                prop::option::of(".{0,10}")
             )
-                .prop_map(|(crawl, queue, created_before, partitions, partition)| {
-                    WriteOp::Delete(Deletion {
-                        crawl,
-                        queue,
-                        created_before,
-                        partitions,
-                        partition,
-                    })
-                }),
+                .prop_map(
+                    |(crawl, queue, created_before, partitions, partition, below)| {
+                        WriteOp::Delete(Deletion {
+                            crawl,
+                            queue,
+                            created_before,
+                            partitions,
+                            partition,
+                            // A bound is kept only within a partition.
+                            urls_below: partition.and(below),
+                        })
+                    }
+                ),
         ]
     }
 
@@ -792,6 +797,7 @@ mod tests {
             created_before: None,
             partitions: 4,
             partition: None,
+            urls_below: None,
         })]
     }
 
