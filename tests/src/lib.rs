@@ -101,6 +101,26 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// How the cluster tests run workers: the mock sites' ground truth
+/// assumes this body limit and these retries.
+pub const CLUSTER_WORKER_ARGS: &[&str] = &[
+    // Bounds the pages a killed worker or frontier leaves in flight.
+    "--unacked-per-host",
+    "2",
+    "--concurrency",
+    "4",
+    "--max-body-bytes",
+    "1048576",
+    "--retry-base-secs",
+    "1",
+    "--max-retries",
+    "2",
+    // A restarted node serves again once the leases it handed out before
+    // have run out: short leases keep the kill tests short.
+    "--lease-secs",
+    "10",
+];
+
 /// A `frontier serve` process on a free local port.
 pub struct FrontierProcess {
     child: Child,

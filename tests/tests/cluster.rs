@@ -13,23 +13,7 @@ use proto::urlfrontier as uf;
 
 const MAX_DEPTH: u32 = 40;
 
-const WORKER_ARGS: &[&str] = &[
-    // Bounds the pages a killed worker or frontier leaves in flight.
-    "--unacked-per-host",
-    "2",
-    "--concurrency",
-    "4",
-    "--max-body-bytes",
-    "1048576",
-    "--retry-base-secs",
-    "1",
-    "--max-retries",
-    "2",
-    // A restarted node serves again once the leases it handed out before
-    // have run out: short leases keep the kill test short.
-    "--lease-secs",
-    "10",
-];
+const WORKER_ARGS: &[&str] = crawl_tests::CLUSTER_WORKER_ARGS;
 
 fn node_args<'a>(etcd: &'a str, id: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let base = [

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crawl_tests::{EtcdProcess, FrontierProcess, etcd_or_skip, frontier_cli};
+use crawl_tests::{CLUSTER_WORKER_ARGS, EtcdProcess, FrontierProcess, etcd_or_skip, frontier_cli};
 use futures::StreamExt;
 use proto::urlfrontier::{self as uf, url_item};
 
@@ -89,17 +89,7 @@ async fn put_all(node: &FrontierProcess, items: Vec<uf::UrlItem>) {
 }
 
 async fn local_count(node: &FrontierProcess) -> u64 {
-    node.client()
-        .await
-        .count_ur_ls(uf::CountUrlParams {
-            crawl_id: CRAWL.into(),
-            local: Some(true),
-            ..uf::CountUrlParams::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .value
+    local_count_of(node, CRAWL).await
 }
 
 async fn cluster_of(node: &FrontierProcess) -> proto::admin::ClusterStatus {
@@ -696,25 +686,9 @@ async fn a_crawl_goes_on_while_the_cluster_grows_to_three_and_shrinks_to_two() {
     let n1 = node("n1");
     wait_for_shares(&n1, &["n1"], &[8]).await;
     let out = dir.path().join("out");
-    // As the cluster crawl tests run workers (the site's ground truth
-    // assumes the body limit and retries).
-    let worker_args = [
-        "--concurrency",
-        "8",
-        "--unacked-per-host",
-        "2",
-        "--max-body-bytes",
-        "1048576",
-        "--retry-base-secs",
-        "1",
-        "--max-retries",
-        "2",
-        "--lease-secs",
-        "10",
-    ];
     let workers = [
-        crawl_tests::WorkerProcess::start(&n1.endpoint(), &out, "w1", &worker_args),
-        crawl_tests::WorkerProcess::start(&n1.endpoint(), &out, "w2", &worker_args),
+        crawl_tests::WorkerProcess::start(&n1.endpoint(), &out, "w1", CLUSTER_WORKER_ARGS),
+        crawl_tests::WorkerProcess::start(&n1.endpoint(), &out, "w2", CLUSTER_WORKER_ARGS),
     ];
     let mut seed = vec!["seed".to_owned()];
     seed.extend(sites.iter().map(|site| format!("{}/", site.base())));

@@ -290,14 +290,7 @@ async fn sigterm_stops_cleanly_and_the_next_start_uses_the_snapshots() {
     let status = frontier.terminate();
     assert!(status.success(), "{status}");
 
-    let frontier = FrontierProcess::start(&data, &["--partitions", "4"]);
-    assert!(
-        frontier
-            .log_text()
-            .contains("filters loaded from snapshots"),
-        "{}",
-        frontier.log_text()
-    );
+    let frontier = restart_from_snapshots(&data);
     let again = put_urls(&frontier, urls.iter().map(|u| discovered(u)).collect(), 500).await;
     assert!(again.is_empty(), "snapshots lost keys: {again:?}");
     // A changed partition count is refused with the count to use.
@@ -335,7 +328,13 @@ async fn sigterm_ends_open_write_streams_and_stops_cleanly() {
     assert!(status.success(), "{status}");
     assert!(acks.next().await.is_none_or(|end| end.is_ok()));
     drop(items);
-    let frontier = FrontierProcess::start(&data, &["--partitions", "4"]);
+    restart_from_snapshots(&data);
+}
+
+/// Starts the frontier again on `data`, checking that it loaded the filter
+/// snapshots its clean stop wrote.
+fn restart_from_snapshots(data: &std::path::Path) -> FrontierProcess {
+    let frontier = FrontierProcess::start(data, &["--partitions", "4"]);
     assert!(
         frontier
             .log_text()
@@ -343,6 +342,7 @@ async fn sigterm_ends_open_write_streams_and_stops_cleanly() {
         "{}",
         frontier.log_text()
     );
+    frontier
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -357,12 +357,21 @@ impl Ingest {
         after: Option<&(String, String)>,
         limit: usize,
     ) -> Result<Option<(Vec<PartitionUrl>, bool)>, IngestError> {
-        let (keys, end) = {
-            let rounds = self.copies.rounds();
-            let Some(round) = rounds.get(&partition) else {
-                return Ok(None);
-            };
-            keys_after(round, after, limit)
+        let found = (self.copies.rounds())
+            .get(&partition)
+            .map(|round| keys_after(round, after, limit));
+        self.urls_of_keys(partition, found)
+    }
+
+    /// The URLs of a page of keys (and whether it ends its set), as this
+    /// store holds them now.
+    fn urls_of_keys(
+        &self,
+        partition: u32,
+        found: Option<(Vec<(String, String)>, bool)>,
+    ) -> Result<Option<(Vec<PartitionUrl>, bool)>, IngestError> {
+        let Some((keys, end)) = found else {
+            return Ok(None);
         };
         Ok(Some((self.partition_urls(partition, &keys)?, end)))
     }
@@ -432,15 +441,10 @@ impl Ingest {
         after: Option<&(String, String)>,
         limit: usize,
     ) -> Result<Option<(Vec<PartitionUrl>, bool)>, IngestError> {
-        let (keys, end) = {
-            let copies = self.copies.lock();
-            let Some(changes) = copies.get(&partition) else {
-                return Ok(None);
-            };
-            keys_after(&changes.touched, after, limit)
-        };
-        let page = self.partition_urls(partition, &keys)?;
-        Ok(Some((page, end)))
+        let found = (self.copies.lock())
+            .get(&partition)
+            .map(|changes| keys_after(&changes.touched, after, limit));
+        self.urls_of_keys(partition, found)
     }
 
     /// Whether a partition takes no writes now.

@@ -1,0 +1,241 @@
+//! The receiver's side of a move's data: the copy, page by page, counted
+//! in the move's record; the catch-up rounds; the pages taken into this
+//! node's store; the moved queues' settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::Client;
+use tonic::Status;
+
+use super::{MoveRecord, failpoint_hit, put_if_unchanged};
+use crate::cluster::Cluster;
+use crate::ingest::PartitionUrl;
+use crate::record::UrlRecord;
+
+/// A move's record as the receiver advances it, written back to etcd
+/// conditionally on the revision it last wrote or read.
+pub(super) struct Progress {
+    pub(super) etcd: Client,
+    pub(super) key: String,
+    pub(super) revision: i64,
+    pub(super) record: MoveRecord,
+    written: std::time::Instant,
+}
+
+/// How often a copy writes its progress to etcd.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+impl Progress {
+    pub(super) fn new(etcd: Client, key: String, revision: i64, record: MoveRecord) -> Self {
+        Self {
+            etcd,
+            key,
+            revision,
+            record,
+            written: std::time::Instant::now(),
+        }
+    }
+
+    /// A copy starts from nothing.
+    pub(super) fn restart(&mut self) {
+        self.record.copied = 0;
+        self.record.copied_bytes = 0;
+    }
+
+    /// Counts a copied page; writes the counts about every second, so
+    /// `frontier cluster` shows them (and a move rolled back meanwhile
+    /// stops its copy).
+    async fn copied(&mut self, urls: u64, bytes: u64) -> Result<(), Status> {
+        self.record.copied += urls;
+        self.record.copied_bytes += bytes;
+        if self.written.elapsed() >= PROGRESS_EVERY {
+            self.write().await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn write(&mut self) -> Result<(), Status> {
+        self.revision =
+            put_if_unchanged(&mut self.etcd, &self.key, self.revision, &self.record, None).await?;
+        self.written = std::time::Instant::now();
+        Ok(())
+    }
+}
+
+pub(super) type AdminPeer = proto::admin::admin_client::AdminClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        proto::bearer::Bearer,
+    >,
+>;
+
+/// Pages through the owner's copy of a partition into this node's store,
+/// counting in `progress`.
+pub(super) async fn copy_whole(
+    cluster: &Cluster,
+    admin: &mut AdminPeer,
+    partition: u32,
+    track: bool,
+    progress: &mut Progress,
+) -> Result<(), Status> {
+    let mut after: Option<proto::admin::PartitionKey> = None;
+    loop {
+        let request = proto::admin::CopyPartitionRequest {
+            track: track && after.is_none(),
+            ..page_request(cluster, partition, after.clone())
+        };
+        let page = admin.copy_partition(request).await?.into_inner();
+        let end = page.end;
+        after = page.urls.last().map(|last| proto::admin::PartitionKey {
+            crawl_id: last.crawl_id.clone(),
+            url: last.url.clone(),
+        });
+        let bytes: usize = page
+            .urls
+            .iter()
+            .map(|u| u.crawl_id.len() + u.url.len() + u.record.len())
+            .sum();
+        let urls = decode_page(page.urls)?;
+        let count = urls.len() as u64;
+        take(cluster, partition, urls).await?;
+        progress.copied(count, bytes as u64).await?;
+        fail::fail_point!("move-copy-page", |_| Err(failpoint_hit("move-copy-page")));
+        if end || after.is_none() {
+            return Ok(());
+        }
+    }
+}
+
+/// Catch-up rounds at most before a cutover.
+const CATCH_UP_ROUNDS: usize = 4;
+
+/// After the copy, before the seal: rounds that each take what was written
+/// to the partition during the one before (the first, during the copy),
+/// until a round is smaller than a page. The sealed tail is then only what
+/// arrives during the last, short round, and so is the cutover's pause.
+/// Answers the URLs taken.
+pub(super) async fn catch_up(
+    cluster: &Cluster,
+    admin: &mut AdminPeer,
+    partition: u32,
+) -> Result<u64, Status> {
+    let mut taken = 0;
+    for _ in 0..CATCH_UP_ROUNDS {
+        let mut after: Option<proto::admin::PartitionKey> = None;
+        let mut round = 0;
+        loop {
+            let request = proto::admin::CopyPartitionRequest {
+                catch_up: true,
+                ..page_request(cluster, partition, after.clone())
+            };
+            let page = admin.copy_partition(request).await?.into_inner();
+            if !page.tracked {
+                // No round to take (a deletion reached the partition, or
+                // the owner restarted): the seal says so and the cutover
+                // copies the partition whole.
+                return Ok(taken);
+            }
+            if after.is_none() {
+                round = page.round_urls;
+            }
+            let end = page.end;
+            after = page.urls.last().map(|last| proto::admin::PartitionKey {
+                crawl_id: last.crawl_id.clone(),
+                url: last.url.clone(),
+            });
+            let urls = decode_page(page.urls)?;
+            taken += urls.len() as u64;
+            take(cluster, partition, urls).await?;
+            if end || after.is_none() {
+                break;
+            }
+        }
+        if round <= u64::from(cluster.options.move_page_urls) {
+            break;
+        }
+    }
+    Ok(taken)
+}
+
+/// A page of the partition after `after`, this node's page size.
+fn page_request(
+    cluster: &Cluster,
+    partition: u32,
+    after: Option<proto::admin::PartitionKey>,
+) -> proto::admin::CopyPartitionRequest {
+    proto::admin::CopyPartitionRequest {
+        partition,
+        after,
+        limit: cluster.options.move_page_urls,
+        ..proto::admin::CopyPartitionRequest::default()
+    }
+}
+
+pub(super) fn decode_page(
+    urls: Vec<proto::admin::PartitionUrl>,
+) -> Result<Vec<PartitionUrl>, Status> {
+    urls.into_iter()
+        .map(|moved| {
+            let record = UrlRecord::decode(&moved.record).map_err(|e| {
+                Status::data_loss(format!("the record of {} came unreadable: {e}", moved.url))
+            })?;
+            Ok(PartitionUrl {
+                crawl: moved.crawl_id,
+                url: moved.url,
+                record,
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn take(
+    cluster: &Cluster,
+    partition: u32,
+    urls: Vec<PartitionUrl>,
+) -> Result<(), Status> {
+    let frontier = Arc::clone(&cluster.frontier);
+    tokio::task::spawn_blocking(move || frontier.ingest().take_partition_urls(partition, urls))
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map(|_| ())
+        .map_err(|e| Status::unavailable(format!("cannot store the moved URLs: {e}")))
+}
+
+/// The moved queues' settings, before the flip: serving under the new
+/// owner starts with them.
+pub(super) async fn take_queue_settings(
+    cluster: &Cluster,
+    queues: Vec<proto::admin::MovedQueue>,
+) -> Result<(), Status> {
+    if queues.is_empty() {
+        return Ok(());
+    }
+    let frontier = Arc::clone(&cluster.frontier);
+    tokio::task::spawn_blocking(move || {
+        for queue in queues {
+            let settings = crate::store::QueueRecord {
+                blocked_until: queue.blocked_until,
+                delay_ms: queue.delay_ms,
+                crawl_limit: queue.crawl_limit,
+                ..crate::store::QueueRecord::default()
+            };
+            frontier
+                .scheduler()
+                .set_queue_settings(&queue.crawl_id, &queue.key, settings)?;
+        }
+        Ok::<(), crate::store::StoreError>(())
+    })
+    .await
+    .map_err(|e| Status::internal(e.to_string()))?
+    .map_err(|e| Status::unavailable(format!("cannot keep the moved queues' settings: {e}")))
+}
+
+pub(super) async fn drop_local(cluster: &Cluster, partition: u32) -> Result<(), Status> {
+    let frontier = Arc::clone(&cluster.frontier);
+    tokio::task::spawn_blocking(move || frontier.ingest().drop_partition(partition))
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map(|_| ())
+        .map_err(|e| Status::unavailable(format!("cannot empty the partition here: {e}")))
+}
