@@ -273,7 +273,7 @@ impl Cluster {
 
     /// Waits while a move of one of `partitions` is at its cutover (its old
     /// owner takes no writes for it, and the new one does not own it yet),
-    /// until the flip or the rollback, or at most [`CUTOVER_WAIT`]: writes
+    /// until the flip or the rollback, or at most 30 s: writes
     /// then go where the map says, so a write that reached the old owner
     /// during the cutover is forwarded rather than refused.
     pub async fn past_cutovers(&self, partitions: impl IntoIterator<Item = usize>) {
