@@ -139,7 +139,7 @@ for node in frontier-1 frontier-2 frontier-3; do
   addrs+=("http://127.0.0.1:$(cluster_compose port "$node" 7071 | awk -F: '{ print $NF }')")
 done
 for _ in $(seq 1 60); do
-  "$frontier_cli" cluster --addr "${addrs[1]}" --json 2>/dev/null | grep -q '"epoch":1' && break
+  "$frontier_cli" cluster --addr "${addrs[1]}" --json 2>/dev/null | grep '"epoch":1' > /dev/null && break
   sleep 1
 done
 "$frontier_cli" seed --addr "${addrs[1]}" http://mock-site:8080/ >/dev/null
