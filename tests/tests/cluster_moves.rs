@@ -422,15 +422,15 @@ fn send_signal(node: &FrontierProcess, signal: rustix::process::Signal) {
     rustix::process::kill_process(pid, signal).expect("signalled");
 }
 
-/// The phases of the moves in flight, and whether their old copies are
-/// deleted.
-async fn moves_of(node: &FrontierProcess) -> Vec<(String, bool)> {
-    cluster_of(node)
-        .await
-        .moves
-        .into_iter()
-        .map(|m| (m.phase, m.old_copy_deleted))
-        .collect()
+/// Checks that a node's view holds a move at `phase` (and, when given,
+/// with its old copy deleted or not).
+async fn assert_a_move(node: &FrontierProcess, phase: &str, old_copy_deleted: Option<bool>) {
+    let moves = cluster_of(node).await.moves;
+    assert!(
+        moves.iter().any(|m| m.phase == phase
+            && old_copy_deleted.is_none_or(|deleted| m.old_copy_deleted == deleted)),
+        "no move at {phase} ({old_copy_deleted:?}): {moves:?}"
+    );
 }
 
 /// kill -9 at each step of a move, on the side that holds the move there:
@@ -463,25 +463,14 @@ async fn a_move_killed_at_any_step_completes_with_nothing_lost() {
     n1.kill();
     let n1 = start_node_failing_at(&etcd, dir.path(), "n1", Some("seal-partition-answer"));
     let seen = wait_for_failpoint(&n1, "seal-partition-answer").await;
-    assert!(
-        moves_of(&n2)
-            .await
-            .iter()
-            .any(|(phase, _)| phase == "cutover"),
-        "{:?}",
-        moves_of(&n2).await
-    );
+    assert_a_move(&n2, "cutover", None).await;
     // etcd restarted at the cutover: the move goes on from what it holds.
     etcd.restart();
     wait_for_failpoint_after(&n1, "seal-partition-answer", seen).await;
     n1.kill();
     let n1 = start_node_failing_at(&etcd, dir.path(), "n1", Some("move-before-delete"));
     wait_for_failpoint(&n1, "move-before-delete").await;
-    assert!(
-        moves_of(&n2).await.contains(&("flipped".to_owned(), false)),
-        "{:?}",
-        moves_of(&n2).await
-    );
+    assert_a_move(&n2, "flipped", Some(false)).await;
     n1.kill();
     let n1 = start_node_failing_at(&etcd, dir.path(), "n1", None);
     // Writes through either node meanwhile, some to partitions at their
@@ -543,11 +532,7 @@ async fn a_move_killed_at_any_step_completes_with_nothing_lost() {
     n1.kill();
     let n1 = start_node_failing_at(&etcd, dir.path(), "n1", Some("move-before-finish"));
     wait_for_failpoint(&n1, "move-before-finish").await;
-    assert!(
-        moves_of(&n1).await.contains(&("flipped".to_owned(), true)),
-        "{:?}",
-        moves_of(&n1).await
-    );
+    assert_a_move(&n1, "flipped", Some(true)).await;
     // Both down, the old owner first; then both back in the other order.
     n2.kill();
     n1.kill();

@@ -111,6 +111,27 @@ fn answers<T>(answers: Vec<(String, T)>) -> impl Iterator<Item = T> {
     answers.into_iter().map(|(_, answer)| answer)
 }
 
+/// Items, given by their partitions, split by owner once those partitions
+/// are past any cutover, with the map epoch the split was made under
+/// (owners away are logged; their items stay FAIL).
+async fn split_past_cutovers(
+    cluster: &Cluster,
+    partitions: Vec<Option<usize>>,
+) -> (u64, super::Shares) {
+    cluster
+        .past_cutovers(partitions.iter().copied().flatten())
+        .await;
+    // The epoch before the split: if the map changes between the two, the
+    // owner refuses the older epoch rather than taking a share it no
+    // longer owns.
+    let epoch = cluster.epoch();
+    let split = cluster.shares(partitions);
+    if let Some(status) = &split.away {
+        log_unrouted(status);
+    }
+    (epoch, split)
+}
+
 /// Routes one batch: each URL to its partition's owner, the statuses back
 /// in order once every owner has committed its share. URLs whose owner
 /// cannot be reached are answered FAIL (the client sends them again).
@@ -121,19 +142,12 @@ async fn route_batch(
 ) -> Result<uf::BatchAck, Status> {
     let fail = uf::ack_message::Status::Fail as i32;
     let mut statuses = vec![fail; batch.items.len()];
-    let partitions: Vec<Option<usize>> = batch
+    let partitions = batch
         .items
         .iter()
         .map(|info| cluster.partition_of_url(&info.crawl_id, &info.url))
         .collect();
-    cluster
-        .past_cutovers(partitions.iter().copied().flatten())
-        .await;
-    let epoch = cluster.epoch();
-    let split = cluster.shares(partitions);
-    if let Some(status) = &split.away {
-        log_unrouted(status);
-    }
+    let (epoch, split) = split_past_cutovers(&cluster, partitions).await;
     let shares = split.by_owner.into_iter().map(|(owner, indexes)| {
         let items: Vec<uf::UrlInfo> = indexes.iter().map(|&i| batch.items[i].clone()).collect();
         let share = uf::DiscoveredBatch {
@@ -192,20 +206,13 @@ async fn route_items(
             status: uf::ack_message::Status::Fail as i32,
         })
         .collect();
-    let partitions: Vec<Option<usize>> = items
+    let partitions = items
         .iter()
         .map(|item| {
             info_of(item).and_then(|info| cluster.partition_of_url(&info.crawl_id, &info.url))
         })
         .collect();
-    cluster
-        .past_cutovers(partitions.iter().copied().flatten())
-        .await;
-    let epoch = cluster.epoch();
-    let split = cluster.shares(partitions);
-    if let Some(status) = &split.away {
-        log_unrouted(status);
-    }
+    let (epoch, split) = split_past_cutovers(&cluster, partitions).await;
     let shares = split.by_owner.into_iter().map(|(owner, indexes)| {
         let share: Vec<uf::UrlItem> = indexes.iter().map(|&i| items[i].clone()).collect();
         let local = local.clone();
