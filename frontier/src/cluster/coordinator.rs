@@ -445,22 +445,31 @@ async fn lead(cluster: Arc<Cluster>) {
                 .id();
             let (mut keeper, mut answers) = etcd.lease_keep_alive(lease).await?;
             let mut election = etcd.election_client();
-            let campaign = election.campaign(
-                format!("{prefix}election"),
-                cluster.options.node_id.clone(),
-                lease,
-            );
-            // The campaign's lease is kept while waiting to win.
-            let won = {
+            // The campaign's lease is kept while waiting to win. A campaign
+            // waits for as long as another node leads, so the client's
+            // request timeout ends it now and then: it is made again under
+            // the same lease, which keeps this node's place in the queue.
+            let won = loop {
+                let campaign = election.campaign(
+                    format!("{prefix}election"),
+                    cluster.options.node_id.clone(),
+                    lease,
+                );
                 tokio::pin!(campaign);
-                loop {
+                let outcome = loop {
                     tokio::select! {
-                        won = &mut campaign => break won?,
+                        won = &mut campaign => break won,
                         () = tokio::time::sleep(cluster.options.lease_ttl / 3) => {
                             keeper.keep_alive().await?;
                             answers.message().await?;
                         }
                     }
+                };
+                match outcome {
+                    Ok(won) => break won,
+                    Err(etcd_client::Error::GRpcStatus(status))
+                        if status.code() == tonic::Code::Cancelled => {}
+                    Err(error) => return Err(error),
                 }
             };
             tracing::info!(node = cluster.options.node_id, "elected leader");
