@@ -261,6 +261,11 @@ impl FrontierProcess {
         self.child.wait().expect("frontier exits")
     }
 
+    /// Sends a signal (SIGSTOP and SIGCONT pause and resume it).
+    pub fn signal(&self, signal: rustix::process::Signal) {
+        crate::signal(&self.child, signal);
+    }
+
     /// SIGTERM, then waits at most `limit`; `None` if it has not exited
     /// by then (it is killed when dropped).
     pub fn terminate_within(

@@ -17,25 +17,36 @@ use proto::urlfrontier::{self as uf, url_item};
 const CRAWL: &str = "moves";
 
 fn start_node(etcd: &EtcdProcess, dir: &Path, id: &str) -> FrontierProcess {
-    FrontierProcess::start(
-        &dir.join(id),
-        &[
-            "--etcd",
-            &etcd.endpoint,
-            "--cluster",
-            "moves",
-            "--node-id",
-            id,
-            "--initial-nodes",
-            "1",
-            "--partitions",
-            "8",
-            "--lease-ttl-secs",
-            "2",
-            "--default-delay-ms",
-            "0",
-        ],
-    )
+    start_node_with(etcd, dir, id, &[], &[])
+}
+
+/// A node of cluster "moves" (8 partitions, short leases), with more
+/// flags and environment variables.
+fn start_node_with(
+    etcd: &EtcdProcess,
+    dir: &Path,
+    id: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> FrontierProcess {
+    let mut args = vec![
+        "--etcd",
+        &etcd.endpoint,
+        "--cluster",
+        "moves",
+        "--node-id",
+        id,
+        "--initial-nodes",
+        "1",
+        "--partitions",
+        "8",
+        "--lease-ttl-secs",
+        "2",
+        "--default-delay-ms",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    FrontierProcess::start_with_env(&dir.join(id), &args, env)
 }
 
 fn url(i: usize) -> String {
@@ -366,30 +377,14 @@ fn start_node_failing_at(
     id: &str,
     failpoint: Option<&str>,
 ) -> FrontierProcess {
-    let args = [
-        "--etcd",
-        &etcd.endpoint,
-        "--cluster",
-        "moves",
-        "--node-id",
-        id,
-        "--partitions",
-        "8",
-        "--lease-ttl-secs",
-        "2",
-        "--default-delay-ms",
-        "0",
-        // Pages of a few URLs: a copy takes several, so it can break
-        // between two.
-        "--move-page-urls",
-        "40",
-    ];
     let setting = failpoint.map(|name| format!("{name}=return"));
     let env: Vec<(&str, &str)> = setting
         .iter()
         .map(|setting| ("FAILPOINTS", setting.as_str()))
         .collect();
-    FrontierProcess::start_with_env(&dir.join(id), &args, &env)
+    // Pages of a few URLs: a copy takes several, so it can break between
+    // two.
+    start_node_with(etcd, dir, id, &["--move-page-urls", "40"], &env)
 }
 
 /// Waits until a node's log says its failpoint was reached more than
@@ -415,11 +410,6 @@ async fn wait_for_failpoint_after(node: &FrontierProcess, name: &str, seen: usiz
 
 async fn wait_for_failpoint(node: &FrontierProcess, name: &str) -> usize {
     wait_for_failpoint_after(node, name, 0).await
-}
-
-fn send_signal(node: &FrontierProcess, signal: rustix::process::Signal) {
-    let pid = rustix::process::Pid::from_raw(node.pid() as i32).expect("a pid");
-    rustix::process::kill_process(pid, signal).expect("signalled");
 }
 
 /// Checks that a node's view holds a move at `phase` (and, when given,
@@ -517,13 +507,13 @@ async fn a_move_killed_at_any_step_completes_with_nothing_lost() {
     let alive = |status: &proto::admin::ClusterStatus, id: &str| {
         status.nodes.iter().any(|node| node.id == id && node.alive)
     };
-    send_signal(&n2, rustix::process::Signal::STOP);
+    n2.signal(rustix::process::Signal::STOP);
     let deadline = Instant::now() + Duration::from_secs(60);
     while alive(&cluster_of(&n1).await, "n2") {
         assert!(Instant::now() < deadline, "n2 never seen gone");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    send_signal(&n2, rustix::process::Signal::CONT);
+    n2.signal(rustix::process::Signal::CONT);
     while !alive(&cluster_of(&n1).await, "n2") {
         assert!(Instant::now() < deadline, "n2 never back");
         tokio::time::sleep(Duration::from_millis(100)).await;

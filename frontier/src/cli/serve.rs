@@ -109,7 +109,7 @@ pub struct ServeArgs {
     /// URLs per page when this node copies a partition moving to it
     /// (with --etcd): smaller pages hold less in memory at once and cost
     /// more round trips.
-    #[arg(long, env = "FRONTIER_MOVE_PAGE_URLS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    #[arg(long, env = "FRONTIER_MOVE_PAGE_URLS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=16_384))]
     move_page_urls: u32,
     /// Serve Prometheus metrics on this address (`GET /metrics`).
     #[arg(long, env = "FRONTIER_METRICS_LISTEN")]

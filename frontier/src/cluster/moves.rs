@@ -703,10 +703,7 @@ pub(super) async fn seal(
                 .set_served_partitions(Some(served.clone()));
         }
     }
-    let limit = match request.limit {
-        0 => 4096,
-        limit => limit.min(65_536) as usize,
-    };
+    let limit = crate::grpc::admin::copy_page_limit(request.limit);
     let frontier = Arc::clone(&cluster.frontier);
     let sealed = tokio::task::spawn_blocking(move || {
         let tail = frontier.ingest().seal_partition(partition);
@@ -728,16 +725,10 @@ pub(super) async fn seal(
             None => None,
         };
         if let Some((urls, end)) = page {
+            let (urls, cut) = crate::grpc::admin::wire_page(urls);
             sealed.tracked = true;
-            sealed.end = end;
-            sealed.urls = urls
-                .into_iter()
-                .map(|moved| proto::admin::PartitionUrl {
-                    crawl_id: moved.crawl,
-                    url: moved.url,
-                    record: moved.record.encode(),
-                })
-                .collect();
+            sealed.end = end && !cut;
+            sealed.urls = urls;
         }
         Ok::<_, Status>(sealed)
     })
