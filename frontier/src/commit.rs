@@ -31,6 +31,68 @@ use crate::store::{Applied, NewUrl, StagedGroup, Store, StoreError, WriteOp};
 /// however deep the queue gets.
 const MAX_URLS_PER_COMMIT: usize = 64 * 1024;
 
+thread_local! {
+    // See `release_on_submit`.
+    static RELEASE_ON_SUBMIT: std::cell::RefCell<Option<SubmitTurn>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A writer's place in the order of one stream's writes: the next writer
+/// of the stream waits for it before it queues anything, and it is given
+/// up as soon as this writer's writes are queued (or it is dropped), so
+/// one stream's writes reach the committer in order and still share
+/// commits with each other, instead of each waiting for the last one to
+/// commit.
+#[derive(Debug)]
+pub struct SubmitTurn {
+    previous: Option<Receiver<()>>,
+    // Dropping it is the signal; nothing is ever sent.
+    _release: SyncSender<()>,
+}
+
+impl SubmitTurn {
+    /// The first turn of a stream and the receiver the next turn waits on.
+    #[must_use]
+    pub fn first() -> (Self, Receiver<()>) {
+        Self::after(None)
+    }
+
+    /// The turn after the one `previous` belongs to (or the first, with
+    /// `None`), and the receiver the turn after this one waits on.
+    #[must_use]
+    pub fn after(previous: Option<Receiver<()>>) -> (Self, Receiver<()>) {
+        let (release, next) = mpsc::sync_channel(0);
+        (
+            Self {
+                previous,
+                _release: release,
+            },
+            next,
+        )
+    }
+
+    /// Blocks until the previous writer's writes are queued or it is gone.
+    pub fn wait(&mut self) {
+        if let Some(previous) = self.previous.take() {
+            // Only ever disconnected: that is the signal.
+            let _ = previous.recv();
+        }
+    }
+}
+
+/// Runs `write` once the turn's predecessor has queued its writes; the
+/// turn is given up as soon as the first call to the committer `write`
+/// makes has queued its writes, or when `write` returns. So `write` makes
+/// one such call at most: a writer with several waits for the turn first
+/// and makes its last one through here.
+pub fn release_on_submit<T>(mut turn: SubmitTurn, write: impl FnOnce() -> T) -> T {
+    turn.wait();
+    RELEASE_ON_SUBMIT.with_borrow_mut(|slot| *slot = Some(turn));
+    let out = write();
+    RELEASE_ON_SUBMIT.with_borrow_mut(Option::take);
+    out
+}
+
 /// A group transaction that failed; every batch in it gets this error and
 /// nothing of them is stored.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -120,11 +182,15 @@ impl Committer {
     pub fn apply(&self, ops: Vec<WriteOp>) -> Result<Vec<Applied>, CommitFailed> {
         let (reply, answer) = mpsc::sync_channel(1);
         let stopped = || CommitFailed(Arc::new(StoreError::Stopped));
-        self.sender
+        let sent = self
+            .sender
             .as_ref()
             .ok_or_else(stopped)?
-            .send(Request { ops, reply })
-            .map_err(|_| stopped())?;
+            .send(Request { ops, reply });
+        // Queued (or refused): the next writer of the same stream may
+        // queue its own writes behind these.
+        RELEASE_ON_SUBMIT.with_borrow_mut(Option::take);
+        sent.map_err(|_| stopped())?;
         answer.recv().map_err(|_| stopped())?
     }
 
@@ -295,6 +361,56 @@ mod tests {
         assert!(times_told.values().all(|&n| n == 1));
         assert_eq!(store.for_each_url(|_, _, _, _| {}).unwrap(), 4_000);
         assert!(committer.commits() >= 1 && committer.commits() <= 320);
+    }
+
+    fn report(due_at: u64) -> WriteOp {
+        WriteOp::Known(crate::store::KnownUrl {
+            crawl: "c".into(),
+            url: "http://x/".into(),
+            partition: 0,
+            queue_key: None,
+            default_queue: "x".into(),
+            due_at,
+            metadata: std::collections::BTreeMap::new(),
+            now: 1,
+        })
+    }
+
+    /// The later of two turns starts first and still reaches the
+    /// committer second, and the turn after a writer that went away
+    /// does not wait forever.
+    #[test]
+    fn turns_queue_writes_in_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorder = Arc::clone(&seen);
+        let hook: CommitHook = Box::new(move |ops, _| {
+            for op in ops {
+                if let WriteOp::Known(known) = op {
+                    recorder.lock().unwrap().push(known.due_at);
+                }
+            }
+        });
+        let committer = Committer::start_with_hook(Arc::clone(&store), Some(hook));
+        let (first, after_first) = SubmitTurn::first();
+        let (second, after_second) = SubmitTurn::after(Some(after_first));
+        let (gone, after_gone) = SubmitTurn::after(Some(after_second));
+        let (last, _) = SubmitTurn::after(Some(after_gone));
+        std::thread::scope(|scope| {
+            let (started, second_started) = mpsc::channel();
+            let committer = &committer;
+            let later = scope.spawn(move || {
+                started.send(()).unwrap();
+                release_on_submit(second, || committer.apply(vec![report(0)]))
+            });
+            second_started.recv().unwrap();
+            release_on_submit(first, || committer.apply(vec![report(5)])).unwrap();
+            later.join().unwrap().unwrap();
+        });
+        drop(gone);
+        release_on_submit(last, || committer.apply(vec![report(7)])).unwrap();
+        assert_eq!(*seen.lock().unwrap(), vec![5, 0, 7]);
     }
 
     #[test]

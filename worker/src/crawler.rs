@@ -114,9 +114,9 @@ impl WorkerConfig {
             crawl: None,
             concurrency: 64,
             max_queues: 256,
-            lease_per_queue: 32,
+            lease_per_queue: 128,
             per_host: 1,
-            unacked_per_host: 8,
+            unacked_per_host: 16,
             lease_secs: 60,
             output: None,
             worker_id: format!("worker-{}", std::process::id()),
@@ -452,6 +452,10 @@ pub(crate) async fn fetch_leased(
     let fetched = context.fetcher.get(url).await;
     // The host has answered (or the request failed): the next one's turn.
     drop(turn);
+    // Let the host's next request go out before this answer is parsed:
+    // the pipeline woken by the turn's end would otherwise wait on this
+    // thread for the parse and the WARC write.
+    tokio::task::yield_now().await;
     metrics::histogram!("worker_fetch_seconds").record(fetch_started.elapsed().as_secs_f64());
     metrics::gauge!("worker_in_flight").decrement(1.0);
     context.stats.in_flight.fetch_sub(1, Ordering::Relaxed);

@@ -36,16 +36,20 @@ struct Args {
     /// Most pages of one host fetched (or being fetched) and not yet
     /// acknowledged by the frontier, per --per-host: their reports travel
     /// while the next pages are fetched. A worker killed mid-crawl leaves
-    /// at most this many per host to be fetched again.
-    #[arg(long, env = "WORKER_UNACKED_PER_HOST", default_value_t = 8)]
+    /// at most this many per host to be fetched again. It covers the
+    /// frontier's two commits per page (outlinks, then the report) at
+    /// the rate one host answers on loopback; fewer make the fetches wait.
+    #[arg(long, env = "WORKER_UNACKED_PER_HOST", default_value_t = 16)]
     unacked_per_host: u32,
     /// Most hosts (queues) held at once, each with its leased URLs fetched
     /// within its politeness; many hosts with a delay each need many held.
     #[arg(long, env = "WORKER_MAX_QUEUES", default_value_t = 256)]
     max_queues: usize,
     /// URLs of one host asked for per lease (the frontier gives no more
-    /// than the lease has room for at the host's delay).
-    #[arg(long, env = "WORKER_LEASE_PER_QUEUE", default_value_t = 32)]
+    /// than the lease has room for at the host's delay). A host's next
+    /// lease waits for the last report of the one before, so a fast host
+    /// pauses once per lease.
+    #[arg(long, env = "WORKER_LEASE_PER_QUEUE", default_value_t = 128)]
     lease_per_queue: u32,
     /// Links the seen cache holds: links the frontier already acknowledged
     /// are not sent again (0: send every link).

@@ -17,6 +17,7 @@ use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status, Streaming};
 
 pub use self::admin::AdminService;
+use crate::commit::{SubmitTurn, release_on_submit};
 use crate::ingest::{Discovered, IngestError, Known, Outcome};
 use crate::record::UrlRecord;
 use crate::scheduler::ServeRequest;
@@ -27,6 +28,11 @@ const LEASE_CHANNEL: usize = 256;
 
 /// Items of a PutURLs stream taken into one store transaction at most.
 const PUT_BATCH: usize = 1024;
+
+/// Chunks of one PutURLs stream between arrival and acknowledgement at
+/// once: enough for the committer's two stages and the group queued
+/// behind them.
+const PUT_CHUNKS_IN_FLIGHT: usize = 4;
 
 /// The one mapping of frontier errors to gRPC statuses.
 #[must_use]
@@ -306,7 +312,7 @@ impl UrlFrontierService {
         let frontier = Arc::clone(&self.frontier);
         let items: Vec<_> = items.iter().map(put_item_of).collect();
         blocking_write(Arc::clone(&self.write_slots), move || {
-            put_chunk(&frontier, items)
+            put_chunk(&frontier, items, None)
         })
         .await
     }
@@ -370,7 +376,14 @@ fn status_code(outcome: &Outcome) -> uf::ack_message::Status {
 /// Applies one chunk of PutURLs items; runs of one crawl and kind go
 /// through the frontier together. A storage failure answers FAIL for the
 /// items it covered (they were not stored; the client may resend).
-fn put_chunk(frontier: &Frontier, items: Vec<(String, PutItem)>) -> Vec<uf::AckMessage> {
+fn put_chunk(
+    frontier: &Frontier,
+    items: Vec<(String, PutItem)>,
+    mut turn: Option<SubmitTurn>,
+) -> Vec<uf::AckMessage> {
+    if let Some(turn) = &mut turn {
+        turn.wait();
+    }
     let mut statuses = vec![uf::ack_message::Status::Skipped; items.len()];
     let mut index = 0;
     while index < items.len() {
@@ -382,6 +395,17 @@ fn put_chunk(frontier: &Frontier, items: Vec<(String, PutItem)>) -> Vec<uf::AckM
             end
         };
         let run = &items[index..run_end];
+        // The chunk's last write lets the stream's next chunk queue its
+        // own behind it; earlier ones commit first, keeping the order.
+        let last_turn = if run_end == items.len() {
+            turn.take()
+        } else {
+            None
+        };
+        let write = |write: &dyn Fn() -> Result<Vec<Outcome>, FrontierError>| match last_turn {
+            Some(turn) => release_on_submit(turn, write),
+            None => write(),
+        };
         let outcomes = match &run[0].1 {
             PutItem::Discovered(crawl, _) => {
                 let batch: Vec<Discovered> = run
@@ -391,7 +415,7 @@ fn put_chunk(frontier: &Frontier, items: Vec<(String, PutItem)>) -> Vec<uf::AckM
                         _ => None,
                     })
                     .collect();
-                Some(frontier.put_discovered(crawl, &batch))
+                Some(write(&|| frontier.put_discovered(crawl, &batch)))
             }
             PutItem::Known(crawl, _) => {
                 let batch: Vec<Known> = run
@@ -401,7 +425,7 @@ fn put_chunk(frontier: &Frontier, items: Vec<(String, PutItem)>) -> Vec<uf::AckM
                         _ => None,
                     })
                     .collect();
-                Some(frontier.put_known(crawl, &batch))
+                Some(write(&|| frontier.put_known(crawl, &batch)))
             }
             PutItem::Invalid => None,
         };
@@ -573,14 +597,21 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         let slots = Arc::clone(&self.write_slots);
         // Whatever has arrived is taken together (up to PUT_BATCH), so a
         // fast client's items share transactions and a slow one's are
-        // answered at once.
+        // answered at once. Chunks reach the committer in the stream's
+        // order (two reports of one URL apply in the order sent), but a
+        // chunk does not wait for the one before it to commit: they share
+        // group commits, so one client's reports are not answered one
+        // commit at a time.
+        let mut previous = None;
         let acks = request
             .into_inner()
             .take_until(self.shutting_down())
             .ready_chunks(PUT_BATCH)
-            .then(move |chunk| {
+            .map(move |chunk| {
                 let frontier = Arc::clone(&frontier);
                 let slots = Arc::clone(&slots);
+                let (turn, next) = SubmitTurn::after(previous.take());
+                previous = Some(next);
                 async move {
                     // Items before a message that fails (undecodable, too
                     // large) are stored and acked; the failure ends the
@@ -589,7 +620,9 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
                     let items: Vec<_> = items.iter().map(put_item_of).collect();
                     let mut acks = Vec::with_capacity(items.len() + 1);
                     if !items.is_empty() {
-                        match blocking_write(slots, move || put_chunk(&frontier, items)).await {
+                        match blocking_write(slots, move || put_chunk(&frontier, items, Some(turn)))
+                            .await
+                        {
                             Ok(stored) => acks.extend(stored.into_iter().map(Ok)),
                             Err(status) => acks.push(Err(status)),
                         }
@@ -598,6 +631,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
                     acks
                 }
             })
+            .buffered(PUT_CHUNKS_IN_FLIGHT)
             .flat_map(futures::stream::iter);
         Ok(Response::new(Box::pin(acks)))
     }
