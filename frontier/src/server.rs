@@ -184,7 +184,11 @@ pub async fn run(
         limit => limit,
     };
     let watcher = tokio::spawn(watch_writes(health.clone(), Arc::clone(&frontier)));
-    let router = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = options.tls.clone() {
+        builder = builder.tls_config(tls)?;
+    }
+    let router = builder
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)

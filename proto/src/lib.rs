@@ -17,13 +17,14 @@
 //!   binaries serve.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server
 //!   reflection.
-//! - [`endpoint_of`]: a node's address (as ListNodes lists it) as an
-//!   endpoint to dial.
+//! - [`tls`]: TLS on the client side of every gRPC link, and node
+//!   addresses (as ListNodes lists them) as endpoints to dial.
 
 pub mod bearer;
 pub mod codec;
 pub mod metadata;
 pub mod metrics_endpoint;
+pub mod tls;
 
 /// The URL Frontier API v2.6.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -40,29 +41,11 @@ pub mod admin {
 /// Every compiled .proto file as an encoded `FileDescriptorSet`.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
 
-/// A node's address as ListNodes lists it (`host:port`) as a gRPC
-/// endpoint; an address with a scheme is kept, without a trailing `/`.
-#[must_use]
-pub fn endpoint_of(address: &str) -> String {
-    let address = address.trim_end_matches('/');
-    if address.contains("://") {
-        address.to_owned()
-    } else {
-        format!("http://{address}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use prost::Message;
 
     use super::urlfrontier::{AckMessage, GetParams, UrlItem, get_params, url_item};
-
-    #[test]
-    fn addresses_become_endpoints() {
-        assert_eq!(super::endpoint_of("n1:7071"), "http://n1:7071");
-        assert_eq!(super::endpoint_of("https://n1:7071/"), "https://n1:7071");
-    }
 
     /// Field numbers are the wire contract: encode messages by hand-built
     /// bytes and check the generated types read them as the spec says.

@@ -48,6 +48,10 @@ pub struct WorkerConfig {
     /// Sent as `authorization: Bearer TOKEN` on every call, for a frontier
     /// that requires its token on every call.
     pub token: Option<String>,
+    /// TLS for `https://` frontier addresses: the CA to check the
+    /// frontier's certificate against, and this worker's own certificate
+    /// for a frontier that asks for one.
+    pub tls: proto::tls::ClientTls,
     /// Lease from this crawl only; `None`: any crawl.
     pub crawl: Option<String>,
     /// Most fetches in flight.
@@ -111,6 +115,7 @@ impl WorkerConfig {
         Self {
             frontier: frontier.to_owned(),
             token: None,
+            tls: proto::tls::ClientTls::default(),
             crawl: None,
             concurrency: 64,
             max_queues: 256,
@@ -256,7 +261,7 @@ impl Context {
             None => None,
         };
         Ok(Self {
-            link: FrontierLink::new(&config.frontier, config.token.as_deref())?,
+            link: FrontierLink::new(&config.frontier, config.token.as_deref(), &config.tls)?,
             fetcher: Fetcher::new(config.fetch.clone())?,
             robots: RobotsCache::new(
                 product_token(&config.fetch.user_agent),

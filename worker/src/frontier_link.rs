@@ -54,6 +54,10 @@ pub struct FrontierLink {
     /// The given address as an endpoint, to know it among the listed.
     entry_endpoint: String,
     token: Option<String>,
+    tls: proto::tls::ClientTls,
+    // The given address is `https://`: the other nodes' `host:port`
+    // addresses are dialled over TLS too.
+    secure: bool,
     nodes: std::sync::Arc<std::sync::Mutex<Nodes>>,
     // Started on first use (a runtime is needed), ended with the last clone.
     reports: std::sync::Arc<std::sync::OnceLock<AckedStream<Reports>>>,
@@ -85,14 +89,21 @@ impl FrontierLink {
     /// A link to `address` (e.g. `http://127.0.0.1:7071`), sending
     /// `token` on every call when given; connects on first use and again
     /// after any failure.
-    pub fn new(address: &str, token: Option<&str>) -> Result<Self, LinkError> {
-        let (entry, entry_admin) = clients_of(address, token)?;
+    pub fn new(
+        address: &str,
+        token: Option<&str>,
+        tls: &proto::tls::ClientTls,
+    ) -> Result<Self, LinkError> {
+        let secure = proto::tls::is_https(address);
+        let (entry, entry_admin) = clients_of(address, token, tls, secure)?;
         Ok(Self {
             entry,
             entry_admin,
             extensions: std::sync::Arc::default(),
-            entry_endpoint: proto::endpoint_of(address),
+            entry_endpoint: proto::tls::endpoint_with_scheme(address, secure),
             token: token.map(str::to_owned),
+            tls: tls.clone(),
+            secure,
             nodes: std::sync::Arc::new(std::sync::Mutex::new(Nodes {
                 others: Vec::new(),
                 next: 0,
@@ -156,20 +167,22 @@ impl FrontierLink {
         }
         let mut others = Vec::new();
         for address in listed {
-            let endpoint = proto::endpoint_of(&address);
+            let endpoint = proto::tls::endpoint_with_scheme(&address, self.secure);
             if endpoint == self.entry_endpoint {
                 continue;
             }
             let existing = nodes.others.iter().find(|(e, _)| *e == endpoint);
             let client = match existing {
                 Some((_, client)) => client.clone(),
-                None => match clients_of(&endpoint, self.token.as_deref()) {
-                    Ok((client, _)) => client,
-                    Err(error) => {
-                        tracing::warn!(%error, "a frontier node's address is unusable");
-                        continue;
+                None => {
+                    match clients_of(&endpoint, self.token.as_deref(), &self.tls, self.secure) {
+                        Ok((client, _)) => client,
+                        Err(error) => {
+                            tracing::warn!(%error, "a frontier node's address is unusable");
+                            continue;
+                        }
                     }
-                },
+                }
             };
             others.push((endpoint, client));
         }
@@ -430,12 +443,17 @@ fn pick_client(entry: &Client, nodes: &std::sync::Mutex<Nodes>, n: usize) -> Cli
 
 /// The clients of one node: the URL Frontier API and our admin API, over
 /// one channel.
-fn clients_of(address: &str, token: Option<&str>) -> Result<(Client, Admin), LinkError> {
+fn clients_of(
+    address: &str,
+    token: Option<&str>,
+    tls: &proto::tls::ClientTls,
+    secure: bool,
+) -> Result<(Client, Admin), LinkError> {
     let bearer = Bearer::new(token).map_err(|error| LinkError {
         address: address.to_owned(),
         reason: error.to_string(),
     })?;
-    let endpoint = Channel::from_shared(address.to_owned()).map_err(|e| LinkError {
+    let endpoint = tls.endpoint(address, secure).map_err(|e| LinkError {
         address: address.to_owned(),
         reason: e.to_string(),
     })?;

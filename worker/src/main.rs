@@ -27,6 +27,17 @@ struct Args {
     /// with --token-for-all).
     #[arg(long, env = "WORKER_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// PEM CA certificate the frontier's certificate is checked against,
+    /// for an `https://` --frontier (default: the public web's roots).
+    #[arg(long, env = "WORKER_TLS_CA")]
+    tls_ca: Option<PathBuf>,
+    /// PEM certificate this worker shows a frontier that asks for one
+    /// (mutual TLS); with --tls-key.
+    #[arg(long, env = "WORKER_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "WORKER_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Most fetches in flight.
     #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 64)]
     concurrency: usize,
@@ -151,6 +162,11 @@ fn main_result() -> anyhow::Result<()> {
     let mut config = WorkerConfig::new(&args.frontier);
     config.crawl = args.crawl;
     config.token = args.token;
+    config.tls = proto::tls::ClientTls::from_files(
+        args.tls_ca.as_deref(),
+        args.tls_cert.as_deref(),
+        args.tls_key.as_deref(),
+    )?;
     config.concurrency = args.concurrency;
     config.per_host = args.per_host;
     config.unacked_per_host = args.unacked_per_host;

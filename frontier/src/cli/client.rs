@@ -23,6 +23,17 @@ pub struct ClientArgs {
     /// The admin token, for calls that change the frontier.
     #[arg(long, global = true, env = "FRONTIER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// PEM CA certificate the frontier's certificate is checked against,
+    /// for an `https://` --addr (default: the public web's roots).
+    #[arg(long, global = true, env = "FRONTIER_TLS_CA")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// PEM certificate shown to a frontier that asks for one (mutual
+    /// TLS); with --tls-key.
+    #[arg(long, global = true, env = "FRONTIER_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, global = true, env = "FRONTIER_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 pub type Intercepted = tonic::service::interceptor::InterceptedService<Channel, Bearer>;
@@ -30,7 +41,12 @@ pub type Intercepted = tonic::service::interceptor::InterceptedService<Channel, 
 impl ClientArgs {
     pub async fn channel(&self) -> anyhow::Result<(Channel, Bearer)> {
         let bearer = Bearer::new(self.token.as_deref()).context("--token")?;
-        Ok((connect(&self.addr).await?, bearer))
+        let tls = proto::tls::ClientTls::from_files(
+            self.tls_ca.as_deref(),
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+        )?;
+        Ok((connect(&self.addr, &tls).await?, bearer))
     }
 
     pub async fn admin(&self) -> anyhow::Result<AdminClient<Intercepted>> {
@@ -44,9 +60,8 @@ impl ClientArgs {
     }
 }
 
-pub async fn connect(address: &str) -> anyhow::Result<Channel> {
-    Channel::from_shared(address.to_owned())
-        .with_context(|| format!("{address:?} is not a valid frontier address"))?
+pub async fn connect(address: &str, tls: &proto::tls::ClientTls) -> anyhow::Result<Channel> {
+    tls.endpoint(address, false)?
         .connect()
         .await
         .with_context(|| format!("cannot reach the frontier at {address}"))

@@ -124,6 +124,22 @@ pub struct ServeArgs {
     /// open); workers then need `--token`.
     #[arg(long, env = "FRONTIER_TOKEN_FOR_ALL")]
     token_for_all: bool,
+    /// Serve gRPC over TLS with this PEM certificate (chain); with
+    /// --tls-key. Clients then dial `https://`.
+    #[arg(long, env = "FRONTIER_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "FRONTIER_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Ask every client for a certificate signed by this PEM CA (mutual
+    /// TLS); a client without one is refused. Needs --tls-cert.
+    #[arg(long, env = "FRONTIER_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// PEM CA the other nodes' certificates are checked against (with
+    /// --etcd and --tls-cert; default: the public web's roots). This
+    /// node shows its own --tls-cert to them.
+    #[arg(long, env = "FRONTIER_TLS_CA", requires = "tls_cert")]
+    tls_ca: Option<PathBuf>,
     /// Milliseconds between two serves of one queue, unless SetDelay set
     /// the queue's or the crawl's own.
     #[arg(long, env = "FRONTIER_DEFAULT_DELAY_MS", default_value_t = 1000)]
@@ -241,6 +257,14 @@ pub async fn serve(
     let config = config_of(&args)?;
     // Flags are checked before the store opens, which can take minutes.
     let access = access_of(&args)?;
+    let tls = server_tls(&args)?;
+    if tls.is_none() && !args.listen.ip().is_loopback() {
+        tracing::warn!(
+            listen = %args.listen,
+            "gRPC is served in plaintext on a non-loopback address: anyone on the network can \
+             read and send calls (serve TLS with --tls-cert and --tls-key)"
+        );
+    }
     let cluster_options = cluster_options(&args, args.listen)?;
     let started = Instant::now();
     let frontier = tokio::task::spawn_blocking(move || Frontier::open(config))
@@ -288,6 +312,7 @@ pub async fn serve(
         log_control: Some(log_control),
         max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
         cluster: cluster.clone(),
+        tls,
     };
     frontier::server::run(listener, Arc::clone(&frontier), options, shutdown_signal()).await?;
     if let Some(cluster) = cluster {
@@ -338,7 +363,40 @@ fn cluster_options(
         join_timeout: Duration::from_secs(args.etcd_timeout_secs),
         token: args.admin_token.clone(),
         move_page_urls: args.move_page_urls,
+        tls: proto::tls::ClientTls::from_files(
+            args.tls_ca.as_deref(),
+            args.tls_cert.as_deref(),
+            args.tls_key.as_deref(),
+        )?,
+        secure: args.tls_cert.is_some(),
     }))
+}
+
+/// The server's TLS, when --tls-cert is given: its identity, and the CA
+/// client certificates must be signed by under mutual TLS.
+fn server_tls(args: &ServeArgs) -> anyhow::Result<Option<tonic::transport::ServerTlsConfig>> {
+    use proto::tls::read_pem;
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return Ok(None);
+    };
+    let identity = Identity::from_pem(
+        read_pem("--tls-cert", cert, "CERTIFICATE")?,
+        read_pem("--tls-key", key, "PRIVATE KEY")?,
+    );
+    // A client that opens a connection and never finishes its handshake
+    // lets go of its connection slot.
+    let mut config = ServerTlsConfig::new()
+        .identity(identity)
+        .timeout(Duration::from_secs(10));
+    if let Some(ca) = &args.tls_client_ca {
+        config = config.client_ca_root(Certificate::from_pem(read_pem(
+            "--tls-client-ca",
+            ca,
+            "CERTIFICATE",
+        )?));
+    }
+    Ok(Some(config))
 }
 
 /// The address other nodes and workers reach this one at: `--advertise`,

@@ -130,7 +130,7 @@ pub async fn join(
         .scheduler()
         .set_served_partitions(Some(vec![false; facts.partitions as usize]));
     let cluster = Arc::new(Cluster {
-        peers: super::peers::Peers::new(options.token.clone()),
+        peers: super::peers::Peers::new(options.token.clone(), options.tls.clone(), options.secure),
         options,
         facts,
         frontier,

@@ -62,10 +62,11 @@ pub struct Member {
 }
 
 impl Member {
-    /// The member's gRPC endpoint.
+    /// The member's address to dial; the peer links add the scheme
+    /// (`https` when the cluster serves TLS).
     #[must_use]
     pub fn endpoint(&self) -> String {
-        proto::endpoint_of(&self.address)
+        self.address.trim_end_matches('/').to_owned()
     }
 }
 

@@ -101,6 +101,12 @@ pub struct ClusterOptions {
     pub token: Option<String>,
     /// URLs per page when copying a partition moving here.
     pub move_page_urls: u32,
+    /// How this node dials the others (their CA; its own certificate,
+    /// for nodes that ask for one).
+    pub tls: proto::tls::ClientTls,
+    /// Whether the nodes serve TLS: their addresses are dialled as
+    /// `https://`.
+    pub secure: bool,
 }
 
 /// Why a node cannot join.

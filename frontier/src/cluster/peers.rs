@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use proto::admin::admin_client::AdminClient;
 use proto::bearer::Bearer;
+use proto::tls::ClientTls;
 use proto::urlfrontier::{self as uf, url_frontier_client::UrlFrontierClient};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
@@ -48,6 +49,10 @@ macro_rules! put_link {
 /// The clients of every peer this node has talked to, by endpoint.
 pub struct Peers {
     token: Option<String>,
+    tls: ClientTls,
+    // Whether the nodes serve TLS (this one does): their `host:port`
+    // addresses are then dialled as `https://`.
+    secure: bool,
     peers: Mutex<HashMap<String, Arc<Peer>>>,
 }
 
@@ -61,14 +66,17 @@ pub struct Peer {
 }
 
 impl Peers {
-    pub fn new(token: Option<String>) -> Self {
+    pub fn new(token: Option<String>, tls: ClientTls, secure: bool) -> Self {
         Self {
             token,
+            tls,
+            secure,
             peers: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The peer at `endpoint`, connecting on first use.
+    /// The peer at `endpoint` (`host:port`, or with a scheme), connecting
+    /// on first use.
     pub fn get(&self, endpoint: &str) -> Result<Arc<Peer>, Status> {
         let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(peer) = peers.get(endpoint) {
@@ -76,8 +84,10 @@ impl Peers {
         }
         let bearer = Bearer::new(self.token.as_deref())
             .map_err(|e| Status::internal(format!("cannot send the token to peers: {e}")))?;
-        let channel = Channel::from_shared(endpoint.to_owned())
-            .map_err(|e| Status::internal(format!("bad peer address {endpoint}: {e}")))?
+        let channel = self
+            .tls
+            .endpoint(endpoint, self.secure)
+            .map_err(|e| Status::internal(format!("bad peer address: {e}")))?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))

@@ -215,6 +215,9 @@ pub struct ServerOptions {
     pub max_connections: usize,
     /// The cluster this node is in; `None`: a node of its own.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// Serve TLS (and ask clients for certificates, when it names a CA);
+    /// `None`: plaintext.
+    pub tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -225,6 +228,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("max_connections", &self.max_connections)
             .field("log_control", &self.log_control.is_some())
             .field("cluster", &self.cluster)
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
