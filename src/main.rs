@@ -1,12 +1,14 @@
 //! `crawl`: a single-machine crawl. An embedded frontier (its store under
 //! `--out`) served on a local port, and workers in this process speaking
-//! the same gRPC API as distributed ones; a progress line, a summary, and
-//! a clean stop on Ctrl-C that the next run with the same `--out` resumes.
+//! the same gRPC API as distributed ones; a progress bar (a plain line
+//! off a terminal), a summary, and a clean stop on Ctrl-C that the next
+//! run with the same `--out` resumes.
 //! `crawl --demo` crawls the bundled mock site, offline.
 //!
 //! - this file: the options and the crawl's course, start to stop.
 //! - `demo.rs`: the mock site for `--demo` and the check of the result.
-//! - `progress.rs`: the progress line, how the crawl ended, the summary.
+//! - `progress.rs`: the progress bar or line, how the crawl ended, the
+//!   summary.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

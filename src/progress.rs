@@ -1,5 +1,5 @@
-//! What the user sees while the crawl runs and after it: the progress
-//! line, how the crawl ended, and the summary.
+//! What the user sees while the crawl runs and after it: the progress bar
+//! (or line, off a terminal), how the crawl ended, and the summary.
 
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
@@ -16,20 +16,23 @@ pub enum Ending {
     TimeLimit,
 }
 
-/// Prints the progress line until the crawl is finished, Ctrl-C, or the
-/// time limit.
+/// Shows progress until the crawl is finished, Ctrl-C, or the time
+/// limit: on a terminal a bar (pages done of URLs known, rate, ETA),
+/// otherwise a plain line every two seconds.
 pub async fn watch_progress(
     frontier: &Frontier,
     stats: &WorkerStats,
     started: Instant,
     time_limit_secs: Option<u64>,
 ) -> Ending {
-    let tty = std::io::stderr().is_terminal();
-    let print_every = Duration::from_millis(if tty { 250 } else { 2000 });
+    let mut view = if std::io::stderr().is_terminal() {
+        View::Bar(bar())
+    } else {
+        View::Lines { printed: None }
+    };
     // The end is looked for often (the counts are in memory), so a short
     // crawl does not wait out a printing interval to finish.
     let mut ticker = tokio::time::interval(Duration::from_millis(100));
-    let mut printed: Option<Instant> = None;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     let ending = loop {
@@ -38,25 +41,16 @@ pub async fn watch_progress(
             _ = ticker.tick() => {}
         }
         let counts = frontier.counts(DEFAULT_CRAWL, "");
-        let elapsed = started.elapsed().as_secs_f64().max(0.001);
-        let done = counts.completed;
-        let errors =
-            stats.failures.load(Ordering::Relaxed) + stats.by_class[5].load(Ordering::Relaxed);
-        let line = format!(
-            "pages done {done}  queued {}  in flight {}  {:.1}/s  errors {errors}",
-            counts.not_completed(),
-            stats.in_flight.load(Ordering::Relaxed),
-            done as f64 / elapsed,
-        );
+        let figures = Figures {
+            done: counts.completed,
+            known: counts.urls,
+            queued: counts.not_completed(),
+            in_flight: stats.in_flight.load(Ordering::Relaxed),
+            errors: stats.failures.load(Ordering::Relaxed)
+                + stats.by_class[5].load(Ordering::Relaxed),
+        };
         let finished = counts.urls > 0 && counts.completed == counts.urls;
-        if finished || printed.is_none_or(|at| at.elapsed() >= print_every) {
-            printed = Some(Instant::now());
-            if tty {
-                eprint!("\r{line}\x1b[K");
-            } else {
-                eprintln!("{line}");
-            }
-        }
+        view.show(&figures, started.elapsed(), finished);
         if finished {
             break Ending::Finished;
         }
@@ -64,10 +58,88 @@ pub async fn watch_progress(
             break Ending::TimeLimit;
         }
     };
-    if tty {
+    if let View::Bar(bar) = view {
+        // The bar stays, as the crawl's last figures; what follows starts
+        // on a line of its own.
+        bar.abandon();
         eprintln!();
     }
     ending
+}
+
+/// The counts progress is drawn from.
+struct Figures {
+    done: u64,
+    known: u64,
+    queued: u64,
+    in_flight: u64,
+    errors: u64,
+}
+
+enum View {
+    Bar(indicatif::ProgressBar),
+    Lines { printed: Option<Instant> },
+}
+
+/// How often the plain line is printed.
+const LINE_EVERY: Duration = Duration::from_secs(2);
+
+impl View {
+    fn show(&mut self, figures: &Figures, elapsed: Duration, finished: bool) {
+        match self {
+            Self::Bar(bar) => {
+                // The total grows as pages are discovered: the ETA is for
+                // the URLs known so far.
+                bar.set_length(figures.known);
+                bar.set_position(figures.done);
+                bar.set_message(format!(
+                    "queued {}  in flight {}  errors {}",
+                    figures.queued, figures.in_flight, figures.errors
+                ));
+            }
+            Self::Lines { printed } => {
+                if finished || printed.is_none_or(|at| at.elapsed() >= LINE_EVERY) {
+                    *printed = Some(Instant::now());
+                    eprintln!("{}", line(figures, elapsed));
+                }
+            }
+        }
+    }
+}
+
+/// The bar, drawn on stderr (stdout stays the summary's).
+fn bar() -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(0),
+        indicatif::ProgressDrawTarget::stderr_with_hz(4),
+    );
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {elapsed_precise} [{bar:25}] {human_pos}/{human_len} pages  {rate}  \
+             ETA {eta}  {wide_msg}",
+        )
+        .expect("the template is valid")
+        .with_key(
+            "rate",
+            |state: &indicatif::ProgressState, out: &mut dyn std::fmt::Write| {
+                let _ = write!(out, "{:.0}/s", state.per_sec());
+            },
+        )
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+/// The plain progress line, for logs and pipes.
+fn line(figures: &Figures, elapsed: Duration) -> String {
+    format!(
+        "pages done {}  queued {}  in flight {}  {:.1}/s  errors {}",
+        figures.done,
+        figures.queued,
+        figures.in_flight,
+        figures.done as f64 / elapsed.as_secs_f64().max(0.001),
+        figures.errors
+    )
 }
 
 /// The summary printed when the crawl stops.

@@ -17,6 +17,48 @@ fn the_demo_crawls_the_mock_site_and_checks_itself() {
     assert!(output.status.success(), "{text}");
     assert!(text.contains("crawl finished"), "{text}");
     assert!(text.contains("demo: every page"), "{text}");
+    // Not a terminal: the plain progress line, no bar.
+    assert!(text.contains("pages done "), "{text}");
+    assert!(!text.contains("ETA"), "{text}");
+}
+
+/// On a terminal (a pseudo-terminal from util-linux's `script`), a bar
+/// with the rate and ETA, ending at every known URL done.
+#[test]
+fn on_a_terminal_the_crawl_draws_a_progress_bar() {
+    let script = std::path::Path::new("/usr/bin/script");
+    if !script.exists() {
+        eprintln!("SKIPPED: no /usr/bin/script (util-linux) to give the crawl a terminal");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let typescript = dir.path().join("typescript");
+    let command = format!(
+        "{} --demo --out {}",
+        binary("crawl").display(),
+        dir.path().join("demo").display()
+    );
+    let status = Command::new(script)
+        .args(["-qfec", &command])
+        .arg(&typescript)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    let text = std::fs::read_to_string(&typescript).unwrap();
+    assert!(status.success(), "{text}");
+    assert!(text.contains("demo: every page"), "{text}");
+    assert!(!text.contains("pages done "), "{text}");
+    // The last drawing: every URL known done (the summary says how many).
+    let known = text
+        .split("URLs known ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the summary names the URLs known");
+    assert!(
+        text.contains(&format!("{known}/{known} pages")) && text.contains("ETA"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
