@@ -56,6 +56,17 @@ fn describe() {
     );
     metrics::describe_gauge!("frontier_filter_memory_bytes", "Memory of all filters");
     metrics::describe_gauge!("frontier_urls", "Stored URLs by state (completed, pending)");
+    // Counters that may stay at zero for a long time are shown from the
+    // start: a series that appears only on its first event reads as "no
+    // data" in dashboards and breaks rate() until then.
+    for counter in [
+        "frontier_leases_total",
+        "frontier_lease_expiries_total",
+        "frontier_commits_total",
+        "frontier_filter_rebuilds_total",
+    ] {
+        metrics::counter!(counter).increment(0);
+    }
 }
 
 /// Sets the gauges read at scrape time.

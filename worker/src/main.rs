@@ -242,8 +242,18 @@ fn describe_metrics() {
     );
     metrics::describe_counter!(
         "worker_report_retries_total",
-        "Reports to the frontier sent again"
+        "Reports to the frontier sent again, by call (PutURLs, PutDiscovered)"
     );
+    metrics::describe_counter!(
+        "worker_bodies_cut_for_memory_total",
+        "Bodies cut short because the in-flight budget was spent"
+    );
+    // Shown at zero from the start (see the frontier's metrics): rare
+    // events otherwise have no series until they first happen.
+    for call in ["PutURLs", "PutDiscovered"] {
+        metrics::counter!("worker_report_retries_total", "call" => call).increment(0);
+    }
+    metrics::counter!("worker_bodies_cut_for_memory_total").increment(0);
 }
 
 async fn shutdown_signal() {
