@@ -103,6 +103,23 @@ impl Access {
     }
 }
 
+impl Access {
+    /// Whether `headers` carry the token (or none is set): what the web
+    /// dashboard's data asks, whatever the scope, since it shows every
+    /// crawl's figures at once.
+    #[must_use]
+    pub fn holds_token(&self, headers: &http::HeaderMap) -> bool {
+        let Some(token) = self.token.as_deref() else {
+            return true;
+        };
+        headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .is_some_and(|presented| constant_time_eq(presented.as_bytes(), token.as_bytes()))
+    }
+}
+
 /// Compares in a time that depends on the expected token's length alone:
 /// the loop runs over the expected token whatever is presented, so the
 /// time says nothing of the presented token's length or of where it first

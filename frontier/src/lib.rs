@@ -41,7 +41,8 @@
 //!   to the nodes that hold its partitions.
 //! - [`handback`]: the frontier shared by the server's tasks, handed back
 //!   for a clean shutdown when the last of them lets go.
-//! - [`metrics`]: Prometheus metrics and their endpoint.
+//! - [`metrics`]: Prometheus metrics.
+//! - [`dashboard`]: the web endpoint: `/metrics` and the live dashboard.
 //! - [`time`]: the scheduler's millisecond clock ([`time::Timestamp`])
 //!   and how it meets the epoch seconds the API and the store carry.
 //! - `throttle`: warnings that repeat while a condition lasts, logged at
@@ -53,6 +54,7 @@ pub mod auth;
 pub use canon as canonical;
 pub mod cluster;
 pub mod commit;
+pub mod dashboard;
 pub mod grpc;
 pub mod handback;
 pub mod ingest;

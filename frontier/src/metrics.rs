@@ -2,15 +2,11 @@
 //! happen (puts and acks by status, skips by reason, leases, lease
 //! expiries, commits and their latency, rebuilds), plus figures read at
 //! scrape time (per-partition fill ratio, URL counts), served as text on
-//! `GET /metrics` from a listener the caller bound.
-
-use std::future::Future;
-use std::sync::Arc;
+//! `GET /metrics` by the web endpoint ([`crate::dashboard`]).
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tokio::net::TcpListener;
 
-use crate::service::{Frontier, SharedFrontier};
+use crate::service::Frontier;
 
 /// Installs the process-wide Prometheus recorder; answers its handle, or
 /// `None` when a recorder is installed already (the first one stays).
@@ -70,7 +66,7 @@ fn describe() {
 }
 
 /// Sets the gauges read at scrape time.
-fn refresh(frontier: &Frontier) {
+pub(crate) fn refresh(frontier: &Frontier) {
     let report = frontier.filter_report();
     for partition in &report.set.partitions {
         metrics::gauge!("frontier_partition_fill_ratio", "partition" => partition.partition.to_string())
@@ -85,23 +81,4 @@ fn refresh(frontier: &Frontier) {
     }
     metrics::gauge!("frontier_urls", "state" => "completed").set(completed as f64);
     metrics::gauge!("frontier_urls", "state" => "pending").set(pending as f64);
-}
-
-/// Serves `GET /metrics` until `shutdown` completes.
-pub async fn serve(
-    listener: TcpListener,
-    handle: PrometheusHandle,
-    frontier: SharedFrontier,
-    shutdown: impl Future<Output = ()>,
-) {
-    // Scrapes hold the frontier weakly, so that a clean shutdown can take
-    // it back once the endpoint has stopped.
-    let frontier = Arc::downgrade(&frontier);
-    let render = move || {
-        if let Some(frontier) = frontier.upgrade() {
-            refresh(&frontier);
-        }
-        handle.render()
-    };
-    proto::metrics_endpoint::serve(listener, render, shutdown).await;
 }

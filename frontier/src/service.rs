@@ -634,6 +634,19 @@ impl Frontier {
         Ok(progress)
     }
 
+    /// URLs a crawl refused since start-up, by reason (the counts
+    /// [`Self::progress`] gives, without its read of the store).
+    #[must_use]
+    pub fn skipped(&self, crawl: &str) -> BTreeMap<&'static str, u64> {
+        let mut skipped = BTreeMap::new();
+        self.with_activity(crawl_or_default(crawl), |activity| {
+            for (reason, count) in &activity.skipped {
+                skipped.insert(reason.as_str(), *count);
+            }
+        });
+        skipped
+    }
+
     /// Rates over every crawl this frontier has seen activity of.
     #[must_use]
     pub fn total_rates(&self) -> Rates {

@@ -512,6 +512,48 @@ pub fn etcd_or_skip(test: &str) -> Option<PathBuf> {
     found
 }
 
+/// Headless Chromium (Debian's `chromium`), or `None` after saying the
+/// test is skipped and why (`.ci/run` installs it).
+#[must_use]
+pub fn chromium_or_skip(test: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    let found = std::env::split_paths(&path)
+        .flat_map(|dir| [dir.join("chromium"), dir.join("chromium-browser")])
+        .find(|candidate| candidate.is_file());
+    if found.is_none() {
+        eprintln!(
+            "SKIPPED {test}: no chromium on PATH (Debian: apt-get install chromium; \
+             .ci/run installs it)"
+        );
+    }
+    found
+}
+
+/// The DOM of `url` after its scripts ran (headless Chromium, up to five
+/// seconds of page time).
+#[must_use]
+pub fn rendered_dom(chromium: &Path, url: &str) -> String {
+    let output = Command::new(chromium)
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            url,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("chromium runs");
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// A throwaway single-member etcd on loopback.
 pub struct EtcdProcess {
     child: Child,

@@ -162,7 +162,7 @@ fn the_scrape_configurations_match_the_ports_the_stacks_serve() {
         };
         assert_eq!(
             frontier_ports,
-            BTreeSet::from([setting("FRONTIER_METRICS_LISTEN")]),
+            BTreeSet::from([setting("FRONTIER_HTTP_LISTEN")]),
             "{file}"
         );
         assert_eq!(
@@ -182,12 +182,12 @@ fn the_scrape_configurations_match_the_ports_the_stacks_serve() {
         (
             "k8s/frontier.yaml",
             "frontier-config",
-            "FRONTIER_METRICS_LISTEN",
+            "FRONTIER_HTTP_LISTEN",
         ),
         (
             "k8s/cluster/frontier.yaml",
             "frontier-config",
-            "FRONTIER_METRICS_LISTEN",
+            "FRONTIER_HTTP_LISTEN",
         ),
         ("k8s/worker.yaml", "worker-config", "WORKER_METRICS_LISTEN"),
     ] {

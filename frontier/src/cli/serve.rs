@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use frontier::handback::Handback;
 use frontier::ingest::{DedupMode, FilterConfig, FiltersFrom};
 use frontier::scope::{Rules, ScopeMode};
-use frontier::service::{Frontier, FrontierConfig, SharedFrontier};
+use frontier::service::{Frontier, FrontierConfig};
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -111,9 +111,12 @@ pub struct ServeArgs {
     /// more round trips.
     #[arg(long, env = "FRONTIER_MOVE_PAGE_URLS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=16_384))]
     move_page_urls: u32,
-    /// Serve Prometheus metrics on this address (`GET /metrics`).
-    #[arg(long, env = "FRONTIER_METRICS_LISTEN")]
-    metrics_listen: Option<SocketAddr>,
+    /// Serve the web endpoint on this address: the live dashboard on `/`
+    /// (read-only; it asks for --admin-token when one is set) and
+    /// Prometheus metrics on `/metrics`. `--metrics-listen` and
+    /// FRONTIER_METRICS_LISTEN still work as other names for it.
+    #[arg(long, alias = "metrics-listen", env = "FRONTIER_HTTP_LISTEN")]
+    http_listen: Option<SocketAddr>,
     /// When set, calls that change the frontier (other than the data
     /// plane: GetURLs, PutURLs, PutDiscovered) need `authorization: Bearer
     /// TOKEN`.
@@ -287,20 +290,27 @@ pub async fn serve(
         "frontier listening"
     );
     let (frontier, returned) = Handback::share(frontier);
-    let metrics = match args.metrics_listen {
-        Some(address) => Some(MetricsEndpoint::start(address, &frontier).await?),
+    let http_listen = match args.http_listen {
+        Some(address) => Some(address),
+        None => legacy_metrics_listen()?,
+    };
+    let dashboard = frontier::dashboard::Dashboard::new(&frontier, access.clone());
+    let metrics = match http_listen {
+        Some(address) => Some(WebEndpoint::start(address, Arc::clone(&dashboard)).await?),
         None => None,
     };
     let metrics_note = metrics.as_ref().map_or_else(String::new, |m| {
-        format!(" metrics http://{}/metrics", m.bound)
+        format!(" metrics http://{0}/metrics dashboard http://{0}/", m.bound)
     });
     let cluster = match cluster_options {
         Some(mut options) => Some({
             // A port 0 to listen on is the port bound.
             options.advertise = advertised(args.advertise.as_deref(), address)?;
-            frontier::cluster::join(options, Arc::clone(&frontier))
+            let cluster = frontier::cluster::join(options, Arc::clone(&frontier))
                 .await
-                .context("cannot join the cluster")?
+                .context("cannot join the cluster")?;
+            dashboard.set_cluster(Arc::clone(&cluster));
+            cluster
         }),
         None => None,
     };
@@ -436,26 +446,42 @@ fn access_of(args: &ServeArgs) -> anyhow::Result<frontier::auth::Access> {
     })
 }
 
-/// The Prometheus endpoint, served beside the gRPC listener.
-struct MetricsEndpoint {
+/// FRONTIER_METRICS_LISTEN, the web endpoint's name before it served the
+/// dashboard, still read when FRONTIER_HTTP_LISTEN is not set.
+fn legacy_metrics_listen() -> anyhow::Result<Option<SocketAddr>> {
+    match std::env::var("FRONTIER_METRICS_LISTEN") {
+        Ok(value) if !value.is_empty() => value
+            .parse()
+            .map(Some)
+            .with_context(|| format!("FRONTIER_METRICS_LISTEN={value:?} is not an address")),
+        _ => Ok(None),
+    }
+}
+
+/// The web endpoint (dashboard and metrics), served beside the gRPC
+/// listener.
+struct WebEndpoint {
     bound: SocketAddr,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl MetricsEndpoint {
-    async fn start(address: SocketAddr, frontier: &SharedFrontier) -> anyhow::Result<Self> {
+impl WebEndpoint {
+    async fn start(
+        address: SocketAddr,
+        dashboard: Arc<frontier::dashboard::Dashboard>,
+    ) -> anyhow::Result<Self> {
         let handle = frontier::metrics::install()
             .ok_or_else(|| anyhow::anyhow!("cannot install the metrics recorder"))?;
         let listener = tokio::net::TcpListener::bind(address)
             .await
-            .with_context(|| format!("cannot listen on {address} for metrics"))?;
+            .with_context(|| format!("cannot listen on {address} for the dashboard and metrics"))?;
         let bound = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(frontier::metrics::serve(
+        let task = tokio::spawn(frontier::dashboard::serve(
             listener,
             handle,
-            Arc::clone(frontier),
+            dashboard,
             async {
                 let _ = stopped.await;
             },

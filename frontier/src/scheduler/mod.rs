@@ -88,6 +88,9 @@ use crate::time::Timestamp;
 
 mod partitions;
 mod queue;
+mod views;
+
+pub use views::QueueView;
 
 use queue::{Crawl, Cursor, Lease, Queue, QueueState, WakeKey};
 

@@ -1,0 +1,385 @@
+//! The web endpoint of `--http-listen`: Prometheus metrics on `/metrics`,
+//! and a live, read-only dashboard on `/` whose page (one file, no
+//! external script, so it works offline) polls `/api/state`.
+//!
+//! `/api/state` answers this node's figures as JSON: per crawl, pages
+//! done, queued, in flight and URLs known; the rates of the last fifteen
+//! minutes, from totals sampled every five seconds; each partition's
+//! filter health; the crawl's busiest queues (a bounded selection, so a
+//! frontier of 100,000 queues answers as fast as one of ten); and, in a
+//! cluster, its nodes. With `--admin-token` set it needs the token (the
+//! page asks for it); `/metrics` stays open to scrapers, as before.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::auth::Access;
+use crate::cluster::Cluster;
+use crate::handback::Handback;
+use crate::service::{DEFAULT_CRAWL, Frontier, SharedFrontier};
+use crate::time::Timestamp;
+
+/// The page, served as is.
+const PAGE: &str = include_str!("page.html");
+
+/// How often totals are sampled for the rate chart.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+/// Samples kept: fifteen minutes.
+const SAMPLES: usize = 180;
+
+/// Queues listed, busiest first.
+const TOP_QUEUES: usize = 25;
+
+/// Totals over every crawl at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    at_secs: u64,
+    completed: u64,
+    known: u64,
+    leased: u64,
+    duplicates: u64,
+    other_skips: u64,
+}
+
+/// What the endpoint serves from; shared by its connections.
+pub struct Dashboard {
+    // Weak, so that a clean shutdown can take the frontier back once the
+    // endpoint has stopped.
+    frontier: Weak<Handback<Frontier>>,
+    access: Access,
+    cluster: OnceLock<Arc<Cluster>>,
+    history: Mutex<VecDeque<Sample>>,
+    started: std::time::Instant,
+}
+
+impl std::fmt::Debug for Dashboard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dashboard").finish_non_exhaustive()
+    }
+}
+
+impl Dashboard {
+    /// A dashboard over `frontier`, its data guarded by `access`'s token.
+    #[must_use]
+    pub fn new(frontier: &SharedFrontier, access: Access) -> Arc<Self> {
+        Arc::new(Self {
+            frontier: Arc::downgrade(frontier),
+            access,
+            cluster: OnceLock::new(),
+            history: Mutex::new(VecDeque::with_capacity(SAMPLES + 1)),
+            started: std::time::Instant::now(),
+        })
+    }
+
+    /// The cluster this node joined (after the endpoint started): its
+    /// nodes and partition owners join the page.
+    pub fn set_cluster(&self, cluster: Arc<Cluster>) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// Takes one sample of the totals; the endpoint does so every
+    /// [`SAMPLE_EVERY`].
+    pub fn sample(&self) {
+        let Some(frontier) = self.frontier.upgrade() else {
+            return;
+        };
+        let now = Timestamp::now();
+        let mut sample = Sample {
+            at_secs: now.unix_secs(),
+            ..Sample::default()
+        };
+        for crawl in frontier.scheduler().crawls() {
+            let counts = frontier.scheduler().counts(&crawl, None, now);
+            sample.completed += counts.completed;
+            sample.known += counts.urls;
+            sample.leased += counts.leased;
+            for (reason, count) in frontier.skipped(&crawl) {
+                if reason == "duplicate" {
+                    sample.duplicates += count;
+                } else {
+                    sample.other_skips += count;
+                }
+            }
+        }
+        let mut history = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        history.push_back(sample);
+        while history.len() > SAMPLES + 1 {
+            history.pop_front();
+        }
+    }
+
+    /// The page's data, as JSON.
+    #[must_use]
+    pub fn state(&self) -> Value {
+        let Some(frontier) = self.frontier.upgrade() else {
+            return json!({ "error": "the frontier is shutting down" });
+        };
+        let now = Timestamp::now();
+        let scheduler = frontier.scheduler();
+        let mut crawls = scheduler.crawls();
+        if crawls.is_empty() {
+            crawls.push(DEFAULT_CRAWL.to_owned());
+        }
+        let crawl_rows: Vec<Value> = crawls
+            .iter()
+            .map(|crawl| {
+                let counts = scheduler.counts(crawl, None, now);
+                json!({
+                    "id": crawl,
+                    "done": counts.completed,
+                    "queued": counts.not_completed().saturating_sub(counts.leased),
+                    "in_flight": counts.leased,
+                    "known": counts.urls,
+                    "queues": counts.queues,
+                    "active_queues": counts.active_queues,
+                })
+            })
+            .collect();
+        let busiest = &crawls[0];
+        let cluster = self.cluster.get().map(|cluster| cluster_state(cluster));
+        json!({
+            "node": self.cluster.get().map_or("", |c| c.node_id()),
+            "uptime_secs": self.started.elapsed().as_secs(),
+            "crawls": crawl_rows,
+            "rates": self.rates(),
+            "filters": filter_state(&frontier, self.cluster.get()),
+            "queues": {
+                "crawl": busiest,
+                "top": scheduler.busiest_queues(busiest, TOP_QUEUES, now),
+            },
+            "cluster": cluster,
+        })
+    }
+
+    fn rates(&self) -> Value {
+        rates_of(&self.history.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// Per second between successive samples, oldest first.
+fn rates_of(history: &VecDeque<Sample>) -> Value {
+    let mut series: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut at = Vec::new();
+    for (before, after) in history.iter().zip(history.iter().skip(1)) {
+        let secs = after.at_secs.saturating_sub(before.at_secs).max(1) as f64;
+        let per_sec = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
+        at.push(after.at_secs);
+        for (name, value) in [
+            ("pages", per_sec(before.completed, after.completed)),
+            ("discovered", per_sec(before.known, after.known)),
+            ("duplicates", per_sec(before.duplicates, after.duplicates)),
+            (
+                "other_skips",
+                per_sec(before.other_skips, after.other_skips),
+            ),
+        ] {
+            series.entry(name).or_default().push(value);
+        }
+    }
+    json!({ "every_secs": SAMPLE_EVERY.as_secs(), "at": at, "series": series })
+}
+
+/// Each partition's filter health, and its owner in a cluster.
+fn filter_state(frontier: &Frontier, cluster: Option<&Arc<Cluster>>) -> Value {
+    let report = frontier.filter_report();
+    let owners = cluster.and_then(|c| c.view().map.as_ref().map(|m| m.owners.clone()));
+    let partitions: Vec<Value> = report
+        .set
+        .partitions
+        .iter()
+        .zip(&report.partitions)
+        .map(|(health, figures)| {
+            let observed = &figures.observed;
+            json!({
+                "partition": health.partition,
+                "fill": health.filter.fill_ratio,
+                "estimated_fp": health.filter.estimated_fp_rate,
+                "refuted": observed.refuted_maybes,
+                "lookups": observed.absent_lookups,
+                "observed_fp": if observed.absent_lookups > 0 {
+                    observed.refuted_maybes as f64 / observed.absent_lookups as f64
+                } else {
+                    0.0
+                },
+                "stored": figures.stored,
+                "rebuilds": health.rebuilds,
+                "rebuilding": health.rebuilding,
+                "node": owners.as_ref().and_then(|o| o.get(health.partition)),
+            })
+        })
+        .collect();
+    json!({
+        "rebuild_fill": report.rebuild_fill_threshold,
+        "target_fp": report.target_fp_rate,
+        "memory_bytes": report.set.total.memory_bytes,
+        "partitions": partitions,
+    })
+}
+
+/// The cluster's nodes as this node sees them.
+fn cluster_state(cluster: &Cluster) -> Value {
+    let view = cluster.view();
+    let owners = view
+        .map
+        .as_ref()
+        .map(|m| m.owners.clone())
+        .unwrap_or_default();
+    let nodes: Vec<Value> = view
+        .members
+        .values()
+        .map(|member| {
+            json!({
+                "id": member.id,
+                "address": member.address,
+                "partitions": owners.iter().filter(|o| **o == member.id).count(),
+                "leader": view.leader.as_deref() == Some(member.id.as_str()),
+                "draining": view.draining.contains(&member.id),
+            })
+        })
+        .collect();
+    json!({
+        "name": cluster.name(),
+        "epoch": view.map.as_ref().map_or(0, |m| m.epoch),
+        "nodes": nodes,
+        "moves": view.moves.len(),
+    })
+}
+
+/// Serves `/metrics`, `/` and `/api/state` until `shutdown` completes,
+/// sampling the totals for the chart meanwhile.
+pub async fn serve(
+    listener: TcpListener,
+    handle: PrometheusHandle,
+    dashboard: Arc<Dashboard>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let sampler = {
+        let dashboard = Arc::clone(&dashboard);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(SAMPLE_EVERY);
+            loop {
+                every.tick().await;
+                let dashboard = Arc::clone(&dashboard);
+                let _ = tokio::task::spawn_blocking(move || dashboard.sample()).await;
+            }
+        })
+    };
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((stream, _)) = accepted else { continue };
+        let _ = stream.set_nodelay(true);
+        let dashboard = Arc::clone(&dashboard);
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                answer(request, Arc::clone(&dashboard), handle.clone())
+            });
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+        });
+    }
+    sampler.abort();
+}
+
+async fn answer(
+    request: hyper::Request<hyper::body::Incoming>,
+    dashboard: Arc<Dashboard>,
+    handle: PrometheusHandle,
+) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
+    let response = |status: u16, kind: &str, body: Bytes| {
+        hyper::Response::builder()
+            .status(status)
+            .header("content-type", kind)
+            .header("cache-control", "no-store")
+            .body(Full::new(body))
+            .unwrap_or_default()
+    };
+    if request.method() != hyper::Method::GET {
+        return Ok(response(
+            405,
+            "text/plain",
+            Bytes::from_static(b"read-only\n"),
+        ));
+    }
+    Ok(match request.uri().path() {
+        "/metrics" => {
+            let frontier = dashboard.frontier.clone();
+            let text = tokio::task::spawn_blocking(move || {
+                if let Some(frontier) = frontier.upgrade() {
+                    crate::metrics::refresh(&frontier);
+                }
+                handle.render()
+            })
+            .await
+            .unwrap_or_default();
+            response(200, "text/plain; version=0.0.4", Bytes::from(text))
+        }
+        "/" | "/index.html" => response(
+            200,
+            "text/html; charset=utf-8",
+            Bytes::from_static(PAGE.as_bytes()),
+        ),
+        "/api/state" if !dashboard.access.holds_token(request.headers()) => response(
+            401,
+            "application/json",
+            Bytes::from_static(br#"{"error":"the admin token is needed"}"#),
+        ),
+        "/api/state" => {
+            let state = tokio::task::spawn_blocking(move || dashboard.state())
+                .await
+                .unwrap_or_else(|_| json!({ "error": "state failed" }));
+            response(200, "application/json", Bytes::from(state.to_string()))
+        }
+        _ => response(
+            404,
+            "text/plain",
+            Bytes::from_static(b"the dashboard is at /, metrics at /metrics\n"),
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_per_second_between_samples() {
+        let sample = |at_secs, completed, known, duplicates| Sample {
+            at_secs,
+            completed,
+            known,
+            duplicates,
+            ..Sample::default()
+        };
+        let history: VecDeque<Sample> = [
+            sample(100, 0, 10, 0),
+            sample(105, 50, 110, 5),
+            sample(110, 50, 110, 5),
+        ]
+        .into();
+        let rates = rates_of(&history);
+        assert_eq!(rates["at"], json!([105, 110]));
+        assert_eq!(rates["series"]["pages"], json!([10.0, 0.0]));
+        assert_eq!(rates["series"]["discovered"], json!([20.0, 0.0]));
+        assert_eq!(rates["series"]["duplicates"], json!([1.0, 0.0]));
+        // One sample: no rate yet.
+        let one: VecDeque<Sample> = [sample(100, 1, 1, 0)].into();
+        assert_eq!(rates_of(&one)["at"], json!([]));
+    }
+}

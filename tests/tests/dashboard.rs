@@ -1,0 +1,185 @@
+//! The frontier's web dashboard in a real browser: headless Chromium loads
+//! it against a frontier that crawled the mock site and holds URLs still
+//! queued, and what the page shows is checked against the frontier's own
+//! figures (its admin API). With an admin token, the page shows nothing
+//! until given it. Skipped, saying so, where Chromium is not installed;
+//! `.ci/run` installs it.
+
+use std::collections::BTreeMap;
+
+use crawl_tests::{
+    FrontierProcess, WorkerProcess, chromium_or_skip, frontier_cli, http_get, rendered_dom,
+};
+use mock_site::{MockSite, SiteConfig};
+
+/// The text of each `<td>` of the table row whose `attribute` is `value`,
+/// by the cell's class (cells without one by position).
+fn row_cells(dom: &str, attribute: &str, value: &str) -> BTreeMap<String, String> {
+    let start = dom
+        .find(&format!("{attribute}=\"{value}\""))
+        .unwrap_or_else(|| panic!("no row {attribute}={value} in the page:\n{dom}"));
+    let row = &dom[start..start + dom[start..].find("</tr>").expect("a closed row")];
+    let cell = regex::Regex::new(r#"<td(?: class="([^"]*)")?>([^<]*)</td>"#).unwrap();
+    cell.captures_iter(row)
+        .enumerate()
+        .map(|(i, found)| {
+            let name = found
+                .get(1)
+                .map_or(i.to_string(), |c| c.as_str().to_owned());
+            (name, found[2].replace(',', ""))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_what_the_frontier_says() {
+    let Some(chromium) = chromium_or_skip("the_dashboard_shows_what_the_frontier_says") else {
+        return;
+    };
+    let site = MockSite::start(SiteConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(
+        &dir.path().join("data"),
+        &[
+            "--http-listen",
+            "127.0.0.1:0",
+            "--partitions",
+            "16",
+            "--default-delay-ms",
+            "0",
+            "--max-depth",
+            "40",
+        ],
+    );
+    let endpoint = frontier.endpoint();
+    let worker = WorkerProcess::start(
+        &endpoint,
+        &dir.path().join("out"),
+        "w1",
+        &["--retry-base-secs", "1", "--max-body-bytes", "1048576"],
+    );
+    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
+    assert!(status.success(), "{text}");
+    let (status, text) = frontier_cli(&endpoint, &["status", "--wait", "--timeout-secs", "120"]);
+    assert!(status.success(), "crawl did not finish: {text}");
+    assert!(worker.terminate().success());
+    // URLs of two more hosts, left queued with no worker to fetch them.
+    let (status, text) = frontier_cli(
+        &endpoint,
+        &[
+            "seed",
+            "http://a.invalid/",
+            "http://a.invalid/2",
+            "http://a.invalid/3",
+            "http://b.invalid/",
+        ],
+    );
+    assert!(status.success(), "{text}");
+
+    let progress = frontier.progress().await;
+    let page = frontier
+        .metrics
+        .as_deref()
+        .expect("the web endpoint")
+        .replace("/metrics", "/");
+    let dom = rendered_dom(&chromium, &page);
+    assert!(dom.contains("data-loaded=\"yes\""), "{dom}");
+
+    let crawl = row_cells(&dom, "data-crawl", "DEFAULT");
+    assert_eq!(crawl["done"], progress.completed.to_string(), "{crawl:?}");
+    assert_eq!(crawl["known"], progress.discovered.to_string(), "{crawl:?}");
+    assert_eq!(
+        crawl["queued"],
+        (progress.due_now + progress.scheduled_later).to_string(),
+        "{crawl:?}"
+    );
+    assert_eq!(crawl["queued"], "4");
+    assert_eq!(crawl["in-flight"], "0");
+
+    // The busiest queues, most waiting first.
+    let a = dom
+        .find("data-queue=\"a.invalid\"")
+        .expect("a.invalid listed");
+    let b = dom
+        .find("data-queue=\"b.invalid\"")
+        .expect("b.invalid listed");
+    assert!(a < b, "a.invalid (3 waiting) comes before b.invalid (1)");
+    assert_eq!(row_cells(&dom, "data-queue", "a.invalid")["waiting"], "3");
+
+    // One heatmap cell per partition, each with the fill the filter
+    // health call reports.
+    let mut admin = frontier.admin().await;
+    let health = admin
+        .get_filter_health(proto::admin::GetFilterHealthRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(dom.matches("data-partition=").count(), 16, "{dom}");
+    for partition in &health.partitions {
+        let cell = format!(
+            "data-partition=\"{}\" data-fill=\"{}\"",
+            partition.partition.unwrap(),
+            partition.fill_ratio
+        );
+        assert!(dom.contains(&cell), "{cell} not in the page:\n{dom}");
+    }
+    // The rate chart has its lines once two samples are in (the crawl
+    // took longer than the five seconds between them).
+    assert!(dom.contains("data-series=\"pages\""), "{dom}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_admin_token_the_dashboard_shows_nothing_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(
+        &dir.path().join("data"),
+        &["--http-listen", "127.0.0.1:0", "--admin-token", "s3cret"],
+    );
+    let metrics = frontier.metrics.clone().expect("the web endpoint");
+    let state = metrics.replace("/metrics", "/api/state");
+    let refused = http_get(&state).await;
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    assert!(!refused.contains("\"crawls\""), "{refused}");
+    // Metrics stay open to scrapers.
+    assert!(http_get(&metrics).await.starts_with("HTTP/1.1 200"));
+    // The token opens the data.
+    let rest = state.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let answer = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer s3cret\r\n\
+             connection: close\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.unwrap();
+        text
+    };
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"crawls\""), "{answer}");
+    // The dashboard is read-only.
+    let post = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.unwrap();
+        text
+    };
+    assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+
+    let Some(chromium) =
+        chromium_or_skip("with_an_admin_token_the_dashboard_shows_nothing_without_it")
+    else {
+        return;
+    };
+    let dom = rendered_dom(&chromium, &metrics.replace("/metrics", "/"));
+    assert!(dom.contains("token needed"), "{dom}");
+    assert!(!dom.contains("data-loaded=\"yes\""), "{dom}");
+    assert!(!dom.contains("data-crawl="), "{dom}");
+}
