@@ -309,7 +309,7 @@ pub async fn serve(
             let cluster = frontier::cluster::join(options, Arc::clone(&frontier))
                 .await
                 .context("cannot join the cluster")?;
-            dashboard.set_cluster(Arc::clone(&cluster));
+            dashboard.set_cluster(&cluster);
             cluster
         }),
         None => None,

@@ -57,7 +57,8 @@ pub struct Dashboard {
     // endpoint has stopped.
     frontier: Weak<Handback<Frontier>>,
     access: Access,
-    cluster: OnceLock<Arc<Cluster>>,
+    // Weak too: the cluster holds the frontier.
+    cluster: OnceLock<Weak<Cluster>>,
     history: Mutex<VecDeque<Sample>>,
     started: std::time::Instant,
 }
@@ -83,8 +84,12 @@ impl Dashboard {
 
     /// The cluster this node joined (after the endpoint started): its
     /// nodes and partition owners join the page.
-    pub fn set_cluster(&self, cluster: Arc<Cluster>) {
-        let _ = self.cluster.set(cluster);
+    pub fn set_cluster(&self, cluster: &Arc<Cluster>) {
+        let _ = self.cluster.set(Arc::downgrade(cluster));
+    }
+
+    fn cluster(&self) -> Option<Arc<Cluster>> {
+        self.cluster.get().and_then(Weak::upgrade)
     }
 
     /// Takes one sample of the totals; the endpoint does so every
@@ -146,18 +151,18 @@ impl Dashboard {
             })
             .collect();
         let busiest = &crawls[0];
-        let cluster = self.cluster.get().map(|cluster| cluster_state(cluster));
+        let cluster = self.cluster();
         json!({
-            "node": self.cluster.get().map_or("", |c| c.node_id()),
+            "node": cluster.as_ref().map_or("", |c| c.node_id()),
             "uptime_secs": self.started.elapsed().as_secs(),
             "crawls": crawl_rows,
             "rates": self.rates(),
-            "filters": filter_state(&frontier, self.cluster.get()),
+            "filters": filter_state(&frontier, cluster.as_ref()),
             "queues": {
                 "crawl": busiest,
                 "top": scheduler.busiest_queues(busiest, TOP_QUEUES, now),
             },
-            "cluster": cluster,
+            "cluster": cluster.as_deref().map(cluster_state),
         })
     }
 
