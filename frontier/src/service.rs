@@ -182,6 +182,10 @@ impl RateWindow {
 #[derive(Debug, Default)]
 struct CrawlActivity {
     skipped: HashMap<SkipReason, u64>,
+    // Reports by the `outcome` their metadata names (a worker's word for
+    // how the fetch ended), for the dashboard's errors by class. Clients
+    // name them, so past a few dozen names the rest count as "other".
+    reported: BTreeMap<String, u64>,
     discovered: RateWindow,
     leased: RateWindow,
     completed: RateWindow,
@@ -197,6 +201,9 @@ impl CrawlActivity {
         }
     }
 }
+
+/// Outcome names counted apart per crawl; more are counted as "other".
+const MAX_OUTCOME_NAMES: usize = 32;
 
 /// A crawl's progress.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -518,9 +525,36 @@ impl Frontier {
         self.with_activity(crawl, |activity| {
             Self::count_skips(activity, &outcomes);
             activity.completed.add(now, completed);
+            for (item, outcome) in items.iter().zip(&outcomes) {
+                let named = item.metadata.get(proto::metadata::OUTCOME);
+                let Some(name) = named.and_then(|values| values.first()) else {
+                    continue;
+                };
+                if *outcome != Outcome::Stored {
+                    continue;
+                }
+                let known = activity.reported.contains_key(name);
+                let key = if known || activity.reported.len() < MAX_OUTCOME_NAMES {
+                    name.as_str()
+                } else {
+                    "other"
+                };
+                *activity.reported.entry(key.to_owned()).or_default() += 1;
+            }
         });
         self.signal_rebuild();
         Ok(outcomes)
+    }
+
+    /// Reports a crawl received since start-up, by the outcome they name
+    /// (`fetched`, `client_error`, `server_error`, ...).
+    #[must_use]
+    pub fn reported_outcomes(&self, crawl: &str) -> BTreeMap<String, u64> {
+        let mut reported = BTreeMap::new();
+        self.with_activity(crawl_or_default(crawl), |activity| {
+            reported.clone_from(&activity.reported);
+        });
+        reported
     }
 
     /// Seeds a crawl: its hosts join the crawl's scope and the URLs are

@@ -126,6 +126,9 @@ async fn the_dashboard_shows_what_the_frontier_says() {
     // The rate chart has its lines once two samples are in (the crawl
     // took longer than the five seconds between them).
     assert!(dom.contains("data-series=\"pages\""), "{dom}");
+    // Errors by class, from the workers' reports: the site's 404 is a
+    // client error (its flaky page's 500 was retried: a server error).
+    assert!(dom.contains("data-class=\"client_error\""), "{dom}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

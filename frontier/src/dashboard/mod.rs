@@ -40,8 +40,12 @@ const SAMPLES: usize = 180;
 /// Queues listed, busiest first.
 const TOP_QUEUES: usize = 25;
 
+/// Outcomes reports name that are not errors: a page fetched, or a
+/// redirect followed.
+const SUCCESSES: [&str; 2] = ["fetched", "redirect"];
+
 /// Totals over every crawl at one moment.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Sample {
     at_secs: u64,
     completed: u64,
@@ -49,6 +53,18 @@ struct Sample {
     leased: u64,
     duplicates: u64,
     other_skips: u64,
+    // Reports by the outcome they name.
+    outcomes: BTreeMap<String, u64>,
+}
+
+impl Sample {
+    fn errors(&self) -> u64 {
+        self.outcomes
+            .iter()
+            .filter(|(name, _)| !SUCCESSES.contains(&name.as_str()))
+            .map(|(_, count)| count)
+            .sum()
+    }
 }
 
 /// What the endpoint serves from; shared by its connections.
@@ -108,6 +124,9 @@ impl Dashboard {
             sample.completed += counts.completed;
             sample.known += counts.urls;
             sample.leased += counts.leased;
+            for (name, count) in frontier.reported_outcomes(&crawl) {
+                *sample.outcomes.entry(name).or_default() += count;
+            }
             for (reason, count) in frontier.skipped(&crawl) {
                 if reason == "duplicate" {
                     sample.duplicates += count;
@@ -187,11 +206,32 @@ fn rates_of(history: &VecDeque<Sample>) -> Value {
                 "other_skips",
                 per_sec(before.other_skips, after.other_skips),
             ),
+            ("errors", per_sec(before.errors(), after.errors())),
         ] {
             series.entry(name).or_default().push(value);
         }
     }
-    json!({ "every_secs": SAMPLE_EVERY.as_secs(), "at": at, "series": series })
+    // Errors by class: totals, and per second between the last two
+    // samples.
+    let mut by_class = BTreeMap::new();
+    if let Some(last) = history.back() {
+        let before = history.iter().rev().nth(1);
+        let secs = before.map_or(1, |b| last.at_secs.saturating_sub(b.at_secs).max(1)) as f64;
+        for (name, total) in &last.outcomes {
+            if SUCCESSES.contains(&name.as_str()) {
+                continue;
+            }
+            let earlier = before.and_then(|b| b.outcomes.get(name)).copied();
+            let per_sec = earlier.map(|e| total.saturating_sub(e) as f64 / secs);
+            by_class.insert(name.clone(), json!({ "total": total, "per_sec": per_sec }));
+        }
+    }
+    json!({
+        "every_secs": SAMPLE_EVERY.as_secs(),
+        "at": at,
+        "series": series,
+        "errors_by_class": by_class,
+    })
 }
 
 /// Each partition's filter health, and its owner in a cluster.
@@ -365,17 +405,22 @@ mod tests {
 
     #[test]
     fn rates_are_per_second_between_samples() {
-        let sample = |at_secs, completed, known, duplicates| Sample {
+        let sample = |at_secs, completed, known, duplicates, errors: u64| Sample {
             at_secs,
             completed,
             known,
             duplicates,
+            outcomes: [
+                ("fetched".to_owned(), completed),
+                ("server_error".to_owned(), errors),
+            ]
+            .into(),
             ..Sample::default()
         };
         let history: VecDeque<Sample> = [
-            sample(100, 0, 10, 0),
-            sample(105, 50, 110, 5),
-            sample(110, 50, 110, 5),
+            sample(100, 0, 10, 0, 0),
+            sample(105, 50, 110, 5, 10),
+            sample(110, 50, 110, 5, 15),
         ]
         .into();
         let rates = rates_of(&history);
@@ -383,8 +428,14 @@ mod tests {
         assert_eq!(rates["series"]["pages"], json!([10.0, 0.0]));
         assert_eq!(rates["series"]["discovered"], json!([20.0, 0.0]));
         assert_eq!(rates["series"]["duplicates"], json!([1.0, 0.0]));
+        // Fetched pages are not errors; server errors are, by class.
+        assert_eq!(rates["series"]["errors"], json!([2.0, 1.0]));
+        assert_eq!(
+            rates["errors_by_class"],
+            json!({ "server_error": { "total": 15, "per_sec": 1.0 } })
+        );
         // One sample: no rate yet.
-        let one: VecDeque<Sample> = [sample(100, 1, 1, 0)].into();
+        let one: VecDeque<Sample> = [sample(100, 1, 1, 0, 0)].into();
         assert_eq!(rates_of(&one)["at"], json!([]));
     }
 }
