@@ -412,6 +412,60 @@ async fn wait_for_failpoint(node: &FrontierProcess, name: &str) -> usize {
     wait_for_failpoint_after(node, name, 0).await
 }
 
+/// A receiver drained mid-copy: its move is rolled back, and it drops the
+/// pages it had copied of a partition it does not own (left, they would
+/// count in its figures and the crawl would never look finished). A
+/// receiver killed mid-copy and back after its move was rolled back is
+/// left with the same partial copy, dropped the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_whose_move_is_rolled_back_drops_its_partial_copy() {
+    let Some(binary) = etcd_or_skip("a_receiver_whose_move_is_rolled_back_drops_its_partial_copy")
+    else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let n1 = start_node(&etcd, dir.path(), "n1");
+    wait_until_settled(&[&n1], &["n1"], &[8], &[0]).await;
+    put_all(&n1, (0..600).map(|i| item(&url(i), None)).collect()).await;
+
+    let n2 = start_node_failing_at(&etcd, dir.path(), "n2", Some("move-copy-page"));
+    wait_for_failpoint(&n2, "move-copy-page").await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while local_count(&n2).await == 0 {
+        assert!(Instant::now() < deadline, "n2 never held a copied page");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, text) = frontier_cli(&n1.endpoint(), &["cluster", "drain", "n2"]);
+    assert!(status.success(), "{text}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (a, b) = (local_count(&n1).await, local_count(&n2).await);
+        if a == 600 && b == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "n2 kept {b} URLs of partitions n1 owns (n1 holds {a}):\n{}",
+            n2.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        n1.log_text()
+            .contains("move rolled back: its receiver is gone"),
+        "{}",
+        n1.log_text()
+    );
+    assert!(
+        n2.log_text()
+            .contains("dropped a stray copy of a partition another node owns"),
+        "{}",
+        n2.log_text()
+    );
+    assert_eq!(cluster_of(&n1).await.owners, vec!["n1"; 8]);
+}
+
 /// Checks that a node's view holds a move at `phase` (and, when given,
 /// with its old copy deleted or not).
 async fn assert_a_move(node: &FrontierProcess, phase: &str, old_copy_deleted: Option<bool>) {

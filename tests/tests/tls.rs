@@ -80,6 +80,20 @@ fn arg(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+impl Pki {
+    /// A client's flags under mutual TLS: the CA and its certificate.
+    fn client_flags(&self) -> [&str; 6] {
+        [
+            "--tls-ca",
+            arg(&self.ca),
+            "--tls-cert",
+            arg(&self.client_cert),
+            "--tls-key",
+            arg(&self.client_key),
+        ]
+    }
+}
+
 /// Seeds the site, waits for the crawl to end, and checks every page was
 /// fetched as often as the ground truth says (bodies cut at 1 MiB, as
 /// the workers are told); `tls` are the CLI's flags.
@@ -194,14 +208,7 @@ async fn mutual_tls_refuses_a_client_without_a_certificate() {
     );
     refused(status, &text, "transport error");
 
-    let client_tls = [
-        "--tls-ca",
-        arg(&pki.ca),
-        "--tls-cert",
-        arg(&pki.client_cert),
-        "--tls-key",
-        arg(&pki.client_key),
-    ];
+    let client_tls = pki.client_flags();
     let mut worker_args = client_tls.to_vec();
     worker_args.extend(["--retry-base-secs", "1", "--max-body-bytes", "1048576"]);
     let worker = WorkerProcess::start(&endpoint, &dir.path().join("out"), "w1", &worker_args);
@@ -323,14 +330,7 @@ async fn a_cluster_links_its_nodes_over_mutual_tls() {
         admins.push(admin);
     }
     let endpoint = format!("https://{}", nodes[0].addr);
-    let cli_tls = [
-        "--tls-ca",
-        arg(&pki.ca),
-        "--tls-cert",
-        arg(&pki.client_cert),
-        "--tls-key",
-        arg(&pki.client_key),
-    ];
+    let cli_tls = pki.client_flags();
     let mut worker_args = cli_tls.to_vec();
     worker_args.extend(crawl_tests::CLUSTER_WORKER_ARGS);
     let worker = WorkerProcess::start(&endpoint, &dir.path().join("out"), "w1", &worker_args);

@@ -215,6 +215,60 @@ pub(super) async fn settle(cluster: &Cluster, view: &View) {
             .set_served_partitions(Some(served.clone()));
         state.served = Some(served);
     }
+    let receiving = state.running.clone();
+    drop(state);
+    drop_strays(cluster, view, &receiving).await;
+}
+
+/// Drops what this node holds of partitions the map gives another node,
+/// with no move of them to or from here in flight: what a receiver killed
+/// mid-copy keeps of a move rolled back while it was away. Left, those
+/// URLs would count in its figures (the crawl would never look finished)
+/// though nothing serves them. The map's owner holds every URL of its
+/// partition (a map changes only at a move's flip, after the copy), so
+/// nothing is lost. Done before the view is used, so a later move of the
+/// partition here starts after the drop.
+async fn drop_strays(cluster: &Cluster, view: &View, receiving: &BTreeSet<u32>) {
+    let Some(map) = &view.map else {
+        return;
+    };
+    let me = cluster.options.node_id.as_str();
+    let strays: Vec<(u32, String)> = map
+        .owners
+        .iter()
+        .enumerate()
+        .filter_map(|(partition, owner)| {
+            let partition = u32::try_from(partition).ok()?;
+            let moving_here_or_away = view
+                .moves
+                .get(&partition)
+                .is_some_and(|(record, _)| record.from == me || record.to == me);
+            let held = cluster
+                .frontier
+                .ingest()
+                .stored_in_partition(partition as usize)
+                .is_some_and(|stored| stored > 0);
+            (owner != me && !moving_here_or_away && !receiving.contains(&partition) && held)
+                .then(|| (partition, owner.clone()))
+        })
+        .collect();
+    for (partition, owner) in strays {
+        let frontier = Arc::clone(&cluster.frontier);
+        let dropped =
+            tokio::task::spawn_blocking(move || frontier.ingest().drop_partition(partition)).await;
+        match dropped {
+            Ok(Ok(dropped)) => tracing::info!(
+                partition,
+                owner,
+                dropped,
+                "dropped a stray copy of a partition another node owns"
+            ),
+            Ok(Err(error)) => {
+                tracing::warn!(partition, %error, "a stray copy not dropped yet");
+            }
+            Err(error) => tracing::warn!(partition, %error, "a stray copy not dropped yet"),
+        }
+    }
 }
 
 /// What a node keeps of its moves in memory.
@@ -434,7 +488,14 @@ async fn receive(cluster: Arc<Cluster>, partition: u32) {
             }
         }
     }
-    cluster.moves.lock().await.running.remove(&partition);
+    let receiving = {
+        let mut state = cluster.moves.lock().await;
+        state.running.remove(&partition);
+        state.running.clone()
+    };
+    // A move rolled back mid-copy leaves what was copied: dropped now,
+    // not at the next change of the cluster's view, which may be long.
+    drop_strays(&cluster, &cluster.view(), &receiving).await;
 }
 
 /// One step of a move as etcd holds it now; `Ok(true)` once there is
