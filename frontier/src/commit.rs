@@ -51,12 +51,6 @@ pub struct SubmitTurn {
 }
 
 impl SubmitTurn {
-    /// The first turn of a stream and the receiver the next turn waits on.
-    #[must_use]
-    pub fn first() -> (Self, Receiver<()>) {
-        Self::after(None)
-    }
-
     /// The turn after the one `previous` belongs to (or the first, with
     /// `None`), and the receiver the turn after this one waits on.
     #[must_use]
@@ -393,7 +387,7 @@ mod tests {
             }
         });
         let committer = Committer::start_with_hook(Arc::clone(&store), Some(hook));
-        let (first, after_first) = SubmitTurn::first();
+        let (first, after_first) = SubmitTurn::after(None);
         let (second, after_second) = SubmitTurn::after(Some(after_first));
         let (gone, after_gone) = SubmitTurn::after(Some(after_second));
         let (last, _) = SubmitTurn::after(Some(after_gone));

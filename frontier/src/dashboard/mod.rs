@@ -50,7 +50,6 @@ struct Sample {
     at_secs: u64,
     completed: u64,
     known: u64,
-    leased: u64,
     duplicates: u64,
     other_skips: u64,
     // Reports by the outcome they name.
@@ -123,7 +122,6 @@ impl Dashboard {
             let counts = frontier.scheduler().counts(&crawl, None, now);
             sample.completed += counts.completed;
             sample.known += counts.urls;
-            sample.leased += counts.leased;
             for (name, count) in frontier.reported_outcomes(&crawl) {
                 *sample.outcomes.entry(name).or_default() += count;
             }

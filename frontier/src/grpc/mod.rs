@@ -406,9 +406,9 @@ fn put_chunk(
         } else {
             None
         };
-        let write = |write: &dyn Fn() -> Result<Vec<Outcome>, FrontierError>| match last_turn {
-            Some(turn) => release_on_submit(turn, write),
-            None => write(),
+        let write = |call: &dyn Fn() -> Result<Vec<Outcome>, FrontierError>| match last_turn {
+            Some(turn) => release_on_submit(turn, call),
+            None => call(),
         };
         let outcomes = match &run[0].1 {
             PutItem::Discovered(crawl, _) => {
