@@ -14,7 +14,9 @@ set -euo pipefail
 
 profile=${1:-release}
 root_dir=$(cd "$(dirname "$0")/.." && pwd)
-staging=${2:-"$root_dir/target/image-rootfs"}
+# Where cargo puts its builds: CARGO_TARGET_DIR when set, as cargo does.
+target_dir=${CARGO_TARGET_DIR:-"$root_dir/target"}
+staging=${2:-"$target_dir/image-rootfs"}
 
 case "$profile" in
   release) cargo_flags=(--release); target_sub=release ;;
@@ -30,10 +32,10 @@ mkdir -p "$staging/rootfs/usr/local/bin" "$staging/rootfs/etc" "$staging/rootfs/
   "$staging/rootfs/warc" "$staging/rootfs/tmp"
 cp "$root_dir/deploy/Dockerfile" "$staging/Dockerfile"
 for binary in "${binaries[@]}"; do
-  cp "$root_dir/target/$target_sub/$binary" "$staging/rootfs/usr/local/bin/$binary"
+  cp "$target_dir/$target_sub/$binary" "$staging/rootfs/usr/local/bin/$binary"
   # Every library the binary loads, at the path it is loaded from, and the
   # file a symlink points to.
-  for lib in $(ldd "$root_dir/target/$target_sub/$binary" | grep -oE '/[^ ]+'); do
+  for lib in $(ldd "$target_dir/$target_sub/$binary" | grep -oE '/[^ ]+'); do
     mkdir -p "$staging/rootfs$(dirname "$lib")"
     cp -L "$lib" "$staging/rootfs$lib"
   done

@@ -39,10 +39,12 @@ trap cleanup EXIT
 
 # Debug binaries: the test suite builds them anyway, so this costs no
 # extra compile. Users build release images (deploy/stage-rootfs.sh release).
-staging=$(deploy/stage-rootfs.sh debug "$root_dir/target/image-test")
+# Where cargo puts its builds: CARGO_TARGET_DIR when set, as cargo does.
+target_dir=${CARGO_TARGET_DIR:-"$root_dir/target"}
+staging=$(deploy/stage-rootfs.sh debug "$target_dir/image-test")
 docker build -q -f "$staging/Dockerfile" -t "$image" "$staging" >/dev/null
-frontier_cli="$root_dir/target/debug/frontier"
-mock_site="$root_dir/target/debug/mock-site"
+frontier_cli="$target_dir/debug/frontier"
+mock_site="$target_dir/debug/mock-site"
 
 export FRONTIER_DEFAULT_DELAY_MS=0 FRONTIER_MAX_DEPTH=$max_depth WORKER_ALLOW_PRIVATE=true \
   WORKER_LEASE_SECS=5 WORKER_RETRY_BASE_SECS=1 WORKER_MAX_BODY_BYTES=1048576 \
