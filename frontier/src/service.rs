@@ -657,12 +657,10 @@ impl Frontier {
             counts,
             due_now: due.saturating_sub(counts.leased),
             scheduled_later: later,
+            skipped: self.skipped(crawl),
             ..Progress::default()
         };
         self.with_activity(crawl, |activity| {
-            for (reason, count) in &activity.skipped {
-                progress.skipped.insert(reason.as_str(), *count);
-            }
             progress.rates = activity.rates(now.unix_secs());
         });
         Ok(progress)

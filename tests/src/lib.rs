@@ -426,16 +426,23 @@ pub fn read_warc_records(dir: &Path) -> Vec<(String, String, Vec<u8>)> {
 
 /// GETs a URL over a plain TCP connection (HTTP/1.1, one request).
 pub async fn http_get(url: &str) -> String {
+    http_request("GET", url, &[]).await
+}
+
+/// Sends one HTTP/1.1 request with these extra header lines (`name:
+/// value`) over a plain TCP connection; answers the whole response.
+pub async fn http_request(method: &str, url: &str, headers: &[&str]) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_at(rest.find('/').unwrap());
     let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: {host}\r\n");
+    for header in headers {
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    request.push_str("content-length: 0\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
     let mut text = String::new();
     stream.read_to_string(&mut text).await.unwrap();
     text
@@ -489,12 +496,41 @@ impl tonic::codec::Decoder for RawCodec {
     }
 }
 
+/// Polls a node's own view through `admin` (so over whatever link it
+/// was made with) until the partition map exists and `members` nodes are
+/// alive.
+pub async fn wait_for_cluster(admin: &mut AdminClient<Channel>, members: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let status = admin
+            .get_cluster(proto::admin::GetClusterRequest {})
+            .await
+            .map(tonic::Response::into_inner);
+        if let Ok(status) = &status
+            && status.epoch > 0
+            && status.nodes.iter().filter(|n| n.alive).count() == members
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cluster did not form: {status:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// The `etcd` binary on PATH (Debian's `etcd-server` package), if any.
 #[must_use]
 pub fn etcd_binary() -> Option<PathBuf> {
+    on_path(&["etcd"])
+}
+
+/// The first of these programs found on PATH.
+fn on_path(names: &[&str]) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
-        .map(|dir| dir.join("etcd"))
+        .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
         .find(|candidate| candidate.is_file())
 }
 
@@ -516,10 +552,7 @@ pub fn etcd_or_skip(test: &str) -> Option<PathBuf> {
 /// test is skipped and why (`.ci/run` installs it).
 #[must_use]
 pub fn chromium_or_skip(test: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    let found = std::env::split_paths(&path)
-        .flat_map(|dir| [dir.join("chromium"), dir.join("chromium-browser")])
-        .find(|candidate| candidate.is_file());
+    let found = on_path(&["chromium", "chromium-browser"]);
     if found.is_none() {
         eprintln!(
             "SKIPPED {test}: no chromium on PATH (Debian: apt-get install chromium; \

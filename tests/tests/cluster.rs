@@ -5,7 +5,6 @@
 //! etcd binary is installed; `.ci/run` installs one.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use crawl_tests::{EtcdProcess, FrontierProcess, WorkerProcess, etcd_or_skip, frontier_cli};
 use mock_site::{MockSite, NEVER_FETCHED, SiteConfig, expected_fetches};
@@ -52,25 +51,7 @@ async fn three_nodes(etcd: &EtcdProcess, dir: &Path) -> Vec<FrontierProcess> {
 /// Polls a node's own view (nothing to be told of) until the map exists
 /// and `members` nodes are alive.
 async fn wait_for_cluster(node: &FrontierProcess, members: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut admin = node.admin().await;
-    loop {
-        let status = admin
-            .get_cluster(proto::admin::GetClusterRequest {})
-            .await
-            .map(tonic::Response::into_inner);
-        if let Ok(status) = &status
-            && status.epoch > 0
-            && status.nodes.iter().filter(|n| n.alive).count() == members
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the cluster did not form: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crawl_tests::wait_for_cluster(&mut node.admin().await, members).await;
 }
 
 /// Mock sites on distinct loopback addresses: distinct hosts, so distinct

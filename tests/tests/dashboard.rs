@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 
 use crawl_tests::{
-    FrontierProcess, WorkerProcess, chromium_or_skip, frontier_cli, http_get, rendered_dom,
+    FrontierProcess, WorkerProcess, chromium_or_skip, frontier_cli, http_get, http_request,
+    rendered_dom,
 };
 use mock_site::{MockSite, SiteConfig};
 
@@ -175,34 +176,11 @@ async fn with_an_admin_token_the_dashboard_shows_nothing_without_it() {
     // Metrics stay open to scrapers.
     assert!(http_get(&metrics).await.starts_with("HTTP/1.1 200"));
     // The token opens the data.
-    let rest = state.strip_prefix("http://").unwrap();
-    let (host, path) = rest.split_at(rest.find('/').unwrap());
-    let answer = {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-        let request = format!(
-            "GET {path} HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer s3cret\r\n\
-             connection: close\r\n\r\n"
-        );
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut text = String::new();
-        stream.read_to_string(&mut text).await.unwrap();
-        text
-    };
+    let answer = http_request("GET", &state, &["authorization: Bearer s3cret"]).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"crawls\""), "{answer}");
     // The dashboard is read-only.
-    let post = {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-        let request = format!(
-            "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-        );
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut text = String::new();
-        stream.read_to_string(&mut text).await.unwrap();
-        text
-    };
+    let post = http_request("POST", &state, &[]).await;
     assert!(post.starts_with("HTTP/1.1 405"), "{post}");
 
     let Some(chromium) =

@@ -5,8 +5,6 @@
 
 use std::path::{Path, PathBuf};
 
-use std::time::{Duration, Instant};
-
 use crawl_tests::{EtcdProcess, FrontierProcess, WorkerProcess, etcd_or_skip, frontier_cli};
 use mock_site::{MockSite, SiteConfig, expected_fetches};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
@@ -83,9 +81,14 @@ fn arg(p: &Path) -> &str {
 impl Pki {
     /// A client's flags under mutual TLS: the CA and its certificate.
     fn client_flags(&self) -> [&str; 6] {
+        self.client_flags_trusting(&self.ca)
+    }
+
+    /// This PKI's client certificate, trusting the CA at `ca`.
+    fn client_flags_trusting<'a>(&'a self, ca: &'a Path) -> [&'a str; 6] {
         [
             "--tls-ca",
-            arg(&self.ca),
+            arg(ca),
             "--tls-cert",
             arg(&self.client_cert),
             "--tls-key",
@@ -196,15 +199,7 @@ async fn mutual_tls_refuses_a_client_without_a_certificate() {
     let strangers = make_pki(&stranger);
     let (status, text) = frontier_cli(
         &endpoint,
-        &[
-            "status",
-            "--tls-ca",
-            arg(&pki.ca),
-            "--tls-cert",
-            arg(&strangers.client_cert),
-            "--tls-key",
-            arg(&strangers.client_key),
-        ],
+        &[&["status"][..], &strangers.client_flags_trusting(&pki.ca)].concat(),
     );
     refused(status, &text, "transport error");
 
@@ -312,21 +307,7 @@ async fn a_cluster_links_its_nodes_over_mutual_tls() {
             .await
             .unwrap();
         let mut admin = proto::admin::admin_client::AdminClient::new(channel);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let status = admin
-                .get_cluster(proto::admin::GetClusterRequest {})
-                .await
-                .map(tonic::Response::into_inner);
-            if let Ok(status) = &status
-                && status.epoch > 0
-                && status.nodes.iter().filter(|n| n.alive).count() == 2
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "no cluster: {status:?}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        crawl_tests::wait_for_cluster(&mut admin, 2).await;
         admins.push(admin);
     }
     let endpoint = format!("https://{}", nodes[0].addr);

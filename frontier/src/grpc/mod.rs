@@ -386,6 +386,9 @@ fn put_chunk(
     mut turn: Option<SubmitTurn>,
 ) -> Vec<uf::AckMessage> {
     if let Some(turn) = &mut turn {
+        // Waits holding a write slot, for a chunk that asked for its slot
+        // earlier: the slots are handed out in order, so that chunk holds
+        // one already, and the wait cannot close a cycle.
         turn.wait();
     }
     let mut statuses = vec![uf::ack_message::Status::Skipped; items.len()];
