@@ -126,31 +126,24 @@ async fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let (frontier, returned) = Handback::share(open_frontier(&args, &out).await?);
 
-    // The workers reach the embedded frontier over gRPC on a local port,
-    // exactly as distributed workers would.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let endpoint = format!("http://{}", listener.local_addr()?);
-    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(frontier::server::run(
-        listener,
+    // The workers call the embedded frontier through the same gRPC clients
+    // and handlers distributed workers use, in process: no HTTP/2
+    // connection or loopback socket between them.
+    let server = frontier::server::InProcess::start(
         Arc::clone(&frontier),
         frontier::grpc::ServerOptions::open(),
-        async {
-            let _ = server_stopped.await;
-        },
-    ));
+    );
     let (stop_workers, workers_stop) = tokio::sync::watch::channel(false);
     let stats = Arc::new(WorkerStats::default());
     let warc_dir = out.join("warc");
-    let mut workers = start_workers(&args, &endpoint, &warc_dir, &stats, workers_stop);
+    let mut workers = start_workers(&args, &server, &warc_dir, &stats, workers_stop);
 
     let ending = watch_progress(&frontier, &stats, started, args.time_limit_secs).await;
     let _ = stop_workers.send(true);
     while let Some(result) = workers.join_next().await {
         result??;
     }
-    let _ = stop_server.send(());
-    server.await??;
+    server.stop().await;
     let summary = summarize(&frontier, &stats, started, ending, &out)?;
     eprintln!("{summary}");
     shut_down(frontier, returned).await?;
@@ -209,14 +202,15 @@ async fn open_frontier(args: &Args, out: &Path) -> anyhow::Result<Frontier> {
 /// The in-process workers, each with its own lease loop, until `stop`.
 fn start_workers(
     args: &Args,
-    endpoint: &str,
+    server: &frontier::server::InProcess,
     warc_dir: &Path,
     stats: &Arc<WorkerStats>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> JoinSet<Result<(), worker::crawler::WorkerError>> {
     let mut workers = JoinSet::new();
     for i in 1..=args.workers {
-        let mut config = WorkerConfig::new(endpoint);
+        let mut config = WorkerConfig::new(frontier::server::IN_PROCESS_NODE);
+        config.in_process = Some(server.transport());
         config.crawl = Some(DEFAULT_CRAWL.to_owned());
         config.concurrency = args.concurrency;
         config.seen_cache = args.seen_cache;

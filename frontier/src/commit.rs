@@ -204,19 +204,40 @@ impl Drop for Committer {
     }
 }
 
-/// The first stage: takes the queued batches as one group, logs it and
-/// applies it to the urls file, and hands it on.
+/// How long a small group waits for more writes before it is committed.
+/// A group's fixed cost (a log sync, two redb commits) dwarfs a handful of
+/// writes; a crawl sends a page's outlinks and its report as two small
+/// writes, one after the other, and without the wait nearly every write
+/// was a group of its own. The wait is about what one such group takes to
+/// commit, and only under light load: a group of [`GATHER_BELOW`] writes
+/// or more goes at once.
+const GATHER: std::time::Duration = std::time::Duration::from_micros(300);
+
+/// Groups of at least this many writes do not wait for more.
+const GATHER_BELOW: usize = 64;
+
+/// The first stage: takes the queued batches as one group (a small one
+/// waits up to [`GATHER`] for more), logs it and applies it to the urls
+/// file, and hands it on.
 fn stage(store: &Store, receiver: &Receiver<Request>, to_finish: &Sender<Staged>) {
     while let Ok(first) = receiver.recv() {
         let mut group = vec![first];
         let mut urls = group[0].ops.len();
+        let gather_until = std::time::Instant::now() + GATHER;
         while urls < MAX_URLS_PER_COMMIT {
-            match receiver.try_recv() {
+            let next = match receiver.try_recv() {
+                Ok(request) => Ok(request),
+                Err(_) if urls < GATHER_BELOW => receiver
+                    .recv_timeout(gather_until.saturating_duration_since(std::time::Instant::now()))
+                    .map_err(|_| ()),
+                Err(_) => Err(()),
+            };
+            match next {
                 Ok(request) => {
                     urls += request.ops.len();
                     group.push(request);
                 }
-                Err(_) => break,
+                Err(()) => break,
             }
         }
         let counts: Vec<usize> = group.iter().map(|r| r.ops.len()).collect();

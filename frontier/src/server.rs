@@ -188,32 +188,16 @@ pub async fn run(
     if let Some(tls) = options.tls.clone() {
         builder = builder.tls_config(tls)?;
     }
+    let (stopping, stopping_seen) = tokio::sync::watch::channel(false);
     let router = builder
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .layer(crate::auth::AuthLayer(options.access.clone()))
+        .add_routes(frontier_routes(frontier, &options, stopping_seen))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha);
-    let (stopping, stopping_seen) = tokio::sync::watch::channel(false);
-    let local = UrlFrontierService::new(Arc::clone(&frontier), options.clone())
-        .ending_streams_on(stopping_seen);
-    let local_admin = AdminService::new(frontier, options.node.clone());
-    let router = match &options.cluster {
-        Some(cluster) => router
-            .add_service(
-                proto::urlfrontier::url_frontier_server::UrlFrontierServer::new(
-                    crate::cluster::ClusterRouter::new(local, Arc::clone(cluster)),
-                ),
-            )
-            .add_service(proto::admin::admin_server::AdminServer::new(
-                crate::cluster::ClusterAdmin::new(local_admin, Arc::clone(cluster)),
-            )),
-        None => router
-            .add_service(proto::urlfrontier::url_frontier_server::UrlFrontierServer::new(local))
-            .add_service(proto::admin::admin_server::AdminServer::new(local_admin)),
-    };
     let (grace_starts, stopped) = tokio::sync::oneshot::channel();
     let signal = async move {
         shutdown.await;
@@ -247,6 +231,81 @@ pub async fn run(
     served?;
     Ok(())
 }
+
+/// The URL Frontier and admin services of `frontier` (routed through the
+/// cluster when it has one); write streams end when `stopping` turns true.
+fn frontier_routes(
+    frontier: SharedFrontier,
+    options: &ServerOptions,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> tonic::service::Routes {
+    use proto::admin::admin_server::AdminServer;
+    use proto::urlfrontier::url_frontier_server::UrlFrontierServer;
+    let local =
+        UrlFrontierService::new(Arc::clone(&frontier), options.clone()).ending_streams_on(stopping);
+    let local_admin = AdminService::new(frontier, options.node.clone());
+    match &options.cluster {
+        Some(cluster) => tonic::service::Routes::new(UrlFrontierServer::new(
+            crate::cluster::ClusterRouter::new(local, Arc::clone(cluster)),
+        ))
+        .add_service(AdminServer::new(crate::cluster::ClusterAdmin::new(
+            local_admin,
+            Arc::clone(cluster),
+        ))),
+        None => tonic::service::Routes::new(UrlFrontierServer::new(local))
+            .add_service(AdminServer::new(local_admin)),
+    }
+}
+
+/// The frontier's services called in this process, without a network
+/// connection between client and server: for workers that run beside the
+/// frontier (the `crawl` command). The same handlers, access rules and
+/// protobuf messages as over the network; no health or reflection service,
+/// which only network clients use.
+pub struct InProcess {
+    routes: crate::auth::Authorize<tonic::service::Routes>,
+    stopping: tokio::sync::watch::Sender<bool>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl InProcess {
+    /// Starts serving `frontier` in process (the watch that keeps writes
+    /// going after a full disk included, as [`run`] has).
+    pub fn start(frontier: SharedFrontier, mut options: ServerOptions) -> Self {
+        if options.node.is_empty() {
+            options.node = IN_PROCESS_NODE.to_owned();
+        }
+        let (stopping, stopping_seen) = tokio::sync::watch::channel(false);
+        let (health, _) = tonic_health::server::health_reporter();
+        let watcher = tokio::spawn(watch_writes(health, Arc::clone(&frontier)));
+        let routes = tower_layer::Layer::layer(
+            &crate::auth::AuthLayer(options.access.clone()),
+            frontier_routes(frontier, &options, stopping_seen).prepare(),
+        );
+        Self {
+            routes,
+            stopping,
+            watcher,
+        }
+    }
+
+    /// What clients call through.
+    #[must_use]
+    pub fn transport(&self) -> proto::transport::Transport {
+        proto::transport::Transport::in_process(self.routes.clone())
+    }
+
+    /// Ends the write streams still open and the watch; clients holding a
+    /// transport keep the frontier until they drop it.
+    pub async fn stop(self) {
+        let _ = self.stopping.send(true);
+        self.watcher.abort();
+        let _ = self.watcher.await;
+    }
+}
+
+/// How a frontier served in process names itself in ListNodes.
+pub const IN_PROCESS_NODE: &str = "in-process";
 
 /// How long a shutdown waits for the calls in flight to end.
 const CALLS_GRACE: std::time::Duration = std::time::Duration::from_secs(5);

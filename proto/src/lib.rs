@@ -19,12 +19,15 @@
 //!   reflection.
 //! - [`tls`]: TLS on the client side of every gRPC link, and node
 //!   addresses (as ListNodes lists them) as endpoints to dial.
+//! - [`transport`]: what clients call through: a network channel, or a
+//!   server's services in the same process.
 
 pub mod bearer;
 pub mod codec;
 pub mod metadata;
 pub mod metrics_endpoint;
 pub mod tls;
+pub mod transport;
 
 /// The URL Frontier API v2.6.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

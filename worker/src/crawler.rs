@@ -45,6 +45,9 @@ use proto::urlfrontier::ack_message::Status as Ack;
 pub struct WorkerConfig {
     /// The frontier's gRPC address.
     pub frontier: String,
+    /// Calls go through this instead, to a frontier in this process
+    /// (`frontier` then only names it).
+    pub in_process: Option<proto::transport::Transport>,
     /// Sent as `authorization: Bearer TOKEN` on every call, for a frontier
     /// that requires its token on every call.
     pub token: Option<String>,
@@ -114,6 +117,7 @@ impl WorkerConfig {
     pub fn new(frontier: &str) -> Self {
         Self {
             frontier: frontier.to_owned(),
+            in_process: None,
             token: None,
             tls: proto::tls::ClientTls::default(),
             crawl: None,
@@ -261,7 +265,14 @@ impl Context {
             None => None,
         };
         Ok(Self {
-            link: FrontierLink::new(&config.frontier, config.token.as_deref(), &config.tls)?,
+            link: match &config.in_process {
+                Some(transport) => FrontierLink::in_process(
+                    &config.frontier,
+                    transport.clone(),
+                    config.token.as_deref(),
+                )?,
+                None => FrontierLink::new(&config.frontier, config.token.as_deref(), &config.tls)?,
+            },
             fetcher: Fetcher::new(config.fetch.clone())?,
             robots: RobotsCache::new(
                 product_token(&config.fetch.user_agent),

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use proto::admin::{self as adm, admin_client::AdminClient};
 use proto::bearer::Bearer;
+use proto::transport::Transport;
 use proto::urlfrontier::{
     self as uf, DiscoveredBatch, GetParams, UrlInfo, UrlItem, ack_message::Status as Ack,
     url_frontier_client::UrlFrontierClient,
 };
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 
 use crate::acked::{AckedStream, Outlinks, Refused, Reports};
 
@@ -26,10 +26,10 @@ pub struct LinkError {
 }
 
 /// The client the link calls through.
-pub type Client = UrlFrontierClient<InterceptedService<Channel, Bearer>>;
+pub type Client = UrlFrontierClient<InterceptedService<Transport, Bearer>>;
 
 /// The client of our frontier's admin extensions.
-type Admin = AdminClient<InterceptedService<Channel, Bearer>>;
+type Admin = AdminClient<InterceptedService<Transport, Bearer>>;
 
 // Whether the frontier serves our admin extensions (millisecond delays,
 // the robots.txt shelf): not known until the first call tells.
@@ -96,7 +96,43 @@ impl FrontierLink {
     ) -> Result<Self, LinkError> {
         let secure = proto::tls::is_https(address);
         let (entry, entry_admin) = clients_of(address, token, tls, secure)?;
-        Ok(Self {
+        Ok(Self::with_entry(
+            address,
+            entry,
+            entry_admin,
+            token,
+            tls,
+            secure,
+        ))
+    }
+
+    /// A link to a frontier served in this process through `transport`;
+    /// `address` only names it.
+    pub fn in_process(
+        address: &str,
+        transport: Transport,
+        token: Option<&str>,
+    ) -> Result<Self, LinkError> {
+        let (entry, entry_admin) = clients_over(address, transport, token)?;
+        Ok(Self::with_entry(
+            address,
+            entry,
+            entry_admin,
+            token,
+            &proto::tls::ClientTls::default(),
+            false,
+        ))
+    }
+
+    fn with_entry(
+        address: &str,
+        entry: Client,
+        entry_admin: Admin,
+        token: Option<&str>,
+        tls: &proto::tls::ClientTls,
+        secure: bool,
+    ) -> Self {
+        Self {
             entry,
             entry_admin,
             extensions: std::sync::Arc::default(),
@@ -112,7 +148,7 @@ impl FrontierLink {
             reports: std::sync::Arc::default(),
             outlinks: std::sync::Arc::default(),
             no_put_discovered: std::sync::Arc::default(),
-        })
+        }
     }
 
     /// A function giving the client for the `n`-th try, as
@@ -449,10 +485,6 @@ fn clients_of(
     tls: &proto::tls::ClientTls,
     secure: bool,
 ) -> Result<(Client, Admin), LinkError> {
-    let bearer = Bearer::new(token).map_err(|error| LinkError {
-        address: address.to_owned(),
-        reason: error.to_string(),
-    })?;
     let endpoint = tls.endpoint(address, secure).map_err(|e| LinkError {
         address: address.to_owned(),
         reason: e.to_string(),
@@ -461,10 +493,22 @@ fn clients_of(
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .connect_lazy();
+    clients_over(address, Transport::Network(channel), token)
+}
+
+fn clients_over(
+    address: &str,
+    transport: Transport,
+    token: Option<&str>,
+) -> Result<(Client, Admin), LinkError> {
+    let bearer = Bearer::new(token).map_err(|error| LinkError {
+        address: address.to_owned(),
+        reason: error.to_string(),
+    })?;
     Ok((
-        UrlFrontierClient::with_interceptor(channel.clone(), bearer.clone())
+        UrlFrontierClient::with_interceptor(transport.clone(), bearer.clone())
             .max_decoding_message_size(64 * 1024 * 1024),
-        AdminClient::with_interceptor(channel, bearer),
+        AdminClient::with_interceptor(transport, bearer),
     ))
 }
 
