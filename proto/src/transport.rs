@@ -3,8 +3,8 @@
 //!
 //! The in-process form is for a frontier and its workers in one process
 //! (the `crawl` command): the same clients, handlers and protobuf messages,
-//! without HTTP/2 framing, connection tasks and loopback sockets between
-//! them, which cost a fifth of such a process's CPU.
+//! without the HTTP/2 framing, connection tasks and loopback socket
+//! writes that would otherwise sit between them on every call.
 
 use std::task::{Context, Poll};
 
