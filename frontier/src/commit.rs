@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::store::{Applied, NewUrl, StagedGroup, Store, StoreError, WriteOp};
 
@@ -98,6 +99,7 @@ type Reply = SyncSender<Result<Vec<Applied>, CommitFailed>>;
 struct Request {
     ops: Vec<WriteOp>,
     reply: Reply,
+    submitted: Instant,
 }
 
 /// Called after each commit with the transaction's writes and what they
@@ -176,11 +178,11 @@ impl Committer {
     pub fn apply(&self, ops: Vec<WriteOp>) -> Result<Vec<Applied>, CommitFailed> {
         let (reply, answer) = mpsc::sync_channel(1);
         let stopped = || CommitFailed(Arc::new(StoreError::Stopped));
-        let sent = self
-            .sender
-            .as_ref()
-            .ok_or_else(stopped)?
-            .send(Request { ops, reply });
+        let sent = self.sender.as_ref().ok_or_else(stopped)?.send(Request {
+            ops,
+            reply,
+            submitted: Instant::now(),
+        });
         // Queued (or refused): the next writer of the same stream may
         // queue its own writes behind these.
         RELEASE_ON_SUBMIT.with_borrow_mut(Option::take);
@@ -209,9 +211,11 @@ impl Drop for Committer {
 /// writes; a crawl sends a page's outlinks and its report as two small
 /// writes, one after the other, and without the wait nearly every write
 /// was a group of its own. The wait is about what one such group takes to
-/// commit, and only under light load: a group of [`GATHER_BELOW`] writes
-/// or more goes at once.
-const GATHER: std::time::Duration = std::time::Duration::from_micros(300);
+/// commit. It is taken only when writes are arriving closer together than
+/// this (a lone writer waiting for each answer before its next write gains
+/// nothing from it), and a group of [`GATHER_BELOW`] writes or more goes
+/// at once.
+const GATHER: Duration = Duration::from_micros(300);
 
 /// Groups of at least this many writes do not wait for more.
 const GATHER_BELOW: usize = 64;
@@ -220,20 +224,25 @@ const GATHER_BELOW: usize = 64;
 /// waits up to [`GATHER`] for more), logs it and applies it to the urls
 /// file, and hands it on.
 fn stage(store: &Store, receiver: &Receiver<Request>, to_finish: &Sender<Staged>) {
+    let mut last_submitted: Option<Instant> = None;
     while let Ok(first) = receiver.recv() {
+        let busy = last_submitted
+            .is_some_and(|last| first.submitted.saturating_duration_since(last) < GATHER);
+        let gather_until = Instant::now() + GATHER;
+        last_submitted = Some(first.submitted);
         let mut group = vec![first];
         let mut urls = group[0].ops.len();
-        let gather_until = std::time::Instant::now() + GATHER;
         while urls < MAX_URLS_PER_COMMIT {
             let next = match receiver.try_recv() {
                 Ok(request) => Ok(request),
-                Err(_) if urls < GATHER_BELOW => receiver
-                    .recv_timeout(gather_until.saturating_duration_since(std::time::Instant::now()))
+                Err(_) if busy && urls < GATHER_BELOW => receiver
+                    .recv_timeout(gather_until.saturating_duration_since(Instant::now()))
                     .map_err(|_| ()),
                 Err(_) => Err(()),
             };
             match next {
                 Ok(request) => {
+                    last_submitted = Some(request.submitted);
                     urls += request.ops.len();
                     group.push(request);
                 }
