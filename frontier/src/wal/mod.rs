@@ -623,9 +623,27 @@ fn record_at(bytes: &[u8], offset: usize) -> Option<(u64, &[u8], usize)> {
     (checksum(lsn, payload) == crc).then_some((lsn, payload, RECORD_HEADER_LEN + length))
 }
 
+/// Whether the bytes `from_first` bytes after the first slot could start a
+/// record of this pass with an LSN above `above` (the run's and the
+/// store's): checked before a CRC is computed over the length they claim.
+///
+/// Records of a pass are written one after the other from the first slot
+/// with consecutive LSNs from `pass_start` (the run's first, or the one
+/// after `above` when the run is empty: the checkpoint that began the pass
+/// is durable), and each takes at least a header. So the record at an
+/// offset has an LSN of at most `pass_start` plus the headers that fit
+/// before it. Without that bound, stale records of earlier passes were a
+/// trap: their payloads hold integers such as dates that read as LSNs
+/// above a young store's, and each such offset claimed a length to check
+/// a CRC over, which made reading a log of stale passes take hours.
+fn could_be_later(lsn: u64, above: u64, pass_start: u64, from_first: usize) -> bool {
+    let headers_before = (from_first / RECORD_HEADER_LEN) as u64;
+    lsn > above && lsn <= pass_start.saturating_add(headers_before)
+}
+
 /// Reads the run of records from `first` (see the module docs), then looks
 /// at every offset after it for valid records above both the run and
-/// `durable_lsn`.
+/// `durable_lsn` that this pass could have written.
 fn scan(bytes: &[u8], first: u64, durable_lsn: u64) -> Scan {
     let mut result = Scan::default();
     let mut offset = first as usize;
@@ -666,14 +684,16 @@ fn scan(bytes: &[u8], first: u64, durable_lsn: u64) -> Scan {
     result.torn_tail = bytes
         .get(offset + 8..offset + 16)
         .is_some_and(|lsn| u64::from_le_bytes(lsn.try_into().unwrap_or_default()) == next);
-    // Looking at every offset is a few tens of milliseconds for a full log,
-    // at start-up only: the LSN comparison rejects nearly every offset
-    // before a CRC is computed.
+    // Every offset is looked at, and the LSN bound rejects nearly all of
+    // them before a CRC is computed (see `could_be_later`).
+    let pass_start = result
+        .records
+        .first()
+        .map_or(above.saturating_add(1), |r| r.lsn);
     let mut at = offset + 1;
     while at + RECORD_HEADER_LEN <= bytes.len() {
         let lsn = u64::from_le_bytes(bytes[at + 8..at + 16].try_into().unwrap_or_default());
-        if lsn > above
-            && lsn - above < 1 << 40
+        if could_be_later(lsn, above, pass_start, at - first as usize)
             && let Some((lsn, payload, length)) = record_at(bytes, at)
         {
             if let Some(record) = decode(at, lsn, payload, &mut result) {
@@ -899,6 +919,60 @@ mod tests {
         wal.checkpointed();
         drop(wal);
         assert!(Wal::open(dir.path(), STORE, 7).is_ok());
+    }
+
+    /// A stale record can hold, inside its payload, bytes that form a valid
+    /// record whose LSN is a date (here inside a crawl name). Read as a
+    /// record written after the run, it made a healthy store be refused as
+    /// damaged; a pass cannot have written a record with that LSN there.
+    #[test]
+    fn a_record_inside_a_stale_payload_is_not_taken_for_a_later_one() {
+        // A date of November 2025 whose bytes are all ASCII, as a name's
+        // must be.
+        let date = 0x6924_7f00_u64;
+        let fake = (0..100_000)
+            .map(|k| {
+                let payload = encode_ops(&deletion(&format!("c{k}")));
+                let mut record = Vec::new();
+                record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+                record.extend_from_slice(&checksum(date, &payload).to_le_bytes());
+                record.extend_from_slice(&date.to_le_bytes());
+                record.extend_from_slice(&payload);
+                record
+            })
+            .find_map(|record| String::from_utf8(record).ok())
+            .expect("a name whose record's checksum is ASCII");
+        // Far enough in that the next pass's first record, and the zeroed
+        // header after it, leave it whole.
+        let padding = "stale ".repeat(40);
+        let (dir, bytes, _) = written(&[deletion(&format!("{padding}{fake}"))]);
+        let hidden = bytes.windows(fake.len()).position(|w| w == fake.as_bytes());
+        assert!(hidden.is_some(), "the fake record is in the stale one");
+        let (mut wal, _) = Wal::open(dir.path(), STORE, 1).unwrap();
+        wal.checkpointed();
+        wal.append(2, &deletion("c")).unwrap();
+        wal.sync().unwrap();
+        drop(wal);
+        let after = std::fs::read(dir.path().join(FILE_NAME)).unwrap();
+        assert_eq!(
+            after.windows(fake.len()).position(|w| w == fake.as_bytes()),
+            hidden,
+            "the fake record is still in the stale bytes"
+        );
+        let (_, recovered) = Wal::open(dir.path(), STORE, 1).unwrap();
+        let lsns: Vec<u64> = recovered.records.iter().map(|r| r.lsn).collect();
+        assert_eq!(lsns, [2]);
+    }
+
+    #[test]
+    fn a_later_record_is_bounded_by_the_headers_that_fit_before_it() {
+        // A record 160 bytes after the first slot has at most 10 records
+        // before it in its pass.
+        assert!(could_be_later(15, 6, 5, 160));
+        assert!(!could_be_later(16, 6, 5, 160));
+        assert!(!could_be_later(6, 6, 5, 160));
+        assert!(!could_be_later(u64::MAX, 6, u64::MAX - 20, 160));
+        assert!(could_be_later(u64::MAX, 6, u64::MAX - 10, 160));
     }
 
     #[test]
