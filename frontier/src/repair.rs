@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::record::UrlRecord;
-use crate::store::inspect::{MainFile, UrlsFile};
+use crate::store::inspect::{MainFile, TableSpace, UrlsFile};
 use crate::store::{self, NewUrl, SCHEMA_VERSION, Store, StoreError, WriteOp};
 use crate::wal::{self, LogRecord};
 
@@ -57,6 +57,42 @@ impl Report {
             "findings": self.findings,
             "problems": self.problems,
         })
+    }
+
+    /// Where a file's bytes go, a line for it and one per table holding
+    /// anything: what to look at when a store takes more disk than its
+    /// URLs explain.
+    fn space(&mut self, path: &Path, tables: Result<Vec<TableSpace>, StoreError>) {
+        let tables = match tables {
+            Ok(tables) => tables,
+            Err(error) => {
+                self.problem(format!(
+                    "the space of {}'s tables cannot be read: {error}",
+                    path.display()
+                ));
+                return;
+            }
+        };
+        let Ok(length) = std::fs::metadata(path).map(|m| m.len()) else {
+            return;
+        };
+        let in_tables: u64 = tables.iter().map(TableSpace::total).sum();
+        self.findings.push(format!(
+            "{}: {length} bytes, {in_tables} in its tables, {} free (kept by the file for later writes)",
+            path.display(),
+            length.saturating_sub(in_tables)
+        ));
+        for table in tables.iter().filter(|t| t.rows > 0) {
+            self.findings.push(format!(
+                "  table {}: {} entries; {} bytes of keys and values ({:.1} an entry), {} of B-tree structure, {} unused in its pages",
+                table.name,
+                table.rows,
+                table.stored,
+                table.stored as f64 / table.rows as f64,
+                table.metadata,
+                table.fragmented,
+            ));
+        }
     }
 
     fn problem(&mut self, text: String) {
@@ -181,6 +217,7 @@ fn verify_main(data_dir: &Path, report: &mut Report) -> Option<MainSummary> {
             ));
         }
     }
+    report.space(&main.path, main.space());
     Some(summary)
 }
 
@@ -213,6 +250,7 @@ fn verify_urls(data_dir: &Path, report: &mut Report) -> Option<UrlsSummary> {
             urls.path.display()
         )),
     }
+    report.space(&urls.path, urls.space());
     Some(UrlsSummary {
         store_id: urls.store_id,
         applied_lsn: urls.applied_lsn,

@@ -240,6 +240,24 @@ async fn missing_empty_or_damaged_store_files_are_refused_verified_and_salvaged(
         whole.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{out}");
+    // Where the salvaged store's bytes go: its urls table has an entry per
+    // URL, and its serving order one per URL to crawl.
+    let (code, out) = frontier_tool(&["verify", "--data-dir", whole.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let figure_before = |marker: &str| -> u64 {
+        let at = out
+            .find(marker)
+            .unwrap_or_else(|| panic!("{marker:?} in {out}"));
+        out[..at].rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(figure_before(" URLs ("), acked.len() as u64, "{out}");
+    let due = figure_before(" URLs to crawl");
+    assert!(
+        out.contains(&format!("table urls: {} entries", acked.len())),
+        "{out}"
+    );
+    assert!(out.contains(&format!("table due: {due} entries")), "{out}");
+    assert!(out.contains("in its tables"), "{out}");
     let frontier = FrontierProcess::start(&whole, &["--partitions", "8"]);
     assert_eq!(count_urls(&frontier).await, acked.len() as u64);
     assert_stored(&frontier, &acked).await;

@@ -7,7 +7,10 @@
 
 use std::path::{Path, PathBuf};
 
-use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable};
+use redb::{
+    Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable,
+    ReadableTableMetadata, TableHandle,
+};
 
 /// A store file opened for reading: read-only, or a recovered copy.
 enum Handle {
@@ -89,6 +92,50 @@ fn open_for_reading(path: &Path) -> Result<Handle, StoreError> {
     }
 }
 
+/// Where one table's bytes go: what the figures of `frontier verify`
+/// are made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSpace {
+    /// The table's name.
+    pub name: String,
+    /// Its entries.
+    pub rows: u64,
+    /// Keys and values, as stored.
+    pub stored: u64,
+    /// Its B-tree's own bytes (branch pages, offsets in leaves).
+    pub metadata: u64,
+    /// Unused room inside its pages.
+    pub fragmented: u64,
+}
+
+impl TableSpace {
+    /// Every byte of the file the table takes.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.stored + self.metadata + self.fragmented
+    }
+}
+
+/// The space each table of a file takes.
+fn space_of(db: &Handle) -> Result<Vec<TableSpace>, StoreError> {
+    let read = db.begin_read()?;
+    let mut out = Vec::new();
+    let handles: Vec<_> = read.list_tables()?.collect();
+    for handle in handles {
+        let name = handle.name().to_owned();
+        let table = read.open_untyped_table(handle)?;
+        let stats = table.stats()?;
+        out.push(TableSpace {
+            name,
+            rows: table.len()?,
+            stored: stats.stored_bytes(),
+            metadata: stats.metadata_bytes(),
+            fragmented: stats.fragmented_bytes(),
+        });
+    }
+    Ok(out)
+}
+
 fn meta_value(
     db: &Handle,
     table: redb::TableDefinition<'_, &str, u64>,
@@ -128,6 +175,11 @@ impl MainFile {
     #[must_use]
     pub fn recovered_copy(&self) -> bool {
         self.db.recovered_copy()
+    }
+
+    /// The space each of its tables takes.
+    pub fn space(&self) -> Result<Vec<TableSpace>, StoreError> {
+        space_of(&self.db)
     }
 
     /// Every queue record, in key order; a damaged one is passed as the
@@ -220,6 +272,11 @@ impl UrlsFile {
     #[must_use]
     pub fn recovered_copy(&self) -> bool {
         self.db.recovered_copy()
+    }
+
+    /// The space each of its tables takes.
+    pub fn space(&self) -> Result<Vec<TableSpace>, StoreError> {
+        space_of(&self.db)
     }
 
     /// Every URL record in key order: (partition, crawl, URL, the record or
