@@ -2,8 +2,9 @@
 //! durable acks, resident memory per stored URL, and restart time after a
 //! clean stop (SIGTERM) and after `kill -9` in the middle of ingest.
 //!
-//! `cargo bench -p frontier --bench scale [-- --urls N --streams S]`
-//! (defaults 10,000,000 URLs, 4 streams). Runs the `frontier` binary of the
+//! `cargo bench -p frontier --bench scale [-- --urls N --streams S --keep-data]`
+//! (defaults 10,000,000 URLs, 4 streams; `--keep-data` leaves the data
+//! directory behind for inspection). Runs the `frontier` binary of the
 //! bench build with its default flags (64 partitions, filters rebuilt at
 //! double size as they fill) on a temporary data directory.
 
@@ -162,6 +163,15 @@ fn main() {
         feed::rates_per_tenth(&fed.tenths)
     );
     println!(
+        "Ack latency per batch of 256: p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms; whole seconds without an ack: {} of {}\n",
+        fed.latency_ms(0.5),
+        fed.latency_ms(0.99),
+        fed.latency_ms(0.999),
+        fed.latency_ms(1.0),
+        fed.seconds_without_acks(),
+        fed.acks_per_second.len()
+    );
+    println!(
         "Memory after ingest: resident {:.0} MiB, peak {:.0} MiB: {:.0} bytes resident per stored URL; data directory {:.0} MiB ({:.0} bytes per stored URL)\n",
         resident as f64 / 1048576.0,
         peak as f64 / 1048576.0,
@@ -210,4 +220,10 @@ fn main() {
         kill_restart.as_secs_f64()
     );
     server.terminate();
+    if args.iter().any(|a| a == "--keep-data") {
+        println!(
+            "data directory kept in {} (`frontier verify --data-dir` says where its bytes go)",
+            dir.keep().join("data").display()
+        );
+    }
 }

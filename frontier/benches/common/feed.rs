@@ -1,7 +1,10 @@
 //! The PutDiscovered feed of the gRPC benchmarks: the URL stream of
 //! [`crate::common::url`] in batches of 256, over several concurrent
-//! streams, with the rate recorded at each tenth of the run.
+//! streams, with the rate recorded at each tenth of the run, each batch's
+//! ack latency (from when the client took the batch to send until its ack
+//! arrived), and the whole seconds that passed without an ack.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,6 +21,32 @@ pub struct Fed {
     pub skipped: usize,
     /// (URLs acked so far, seconds since the start) at each tenth.
     pub tenths: Vec<(usize, f64)>,
+    /// Each acked batch's latency, milliseconds, sorted.
+    #[allow(dead_code, reason = "not every bench that includes the feed prints it")]
+    pub latencies_ms: Vec<f64>,
+    /// Acks in each whole second since the start.
+    #[allow(dead_code, reason = "not every bench that includes the feed prints it")]
+    pub acks_per_second: Vec<usize>,
+}
+
+#[allow(
+    dead_code,
+    reason = "not every bench that includes the feed prints these"
+)]
+impl Fed {
+    /// The latency at quantile `q` (0 to 1), milliseconds.
+    pub fn latency_ms(&self, q: f64) -> f64 {
+        let last = self.latencies_ms.len().saturating_sub(1);
+        self.latencies_ms
+            .get(((last as f64) * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    /// Whole seconds of the feed in which no batch was acked.
+    pub fn seconds_without_acks(&self) -> usize {
+        self.acks_per_second.iter().filter(|&&n| n == 0).count()
+    }
 }
 
 /// Sends `batches` over `streams` PutDiscovered streams and counts the
@@ -31,13 +60,21 @@ pub async fn put_discovered(
     let started = Instant::now();
     let done = AtomicUsize::new(0);
     let tenths = Mutex::new(Vec::new());
+    let latencies = Mutex::new(Vec::new());
+    let ack_times = Mutex::new(Vec::new());
     let tenth = (batches.len() * 256 / 10).max(256);
     let tasks = (0..streams).map(|stream| {
         let mut client = client.clone();
-        let (done, tenths) = (&done, &tenths);
+        let (done, tenths, latencies, ack_times) = (&done, &tenths, &latencies, &ack_times);
         let ids = (batches.start + stream..batches.end).step_by(streams);
+        let sent_at = std::sync::Arc::new(Mutex::new(HashMap::new()));
+        let sending = std::sync::Arc::clone(&sent_at);
         async move {
-            let requests = futures::stream::iter(ids.map(|batch| {
+            let requests = futures::stream::iter(ids.map(move |batch| {
+                sending
+                    .lock()
+                    .unwrap()
+                    .insert(batch.to_string(), Instant::now());
                 uf::DiscoveredBatch {
                     id: batch.to_string(),
                     items: (0..256)
@@ -54,6 +91,17 @@ pub async fn put_discovered(
             };
             let mut acks = acks.into_inner();
             while let Ok(Some(ack)) = acks.message().await {
+                let now = Instant::now();
+                if let Some(sent) = sent_at.lock().unwrap().remove(&ack.id) {
+                    latencies
+                        .lock()
+                        .unwrap()
+                        .push(now.duration_since(sent).as_secs_f64() * 1000.0);
+                }
+                ack_times
+                    .lock()
+                    .unwrap()
+                    .push(now.duration_since(started).as_secs_f64());
                 for status in ack.statuses {
                     if status == uf::ack_message::Status::Ok as i32 {
                         stored += 1;
@@ -78,10 +126,20 @@ pub async fn put_discovered(
         .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
     let mut tenths = tenths.into_inner().unwrap();
     tenths.sort_by_key(|mark| mark.0);
+    let mut latencies_ms = latencies.into_inner().unwrap();
+    latencies_ms.sort_by(f64::total_cmp);
+    let ack_times = ack_times.into_inner().unwrap();
+    let last = ack_times.iter().copied().fold(0.0, f64::max);
+    let mut acks_per_second = vec![0; last as usize + 1];
+    for at in ack_times {
+        acks_per_second[at as usize] += 1;
+    }
     Fed {
         stored,
         skipped,
         tenths,
+        latencies_ms,
+        acks_per_second,
     }
 }
 
