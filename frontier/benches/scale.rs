@@ -2,8 +2,10 @@
 //! durable acks, resident memory per stored URL, and restart time after a
 //! clean stop (SIGTERM) and after `kill -9` in the middle of ingest.
 //!
-//! `cargo bench -p frontier --bench scale [-- --urls N --streams S --keep-data]`
-//! (defaults 10,000,000 URLs, 4 streams; `--keep-data` leaves the data
+//! `cargo bench -p frontier --bench scale [-- --urls N --streams S --window W --keep-data]`
+//! (defaults 10,000,000 URLs, 4 streams; `--window W`: each stream keeps
+//! at most W batches unacknowledged, as a worker does, instead of sending
+//! as far ahead as flow control allows; `--keep-data` leaves the data
 //! directory behind for inspection). Runs the `frontier` binary of the
 //! bench build with its default flags (64 partitions, filters rebuilt at
 //! double size as they fill) on a temporary data directory.
@@ -97,11 +99,16 @@ impl Server {
 }
 
 /// Feeds batches over a fresh connection.
-async fn ingest(endpoint: &str, batches: std::ops::Range<usize>, streams: usize) -> feed::Fed {
+async fn ingest(
+    endpoint: &str,
+    batches: std::ops::Range<usize>,
+    streams: usize,
+    window: Option<usize>,
+) -> feed::Fed {
     let client = UrlFrontierClient::connect(endpoint.to_owned())
         .await
         .expect("connects");
-    feed::put_discovered(&client, batches, streams).await
+    feed::put_discovered_within(&client, batches, streams, window).await
 }
 
 async fn count_urls(endpoint: &str) -> u64 {
@@ -135,6 +142,8 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let total = arg(&args, "--urls", 10_000_000);
     let streams = arg(&args, "--streams", 4).max(1);
+    // 0: each stream sends as far ahead as flow control allows.
+    let window = Some(arg(&args, "--window", 0)).filter(|&w| w > 0);
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let dir = tempfile::tempdir().expect("a temporary directory");
     let data = dir.path().join("data");
@@ -143,13 +152,17 @@ fn main() {
 
     let server = Server::start(&data, &log("first"));
     let started = Instant::now();
-    let fed = runtime.block_on(ingest(&server.endpoint, 0..batches, streams));
+    let fed = runtime.block_on(ingest(&server.endpoint, 0..batches, streams, window));
     let (stored, skipped) = (fed.stored, fed.skipped);
     let seconds = started.elapsed().as_secs_f64();
     let (resident, peak) = server.memory();
     println!(
-        "## Scale: {} URLs offered over gRPC, {streams} streams of PutDiscovered batches of 256, 10,000 hosts, 45% known\n",
-        batches * 256
+        "## Scale: {} URLs offered over gRPC, {streams} streams of PutDiscovered batches of 256 ({}), 10,000 hosts, 45% known\n",
+        batches * 256,
+        window.map_or_else(
+            || "as far ahead as flow control allows".to_owned(),
+            |w| format!("at most {w} unacknowledged each")
+        )
     );
     println!("| URLs offered | stored | skipped | seconds | URLs/s |");
     println!("|---:|---:|---:|---:|---:|");
@@ -194,8 +207,9 @@ fn main() {
     let extra = (batches / 10).max(1);
     let endpoint = server.endpoint.clone();
     let more_stored = runtime.block_on(async {
-        let feeding =
-            tokio::spawn(async move { ingest(&endpoint, batches..batches + extra, streams).await });
+        let feeding = tokio::spawn(async move {
+            ingest(&endpoint, batches..batches + extra, streams, window).await
+        });
         tokio::time::sleep(Duration::from_secs(3)).await;
         server.kill();
         feeding.await.expect("feed ends").stored

@@ -52,10 +52,30 @@ impl Fed {
 /// Sends `batches` over `streams` PutDiscovered streams and counts the
 /// acks. A stream that fails (a server killed mid-feed) ends there: the
 /// counts are of what was acknowledged.
+#[allow(
+    dead_code,
+    reason = "not every bench that includes the feed sends without a window"
+)]
 pub async fn put_discovered(
     client: &UrlFrontierClient<Channel>,
     batches: Range<usize>,
     streams: usize,
+) -> Fed {
+    put_discovered_within(client, batches, streams, None).await
+}
+
+/// As [`put_discovered`], each stream keeping at most `window` batches
+/// unacknowledged when given (as a worker does), instead of sending as far
+/// ahead as flow control allows.
+#[allow(
+    dead_code,
+    reason = "not every bench that includes the feed sends within a window"
+)]
+pub async fn put_discovered_within(
+    client: &UrlFrontierClient<Channel>,
+    batches: Range<usize>,
+    streams: usize,
+    window: Option<usize>,
 ) -> Fed {
     let started = Instant::now();
     let done = AtomicUsize::new(0);
@@ -69,22 +89,35 @@ pub async fn put_discovered(
         let ids = (batches.start + stream..batches.end).step_by(streams);
         let sent_at = std::sync::Arc::new(Mutex::new(HashMap::new()));
         let sending = std::sync::Arc::clone(&sent_at);
+        let room = std::sync::Arc::new(tokio::sync::Semaphore::new(
+            window.unwrap_or(tokio::sync::Semaphore::MAX_PERMITS),
+        ));
+        let taking = std::sync::Arc::clone(&room);
         async move {
-            let requests = futures::stream::iter(ids.map(move |batch| {
-                sending
-                    .lock()
-                    .unwrap()
-                    .insert(batch.to_string(), Instant::now());
-                uf::DiscoveredBatch {
-                    id: batch.to_string(),
-                    items: (0..256)
-                        .map(|i| uf::UrlInfo {
-                            url: crate::common::url(batch, batch * 256 + i),
-                            ..uf::UrlInfo::default()
-                        })
-                        .collect(),
+            let requests = futures::StreamExt::then(futures::stream::iter(ids), move |batch| {
+                let (sending, taking) = (
+                    std::sync::Arc::clone(&sending),
+                    std::sync::Arc::clone(&taking),
+                );
+                async move {
+                    if let Ok(permit) = taking.acquire().await {
+                        permit.forget();
+                    }
+                    sending
+                        .lock()
+                        .unwrap()
+                        .insert(batch.to_string(), Instant::now());
+                    uf::DiscoveredBatch {
+                        id: batch.to_string(),
+                        items: (0..256)
+                            .map(|i| uf::UrlInfo {
+                                url: crate::common::url(batch, batch * 256 + i),
+                                ..uf::UrlInfo::default()
+                            })
+                            .collect(),
+                    }
                 }
-            }));
+            });
             let (mut stored, mut skipped) = (0, 0);
             let Ok(acks) = client.put_discovered(requests).await else {
                 return (stored, skipped);
@@ -92,6 +125,7 @@ pub async fn put_discovered(
             let mut acks = acks.into_inner();
             while let Ok(Some(ack)) = acks.message().await {
                 let now = Instant::now();
+                room.add_permits(1);
                 if let Some(sent) = sent_at.lock().unwrap().remove(&ack.id) {
                     latencies
                         .lock()
