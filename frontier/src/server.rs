@@ -183,7 +183,7 @@ pub async fn run(
         0 => MAX_CONNECTIONS,
         limit => limit,
     };
-    let watcher = tokio::spawn(watch_writes(health.clone(), Arc::clone(&frontier)));
+    let watcher = tokio::spawn(watch_writes(Some(health.clone()), Arc::clone(&frontier)));
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = options.tls.clone() {
         builder = builder.tls_config(tls)?;
@@ -276,8 +276,7 @@ impl InProcess {
             options.node = IN_PROCESS_NODE.to_owned();
         }
         let (stopping, stopping_seen) = tokio::sync::watch::channel(false);
-        let (health, _) = tonic_health::server::health_reporter();
-        let watcher = tokio::spawn(watch_writes(health, Arc::clone(&frontier)));
+        let watcher = tokio::spawn(watch_writes(None, Arc::clone(&frontier)));
         let routes = tower_layer::Layer::layer(
             &crate::auth::AuthLayer(options.access.clone()),
             frontier_routes(frontier, &options, stopping_seen).prepare(),
@@ -313,12 +312,15 @@ const CALLS_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// How often the health service looks at whether the store takes writes.
 const WRITE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Keeps the health service's answer in step with the store: NOT_SERVING
+/// Keeps the health service's answer (when served) in step with the store: NOT_SERVING
 /// while it refuses writes (a full disk, or a failure that halted them), so
 /// that probes and load balancers see it, SERVING again when writes resume.
 /// It is also what reopens the store's files after a failed write, once
 /// the disk has room ([`crate::store::Store::recover_if_needed`]).
-async fn watch_writes(health: tonic_health::server::HealthReporter, frontier: SharedFrontier) {
+async fn watch_writes(
+    health: Option<tonic_health::server::HealthReporter>,
+    frontier: SharedFrontier,
+) {
     use tonic_health::ServingStatus;
     const SERVICES: [&str; 2] = ["", "urlfrontier.URLFrontier"];
     let mut serving = true;
@@ -351,7 +353,9 @@ async fn watch_writes(health: tonic_health::server::HealthReporter, frontier: Sh
             ServingStatus::NotServing
         };
         for service in SERVICES {
-            health.set_service_status(service, status).await;
+            if let Some(health) = &health {
+                health.set_service_status(service, status).await;
+            }
         }
     }
 }

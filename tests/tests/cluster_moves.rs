@@ -74,6 +74,18 @@ fn item(url: &str, known: Option<u64>) -> uf::UrlItem {
 
 /// Puts items through PutURLs until each is acknowledged OK (a FAIL, as
 /// while a partition moves, is sent again).
+/// etcd, and node n1 alone in its cluster holding URLs 0 to 599.
+async fn one_node_holding_600_urls(
+    etcd_binary: &Path,
+) -> (EtcdProcess, tempfile::TempDir, FrontierProcess) {
+    let etcd = EtcdProcess::start(etcd_binary);
+    let dir = tempfile::tempdir().unwrap();
+    let n1 = start_node(&etcd, dir.path(), "n1");
+    wait_until_settled(&[&n1], &["n1"], &[8], &[0]).await;
+    put_all(&n1, (0..600).map(|i| item(&url(i), None)).collect()).await;
+    (etcd, dir, n1)
+}
+
 async fn put_all(node: &FrontierProcess, items: Vec<uf::UrlItem>) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut pending = items;
@@ -187,12 +199,8 @@ async fn a_joining_node_takes_its_share_and_a_drained_node_gives_all_back() {
     else {
         return;
     };
-    let etcd = EtcdProcess::start(&binary);
-    let dir = tempfile::tempdir().unwrap();
-    let n1 = start_node(&etcd, dir.path(), "n1");
-    wait_until_settled(&[&n1], &["n1"], &[8], &[0]).await;
+    let (etcd, dir, n1) = one_node_holding_600_urls(&binary).await;
     let urls: Vec<String> = (0..600).map(url).collect();
-    put_all(&n1, urls.iter().map(|u| item(u, None)).collect()).await;
     // A third of them completed: their state must travel too.
     let completed: BTreeSet<String> = urls.iter().step_by(3).cloned().collect();
     put_all(&n1, completed.iter().map(|u| item(u, Some(0))).collect()).await;
@@ -423,11 +431,7 @@ async fn a_receiver_whose_move_is_rolled_back_drops_its_partial_copy() {
     else {
         return;
     };
-    let etcd = EtcdProcess::start(&binary);
-    let dir = tempfile::tempdir().unwrap();
-    let n1 = start_node(&etcd, dir.path(), "n1");
-    wait_until_settled(&[&n1], &["n1"], &[8], &[0]).await;
-    put_all(&n1, (0..600).map(|i| item(&url(i), None)).collect()).await;
+    let (etcd, dir, n1) = one_node_holding_600_urls(&binary).await;
 
     let n2 = start_node_failing_at(&etcd, dir.path(), "n2", Some("move-copy-page"));
     wait_for_failpoint(&n2, "move-copy-page").await;
