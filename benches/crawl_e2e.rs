@@ -4,11 +4,15 @@
 //! then the links `crawl` sends the frontier per page with its seen cache
 //! and without.
 //!
-//! `cargo bench --bench crawl_e2e [-- --pages N --latency-ms L --depth D]`
-//! (defaults: 10,000 pages, no added latency, depth limit 30 for both
-//! crawlers). One host, so both fetch one page at a time (politeness);
+//! `cargo bench --bench crawl_e2e [-- --pages N --latency-ms L --depth D
+//! --rounds R --baseline PATH]` (defaults: 10,000 pages, no added latency,
+//! depth limit 30 for both crawlers, one round). Each round runs wget, the
+//! crawls, then wget again, and reads each crawl against the faster wget
+//! beside it. `--baseline` adds another build of `crawl` (1 worker) to
+//! every round, for paired before/after comparisons. One host, so both fetch one page at a time (politeness);
 //! wget is skipped, with a note, where it is not installed.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -20,6 +24,52 @@ fn arg(args: &[String], name: &str, default: u64) -> u64 {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+fn text_arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+/// One `wget --recursive` of a fresh site: pages fetched, seconds, pages/s,
+/// CPU seconds.
+fn run_wget(
+    runtime: &tokio::runtime::Runtime,
+    config: SiteConfig,
+    depth: &str,
+    wget: &str,
+) -> (usize, f64, f64, f64) {
+    let site = runtime.block_on(MockSite::start(config)).expect("site");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cpu_before = children_cpu_seconds();
+    let started = Instant::now();
+    let status = Command::new(wget)
+        .args([
+            "--recursive",
+            "--level",
+            depth,
+            "--no-parent",
+            "--quiet",
+            "--tries=1",
+        ])
+        .arg("--directory-prefix")
+        .arg(dir.path())
+        .arg(format!("{}/", site.base()))
+        .status()
+        .expect("wget runs");
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = children_cpu_seconds() - cpu_before;
+    // wget exits 8 when some pages answered an error (the site has a 404
+    // and a 500) and 4 when a URL's host does not resolve (the site's
+    // off-site redirect): still a finished crawl.
+    assert!(
+        matches!(status.code(), Some(0 | 4 | 8)),
+        "wget failed: {status}"
+    );
+    let fetched = pages(&site);
+    (fetched, seconds, fetched as f64 / seconds, cpu)
 }
 
 /// Pages the site answered (robots.txt and the sitemap left out).
@@ -61,6 +111,7 @@ fn run_crawl(
     runtime: &tokio::runtime::Runtime,
     config: SiteConfig,
     depth: &str,
+    bin: &Path,
     workers: usize,
     extra: &[&str],
 ) -> (usize, f64, f64, String) {
@@ -68,12 +119,12 @@ fn run_crawl(
     let dir = tempfile::tempdir().expect("temp dir");
     let cpu_before = children_cpu_seconds();
     let started = Instant::now();
-    let output = Command::new(env!("CARGO_BIN_EXE_crawl"))
+    let output = Command::new(bin)
         .arg(format!("{}/", site.base()))
         .args(["--allow-private", "--delay-ms", "0", "--max-depth", depth])
-        // The site's flaky page answers 500 once: retry it at once, as
-        // wget would (it does not wait between tries either).
-        .args(["--retry-base-secs", "1"])
+        // One try per page, as wget's `--tries=1`: the site's flaky page
+        // answers 500 once, and a retry would have to wait a second.
+        .args(["--max-retries", "0"])
         .args(["--workers", &workers.to_string()])
         .args(extra)
         .arg("--out")
@@ -111,58 +162,69 @@ fn main() {
         config.latency.as_millis()
     );
     println!();
-    println!("| crawler | pages fetched | seconds | pages/s | ratio to wget | CPU ms per page |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    // wget first: its rate is what the others are compared with.
-    let wget = which_wget().map(|wget| {
-        let site = runtime.block_on(MockSite::start(config)).expect("site");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let cpu_before = children_cpu_seconds();
-        let started = Instant::now();
-        let status = Command::new(wget)
-            .args([
-                "--recursive",
-                "--level",
-                &depth,
-                "--no-parent",
-                "--quiet",
-                "--tries=1",
-            ])
-            .arg("--directory-prefix")
-            .arg(dir.path())
-            .arg(format!("{}/", site.base()))
-            .status()
-            .expect("wget runs");
-        let seconds = started.elapsed().as_secs_f64();
-        let cpu = children_cpu_seconds() - cpu_before;
-        // wget exits 8 when some pages answered an error (the site has a
-        // 404 and a 500) and 4 when a URL's host does not resolve (the
-        // site's off-site redirect): still a finished crawl.
-        assert!(
-            matches!(status.code(), Some(0 | 4 | 8)),
-            "wget failed: {status}"
-        );
-        let fetched = pages(&site);
-        (fetched, seconds, fetched as f64 / seconds, cpu)
-    });
-    let rate_of_wget = wget.map(|(_, _, rate, _)| rate);
-    for workers in [1, 2, 4] {
-        let (fetched, seconds, cpu, _) = run_crawl(&runtime, config, &depth, workers, &[]);
-        let rate = fetched as f64 / seconds;
-        let ratio = rate_of_wget.map_or_else(|| "n/a".to_owned(), |w| format!("{:.2}", rate / w));
-        let cpu_ms = 1000.0 * cpu / fetched as f64;
-        println!(
-            "| crawl, {workers} worker(s) | {fetched} | {seconds:.1} | {rate:.0} | {ratio} | {cpu_ms:.3} |"
-        );
+    println!(
+        "| round | crawler | pages fetched | seconds | pages/s | ratio to the faster wget | CPU ms per page |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|");
+    // wget before and after the crawls of each round, and each crawl's
+    // ratio against the faster of the two: the machine's speed drifts
+    // within a run, and this reads the drift against `crawl`.
+    let wget_bin = which_wget();
+    let mut crawlers: Vec<(String, PathBuf, usize)> = [1, 2, 4]
+        .into_iter()
+        .map(|workers| {
+            (
+                format!("crawl, {workers} worker(s)"),
+                PathBuf::from(env!("CARGO_BIN_EXE_crawl")),
+                workers,
+            )
+        })
+        .collect();
+    if let Some(baseline) = text_arg(&args, "--baseline") {
+        crawlers.push((
+            "baseline build, 1 worker".to_owned(),
+            PathBuf::from(baseline),
+            1,
+        ));
     }
-    match wget {
-        Some((fetched, seconds, rate, cpu)) => {
+    let mut wget_before = wget_bin.map(|wget| run_wget(&runtime, config, &depth, wget));
+    for round in 1..=arg(&args, "--rounds", 1) {
+        let crawls: Vec<_> = crawlers
+            .iter()
+            .map(|(name, bin, workers)| {
+                let (fetched, seconds, cpu, _) =
+                    run_crawl(&runtime, config, &depth, bin, *workers, &[]);
+                (name, fetched, seconds, cpu)
+            })
+            .collect();
+        let wget_after = wget_bin.map(|wget| run_wget(&runtime, config, &depth, wget));
+        let fastest_wget = wget_before
+            .iter()
+            .chain(wget_after.iter())
+            .map(|w| w.2)
+            .reduce(f64::max);
+        for (name, fetched, seconds, cpu) in crawls {
+            let rate = fetched as f64 / seconds;
+            let ratio =
+                fastest_wget.map_or_else(|| "n/a".to_owned(), |w| format!("{:.2}", rate / w));
             let cpu_ms = 1000.0 * cpu / fetched as f64;
             println!(
-                "| wget --recursive | {fetched} | {seconds:.1} | {rate:.0} | 1.00 | {cpu_ms:.3} |"
+                "| {round} | {name} | {fetched} | {seconds:.2} | {rate:.0} | {ratio} | {cpu_ms:.3} |"
             );
         }
-        None => println!("| wget --recursive | not installed | | | | |"),
+        for (when, wget) in [("before", &wget_before), ("after", &wget_after)] {
+            match wget {
+                Some((fetched, seconds, rate, cpu)) => {
+                    let cpu_ms = 1000.0 * cpu / *fetched as f64;
+                    let ratio = rate / fastest_wget.unwrap_or(*rate);
+                    println!(
+                        "| {round} | wget --recursive, {when} | {fetched} | {seconds:.2} | {rate:.0} | {ratio:.2} | {cpu_ms:.3} |"
+                    );
+                }
+                None => println!("| {round} | wget --recursive | not installed | | | | |"),
+            }
+        }
+        wget_before = wget_after;
     }
     println!();
     println!(
@@ -173,7 +235,14 @@ fn main() {
         ("seen cache off", ["--seen-cache", "0"]),
         ("seen cache on (default size)", ["--seen-cache", "65536"]),
     ] {
-        let (fetched, _, _, summary) = run_crawl(&runtime, config, &depth, 1, &extra);
+        let (fetched, _, _, summary) = run_crawl(
+            &runtime,
+            config,
+            &depth,
+            Path::new(env!("CARGO_BIN_EXE_crawl")),
+            1,
+            &extra,
+        );
         let sent = summary_figure(&summary, "links sent ").unwrap_or(0);
         let cached = summary_figure(&summary, "kept back by the seen cache ").unwrap_or(0);
         println!(

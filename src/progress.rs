@@ -30,17 +30,25 @@ pub async fn watch_progress(
     } else {
         View::Lines { printed: None }
     };
-    // The end is looked for often (the counts are in memory), so a short
-    // crawl does not wait out a printing interval to finish.
+    // The end is looked for after reports (the counts are in memory), so
+    // a crawl ends as its last report is taken, not at a tick; but since
+    // counting walks every queue of the crawl, looks are spaced to ten
+    // times what the last one took, and at least LOOK_GAP.
     let mut ticker = tokio::time::interval(Duration::from_millis(100));
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
+    let mut next_look = Instant::now();
     let ending = loop {
         tokio::select! {
             _ = &mut ctrl_c => break Ending::Interrupted,
             _ = ticker.tick() => {}
+            () = stats.reported.notified() => {
+                tokio::time::sleep_until(next_look.into()).await;
+            }
         }
+        let looking = Instant::now();
         let counts = frontier.counts(DEFAULT_CRAWL, "");
+        next_look = looking + (10 * looking.elapsed()).max(LOOK_GAP);
         let figures = Figures {
             done: counts.completed,
             known: counts.urls,
@@ -80,6 +88,9 @@ enum View {
     Bar(indicatif::ProgressBar),
     Lines { printed: Option<Instant> },
 }
+
+/// The shortest time between two looks at the counts for the crawl's end.
+const LOOK_GAP: Duration = Duration::from_millis(5);
 
 /// How often the plain line is printed.
 const LINE_EVERY: Duration = Duration::from_secs(2);

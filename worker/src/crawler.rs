@@ -220,6 +220,9 @@ pub struct WorkerStats {
     pub links_sent: AtomicU64,
     /// Links not sent: the seen cache knew the frontier has them.
     pub links_cached: AtomicU64,
+    /// Signalled when the frontier has taken a report, so whoever waits
+    /// for a crawl's end looks at once instead of at its next tick.
+    pub reported: tokio::sync::Notify,
 }
 
 pub(crate) fn now_secs() -> u64 {
@@ -386,6 +389,7 @@ pub(crate) async fn finish(
     }
     let report = UrlInfo { metadata, ..info };
     context.link.put_known(report, due).await;
+    context.stats.reported.notify_one();
 }
 
 /// What to report for an outcome: the reason, the next fetch date (0:
