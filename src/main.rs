@@ -1,6 +1,6 @@
 //! `crawl`: a single-machine crawl. An embedded frontier (its store under
-//! `--out`) served on a local port, and workers in this process speaking
-//! the same gRPC API as distributed ones; a progress bar (a plain line
+//! `--out`), and workers in this process calling it through the same gRPC
+//! clients and handlers as distributed ones, without a socket; a progress bar (a plain line
 //! off a terminal), a summary, and a clean stop on Ctrl-C that the next
 //! run with the same `--out` resumes.
 //! `crawl --demo` crawls the bundled mock site, offline.
