@@ -28,7 +28,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bloom_core::{FilterError, KeyHash, Layout, PartitionedBloom};
+use bloom_core::{BloomFilter, FilterError, KeyHash, Layout, PartitionedBloom};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -287,6 +287,63 @@ impl std::fmt::Debug for Ingest {
     }
 }
 
+/// Builds every partition's filter from the keys the store holds (keys
+/// only: the records are not decoded), each sized at twice its keys as an
+/// online rebuild would, so that no filter starts out full; partitions are
+/// spread over the machine's cores. Answers the filters and each one's keys.
+/// Runs before any write, so the partitions' snapshots agree.
+fn filters_from_store(
+    store: &Store,
+    config: &FilterConfig,
+) -> Result<(PartitionedBloom, Vec<u64>), IngestError> {
+    let partitions = config.partitions;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(partitions)
+        .max(1);
+    let mut built: Vec<(usize, BloomFilter, u64)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|first| {
+                scope.spawn(move || -> Result<Vec<_>, IngestError> {
+                    let mut built = Vec::new();
+                    // One partition's keys at a time: a share of the store.
+                    let mut keys = Vec::new();
+                    let mut inserted = Vec::new();
+                    for partition in (first..partitions).step_by(threads) {
+                        keys.clear();
+                        store.for_each_url_in_partition(partition as u32, |crawl, url| {
+                            keys.push(filter_key(crawl, url));
+                        })?;
+                        let count = keys.len() as u64;
+                        let capacity = (2 * count).max(config.expected_urls_per_partition);
+                        let filter = BloomFilter::with_layout(
+                            config.layout,
+                            capacity.max(1),
+                            config.fp_rate,
+                        )?;
+                        filter.insert_batch_into(&keys, &mut inserted);
+                        built.push((partition, filter, count));
+                    }
+                    Ok(built)
+                })
+            })
+            .collect();
+        workers.into_iter().try_fold(Vec::new(), |mut all, worker| {
+            let built = worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+            all.extend(built);
+            Ok::<_, IngestError>(all)
+        })
+    })?;
+    built.sort_unstable_by_key(|(partition, _, _)| *partition);
+    let (filters, stored) = built
+        .into_iter()
+        .map(|(_, filter, count)| (filter, count))
+        .unzip();
+    Ok((PartitionedBloom::from_filters(filters)?, stored))
+}
+
 /// The filter key of a URL in a crawl.
 #[must_use]
 pub fn filter_key(crawl: &str, url: &str) -> KeyHash {
@@ -372,18 +429,8 @@ impl Ingest {
                     Some(Err(error)) => error.to_string(),
                     _ => "no clean shutdown recorded".to_owned(),
                 };
-                let filters = PartitionedBloom::new(
-                    config.partitions,
-                    config.layout,
-                    config.expected_urls_per_partition.max(1),
-                    config.fp_rate,
-                )?;
-                let mut stored = vec![0_u64; config.partitions];
-                let keys = store.for_each_url(|partition, crawl, url, _| {
-                    // Stored partitions are below the count checked above.
-                    let _ = filters.insert(partition as usize, filter_key(crawl, url));
-                    stored[partition as usize] += 1;
-                })?;
+                let (filters, stored) = filters_from_store(&store, &config)?;
+                let keys = stored.iter().sum();
                 (filters, FiltersFrom::Store { keys, reason }, stored)
             }
         };
@@ -1264,6 +1311,38 @@ mod tests {
         range
             .map(|i| item(&format!("http://h{}.example/s/{i}", i % 30)))
             .collect()
+    }
+
+    /// After a crash the filters are built from the store at the size its
+    /// keys need, not at the configured start size: none starts out full
+    /// and due for a second rebuild.
+    #[test]
+    fn filters_built_from_the_store_are_sized_for_its_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = FilterConfig {
+            partitions: 8,
+            expected_urls_per_partition: 10,
+            ..FilterConfig::default()
+        };
+        let first = open(dir.path(), config, DedupMode::Exact);
+        first
+            .put_discovered("c", &urls(0..4_000), &Rules::default(), 1)
+            .unwrap();
+        drop(first); // a crash: no snapshots
+
+        let reopened = open(dir.path(), config, DedupMode::Exact);
+        assert!(matches!(
+            reopened.startup().filters_from,
+            FiltersFrom::Store { keys: 4_000, .. }
+        ));
+        assert_eq!(stored_keys_in_filters(&reopened), 4_000);
+        assert_eq!(
+            (0..8)
+                .map(|p| reopened.stored_in_partition(p).unwrap())
+                .sum::<u64>(),
+            4_000
+        );
+        assert_eq!(reopened.partitions_to_rebuild(0.5), Vec::<usize>::new());
     }
 
     #[test]
