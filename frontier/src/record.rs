@@ -1,22 +1,31 @@
 //! The value stored for each URL, in a small versioned binary form.
 //!
 //! ```text
-//! u8  record version (1)
-//! u64 created_at      UTC epoch seconds of the first store
-//! u64 due_at          next fetch, UTC epoch seconds; 0 = completed
-//! u32 depth           hops from a seed
-//! str queue key       u32 length + UTF-8
-//! u32 metadata keys, each: str key, u32 value count, each value a str
+//! u8  record version (2)
+//! var created_at      UTC epoch seconds of the first store
+//! var due_at          next fetch, UTC epoch seconds; 0 = completed
+//! var depth           hops from a seed
+//! str queue key
+//! var metadata keys, each: str key, var value count, each value a str
 //! ```
 //!
-//! All integers little-endian. Decoding checks every length against the
-//! bytes left, so a damaged record is an error, never a panic or a huge
-//! allocation.
+//! `var` is an unsigned LEB128 varint in its shortest form; `str` a var
+//! length and UTF-8. A record is stored for every URL a store holds, so its
+//! size is paid per URL: version 1, still read, wrote every integer and
+//! length at full width (u64 dates, u32 depth, counts and lengths, all
+//! little-endian), 15 bytes more for a typical record. Records are written
+//! in version 2 as they change, so a store of either opens.
+//!
+//! Decoding checks every length against the bytes left and accepts only
+//! shortest varints, so a damaged record is an error, never a panic or a
+//! huge allocation, and a record read back encodes to the bytes read.
 
 use std::collections::BTreeMap;
 
 /// Record format written by this build.
-const RECORD_VERSION: u8 = 1;
+const RECORD_VERSION: u8 = 2;
+/// The format of full-width integers, read still.
+const RECORD_VERSION_FIXED: u8 = 1;
 
 /// What the store knows of one URL.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -43,8 +52,29 @@ impl UrlRecord {
     /// The binary form.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + self.queue_key.len());
+        let mut out = Vec::with_capacity(24 + self.queue_key.len());
         out.push(RECORD_VERSION);
+        put_varint(&mut out, self.created_at);
+        put_varint(&mut out, self.due_at);
+        put_varint(&mut out, u64::from(self.depth));
+        put_short_str(&mut out, &self.queue_key);
+        put_varint(&mut out, self.metadata.len() as u64);
+        for (key, values) in &self.metadata {
+            put_short_str(&mut out, key);
+            put_varint(&mut out, values.len() as u64);
+            for value in values {
+                put_short_str(&mut out, value);
+            }
+        }
+        out
+    }
+
+    /// The binary form of version 1, as stores written before version 2
+    /// hold it: what tests of those stores write.
+    #[must_use]
+    pub fn encode_version_1(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.queue_key.len());
+        out.push(RECORD_VERSION_FIXED);
         out.extend_from_slice(&self.created_at.to_le_bytes());
         out.extend_from_slice(&self.due_at.to_le_bytes());
         out.extend_from_slice(&self.depth.to_le_bytes());
@@ -60,21 +90,39 @@ impl UrlRecord {
         out
     }
 
-    /// Reads the binary form.
+    /// The binary form in the version `bytes` (a record) was written in:
+    /// what a record read back from `bytes` encodes to.
+    #[must_use]
+    pub fn encode_as_read(&self, bytes: &[u8]) -> Vec<u8> {
+        if bytes.first() == Some(&RECORD_VERSION_FIXED) {
+            self.encode_version_1()
+        } else {
+            self.encode()
+        }
+    }
+
+    /// Reads the binary form, of either version.
     pub fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
         let mut reader = Reader { bytes };
         let version = reader.u8()?;
-        if version != RECORD_VERSION {
-            return Err(RecordError::UnknownVersion(version));
+        let fields = match version {
+            RECORD_VERSION => Fields::Compact,
+            RECORD_VERSION_FIXED => Fields::Fixed,
+            other => return Err(RecordError::UnknownVersion(other)),
+        };
+        let created_at = fields.u64(&mut reader)?;
+        let due_at = fields.u64(&mut reader)?;
+        let depth = fields.u32(&mut reader)?;
+        let queue_key = fields.string(&mut reader)?;
+        let keys = fields.u32(&mut reader)?;
+        // Each key takes at least a byte: a count larger than that allows
+        // is damage, refused before reading on.
+        if keys as usize > reader.bytes.len() {
+            return Err(RecordError::Truncated);
         }
-        let created_at = reader.u64()?;
-        let due_at = reader.u64()?;
-        let depth = reader.u32()?;
-        let queue_key = reader.string()?;
-        let keys = reader.u32()?;
         let mut metadata = BTreeMap::new();
         for _ in 0..keys {
-            let key = reader.string()?;
+            let key = fields.string(&mut reader)?;
             // Encoding writes keys in increasing order; anything else (a
             // repeated or out-of-order key) would decode to a record that
             // is not the bytes read.
@@ -85,14 +133,14 @@ impl UrlRecord {
             {
                 return Err(RecordError::UnorderedMetadata);
             }
-            let count = reader.u32()?;
-            // Each value takes at least its 4-byte length: a count larger
-            // than that allows is damage, refused before allocating.
-            if count as usize > reader.bytes.len() / 4 {
+            let count = fields.u32(&mut reader)?;
+            // Each value takes at least its length: a count larger than
+            // that allows is damage, refused before allocating.
+            if count as usize > reader.bytes.len() / fields.least_string_len() {
                 return Err(RecordError::Truncated);
             }
             let values = (0..count)
-                .map(|_| reader.string())
+                .map(|_| fields.string(&mut reader))
                 .collect::<Result<Vec<_>, _>>()?;
             metadata.insert(key, values);
         }
@@ -131,6 +179,64 @@ pub enum RecordError {
     /// Bytes after the last field.
     #[error("{0} unexpected bytes after a URL record")]
     TrailingBytes(usize),
+    /// A varint longer than its shortest form, or beyond its field's range.
+    #[error("URL record holds a malformed or out-of-range number")]
+    BadNumber,
+}
+
+/// How a version writes its integers and lengths.
+#[derive(Clone, Copy)]
+enum Fields {
+    Compact,
+    Fixed,
+}
+
+impl Fields {
+    fn u64(self, reader: &mut Reader<'_>) -> Result<u64, RecordError> {
+        match self {
+            Self::Compact => reader.varint(),
+            Self::Fixed => reader.u64(),
+        }
+    }
+
+    fn u32(self, reader: &mut Reader<'_>) -> Result<u32, RecordError> {
+        match self {
+            Self::Compact => u32::try_from(reader.varint()?).map_err(|_| RecordError::BadNumber),
+            Self::Fixed => reader.u32(),
+        }
+    }
+
+    fn string(self, reader: &mut Reader<'_>) -> Result<String, RecordError> {
+        let length = match self {
+            Self::Compact => {
+                usize::try_from(reader.varint()?).map_err(|_| RecordError::BadNumber)?
+            }
+            Self::Fixed => reader.u32()? as usize,
+        };
+        let bytes = reader.take(length)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| RecordError::InvalidUtf8)
+    }
+
+    fn least_string_len(self) -> usize {
+        match self {
+            Self::Compact => 1,
+            Self::Fixed => 4,
+        }
+    }
+}
+
+/// Appends `value` as an unsigned LEB128 varint, shortest form.
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn put_short_str(out: &mut Vec<u8>, text: &str) {
+    put_varint(out, text.len() as u64);
+    out.extend_from_slice(text.as_bytes());
 }
 
 pub(crate) fn put_str(out: &mut Vec<u8>, text: &str) {
@@ -169,6 +275,29 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(word))
     }
 
+    /// An unsigned LEB128 varint in its shortest form.
+    pub(crate) fn varint(&mut self) -> Result<u64, RecordError> {
+        let mut value = 0_u64;
+        for index in 0..10 {
+            let byte = self.u8()?;
+            let bits = u64::from(byte & 0x7f);
+            // The tenth byte holds only the top bit of a u64.
+            if index == 9 && byte > 1 {
+                return Err(RecordError::BadNumber);
+            }
+            value |= bits << (7 * index);
+            if byte & 0x80 == 0 {
+                // A last byte of zero after others is a longer form of a
+                // shorter number.
+                if byte == 0 && index > 0 {
+                    return Err(RecordError::BadNumber);
+                }
+                return Ok(value);
+            }
+        }
+        Err(RecordError::BadNumber)
+    }
+
     pub(crate) fn string(&mut self) -> Result<String, RecordError> {
         let length = self.u32()? as usize;
         let bytes = self.take(length)?;
@@ -204,22 +333,24 @@ mod tests {
     proptest! {
         #[test]
         fn round_trip(record in record()) {
-            prop_assert_eq!(UrlRecord::decode(&record.encode()), Ok(record));
+            prop_assert_eq!(UrlRecord::decode(&record.encode()), Ok(record.clone()));
+            prop_assert_eq!(UrlRecord::decode(&record.encode_version_1()), Ok(record));
         }
 
         #[test]
         fn damage_is_an_error_or_an_exact_record(
             record in record(),
+            version_1 in any::<bool>(),
             cut in any::<prop::sample::Index>(),
             flip in any::<(prop::sample::Index, u8)>(),
         ) {
-            let mut bytes = record.encode();
+            let mut bytes = if version_1 { record.encode_version_1() } else { record.encode() };
             let (at, value) = flip;
             let at = at.index(bytes.len());
             bytes[at] ^= value;
             bytes.truncate(cut.index(bytes.len() + 1));
             if let Ok(decoded) = UrlRecord::decode(&bytes) {
-                prop_assert_eq!(decoded.encode(), bytes);
+                prop_assert_eq!(decoded.encode_as_read(&bytes), bytes);
             }
         }
     }
@@ -228,7 +359,7 @@ mod tests {
     /// one key decoded to a record that encoded differently.
     #[test]
     fn regression_repeated_metadata_keys_are_refused() {
-        let mut bytes = UrlRecord::default().encode();
+        let mut bytes = UrlRecord::default().encode_version_1();
         let at = bytes.len() - 4;
         bytes[at..].copy_from_slice(&2_u32.to_le_bytes());
         for _ in 0..2 {
@@ -243,7 +374,7 @@ mod tests {
 
     #[test]
     fn huge_counts_do_not_allocate() {
-        let mut bytes = UrlRecord::default().encode();
+        let mut bytes = UrlRecord::default().encode_version_1();
         let at = bytes.len() - 4;
         bytes[at..].copy_from_slice(&1_u32.to_le_bytes());
         bytes.extend_from_slice(&0_u32.to_le_bytes()); // key ""
@@ -251,5 +382,53 @@ mod tests {
         assert_eq!(UrlRecord::decode(&bytes), Err(RecordError::Truncated));
         assert_eq!(UrlRecord::decode(&[9]), Err(RecordError::UnknownVersion(9)));
         assert_eq!(UrlRecord::decode(&[]), Err(RecordError::Truncated));
+    }
+
+    fn typical() -> UrlRecord {
+        UrlRecord {
+            created_at: 1_764_000_000,
+            due_at: 1_764_000_000,
+            depth: 3,
+            queue_key: "www.example.com".to_owned(),
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn version_2_is_15_bytes_shorter_for_a_typical_record() {
+        let record = typical();
+        assert_eq!(record.encode_version_1().len() - record.encode().len(), 15);
+    }
+
+    #[test]
+    fn a_number_longer_than_its_shortest_form_is_refused() {
+        // depth 3 written in two bytes instead of one
+        let mut bytes = vec![2];
+        put_varint(&mut bytes, 1);
+        put_varint(&mut bytes, 0);
+        bytes.extend_from_slice(&[0x83, 0x00]);
+        bytes.extend_from_slice(&[0, 0]); // queue "", no metadata
+        assert_eq!(UrlRecord::decode(&bytes), Err(RecordError::BadNumber));
+        // eleven bytes, and a tenth byte beyond a u64
+        let mut bytes = vec![2];
+        bytes.extend_from_slice(&[0xff; 9]);
+        bytes.push(0x02);
+        assert_eq!(UrlRecord::decode(&bytes), Err(RecordError::BadNumber));
+        // a depth beyond u32
+        let mut bytes = vec![2, 0, 0];
+        put_varint(&mut bytes, u64::from(u32::MAX) + 1);
+        bytes.extend_from_slice(&[0, 0]);
+        assert_eq!(UrlRecord::decode(&bytes), Err(RecordError::BadNumber));
+    }
+
+    #[test]
+    fn the_largest_numbers_round_trip() {
+        let record = UrlRecord {
+            created_at: u64::MAX,
+            due_at: u64::MAX,
+            depth: u32::MAX,
+            ..typical()
+        };
+        assert_eq!(UrlRecord::decode(&record.encode()), Ok(record));
     }
 }

@@ -15,7 +15,7 @@
 //! - [`inspect`]: the files read without changing them, for the repair
 //!   tools.
 //!
-//! # Schema, version 4
+//! # Schema, version 5
 //!
 //! `frontier.redb`:
 //!
@@ -80,6 +80,11 @@
 //! replayed, then the store gets its ID and a new log, and the version mark
 //! comes last. A file written by a newer version of the schema, a file that
 //! is not a frontier store and a corrupt file are refused the same way.
+//! Version 4 had this layout with URL records in their first, full-width
+//! form only ([`crate::record`]); both forms read alike, so opening one
+//! marks it version 5 before anything is written, and its records take the
+//! compact form as they change. The mark keeps a build of version 4 from
+//! taking a compact record for damage: it refuses the store as newer.
 //!
 
 mod apply;
@@ -107,7 +112,7 @@ use crate::record::UrlRecord;
 use crate::wal::Wal;
 
 /// The schema this build reads and writes.
-pub const SCHEMA_VERSION: u64 = 4;
+pub const SCHEMA_VERSION: u64 = 5;
 
 /// redb's page cache unless configured otherwise: redb's own default.
 pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
@@ -1096,7 +1101,8 @@ mod tests {
                     queue_key: "q".into(),
                     ..UrlRecord::default()
                 };
-                urls.insert((1, "c", url.as_str()), record.encode().as_slice())
+                // Stores of this age wrote records in their first version.
+                urls.insert((1, "c", url.as_str()), record.encode_version_1().as_slice())
                     .unwrap();
                 if due_at != 0 {
                     due.insert(("c", "q", due_at, url.as_str()), 1).unwrap();
@@ -1330,6 +1336,75 @@ mod tests {
         assert_eq!(
             store.get(3, "c", "http://y/").unwrap().unwrap().created_at,
             5
+        );
+    }
+
+    /// The raw bytes `urls.redb` holds for a URL of crawl "c", partition 1.
+    fn raw_record(dir: &Path, url: &str) -> Vec<u8> {
+        let db = Database::create(dir.join(URLS_FILE_NAME)).unwrap();
+        let read = db.begin_read().unwrap();
+        let table = read.open_table(URLS).unwrap();
+        table.get((1, "c", url)).unwrap().unwrap().value().to_vec()
+    }
+
+    /// A store of version 4 (records in their first form) opens as version
+    /// 5 with every record as it was, and a record takes the compact form
+    /// when its URL changes.
+    #[test]
+    fn a_version_4_store_is_marked_5_and_its_records_read_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store
+                .apply(&[discovered("http://a/"), discovered("http://b/")])
+                .unwrap();
+            store.checkpoint().unwrap();
+            drop(store);
+        }
+        // What a build of version 4 left: the mark, and records of form 1.
+        let expected = {
+            let db = Database::create(dir.path().join(URLS_FILE_NAME)).unwrap();
+            let write = db.begin_write().unwrap();
+            let mut records = Vec::new();
+            {
+                let mut urls = write.open_table(URLS).unwrap();
+                for url in ["http://a/", "http://b/"] {
+                    let bytes = urls.get((1, "c", url)).unwrap().unwrap().value().to_vec();
+                    let record = UrlRecord::decode(&bytes).unwrap();
+                    urls.insert((1, "c", url), record.encode_version_1().as_slice())
+                        .unwrap();
+                    records.push(record);
+                }
+            }
+            write.commit().unwrap();
+            let db = Database::create(dir.path().join(FILE_NAME)).unwrap();
+            let write = db.begin_write().unwrap();
+            write
+                .open_table(META)
+                .unwrap()
+                .insert(SCHEMA_VERSION_KEY, 4)
+                .unwrap();
+            write.commit().unwrap();
+            records
+        };
+        assert_eq!(raw_record(dir.path(), "http://a/")[0], 1);
+
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        for (url, record) in ["http://a/", "http://b/"].into_iter().zip(&expected) {
+            assert_eq!(store.get(1, "c", url).unwrap().as_ref(), Some(record));
+        }
+        store.apply(&[known("http://a/", 0)]).unwrap();
+        store.checkpoint().unwrap();
+        drop(store);
+        let changed = raw_record(dir.path(), "http://a/");
+        assert_eq!(changed[0], 2, "a changed record takes the compact form");
+        assert_eq!(UrlRecord::decode(&changed).unwrap().due_at, 0);
+        assert_eq!(raw_record(dir.path(), "http://b/")[0], 1, "the others stay");
+        let reopened = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            reopened.get(1, "c", "http://b/").unwrap().as_ref(),
+            Some(&expected[1])
         );
     }
 

@@ -65,6 +65,8 @@ enum Found {
     OneFile { version: u64 },
     /// Version 3: two files, a log of format 1, no store ID.
     TwoFiles,
+    /// Version 4: this layout, URL records in their first version only.
+    FixedRecords,
     /// This version.
     Current,
 }
@@ -237,6 +239,20 @@ impl Store {
                 require_file(&urls_path, URLS_HOLDS)?;
                 Self::open_file(&urls_path, cache)?
             }
+            Found::FixedRecords => {
+                require_file(&urls_path, URLS_HOLDS)?;
+                let urls_db = Self::open_file(&urls_path, cache)?;
+                // Records of both versions read alike: the mark is the whole
+                // migration, made before anything (the log's replay first)
+                // writes a record of the second, which a build of version 4
+                // could not read.
+                Self::mark_version(&db)?;
+                tracing::info!(
+                    path = %path.display(),
+                    "store upgraded to schema {SCHEMA_VERSION} (compact URL records, written as URLs change)"
+                );
+                urls_db
+            }
             Found::TwoFiles => {
                 require_file(&urls_path, URLS_HOLDS)?;
                 let urls_db = Self::open_file(&urls_path, cache)?;
@@ -379,6 +395,17 @@ impl Store {
         Ok(())
     }
 
+    /// Marks the store as of this version, durably.
+    fn mark_version(db: &Database) -> Result<(), StoreError> {
+        let mut write = db.begin_write()?;
+        write.set_quick_repair(true);
+        write
+            .open_table(META)?
+            .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
+        write.commit()?;
+        Ok(())
+    }
+
     fn check_schema(db: &Database, path: &Path) -> Result<Found, StoreError> {
         let read = db.begin_read()?;
         let found = match open_if_exists(&read, META)? {
@@ -391,6 +418,7 @@ impl Store {
                 found: version,
             }),
             Some(SCHEMA_VERSION) => Ok(Found::Current),
+            Some(4) => Ok(Found::FixedRecords),
             Some(3) => Ok(Found::TwoFiles),
             Some(version @ 1..=2) => Ok(Found::OneFile { version }),
             // No version: not a file this frontier wrote (creations are
