@@ -36,7 +36,11 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_frontier"))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
-            .env("RUST_LOG", "info")
+            // RUST_LOG passes through, to read the server's debug lines.
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned()),
+            )
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(log).expect("log file"))
             .spawn()

@@ -42,6 +42,10 @@ fn describe() {
         "frontier_commit_seconds",
         "Time of one group's stage: stage=\"urls\" logs it (synced) and applies it to urls.redb, stage=\"due\" applies its due entries to frontier.redb"
     );
+    metrics::describe_histogram!(
+        "frontier_checkpoint_seconds",
+        "Time of one checkpoint, from waiting for the groups before it to both files made durable: no group is acknowledged meanwhile"
+    );
     metrics::describe_counter!(
         "frontier_filter_rebuilds_total",
         "Partition filter rebuilds"

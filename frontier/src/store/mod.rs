@@ -639,6 +639,7 @@ impl Store {
             let writer = self.lock_writer();
             writer.wal.checkpoint_due()
         };
+        let checkpoint_started = std::time::Instant::now();
         let mut writer = if checkpoint_due {
             self.lock_drained_writer()?
         } else {
@@ -699,6 +700,9 @@ impl Store {
             Ok(()) => {
                 *queue_counts = QueueCounts::default();
                 wal.checkpointed();
+                let took = checkpoint_started.elapsed();
+                metrics::histogram!("frontier_checkpoint_seconds").record(took.as_secs_f64());
+                tracing::debug!(lsn, seconds = took.as_secs_f64(), "checkpoint");
             }
             Err(error) => {
                 tracing::warn!(%error, "checkpoint failed; the write-ahead log keeps the groups since the last one");
