@@ -41,26 +41,25 @@ fn run_wget(
     depth: &str,
     wget: &str,
 ) -> (usize, f64, f64, f64) {
-    let site = runtime.block_on(MockSite::start(config)).expect("site");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let cpu_before = children_cpu_seconds();
-    let started = Instant::now();
-    let status = Command::new(wget)
-        .args([
-            "--recursive",
-            "--level",
-            depth,
-            "--no-parent",
-            "--quiet",
-            "--tries=1",
-        ])
-        .arg("--directory-prefix")
-        .arg(dir.path())
-        .arg(format!("{}/", site.base()))
-        .status()
-        .expect("wget runs");
-    let seconds = started.elapsed().as_secs_f64();
-    let cpu = children_cpu_seconds() - cpu_before;
+    let (site, dir) = fresh_site(runtime, config);
+    let ((status, seconds), cpu) = with_child_cpu(|| {
+        timed(|| {
+            Command::new(wget)
+                .args([
+                    "--recursive",
+                    "--level",
+                    depth,
+                    "--no-parent",
+                    "--quiet",
+                    "--tries=1",
+                ])
+                .arg("--directory-prefix")
+                .arg(dir.path())
+                .arg(format!("{}/", site.base()))
+                .status()
+                .expect("wget runs")
+        })
+    });
     // wget exits 8 when some pages answered an error (the site has a 404
     // and a 500) and 4 when a URL's host does not resolve (the site's
     // off-site redirect): still a finished crawl.
@@ -70,6 +69,29 @@ fn run_wget(
     );
     let fetched = pages(&site);
     (fetched, seconds, fetched as f64 / seconds, cpu)
+}
+
+/// A fresh mock site and a directory for what a crawler writes.
+fn fresh_site(
+    runtime: &tokio::runtime::Runtime,
+    config: SiteConfig,
+) -> (MockSite, tempfile::TempDir) {
+    let site = runtime.block_on(MockSite::start(config)).expect("site");
+    (site, tempfile::tempdir().expect("temp dir"))
+}
+
+/// What `run` gives, and its wall-clock seconds.
+fn timed<T>(run: impl FnOnce() -> T) -> (T, f64) {
+    let started = Instant::now();
+    let out = run();
+    (out, started.elapsed().as_secs_f64())
+}
+
+/// What `run` gives, and the CPU seconds of the children it waited for.
+fn with_child_cpu<T>(run: impl FnOnce() -> T) -> (T, f64) {
+    let before = children_cpu_seconds();
+    let out = run();
+    (out, children_cpu_seconds() - before)
 }
 
 /// Pages the site answered (robots.txt and the sitemap left out).
@@ -115,24 +137,23 @@ fn run_crawl(
     workers: usize,
     extra: &[&str],
 ) -> (usize, f64, f64, String) {
-    let site = runtime.block_on(MockSite::start(config)).expect("site");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let cpu_before = children_cpu_seconds();
-    let started = Instant::now();
-    let output = Command::new(bin)
-        .arg(format!("{}/", site.base()))
-        .args(["--allow-private", "--delay-ms", "0", "--max-depth", depth])
-        // One try per page, as wget's `--tries=1`: the site's flaky page
-        // answers 500 once, and a retry would have to wait a second.
-        .args(["--max-retries", "0"])
-        .args(["--workers", &workers.to_string()])
-        .args(extra)
-        .arg("--out")
-        .arg(dir.path().join("out"))
-        .output()
-        .expect("crawl runs");
-    let seconds = started.elapsed().as_secs_f64();
-    let cpu = children_cpu_seconds() - cpu_before;
+    let (site, dir) = fresh_site(runtime, config);
+    let ((output, seconds), cpu) = with_child_cpu(|| {
+        timed(|| {
+            Command::new(bin)
+                .arg(format!("{}/", site.base()))
+                .args(["--allow-private", "--delay-ms", "0", "--max-depth", depth])
+                // One try per page, as wget's `--tries=1`: the site's flaky page
+                // answers 500 once, and a retry would have to wait a second.
+                .args(["--max-retries", "0"])
+                .args(["--workers", &workers.to_string()])
+                .args(extra)
+                .arg("--out")
+                .arg(dir.path().join("out"))
+                .output()
+                .expect("crawl runs")
+        })
+    });
     assert!(
         output.status.success(),
         "{}",
