@@ -1412,6 +1412,29 @@ mod tests {
         );
     }
 
+    /// A version 4 store refused for a damage is left a version 4 store.
+    #[test]
+    fn a_refused_version_4_store_keeps_its_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        Store::open(dir.path())
+            .unwrap()
+            .set_schema_version(4)
+            .unwrap();
+        drop(Store::open(other.path()).unwrap());
+        std::fs::copy(
+            other.path().join(URLS_FILE_NAME),
+            dir.path().join(URLS_FILE_NAME),
+        )
+        .unwrap();
+        let error = Store::open(dir.path()).unwrap_err();
+        assert!(matches!(error, StoreError::OtherStore { .. }), "{error}");
+        let db = Database::create(dir.path().join(FILE_NAME)).unwrap();
+        let read = db.begin_read().unwrap();
+        let meta = read.open_table(META).unwrap();
+        assert_eq!(meta.get(SCHEMA_VERSION_KEY).unwrap().unwrap().value(), 4);
+    }
+
     #[test]
     fn a_second_opener_is_refused() {
         let dir = tempfile::tempdir().unwrap();

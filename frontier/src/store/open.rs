@@ -234,24 +234,12 @@ impl Store {
         let cache = options.cache_bytes / 2;
         // `frontier.redb` first: its lock is what refuses a second server.
         let db = Self::open_file(&path, cache)?;
-        let urls_db = match Self::check_schema(&db, &path)? {
-            Found::Current => {
+        let found = Self::check_schema(&db, &path)?;
+        let records_to_mark = matches!(found, Found::FixedRecords);
+        let urls_db = match found {
+            Found::Current | Found::FixedRecords => {
                 require_file(&urls_path, URLS_HOLDS)?;
                 Self::open_file(&urls_path, cache)?
-            }
-            Found::FixedRecords => {
-                require_file(&urls_path, URLS_HOLDS)?;
-                let urls_db = Self::open_file(&urls_path, cache)?;
-                // Records of both versions read alike: the mark is the whole
-                // migration, made before anything (the log's replay first)
-                // writes a record of the second, which a build of version 4
-                // could not read.
-                Self::mark_version(&db)?;
-                tracing::info!(
-                    path = %path.display(),
-                    "store upgraded to schema {SCHEMA_VERSION} (compact URL records, written as URLs change)"
-                );
-                urls_db
             }
             Found::TwoFiles => {
                 require_file(&urls_path, URLS_HOLDS)?;
@@ -279,6 +267,18 @@ impl Store {
                     expected: store_id,
                 });
             }
+        }
+        if records_to_mark {
+            // Records of both versions read alike: the mark is the whole
+            // migration, made once the files are known to be one store's
+            // and before anything (the log's replay first) writes a record
+            // of the second version, which a build of version 4 could not
+            // read.
+            Self::mark_version(&db)?;
+            tracing::info!(
+                path = %path.display(),
+                "store upgraded to schema {SCHEMA_VERSION} (compact URL records, written as URLs change)"
+            );
         }
         let (mut wal, recovered) =
             Wal::open(data_dir, store_id, urls_lsn(&urls_db.begin_read()?)?)?;
