@@ -207,14 +207,14 @@ impl Fields {
     }
 
     fn string(self, reader: &mut Reader<'_>) -> Result<String, RecordError> {
-        let length = match self {
+        match self {
             Self::Compact => {
-                usize::try_from(reader.varint()?).map_err(|_| RecordError::BadNumber)?
+                let length =
+                    usize::try_from(reader.varint()?).map_err(|_| RecordError::BadNumber)?;
+                reader.utf8(length)
             }
-            Self::Fixed => reader.u32()? as usize,
-        };
-        let bytes = reader.take(length)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| RecordError::InvalidUtf8)
+            Self::Fixed => reader.string(),
+        }
     }
 
     fn least_string_len(self) -> usize {
@@ -300,6 +300,11 @@ impl<'a> Reader<'a> {
 
     pub(crate) fn string(&mut self) -> Result<String, RecordError> {
         let length = self.u32()? as usize;
+        self.utf8(length)
+    }
+
+    /// The next `length` bytes, as UTF-8.
+    fn utf8(&mut self, length: usize) -> Result<String, RecordError> {
         let bytes = self.take(length)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| RecordError::InvalidUtf8)
     }
