@@ -40,8 +40,9 @@ fn run_wget(
     config: SiteConfig,
     depth: &str,
     wget: &str,
+    kept: &mut Vec<tempfile::TempDir>,
 ) -> (usize, f64, f64, f64) {
-    let (site, dir) = fresh_site(runtime, config);
+    let (site, dir) = fresh_site(runtime, config, Path::new(WGET_DIR));
     let ((status, seconds), cpu) = with_child_cpu(|| {
         timed(|| {
             Command::new(wget)
@@ -68,16 +69,35 @@ fn run_wget(
         "wget failed: {status}"
     );
     let fetched = pages(&site);
+    kept.push(dir);
     (fetched, seconds, fetched as f64 / seconds, cpu)
 }
 
-/// A fresh mock site and a directory for what a crawler writes.
+/// Where wget writes: a tmpfs. wget writes a file per page, and on ext4 it
+/// took two to five times as long for minutes after many files were
+/// deleted anywhere on the disk (the inode allocator skips recently freed
+/// inodes), as they are after every crawl of this bench and every test
+/// run. On a tmpfs wget runs at its best every time; `crawl` writes its
+/// store (with its syncs) and WARC files to the disk as usual.
+const WGET_DIR: &str = "/dev/shm";
+
+/// A fresh mock site and a directory under `parent` (the system's temporary
+/// directory where `parent` is missing) for what a crawler writes, with
+/// the disk quiet: what earlier runs wrote is flushed first, so a run's
+/// syncs do not wait for another's pages. The caller keeps every run's
+/// directory until nothing is timed any more, so that no run creates
+/// files right after a removal.
 fn fresh_site(
     runtime: &tokio::runtime::Runtime,
     config: SiteConfig,
+    parent: &Path,
 ) -> (MockSite, tempfile::TempDir) {
     let site = runtime.block_on(MockSite::start(config)).expect("site");
-    (site, tempfile::tempdir().expect("temp dir"))
+    let dir = tempfile::tempdir_in(parent)
+        .or_else(|_| tempfile::tempdir())
+        .expect("temp dir");
+    let _ = Command::new("sync").status();
+    (site, dir)
 }
 
 /// What `run` gives, and its wall-clock seconds.
@@ -136,8 +156,9 @@ fn run_crawl(
     bin: &Path,
     workers: usize,
     extra: &[&str],
+    kept: &mut Vec<tempfile::TempDir>,
 ) -> (usize, f64, f64, String) {
-    let (site, dir) = fresh_site(runtime, config);
+    let (site, dir) = fresh_site(runtime, config, &std::env::temp_dir());
     let ((output, seconds), cpu) = with_child_cpu(|| {
         timed(|| {
             Command::new(bin)
@@ -164,6 +185,7 @@ fn run_crawl(
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+    kept.push(dir);
     (pages(&site), seconds, cpu, summary)
 }
 
@@ -208,17 +230,19 @@ fn main() {
             1,
         ));
     }
-    let mut wget_before = wget_bin.map(|wget| run_wget(&runtime, config, &depth, wget));
+    // Every run's output, removed only once nothing is timed any more.
+    let mut kept = Vec::new();
+    let mut wget_before = wget_bin.map(|wget| run_wget(&runtime, config, &depth, wget, &mut kept));
     for round in 1..=arg(&args, "--rounds", 1) {
         let crawls: Vec<_> = crawlers
             .iter()
             .map(|(name, bin, workers)| {
                 let (fetched, seconds, cpu, _) =
-                    run_crawl(&runtime, config, &depth, bin, *workers, &[]);
+                    run_crawl(&runtime, config, &depth, bin, *workers, &[], &mut kept);
                 (name, fetched, seconds, cpu)
             })
             .collect();
-        let wget_after = wget_bin.map(|wget| run_wget(&runtime, config, &depth, wget));
+        let wget_after = wget_bin.map(|wget| run_wget(&runtime, config, &depth, wget, &mut kept));
         let fastest_wget = wget_before
             .iter()
             .chain(wget_after.iter())
@@ -263,6 +287,7 @@ fn main() {
             Path::new(env!("CARGO_BIN_EXE_crawl")),
             1,
             &extra,
+            &mut kept,
         );
         let sent = summary_figure(&summary, "links sent ").unwrap_or(0);
         let cached = summary_figure(&summary, "kept back by the seen cache ").unwrap_or(0);
