@@ -10,7 +10,8 @@
 //! crawls, then wget again, and reads each crawl against the faster wget
 //! beside it. `--baseline` adds another build of `crawl` (1 worker) to
 //! every round, for paired before/after comparisons. One host, so both fetch one page at a time (politeness);
-//! wget is skipped, with a note, where it is not installed.
+//! wget is skipped, with a note, where it is not installed. wget writes to
+//! a tmpfs and `crawl` to the disk (see [`WGET_DIR`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
