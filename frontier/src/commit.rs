@@ -22,9 +22,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
 
 use crate::store::{Applied, NewUrl, StagedGroup, Store, StoreError, WriteOp};
 
@@ -32,31 +34,25 @@ use crate::store::{Applied, NewUrl, StagedGroup, Store, StoreError, WriteOp};
 /// however deep the queue gets.
 const MAX_URLS_PER_COMMIT: usize = 64 * 1024;
 
-thread_local! {
-    // See `release_on_submit`.
-    static RELEASE_ON_SUBMIT: std::cell::RefCell<Option<SubmitTurn>> =
-        const { std::cell::RefCell::new(None) };
-}
-
 /// A writer's place in the order of one stream's writes: the next writer
 /// of the stream waits for it before it queues anything, and it is given
-/// up as soon as this writer's writes are queued (or it is dropped), so
-/// one stream's writes reach the committer in order and still share
+/// up when dropped, which a writer does as soon as its writes are queued,
+/// so one stream's writes reach the committer in order and still share
 /// commits with each other, instead of each waiting for the last one to
 /// commit.
 #[derive(Debug)]
 pub struct SubmitTurn {
-    previous: Option<Receiver<()>>,
+    previous: Option<oneshot::Receiver<()>>,
     // Dropping it is the signal; nothing is ever sent.
-    _release: SyncSender<()>,
+    _release: oneshot::Sender<()>,
 }
 
 impl SubmitTurn {
     /// The turn after the one `previous` belongs to (or the first, with
     /// `None`), and the receiver the turn after this one waits on.
     #[must_use]
-    pub fn after(previous: Option<Receiver<()>>) -> (Self, Receiver<()>) {
-        let (release, next) = mpsc::sync_channel(0);
+    pub fn after(previous: Option<oneshot::Receiver<()>>) -> (Self, oneshot::Receiver<()>) {
+        let (release, next) = oneshot::channel();
         (
             Self {
                 previous,
@@ -66,26 +62,13 @@ impl SubmitTurn {
         )
     }
 
-    /// Blocks until the previous writer's writes are queued or it is gone.
-    pub fn wait(&mut self) {
+    /// Resolves once the previous writer's writes are queued or it is gone.
+    pub async fn ready(&mut self) {
         if let Some(previous) = self.previous.take() {
-            // Only ever disconnected: that is the signal.
-            let _ = previous.recv();
+            // Only ever closed: that is the signal.
+            let _ = previous.await;
         }
     }
-}
-
-/// Runs `write` once the turn's predecessor has queued its writes; the
-/// turn is given up as soon as the first call to the committer `write`
-/// makes has queued its writes, or when `write` returns. So `write` makes
-/// one such call at most: a writer with several waits for the turn first
-/// and makes its last one through here.
-pub fn release_on_submit<T>(mut turn: SubmitTurn, write: impl FnOnce() -> T) -> T {
-    turn.wait();
-    RELEASE_ON_SUBMIT.with_borrow_mut(|slot| *slot = Some(turn));
-    let out = write();
-    RELEASE_ON_SUBMIT.with_borrow_mut(Option::take);
-    out
 }
 
 /// A group transaction that failed; every batch in it gets this error and
@@ -94,7 +77,32 @@ pub fn release_on_submit<T>(mut turn: SubmitTurn, write: impl FnOnce() -> T) -> 
 #[error("commit failed: {0}")]
 pub struct CommitFailed(pub Arc<StoreError>);
 
-type Reply = SyncSender<Result<Vec<Applied>, CommitFailed>>;
+type Answer = Result<Vec<Applied>, CommitFailed>;
+
+type Reply = oneshot::Sender<Answer>;
+
+/// Writes queued with the committer; their answer comes once the group
+/// holding them has committed (the writes go on if this is dropped).
+#[derive(Debug)]
+#[must_use]
+pub struct PendingCommit(oneshot::Receiver<Answer>);
+
+impl PendingCommit {
+    /// Blocks until the writes have committed; for threads outside the
+    /// async runtime.
+    pub fn wait(self) -> Answer {
+        self.0.blocking_recv().map_err(|_| stopped())?
+    }
+
+    /// Resolves once the writes have committed.
+    pub async fn committed(self) -> Answer {
+        self.0.await.map_err(|_| stopped())?
+    }
+}
+
+fn stopped() -> CommitFailed {
+    CommitFailed(Arc::new(StoreError::Stopped))
+}
 
 struct Request {
     ops: Vec<WriteOp>,
@@ -119,7 +127,8 @@ struct Staged {
     group: Vec<Request>,
     counts: Vec<usize>,
     ops: Vec<WriteOp>,
-    staged: StagedGroup,
+    /// `None` for a group of barriers alone, which has nothing to store.
+    staged: Option<StagedGroup>,
 }
 
 impl std::fmt::Debug for Committer {
@@ -175,19 +184,30 @@ impl Committer {
 
     /// Applies writes (see [`Store::apply`]); blocks until the transaction
     /// holding them has committed.
-    pub fn apply(&self, ops: Vec<WriteOp>) -> Result<Vec<Applied>, CommitFailed> {
-        let (reply, answer) = mpsc::sync_channel(1);
-        let stopped = || CommitFailed(Arc::new(StoreError::Stopped));
-        let sent = self.sender.as_ref().ok_or_else(stopped)?.send(Request {
-            ops,
-            reply,
-            submitted: Instant::now(),
-        });
-        // Queued (or refused): the next writer of the same stream may
-        // queue its own writes behind these.
-        RELEASE_ON_SUBMIT.with_borrow_mut(Option::take);
-        sent.map_err(|_| stopped())?;
-        answer.recv().map_err(|_| stopped())?
+    pub fn apply(&self, ops: Vec<WriteOp>) -> Answer {
+        self.submit(ops)?.wait()
+    }
+
+    /// Queues writes for the next group without waiting for it; never
+    /// blocks, so an async task may call it.
+    pub fn submit(&self, ops: Vec<WriteOp>) -> Result<PendingCommit, CommitFailed> {
+        let (reply, answer) = oneshot::channel();
+        self.sender
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(Request {
+                ops,
+                reply,
+                submitted: Instant::now(),
+            })
+            .map_err(|_| stopped())?;
+        Ok(PendingCommit(answer))
+    }
+
+    /// Blocks until every write queued before this call has committed and
+    /// the hook has seen it.
+    pub fn barrier(&self) -> Result<(), CommitFailed> {
+        self.apply(Vec::new()).map(drop)
     }
 
     /// Transactions committed so far.
@@ -254,10 +274,15 @@ fn stage(store: &Store, receiver: &Receiver<Request>, to_finish: &Sender<Staged>
             .iter_mut()
             .flat_map(|r| std::mem::take(&mut r.ops))
             .collect();
-        let started = std::time::Instant::now();
-        let result = store.stage(&ops);
-        metrics::histogram!("frontier_commit_seconds", "stage" => "urls")
-            .record(started.elapsed().as_secs_f64());
+        let result = if ops.is_empty() {
+            Ok(None)
+        } else {
+            let started = std::time::Instant::now();
+            let result = store.stage(&ops).map(Some);
+            metrics::histogram!("frontier_commit_seconds", "stage" => "urls")
+                .record(started.elapsed().as_secs_f64());
+            result
+        };
         match result {
             Ok(staged) => {
                 let staged = Staged {
@@ -267,7 +292,7 @@ fn stage(store: &Store, receiver: &Receiver<Request>, to_finish: &Sender<Staged>
                     staged,
                 };
                 if let Err(mpsc::SendError(staged)) = to_finish.send(staged) {
-                    fail(staged.group, &CommitFailed(Arc::new(StoreError::Stopped)));
+                    fail(staged.group, &stopped());
                 }
             }
             Err(error) => fail(group, &CommitFailed(Arc::new(error))),
@@ -290,6 +315,10 @@ fn finish(
         staged,
     }) = staged.recv()
     {
+        let Some(staged) = staged else {
+            answer_all(group, || Ok(Vec::new()));
+            continue;
+        };
         let started = std::time::Instant::now();
         let result = store.finish(staged);
         metrics::histogram!("frontier_commit_seconds", "stage" => "due")
@@ -313,8 +342,13 @@ fn finish(
 }
 
 fn fail(group: Vec<Request>, error: &CommitFailed) {
+    answer_all(group, || Err(error.clone()));
+}
+
+/// Gives every writer of a group the same answer.
+fn answer_all(group: Vec<Request>, answer: impl Fn() -> Answer) {
     for request in group {
-        let _ = request.reply.send(Err(error.clone()));
+        let _ = request.reply.send(answer());
     }
 }
 
@@ -400,13 +434,8 @@ mod tests {
         })
     }
 
-    /// The later of two turns starts first and still reaches the
-    /// committer second, and the turn after a writer that went away
-    /// does not wait forever.
-    #[test]
-    fn turns_queue_writes_in_their_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Store::open(dir.path()).unwrap());
+    /// A committer whose hook records the due dates of the reports it sees.
+    fn recording_committer(store: &Arc<Store>) -> (Committer, Arc<std::sync::Mutex<Vec<u64>>>) {
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let recorder = Arc::clone(&seen);
         let hook: CommitHook = Box::new(move |ops, _| {
@@ -416,25 +445,64 @@ mod tests {
                 }
             }
         });
-        let committer = Committer::start_with_hook(Arc::clone(&store), Some(hook));
-        let (first, after_first) = SubmitTurn::after(None);
-        let (second, after_second) = SubmitTurn::after(Some(after_first));
+        (
+            Committer::start_with_hook(Arc::clone(store), Some(hook)),
+            seen,
+        )
+    }
+
+    /// The later of two turns starts waiting first and still reaches the
+    /// committer second, and the turn after a writer that went away
+    /// does not wait forever.
+    #[tokio::test]
+    async fn turns_queue_writes_in_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let (committer, seen) = recording_committer(&store);
+        let committer = Arc::new(committer);
+        let (mut first, after_first) = SubmitTurn::after(None);
+        let (mut second, after_second) = SubmitTurn::after(Some(after_first));
         let (gone, after_gone) = SubmitTurn::after(Some(after_second));
-        let (last, _) = SubmitTurn::after(Some(after_gone));
-        std::thread::scope(|scope| {
-            let (started, second_started) = mpsc::channel();
-            let committer = &committer;
-            let later = scope.spawn(move || {
+        let (mut last, _) = SubmitTurn::after(Some(after_gone));
+        let (started, second_started) = oneshot::channel();
+        let later = tokio::spawn({
+            let committer = Arc::clone(&committer);
+            async move {
                 started.send(()).unwrap();
-                release_on_submit(second, || committer.apply(vec![report(0)]))
-            });
-            second_started.recv().unwrap();
-            release_on_submit(first, || committer.apply(vec![report(5)])).unwrap();
-            later.join().unwrap().unwrap();
+                second.ready().await;
+                let pending = committer.submit(vec![report(0)]);
+                drop(second);
+                pending.unwrap().committed().await
+            }
         });
+        second_started.await.unwrap();
+        first.ready().await;
+        let pending = committer.submit(vec![report(5)]).unwrap();
+        drop(first);
+        pending.committed().await.unwrap();
+        later.await.unwrap().unwrap();
         drop(gone);
-        release_on_submit(last, || committer.apply(vec![report(7)])).unwrap();
+        last.ready().await;
+        let pending = committer.submit(vec![report(7)]).unwrap();
+        pending.committed().await.unwrap();
         assert_eq!(*seen.lock().unwrap(), vec![5, 0, 7]);
+    }
+
+    /// A barrier returns only once the writes queued before it have
+    /// committed and the hook has seen them.
+    #[test]
+    fn a_barrier_waits_for_the_writes_queued_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let (committer, seen) = recording_committer(&store);
+        let pending: Vec<PendingCommit> = (1..=20)
+            .map(|due_at| committer.submit(vec![report(due_at)]).unwrap())
+            .collect();
+        committer.barrier().unwrap();
+        assert_eq!(*seen.lock().unwrap(), (1..=20).collect::<Vec<u64>>());
+        for pending in pending {
+            assert_eq!(pending.wait().unwrap().len(), 1);
+        }
     }
 
     #[test]

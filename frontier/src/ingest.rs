@@ -28,7 +28,8 @@
 //!
 //! # Layout
 //!
-//! This file: the seen test, puts, deletions, seeds. `rebuild`: filters
+//! This file: the seen test, deletions, seeds. `write`: puts, in steps an
+//! async caller can take without blocking its threads. `rebuild`: filters
 //! built from the store (at open, and one partition online when it
 //! fills). `partition_copy`: a partition copied between stores.
 
@@ -44,12 +45,14 @@ use crate::commit::{CommitFailed, CommitHook, Committer};
 use crate::record::UrlRecord;
 use crate::scope::{Rules, SeedHosts, SkipReason};
 use crate::snapshots;
-use crate::store::{Applied, Deletion, KnownUrl, NewUrl, Removed, Store, StoreError, WriteOp};
+use crate::store::{Applied, Deletion, Removed, Store, StoreError, WriteOp};
 
 mod partition_copy;
 mod rebuild;
+mod write;
 
 pub use partition_copy::{Changes, PartitionUrl, SealedTail, TakeError, Taken};
+pub use write::{InFlight, PreparedWrite};
 
 use partition_copy::CopyTracker;
 
@@ -659,252 +662,6 @@ impl Ingest {
         }
         Ok(removed)
     }
-
-    /// Records the state clients report for URLs: each record is
-    /// overwritten (or created, when the crawl does not know the URL), and
-    /// its due entry moves. `Stored` outcomes are durable when this returns.
-    /// A URL the crawl holds is updated whatever the rules say now (the
-    /// client reports on a URL it was given); one it does not hold passes
-    /// the rules a discovered URL passes, so a known item cannot bring in
-    /// what discovery would refuse.
-    pub fn put_known(
-        &self,
-        crawl: &str,
-        items: &[Known],
-        rules: &Rules,
-        now: u64,
-    ) -> Result<Vec<Outcome>, IngestError> {
-        let partitions = self.filters.partition_count();
-        let seeds = self.seeds_of(crawl);
-        let mut outcomes = Vec::with_capacity(items.len());
-        // Accepted items the rules refuse, kept only if the crawl holds them:
-        // (index into outcomes, canonical URL, partition, reason).
-        let mut refused = Vec::new();
-        let mut accepted = Vec::with_capacity(items.len());
-        for item in items {
-            let canonical = match self.accept(&item.url, &item.queue_key, &item.metadata) {
-                Ok(canonical) => canonical,
-                Err(reason) => {
-                    outcomes.push(Outcome::Skipped(reason));
-                    continue;
-                }
-            };
-            let partition = partition_of(crawl, canonical.host(), partitions);
-            if let Err(reason) = rules.admit(&canonical, item.depth, &seeds) {
-                refused.push((
-                    outcomes.len(),
-                    partition,
-                    canonical.as_str().to_owned(),
-                    reason,
-                ));
-            }
-            accepted.push((outcomes.len(), item, canonical, partition));
-            outcomes.push(Outcome::Stored);
-        }
-        if !refused.is_empty() {
-            let held = self.store.known_urls(
-                refused
-                    .iter()
-                    .map(|(_, partition, url, _)| (*partition as u32, crawl, url.as_str())),
-            )?;
-            for ((index, _, _, reason), held) in refused.iter().zip(held) {
-                if !held {
-                    outcomes[*index] = Outcome::Skipped(*reason);
-                }
-            }
-        }
-        // (partition, hash) of each op, in op order.
-        let mut keys = Vec::new();
-        let mut ops = Vec::new();
-        for (index, item, canonical, partition) in accepted {
-            if outcomes[index] != Outcome::Stored {
-                continue;
-            }
-            keys.push((partition, filter_key(crawl, canonical.as_str())));
-            ops.push(WriteOp::Known(KnownUrl {
-                crawl: crawl.to_owned(),
-                partition: partition as u32,
-                queue_key: (!item.queue_key.is_empty()).then(|| item.queue_key.clone()),
-                default_queue: canonical.host().to_owned(),
-                url: canonical.into_string(),
-                due_at: item.due_at,
-                metadata: item.metadata.clone(),
-                now,
-            }));
-        }
-        if ops.is_empty() {
-            return Ok(outcomes);
-        }
-        let _writes_open = self.writes_open_to(keys.iter().map(|(partition, _)| *partition))?;
-        let committer = self.committer.as_ref().ok_or(StoreError::Stopped)?;
-        let applied = committer.apply(ops)?;
-        // Durable now: a URL the crawl did not know joins its filter.
-        for (&(partition, hash), applied) in keys.iter().zip(&applied) {
-            if matches!(applied, Applied::Known { previous: None, .. }) {
-                self.filters.insert(partition, hash)?;
-                self.counters[partition]
-                    .stored
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        Ok(outcomes)
-    }
-
-    /// Stores the discovered URLs a crawl does not know yet. The answer has
-    /// one outcome per item, in order; `Stored` ones are durable when this
-    /// returns. Safe to call from many threads at once: their batches share
-    /// commits. On a store error nothing is acknowledged (the caller answers
-    /// FAIL, and the client may send the batch again).
-    pub fn put_discovered(
-        &self,
-        crawl: &str,
-        items: &[Discovered],
-        rules: &Rules,
-        now: u64,
-    ) -> Result<Vec<Outcome>, IngestError> {
-        let mut outcomes = Vec::with_capacity(items.len());
-        let mut candidates = self.admit_discovered(crawl, items, rules, now, &mut outcomes)?;
-        self.drop_known(&mut candidates, &mut outcomes)?;
-        if candidates.is_empty() {
-            return Ok(outcomes);
-        }
-        let _writes_open = self.writes_open_to(candidates.iter().map(|c| c.mark.partition))?;
-        let (marks, new_urls): (Vec<FilterMark>, Vec<NewUrl>) = candidates
-            .into_iter()
-            .map(|candidate| (candidate.mark, candidate.url))
-            .unzip();
-        // Shares a transaction with concurrent batches (group commit).
-        let committer = self.committer.as_ref().ok_or(StoreError::Stopped)?;
-        let stored = committer.insert_if_absent(new_urls)?;
-        // Durable now: teach the filters (store first, filter second).
-        for (mark, was_stored) in marks.iter().zip(stored) {
-            let counters = &self.counters[mark.partition];
-            if was_stored {
-                self.filters.insert(mark.partition, mark.hash)?;
-                counters.stored.fetch_add(1, Ordering::Relaxed);
-                if mark.maybe {
-                    counters.refuted_maybes.fetch_add(1, Ordering::Relaxed);
-                }
-            } else {
-                outcomes[mark.outcome] = Outcome::Skipped(SkipReason::Duplicate);
-            }
-        }
-        Ok(outcomes)
-    }
-
-    /// The items that pass canonicalisation, the crawl's rules and the
-    /// filter, as URLs to store; an outcome for every item is pushed to
-    /// `outcomes` (`Stored` for candidates, settled later).
-    fn admit_discovered(
-        &self,
-        crawl: &str,
-        items: &[Discovered],
-        rules: &Rules,
-        now: u64,
-        outcomes: &mut Vec<Outcome>,
-    ) -> Result<Vec<Candidate>, IngestError> {
-        let partitions = self.filters.partition_count();
-        let seeds = self.seeds_of(crawl);
-        let mut candidates = Vec::new();
-        for item in items {
-            let canonical = match self.accept(&item.url, &item.queue_key, &item.metadata) {
-                Ok(canonical) => canonical,
-                Err(reason) => {
-                    outcomes.push(Outcome::Skipped(reason));
-                    continue;
-                }
-            };
-            if let Err(reason) = rules.admit(&canonical, item.depth, &seeds) {
-                outcomes.push(Outcome::Skipped(reason));
-                continue;
-            }
-            let queue_key = if item.queue_key.is_empty() {
-                canonical.host().to_owned()
-            } else {
-                item.queue_key.clone()
-            };
-            let partition = partition_of(crawl, canonical.host(), partitions);
-            let hash = filter_key(crawl, canonical.as_str());
-            let maybe = self.filters.contains(partition, hash)?;
-            if maybe && self.mode == DedupMode::Bloom {
-                outcomes.push(Outcome::Skipped(SkipReason::Duplicate));
-                continue;
-            }
-            candidates.push(Candidate {
-                mark: FilterMark {
-                    outcome: outcomes.len(),
-                    partition,
-                    hash,
-                    maybe,
-                },
-                url: NewUrl {
-                    crawl: crawl.to_owned(),
-                    // At most MAX_PARTITIONS, checked at open.
-                    partition: partition as u32,
-                    maybe_known: maybe,
-                    url: canonical.into_string(),
-                    record: UrlRecord {
-                        created_at: now,
-                        due_at: now.max(1),
-                        depth: item.depth,
-                        queue_key,
-                        metadata: item.metadata.clone(),
-                    },
-                },
-            });
-            outcomes.push(Outcome::Stored);
-        }
-        Ok(candidates)
-    }
-
-    /// Settles the filter's "maybe" answers against the store, on the
-    /// caller's thread: most are URLs already known, and a read here keeps
-    /// them off the committer thread, the frontier's bottleneck. A URL
-    /// found is durably stored, so "duplicate" is final and it leaves the
-    /// candidates; one not found (a filter false positive, or stored since)
-    /// is settled again by the committer's insert.
-    fn drop_known(
-        &self,
-        candidates: &mut Vec<Candidate>,
-        outcomes: &mut [Outcome],
-    ) -> Result<(), IngestError> {
-        if !candidates.iter().any(|c| c.mark.maybe) {
-            return Ok(());
-        }
-        let mut known = self
-            .store
-            .known_urls(
-                candidates
-                    .iter()
-                    .filter(|c| c.mark.maybe)
-                    .map(|c| (c.url.partition, c.url.crawl.as_str(), c.url.url.as_str())),
-            )?
-            .into_iter();
-        candidates.retain(|candidate| {
-            let duplicate = candidate.mark.maybe && known.next() == Some(true);
-            if duplicate {
-                outcomes[candidate.mark.outcome] = Outcome::Skipped(SkipReason::Duplicate);
-            }
-            !duplicate
-        });
-        Ok(())
-    }
-}
-
-/// A discovered URL on its way to the store.
-struct Candidate {
-    mark: FilterMark,
-    url: NewUrl,
-}
-
-/// What teaching the filter a stored URL needs, and where its outcome is.
-struct FilterMark {
-    /// Its index in the batch's outcomes.
-    outcome: usize,
-    partition: usize,
-    hash: KeyHash,
-    /// The filter said "maybe" before the store was asked.
-    maybe: bool,
 }
 
 #[cfg(test)]

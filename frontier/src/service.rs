@@ -14,7 +14,7 @@ use bloom_core::{RebuildReport, SetHealth};
 
 use crate::ingest::{
     DedupMode, Discovered, FilterConfig, Ingest, IngestError, Known, ObservedFalsePositives,
-    Outcome, UrlCheck,
+    Outcome, PreparedWrite, UrlCheck,
 };
 use crate::record::UrlRecord;
 use crate::robots_shelf::RobotsShelf;
@@ -495,37 +495,72 @@ impl Frontier {
         crawl: &str,
         items: &[Discovered],
     ) -> Result<Vec<Outcome>, FrontierError> {
-        let crawl = crawl_or_default(crawl);
-        let outcomes = self.ingest.put_discovered(
-            crawl,
+        let write = self.prepare_discovered(crawl, items)?;
+        let outcomes = self.ingest.wait(self.ingest.submit(write)?)?;
+        self.discovered_settled(crawl, &outcomes);
+        Ok(outcomes)
+    }
+
+    /// The first step of [`Self::put_discovered`], for callers that take
+    /// the steps themselves (see [`Ingest::prepare_discovered`]); the
+    /// outcomes go to [`Self::discovered_settled`].
+    pub fn prepare_discovered(
+        &self,
+        crawl: &str,
+        items: &[Discovered],
+    ) -> Result<PreparedWrite, FrontierError> {
+        Ok(self.ingest.prepare_discovered(
+            crawl_or_default(crawl),
             items,
             &self.config.rules,
             Timestamp::now().unix_secs(),
-        )?;
-        self.record_outcomes(crawl, &outcomes);
+        )?)
+    }
+
+    /// Counts a batch of discovered URLs settled through
+    /// [`Self::prepare_discovered`].
+    pub fn discovered_settled(&self, crawl: &str, outcomes: &[Outcome]) {
+        self.record_outcomes(crawl_or_default(crawl), outcomes);
         self.signal_rebuild();
-        Ok(outcomes)
     }
 
     /// Records the states clients report (see [`Ingest::put_known`]).
     pub fn put_known(&self, crawl: &str, items: &[Known]) -> Result<Vec<Outcome>, FrontierError> {
-        let crawl = crawl_or_default(crawl);
-        let outcomes = self.ingest.put_known(
-            crawl,
+        let write = self.prepare_known(crawl, items)?;
+        let outcomes = self.ingest.wait(self.ingest.submit(write)?)?;
+        self.known_settled(crawl, items, &outcomes);
+        Ok(outcomes)
+    }
+
+    /// The first step of [`Self::put_known`], for callers that take the
+    /// steps themselves (see [`Ingest::prepare_known`]); the outcomes go to
+    /// [`Self::known_settled`].
+    pub fn prepare_known(
+        &self,
+        crawl: &str,
+        items: &[Known],
+    ) -> Result<PreparedWrite, FrontierError> {
+        Ok(self.ingest.prepare_known(
+            crawl_or_default(crawl),
             items,
             &self.config.rules,
             Timestamp::now().unix_secs(),
-        )?;
+        )?)
+    }
+
+    /// Counts a batch of reports settled through [`Self::prepare_known`].
+    pub fn known_settled(&self, crawl: &str, items: &[Known], outcomes: &[Outcome]) {
+        let crawl = crawl_or_default(crawl);
         let completed = items
             .iter()
-            .zip(&outcomes)
+            .zip(outcomes)
             .filter(|(item, outcome)| item.due_at == 0 && **outcome == Outcome::Stored)
             .count() as u64;
         let now = Timestamp::now().unix_secs();
         self.with_activity(crawl, |activity| {
-            Self::count_skips(activity, &outcomes);
+            Self::count_skips(activity, outcomes);
             activity.completed.add(now, completed);
-            for (item, outcome) in items.iter().zip(&outcomes) {
+            for (item, outcome) in items.iter().zip(outcomes) {
                 let named = item.metadata.get(proto::metadata::OUTCOME);
                 let Some(name) = named.and_then(|values| values.first()) else {
                     continue;
@@ -543,7 +578,6 @@ impl Frontier {
             }
         });
         self.signal_rebuild();
-        Ok(outcomes)
     }
 
     /// Reports a crawl received since start-up, by the outcome they name

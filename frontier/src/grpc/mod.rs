@@ -1,38 +1,32 @@
 //! The gRPC services over a [`Frontier`]: the URL Frontier API v2.6 and our
 //! admin API. Handlers translate messages and run the frontier's blocking
-//! work on tokio's blocking pool; [`status_of`] is the one place errors
+//! work on tokio's blocking pool, except writes, which wait for their
+//! commit without holding a thread; [`status_of`] is the one place errors
 //! become gRPC statuses. This file holds the URL Frontier service and what
-//! both share; `admin` the admin service. Who may call what is checked in
-//! front of both ([`crate::auth`]).
+//! both share; `writes` its write path (PutURLs, PutDiscovered); `admin`
+//! the admin service. Who may call what is checked in front of both
+//! ([`crate::auth`]).
 
 pub(crate) mod admin;
+mod writes;
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use proto::urlfrontier as uf;
 use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status, Streaming};
 
 pub use self::admin::AdminService;
-use crate::commit::{SubmitTurn, release_on_submit};
-use crate::ingest::{Discovered, IngestError, Known, Outcome};
+use crate::ingest::{Discovered, IngestError};
 use crate::record::UrlRecord;
 use crate::scheduler::ServeRequest;
 use crate::service::{Frontier, FrontierError, SharedFrontier, UrlFilter, crawl_or_default};
 
 /// URLs of a GetURLs answer read ahead of the client.
 const LEASE_CHANNEL: usize = 256;
-
-/// Items of a PutURLs stream taken into one store transaction at most.
-const PUT_BATCH: usize = 1024;
-
-/// Chunks of one PutURLs stream between arrival and acknowledgement at
-/// once: enough for the committer's two stages and the group queued
-/// behind them.
-const PUT_CHUNKS_IN_FLIGHT: usize = 4;
 
 /// The one mapping of frontier errors to gRPC statuses.
 #[must_use]
@@ -90,33 +84,6 @@ pub(crate) fn until_failure<T>(chunk: Vec<Result<T, Status>>) -> (Vec<T>, Option
         }
     }
     (items, None)
-}
-
-/// Write calls (a PutURLs chunk, a PutDiscovered batch) running at once.
-/// Each holds a thread of tokio's blocking pool (512) until its group
-/// commits, so without a bound enough writing clients would leave reads
-/// (GetURLs, GetStats) queueing for a thread. 256 batches of 256 URLs are
-/// 64 Ki writes, the most one group takes, shared between the groups in
-/// the committer's two stages and the one queued behind them.
-const WRITE_SLOTS: usize = 256;
-
-/// Runs a write on the blocking pool once a write slot is free; the slot is
-/// held until the work ends, also when the caller has gone away.
-async fn blocking_write<T: Send + 'static>(
-    slots: Arc<Semaphore>,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, Status> {
-    let slot = slots
-        .acquire_owned()
-        .await
-        .map_err(|_| Status::unavailable("the frontier is shutting down"))?;
-    tokio::task::spawn_blocking(move || {
-        let out = work();
-        drop(slot);
-        out
-    })
-    .await
-    .map_err(|error| Status::internal(format!("handler failed: {error}")))
 }
 
 /// Runs blocking frontier work off the async threads.
@@ -262,7 +229,7 @@ impl UrlFrontierService {
         Self {
             frontier,
             options,
-            write_slots: Arc::new(Semaphore::new(WRITE_SLOTS)),
+            write_slots: Arc::new(Semaphore::new(writes::WRITE_SLOTS)),
             stopping: tokio::sync::watch::channel(false).1,
         }
     }
@@ -289,202 +256,12 @@ impl UrlFrontierService {
     }
 }
 
-impl UrlFrontierService {
-    /// Stores one batch of discovered URLs here, as PutDiscovered does,
-    /// answering its statuses after the commit (a cluster node's share of
-    /// a batch it routes).
-    pub(crate) async fn store_batch(&self, batch: uf::DiscoveredBatch) -> Result<Vec<i32>, Status> {
-        if batch.items.is_empty() {
-            return Ok(Vec::new());
-        }
-        let frontier = Arc::clone(&self.frontier);
-        blocking_write(Arc::clone(&self.write_slots), move || {
-            batch_statuses(&frontier, &batch)
-        })
-        .await
-    }
-
-    /// Stores items here, as PutURLs does, answering one ack per item
-    /// after the commit.
-    pub(crate) async fn store_items(
-        &self,
-        items: Vec<uf::UrlItem>,
-    ) -> Result<Vec<uf::AckMessage>, Status> {
-        if items.is_empty() {
-            return Ok(Vec::new());
-        }
-        let frontier = Arc::clone(&self.frontier);
-        let items: Vec<_> = items.iter().map(put_item_of).collect();
-        blocking_write(Arc::clone(&self.write_slots), move || {
-            put_chunk(&frontier, items, None)
-        })
-        .await
-    }
-}
-
 /// Items a page of ListURLs or ListQueues holds when the client asks for 0.
 pub(crate) const DEFAULT_PAGE: usize = 100;
 
 /// A stored URL as the API lists it.
 fn listed(url: &str, record: &UrlRecord, crawl: &str) -> uf::UrlItem {
     url_item_of(url.to_owned(), record, crawl)
-}
-
-/// One item of a PutURLs stream, sorted into its kind.
-enum PutItem {
-    Discovered(String, Discovered),
-    Known(String, Known),
-    Invalid,
-}
-
-fn put_item_of(item: &uf::UrlItem) -> (String, PutItem) {
-    let (info, kind) = match &item.item {
-        Some(uf::url_item::Item::Discovered(d)) => (d.info.as_ref(), None),
-        Some(uf::url_item::Item::Known(k)) => (k.info.as_ref(), Some(k.refetchable_from_date)),
-        None => (None, None),
-    };
-    let Some(info) = info else {
-        return (item.id.clone(), PutItem::Invalid);
-    };
-    let id = if item.id.is_empty() {
-        info.url.clone()
-    } else {
-        item.id.clone()
-    };
-    let crawl = crawl_or_default(&info.crawl_id).to_owned();
-    match kind {
-        None => (id, PutItem::Discovered(crawl, discovered_of(info))),
-        Some(due_at) => (
-            id,
-            PutItem::Known(crawl, {
-                let metadata = metadata_in(&info.metadata);
-                Known {
-                    url: info.url.clone(),
-                    queue_key: info.key.clone(),
-                    depth: depth_of(&metadata),
-                    due_at,
-                    metadata,
-                }
-            }),
-        ),
-    }
-}
-
-fn status_code(outcome: &Outcome) -> uf::ack_message::Status {
-    match outcome {
-        Outcome::Stored => uf::ack_message::Status::Ok,
-        Outcome::Skipped(_) => uf::ack_message::Status::Skipped,
-    }
-}
-
-/// Applies one chunk of PutURLs items; runs of one crawl and kind go
-/// through the frontier together. A storage failure answers FAIL for the
-/// items it covered (they were not stored; the client may resend).
-fn put_chunk(
-    frontier: &Frontier,
-    items: Vec<(String, PutItem)>,
-    mut turn: Option<SubmitTurn>,
-) -> Vec<uf::AckMessage> {
-    if let Some(turn) = &mut turn {
-        // Waits holding a write slot, for a chunk that asked for its slot
-        // earlier: the slots are handed out in order, so that chunk holds
-        // one already, and the wait cannot close a cycle.
-        turn.wait();
-    }
-    let mut statuses = vec![uf::ack_message::Status::Skipped; items.len()];
-    let mut index = 0;
-    while index < items.len() {
-        let run_end = {
-            let mut end = index + 1;
-            while end < items.len() && same_run(&items[index].1, &items[end].1) {
-                end += 1;
-            }
-            end
-        };
-        let run = &items[index..run_end];
-        // The chunk's last write lets the stream's next chunk queue its
-        // own behind it; earlier ones commit first, keeping the order.
-        let last_turn = if run_end == items.len() {
-            turn.take()
-        } else {
-            None
-        };
-        let write = |call: &dyn Fn() -> Result<Vec<Outcome>, FrontierError>| match last_turn {
-            Some(turn) => release_on_submit(turn, call),
-            None => call(),
-        };
-        let outcomes = match &run[0].1 {
-            PutItem::Discovered(crawl, _) => {
-                let batch: Vec<Discovered> = run
-                    .iter()
-                    .filter_map(|(_, item)| match item {
-                        PutItem::Discovered(_, d) => Some(d.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                Some(write(&|| frontier.put_discovered(crawl, &batch)))
-            }
-            PutItem::Known(crawl, _) => {
-                let batch: Vec<Known> = run
-                    .iter()
-                    .filter_map(|(_, item)| match item {
-                        PutItem::Known(_, k) => Some(k.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                Some(write(&|| frontier.put_known(crawl, &batch)))
-            }
-            PutItem::Invalid => None,
-        };
-        match outcomes {
-            Some(Ok(outcomes)) => {
-                for (slot, outcome) in statuses[index..run_end].iter_mut().zip(&outcomes) {
-                    *slot = status_code(outcome);
-                }
-            }
-            Some(Err(error)) => {
-                log_write_failure(&error, "PutURLs batch failed; its items are answered FAIL");
-                statuses[index..run_end].fill(uf::ack_message::Status::Fail);
-            }
-            None => {}
-        }
-        index = run_end;
-    }
-    items
-        .into_iter()
-        .zip(statuses)
-        .map(|((id, item), status)| {
-            count_ack(
-                match item {
-                    PutItem::Known(..) => "known",
-                    PutItem::Discovered(..) | PutItem::Invalid => "discovered",
-                },
-                status,
-            );
-            uf::AckMessage {
-                id,
-                status: status as i32,
-            }
-        })
-        .collect()
-}
-
-fn count_ack(kind: &'static str, status: uf::ack_message::Status) {
-    let status = match status {
-        uf::ack_message::Status::Ok => "ok",
-        uf::ack_message::Status::Skipped => "skipped",
-        uf::ack_message::Status::Fail => "fail",
-    };
-    metrics::counter!("frontier_put_urls_total", "kind" => kind, "status" => status).increment(1);
-}
-
-fn same_run(a: &PutItem, b: &PutItem) -> bool {
-    match (a, b) {
-        (PutItem::Discovered(x, _), PutItem::Discovered(y, _)) => x == y,
-        (PutItem::Known(x, _), PutItem::Known(y, _)) => x == y,
-        (PutItem::Invalid, PutItem::Invalid) => true,
-        _ => false,
-    }
 }
 
 #[tonic::async_trait]
@@ -600,47 +377,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<Streaming<uf::UrlItem>>,
     ) -> Result<Response<Self::PutURLsStream>, Status> {
-        let frontier = Arc::clone(&self.frontier);
-        let slots = Arc::clone(&self.write_slots);
-        // Whatever has arrived is taken together (up to PUT_BATCH), so a
-        // fast client's items share transactions and a slow one's are
-        // answered at once. Chunks reach the committer in the stream's
-        // order (two reports of one URL apply in the order sent), but a
-        // chunk does not wait for the one before it to commit: they share
-        // group commits, so one client's reports are not answered one
-        // commit at a time.
-        let mut previous = None;
-        let acks = request
-            .into_inner()
-            .take_until(self.shutting_down())
-            .ready_chunks(PUT_BATCH)
-            .map(move |chunk| {
-                let frontier = Arc::clone(&frontier);
-                let slots = Arc::clone(&slots);
-                let (turn, next) = SubmitTurn::after(previous.take());
-                previous = Some(next);
-                async move {
-                    // Items before a message that fails (undecodable, too
-                    // large) are stored and acked; the failure ends the
-                    // stream after them.
-                    let (items, failure) = until_failure(chunk);
-                    let items: Vec<_> = items.iter().map(put_item_of).collect();
-                    let mut acks = Vec::with_capacity(items.len() + 1);
-                    if !items.is_empty() {
-                        match blocking_write(slots, move || put_chunk(&frontier, items, Some(turn)))
-                            .await
-                        {
-                            Ok(stored) => acks.extend(stored.into_iter().map(Ok)),
-                            Err(status) => acks.push(Err(status)),
-                        }
-                    }
-                    acks.extend(failure.map(Err));
-                    acks
-                }
-            })
-            .buffered(PUT_CHUNKS_IN_FLIGHT)
-            .flat_map(futures::stream::iter);
-        Ok(Response::new(Box::pin(acks)))
+        Ok(Response::new(self.put_urls_stream(request.into_inner())))
     }
 
     type PutDiscoveredStream = BoxStream<uf::BatchAck>;
@@ -649,36 +386,9 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<Streaming<uf::DiscoveredBatch>>,
     ) -> Result<Response<Self::PutDiscoveredStream>, Status> {
-        let frontier = Arc::clone(&self.frontier);
-        let slots = Arc::clone(&self.write_slots);
-        // Several batches of one stream are in flight at once, so that one
-        // client's batches share group commits instead of each waiting for
-        // the last one's: discovered batches are independent of each other
-        // (the same URL in two of them is stored once either way). Acks
-        // keep the batches' order.
-        let acks = request
-            .into_inner()
-            .take_until(self.shutting_down())
-            .map(move |batch| {
-                let frontier = Arc::clone(&frontier);
-                let slots = Arc::clone(&slots);
-                async move {
-                    let batch = batch.map_err(incoming_error)?;
-                    if batch.items.is_empty() {
-                        return Ok(uf::BatchAck {
-                            id: batch.id,
-                            statuses: Vec::new(),
-                        });
-                    }
-                    let id = batch.id.clone();
-                    let statuses =
-                        blocking_write(slots, move || batch_statuses(&frontier, &batch)).await?;
-                    Ok(uf::BatchAck { id, statuses })
-                }
-            });
-        Ok(Response::new(Box::pin(
-            acks.buffered(DISCOVERED_BATCHES_IN_FLIGHT),
-        )))
+        Ok(Response::new(
+            self.put_discovered_stream(request.into_inner()),
+        ))
     }
 
     async fn get_stats(
@@ -932,94 +642,5 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         })
         .await?;
         Ok(Response::new(uf::Long { value }))
-    }
-}
-
-/// Batches of one PutDiscovered stream processed at once. The committer is a
-/// two-stage pipeline (urls file, then due changes): while one group is in
-/// each stage, the next group must already be queued behind them, or a stage
-/// idles, and larger groups share the committer's per-group costs. Paired
-/// runs of the 10 M URL bench (BENCHMARKS.md, "Frontier at 10 million
-/// URLs"; the runs themselves are in its history) chose this over fewer;
-/// acks still arrive in order because of `buffered`.
-const DISCOVERED_BATCHES_IN_FLIGHT: usize = 64;
-
-/// Statuses of one discovered batch, in order; a storage failure fails the
-/// whole batch (nothing of it was stored).
-fn batch_statuses(frontier: &Frontier, batch: &uf::DiscoveredBatch) -> Vec<i32> {
-    // Items may name different crawls: each run of one crawl goes together.
-    let mut statuses = Vec::with_capacity(batch.items.len());
-    let mut start = 0;
-    while start < batch.items.len() {
-        let crawl = crawl_or_default(&batch.items[start].crawl_id);
-        let mut end = start + 1;
-        while end < batch.items.len() && crawl_or_default(&batch.items[end].crawl_id) == crawl {
-            end += 1;
-        }
-        let items: Vec<Discovered> = batch.items[start..end].iter().map(discovered_of).collect();
-        match frontier.put_discovered(crawl, &items) {
-            Ok(outcomes) => statuses.extend(outcomes.iter().map(|o| {
-                let status = status_code(o);
-                count_ack("discovered", status);
-                status as i32
-            })),
-            Err(error) => {
-                log_write_failure(
-                    &error,
-                    "PutDiscovered batch failed; its items are answered FAIL",
-                );
-                for _ in 0..batch.items.len() {
-                    count_ack("discovered", uf::ack_message::Status::Fail);
-                }
-                return vec![uf::ack_message::Status::Fail as i32; batch.items.len()];
-            }
-        }
-        start = end;
-    }
-    statuses
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    use super::*;
-
-    /// A write holds its slot while it runs, and waits for a free one, so
-    /// the blocking threads writes hold stay bounded: with one slot, the
-    /// second write runs only once the first has ended.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_write_runs_only_in_a_free_slot() {
-        let slots = Arc::new(Semaphore::new(1));
-        let first_ended = Arc::new(AtomicBool::new(false));
-        let (started, first_running) = tokio::sync::oneshot::channel::<()>();
-        let (release, hold) = std::sync::mpsc::channel::<()>();
-        let first = {
-            let ended = Arc::clone(&first_ended);
-            tokio::spawn(blocking_write(Arc::clone(&slots), move || {
-                started.send(()).unwrap();
-                hold.recv().unwrap();
-                ended.store(true, Ordering::SeqCst);
-            }))
-        };
-        first_running.await.unwrap();
-        assert_eq!(
-            slots.available_permits(),
-            0,
-            "a running write holds no slot"
-        );
-        let second = {
-            let ended = Arc::clone(&first_ended);
-            tokio::spawn(blocking_write(Arc::clone(&slots), move || {
-                ended.load(Ordering::SeqCst)
-            }))
-        };
-        release.send(()).unwrap();
-        first.await.unwrap().unwrap();
-        assert!(
-            second.await.unwrap().unwrap(),
-            "the second write ran while the first held the only slot"
-        );
-        assert_eq!(slots.available_permits(), 1);
     }
 }

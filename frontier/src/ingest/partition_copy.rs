@@ -421,6 +421,13 @@ impl Ingest {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(partition);
+        // Writes past their check are queued (they hold the lock until
+        // then); the tail is complete once they have committed. A barrier
+        // that fails shares its group's failure: those writes were not
+        // stored either.
+        if let Some(committer) = &self.committer {
+            let _ = committer.barrier();
+        }
         self.copies
             .lock()
             .get(&partition)

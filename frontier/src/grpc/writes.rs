@@ -1,0 +1,486 @@
+//! The URL Frontier service's write path: PutURLs chunks and PutDiscovered
+//! batches. A write runs on the async threads and holds no thread while it
+//! waits for its commit: the batch is worked out from memory, the store
+//! reads that settle a filter's "maybe" go to the blocking pool (the one
+//! step that may wait on the disk), the writes are queued with the group
+//! commit, and the task awaits the answer. A crawl sends two small writes
+//! a page, and each thread handed a write and woken for its answer is a
+//! pair of context switches on the page's path.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use proto::urlfrontier as uf;
+use tokio::sync::Semaphore;
+use tonic::{Status, Streaming};
+
+use super::{
+    BoxStream, UrlFrontierService, depth_of, discovered_of, log_write_failure, metadata_in,
+    until_failure,
+};
+use crate::commit::SubmitTurn;
+use crate::ingest::{Discovered, Known, Outcome};
+use crate::service::{FrontierError, SharedFrontier, crawl_or_default};
+
+/// Write calls (a PutURLs chunk, a PutDiscovered batch) in progress at
+/// once. 256 batches of 256 URLs are 64 Ki writes, the most one group
+/// takes, shared between the groups in the committer's two stages and the
+/// one queued behind them; more would only queue in memory, and hold
+/// blocking threads for their store reads that reads (GetURLs, GetStats)
+/// need too.
+pub(super) const WRITE_SLOTS: usize = 256;
+
+/// Items of a PutURLs stream taken into one store transaction at most.
+const PUT_BATCH: usize = 1024;
+
+/// Chunks of one PutURLs stream between arrival and acknowledgement at
+/// once: enough for the committer's two stages and the group queued
+/// behind them.
+const PUT_CHUNKS_IN_FLIGHT: usize = 4;
+
+/// Batches of one PutDiscovered stream processed at once. The committer is a
+/// two-stage pipeline (urls file, then due changes): while one group is in
+/// each stage, the next group must already be queued behind them, or a stage
+/// idles, and larger groups share the committer's per-group costs. Paired
+/// runs of the 10 M URL bench (BENCHMARKS.md, "Frontier at 10 million
+/// URLs"; the runs themselves are in its history) chose this over fewer;
+/// acks still arrive in order because of `buffered`.
+const DISCOVERED_BATCHES_IN_FLIGHT: usize = 64;
+
+/// Runs a write as a task of its own once a write slot is free; the slot is
+/// held until the write ends. The task runs to its end also when the caller
+/// has gone away: writes queued with the committer are stored, and only
+/// the rest of the write teaches the filters what they stored.
+async fn detached_write<T: Send + 'static>(
+    slots: Arc<Semaphore>,
+    write: impl Future<Output = T> + Send + 'static,
+) -> Result<T, Status> {
+    let slot = slots
+        .acquire_owned()
+        .await
+        .map_err(|_| Status::unavailable("the frontier is shutting down"))?;
+    tokio::spawn(async move {
+        let out = write.await;
+        drop(slot);
+        out
+    })
+    .await
+    .map_err(|error| Status::internal(format!("handler failed: {error}")))
+}
+
+/// Why a run of writes failed: nothing of it is acknowledged.
+#[derive(Debug, thiserror::Error)]
+enum WriteFailure {
+    #[error(transparent)]
+    Frontier(#[from] FrontierError),
+    #[error("the store read before the write failed: {0}")]
+    Read(#[from] tokio::task::JoinError),
+}
+
+/// Items of one crawl and kind, written together.
+enum Run<'a> {
+    Discovered(&'a [Discovered]),
+    Known(&'a [Known]),
+}
+
+/// Writes one run and settles it. `turn` is given up once the run's
+/// writes are queued (or refused).
+async fn write_run(
+    frontier: &SharedFrontier,
+    crawl: &str,
+    run: Run<'_>,
+    turn: Option<SubmitTurn>,
+) -> Result<Vec<Outcome>, WriteFailure> {
+    let mut write = match run {
+        Run::Discovered(items) => frontier.prepare_discovered(crawl, items)?,
+        Run::Known(items) => frontier.prepare_known(crawl, items)?,
+    };
+    if write.needs_store_reads() {
+        let reader = Arc::clone(frontier);
+        write = tokio::task::spawn_blocking(move || {
+            reader.ingest().read_store(&mut write).map(|()| write)
+        })
+        .await?
+        .map_err(FrontierError::from)?;
+    }
+    let in_flight = frontier.ingest().submit(write);
+    drop(turn);
+    let outcomes = frontier
+        .ingest()
+        .committed(in_flight.map_err(FrontierError::from)?)
+        .await
+        .map_err(FrontierError::from)?;
+    match run {
+        Run::Discovered(_) => frontier.discovered_settled(crawl, &outcomes),
+        Run::Known(items) => frontier.known_settled(crawl, items, &outcomes),
+    }
+    Ok(outcomes)
+}
+
+impl UrlFrontierService {
+    /// Stores one batch of discovered URLs here, as PutDiscovered does,
+    /// answering its statuses after the commit (a cluster node's share of
+    /// a batch it routes).
+    pub(crate) async fn store_batch(&self, batch: uf::DiscoveredBatch) -> Result<Vec<i32>, Status> {
+        if batch.items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let frontier = Arc::clone(&self.frontier);
+        detached_write(Arc::clone(&self.write_slots), async move {
+            batch_statuses(&frontier, &batch).await
+        })
+        .await
+    }
+
+    /// Stores items here, as PutURLs does, answering one ack per item
+    /// after the commit.
+    pub(crate) async fn store_items(
+        &self,
+        items: Vec<uf::UrlItem>,
+    ) -> Result<Vec<uf::AckMessage>, Status> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let frontier = Arc::clone(&self.frontier);
+        let items: Vec<_> = items.iter().map(put_item_of).collect();
+        detached_write(Arc::clone(&self.write_slots), async move {
+            put_chunk(&frontier, items, None).await
+        })
+        .await
+    }
+
+    /// PutURLs. Whatever has arrived is taken together (up to
+    /// [`PUT_BATCH`]), so a fast client's items share transactions and a
+    /// slow one's are answered at once. Chunks reach the committer in the
+    /// stream's order (two reports of one URL apply in the order sent), but
+    /// a chunk does not wait for the one before it to commit: they share
+    /// group commits, so one client's reports are not answered one commit
+    /// at a time.
+    pub(super) fn put_urls_stream(
+        &self,
+        items: Streaming<uf::UrlItem>,
+    ) -> BoxStream<uf::AckMessage> {
+        let frontier = Arc::clone(&self.frontier);
+        let slots = Arc::clone(&self.write_slots);
+        let mut previous = None;
+        let acks = items
+            .take_until(self.shutting_down())
+            .ready_chunks(PUT_BATCH)
+            .map(move |chunk| {
+                let frontier = Arc::clone(&frontier);
+                let slots = Arc::clone(&slots);
+                let (turn, next) = SubmitTurn::after(previous.take());
+                previous = Some(next);
+                async move {
+                    // Items before a message that fails (undecodable, too
+                    // large) are stored and acked; the failure ends the
+                    // stream after them.
+                    let (items, failure) = until_failure(chunk);
+                    let items: Vec<_> = items.iter().map(put_item_of).collect();
+                    let mut acks = Vec::with_capacity(items.len() + 1);
+                    if !items.is_empty() {
+                        let written = detached_write(slots, async move {
+                            put_chunk(&frontier, items, Some(turn)).await
+                        });
+                        match written.await {
+                            Ok(stored) => acks.extend(stored.into_iter().map(Ok)),
+                            Err(status) => acks.push(Err(status)),
+                        }
+                    }
+                    acks.extend(failure.map(Err));
+                    acks
+                }
+            })
+            .buffered(PUT_CHUNKS_IN_FLIGHT)
+            .flat_map(futures::stream::iter);
+        Box::pin(acks)
+    }
+
+    /// PutDiscovered. Several batches of one stream are in flight at once,
+    /// so that one client's batches share group commits instead of each
+    /// waiting for the last one's: discovered batches are independent of
+    /// each other (the same URL in two of them is stored once either way).
+    /// Acks keep the batches' order.
+    pub(super) fn put_discovered_stream(
+        &self,
+        batches: Streaming<uf::DiscoveredBatch>,
+    ) -> BoxStream<uf::BatchAck> {
+        let frontier = Arc::clone(&self.frontier);
+        let slots = Arc::clone(&self.write_slots);
+        let acks = batches.take_until(self.shutting_down()).map(move |batch| {
+            let frontier = Arc::clone(&frontier);
+            let slots = Arc::clone(&slots);
+            async move {
+                let batch = batch.map_err(super::incoming_error)?;
+                if batch.items.is_empty() {
+                    return Ok(uf::BatchAck {
+                        id: batch.id,
+                        statuses: Vec::new(),
+                    });
+                }
+                let id = batch.id.clone();
+                let statuses =
+                    detached_write(
+                        slots,
+                        async move { batch_statuses(&frontier, &batch).await },
+                    )
+                    .await?;
+                Ok(uf::BatchAck { id, statuses })
+            }
+        });
+        Box::pin(acks.buffered(DISCOVERED_BATCHES_IN_FLIGHT))
+    }
+}
+
+/// One item of a PutURLs stream, sorted into its kind.
+enum PutItem {
+    Discovered(String, Discovered),
+    Known(String, Known),
+    Invalid,
+}
+
+fn put_item_of(item: &uf::UrlItem) -> (String, PutItem) {
+    let (info, kind) = match &item.item {
+        Some(uf::url_item::Item::Discovered(d)) => (d.info.as_ref(), None),
+        Some(uf::url_item::Item::Known(k)) => (k.info.as_ref(), Some(k.refetchable_from_date)),
+        None => (None, None),
+    };
+    let Some(info) = info else {
+        return (item.id.clone(), PutItem::Invalid);
+    };
+    let id = if item.id.is_empty() {
+        info.url.clone()
+    } else {
+        item.id.clone()
+    };
+    let crawl = crawl_or_default(&info.crawl_id).to_owned();
+    match kind {
+        None => (id, PutItem::Discovered(crawl, discovered_of(info))),
+        Some(due_at) => (
+            id,
+            PutItem::Known(crawl, {
+                let metadata: BTreeMap<String, Vec<String>> = metadata_in(&info.metadata);
+                Known {
+                    url: info.url.clone(),
+                    queue_key: info.key.clone(),
+                    depth: depth_of(&metadata),
+                    due_at,
+                    metadata,
+                }
+            }),
+        ),
+    }
+}
+
+fn status_code(outcome: &Outcome) -> uf::ack_message::Status {
+    match outcome {
+        Outcome::Stored => uf::ack_message::Status::Ok,
+        Outcome::Skipped(_) => uf::ack_message::Status::Skipped,
+    }
+}
+
+/// Applies one chunk of PutURLs items; runs of one crawl and kind go
+/// through the frontier together, each committed before the next is
+/// queued. A storage failure answers FAIL for the items it covered (they
+/// were not stored; the client may resend).
+async fn put_chunk(
+    frontier: &SharedFrontier,
+    items: Vec<(String, PutItem)>,
+    mut turn: Option<SubmitTurn>,
+) -> Vec<uf::AckMessage> {
+    if let Some(turn) = &mut turn {
+        // Waits holding a write slot, for a chunk that asked for its slot
+        // earlier: the slots are handed out in order, so that chunk holds
+        // one already, and the wait cannot close a cycle.
+        turn.ready().await;
+    }
+    let mut statuses = vec![uf::ack_message::Status::Skipped; items.len()];
+    let mut index = 0;
+    while index < items.len() {
+        let run_end = {
+            let mut end = index + 1;
+            while end < items.len() && same_run(&items[index].1, &items[end].1) {
+                end += 1;
+            }
+            end
+        };
+        let run = &items[index..run_end];
+        // The chunk's last write lets the stream's next chunk queue its
+        // own behind it; earlier ones commit first, keeping the order.
+        let last_turn = if run_end == items.len() {
+            turn.take()
+        } else {
+            None
+        };
+        let outcomes = match &run[0].1 {
+            PutItem::Discovered(crawl, _) => {
+                let batch: Vec<Discovered> = run
+                    .iter()
+                    .filter_map(|(_, item)| match item {
+                        PutItem::Discovered(_, d) => Some(d.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                Some(write_run(frontier, crawl, Run::Discovered(&batch), last_turn).await)
+            }
+            PutItem::Known(crawl, _) => {
+                let batch: Vec<Known> = run
+                    .iter()
+                    .filter_map(|(_, item)| match item {
+                        PutItem::Known(_, k) => Some(k.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                Some(write_run(frontier, crawl, Run::Known(&batch), last_turn).await)
+            }
+            PutItem::Invalid => None,
+        };
+        match outcomes {
+            Some(Ok(outcomes)) => {
+                for (slot, outcome) in statuses[index..run_end].iter_mut().zip(&outcomes) {
+                    *slot = status_code(outcome);
+                }
+            }
+            Some(Err(error)) => {
+                log_write_failure(&error, "PutURLs batch failed; its items are answered FAIL");
+                statuses[index..run_end].fill(uf::ack_message::Status::Fail);
+            }
+            None => {}
+        }
+        index = run_end;
+    }
+    items
+        .into_iter()
+        .zip(statuses)
+        .map(|((id, item), status)| {
+            count_ack(
+                match item {
+                    PutItem::Known(..) => "known",
+                    PutItem::Discovered(..) | PutItem::Invalid => "discovered",
+                },
+                status,
+            );
+            uf::AckMessage {
+                id,
+                status: status as i32,
+            }
+        })
+        .collect()
+}
+
+fn count_ack(kind: &'static str, status: uf::ack_message::Status) {
+    let status = match status {
+        uf::ack_message::Status::Ok => "ok",
+        uf::ack_message::Status::Skipped => "skipped",
+        uf::ack_message::Status::Fail => "fail",
+    };
+    metrics::counter!("frontier_put_urls_total", "kind" => kind, "status" => status).increment(1);
+}
+
+fn same_run(a: &PutItem, b: &PutItem) -> bool {
+    match (a, b) {
+        (PutItem::Discovered(x, _), PutItem::Discovered(y, _)) => x == y,
+        (PutItem::Known(x, _), PutItem::Known(y, _)) => x == y,
+        (PutItem::Invalid, PutItem::Invalid) => true,
+        _ => false,
+    }
+}
+
+/// Statuses of one discovered batch, in order; a storage failure fails the
+/// whole batch (nothing of it was stored).
+async fn batch_statuses(frontier: &SharedFrontier, batch: &uf::DiscoveredBatch) -> Vec<i32> {
+    // Items may name different crawls: each run of one crawl goes together.
+    let mut statuses = Vec::with_capacity(batch.items.len());
+    let mut start = 0;
+    while start < batch.items.len() {
+        let crawl = crawl_or_default(&batch.items[start].crawl_id);
+        let mut end = start + 1;
+        while end < batch.items.len() && crawl_or_default(&batch.items[end].crawl_id) == crawl {
+            end += 1;
+        }
+        let items: Vec<Discovered> = batch.items[start..end].iter().map(discovered_of).collect();
+        match write_run(frontier, crawl, Run::Discovered(&items), None).await {
+            Ok(outcomes) => statuses.extend(outcomes.iter().map(|o| {
+                let status = status_code(o);
+                count_ack("discovered", status);
+                status as i32
+            })),
+            Err(error) => {
+                log_write_failure(
+                    &error,
+                    "PutDiscovered batch failed; its items are answered FAIL",
+                );
+                for _ in 0..batch.items.len() {
+                    count_ack("discovered", uf::ack_message::Status::Fail);
+                }
+                return vec![uf::ack_message::Status::Fail as i32; batch.items.len()];
+            }
+        }
+        start = end;
+    }
+    statuses
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write holds its slot while it runs, and waits for a free one, so
+    /// the writes in progress stay bounded: with one slot, the second
+    /// write runs only once the first has ended.
+    #[tokio::test]
+    async fn a_write_runs_only_in_a_free_slot() {
+        let slots = Arc::new(Semaphore::new(1));
+        let (started, first_running) = tokio::sync::oneshot::channel::<()>();
+        let (release, hold) = tokio::sync::oneshot::channel::<()>();
+        let first_ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let first = {
+            let ended = Arc::clone(&first_ended);
+            tokio::spawn(detached_write(Arc::clone(&slots), async move {
+                started.send(()).unwrap();
+                hold.await.unwrap();
+                ended.store(true, std::sync::atomic::Ordering::SeqCst);
+            }))
+        };
+        first_running.await.unwrap();
+        assert_eq!(
+            slots.available_permits(),
+            0,
+            "a running write holds no slot"
+        );
+        let second = {
+            let ended = Arc::clone(&first_ended);
+            tokio::spawn(detached_write(Arc::clone(&slots), async move {
+                ended.load(std::sync::atomic::Ordering::SeqCst)
+            }))
+        };
+        release.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        assert!(
+            second.await.unwrap().unwrap(),
+            "the second write ran while the first held the only slot"
+        );
+        assert_eq!(slots.available_permits(), 1);
+    }
+
+    /// A write whose caller has gone runs to its end.
+    #[tokio::test]
+    async fn a_write_ends_when_its_caller_has_gone() {
+        let slots = Arc::new(Semaphore::new(1));
+        let (started, running) = tokio::sync::oneshot::channel::<()>();
+        let (release, hold) = tokio::sync::oneshot::channel::<()>();
+        let (ended, end) = tokio::sync::oneshot::channel::<()>();
+        let caller = tokio::spawn(detached_write(Arc::clone(&slots), async move {
+            started.send(()).unwrap();
+            hold.await.unwrap();
+            ended.send(()).unwrap();
+        }));
+        running.await.unwrap();
+        caller.abort();
+        assert!(caller.await.unwrap_err().is_cancelled());
+        release.send(()).unwrap();
+        end.await.unwrap();
+    }
+}
