@@ -377,7 +377,11 @@ impl Store {
     /// or a failure halted writes until a restart).
     pub fn write_state(&self) -> Result<(), StoreError> {
         self.check_poisoned()?;
-        self.lock_writer().wal.check_writable()?;
+        {
+            let writer = self.lock_writer();
+            writer.wal.check_writable()?;
+            writer.wal.check_room()?;
+        }
         Self::check_main_file(&self.lock_main_file())?;
         self.check_space()
     }

@@ -9,7 +9,8 @@
 //! seen by the scheduler (a group that failed on its way was taken out of
 //! the log, and a checkpoint that failed left the log whole). After a
 //! failure between the two files' stages, or a failed sync of the log, a
-//! restart is what mends the store.
+//! restart is what mends the store. A log that could not grow for lack of
+//! room failed before anything was applied: it only needs the room.
 
 use redb::ReadableDatabase;
 
@@ -18,11 +19,13 @@ use super::{Files, QueueCounts, Store, StoreError, URLS_FILE_NAME};
 use crate::wal;
 
 impl Store {
-    /// Reopens the files if a failed write left them unusable and the disk
-    /// has room again; answers whether it did.
+    /// Reopens the files if a failed write left them unusable, or grows the
+    /// log if it lacked room to, once the disk has room again; answers
+    /// whether it did.
     pub fn recover_if_needed(&self) -> Result<bool, StoreError> {
         if self.check_poisoned().is_ok() {
-            return Ok(false);
+            // A log that could not grow needs no reopening, only room.
+            return Ok(self.lock_writer().wal.grow_again()?);
         }
         self.check_space()?;
         self.recover()?;

@@ -263,6 +263,9 @@ pub struct Wal {
     last_checkpoint: Instant,
     last_lsn: u64,
     halted: Option<String>,
+    /// The size the log last failed to grow to for lack of room: writes
+    /// fail until it can, so the store reports itself unwritable.
+    out_of_room: Option<u64>,
 }
 
 /// The path of the log in `data_dir`.
@@ -392,6 +395,7 @@ impl Wal {
             last_checkpoint: Instant::now(),
             last_lsn: 0,
             halted: None,
+            out_of_room: None,
         };
         Ok((wal, recovered.0))
     }
@@ -410,6 +414,29 @@ impl Wal {
             Some(reason) => Err(WalError::Halted(reason.clone())),
             None => Ok(()),
         }
+    }
+
+    /// Fails while the log could not grow for lack of room the last time
+    /// it needed to (see [`Self::grow_again`]).
+    pub fn check_room(&self) -> Result<(), WalError> {
+        match self.out_of_room {
+            Some(_) => Err(io_error(
+                &self.path,
+                std::io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error()),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Tries again the growth that last failed for lack of room; answers
+    /// whether the log has room again (also when it never lacked it).
+    pub fn grow_again(&mut self) -> Result<bool, WalError> {
+        let Some(needed) = self.out_of_room else {
+            return Ok(false);
+        };
+        self.grow(needed)?;
+        tracing::info!(path = %self.path.display(), "the write-ahead log has room again; writes resume");
+        Ok(true)
     }
 
     /// Whether the next group should be committed durably to redb instead.
@@ -449,9 +476,16 @@ impl Wal {
     /// file has.
     fn grow(&mut self, needed: u64) -> Result<(), WalError> {
         let capacity = needed.max(self.capacity.saturating_mul(2));
-        allocate(&self.file, self.capacity, capacity)
+        let allocated = allocate(&self.file, self.capacity, capacity)
             .and_then(|()| self.file.sync_all())
-            .map_err(|source| io_error(&self.path, source))?;
+            .map_err(|source| io_error(&self.path, source));
+        if let Err(error) = allocated {
+            if error.is_disk_full() {
+                self.out_of_room = Some(needed);
+            }
+            return Err(error);
+        }
+        self.out_of_room = None;
         self.file
             .write_all_at(&header(self.store_id, capacity), 0)
             .and_then(|()| self.file.sync_data())
