@@ -1,7 +1,8 @@
 //! The frontier as one object: ingest, scheduler, filter rebuilds and crawl
 //! progress, behind the operations the gRPC layer (and the embedded `crawl`
 //! binary) call. Everything here is synchronous; async callers run it on
-//! blocking threads.
+//! blocking threads, except puts, which they may take in steps that never
+//! block (`prepare_*`, then [`Ingest::submit`] and [`Ingest::committed`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
