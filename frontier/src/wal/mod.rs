@@ -429,7 +429,7 @@ impl Wal {
     }
 
     /// Tries again the growth that last failed for lack of room; answers
-    /// whether the log has room again (also when it never lacked it).
+    /// whether it grew now (`false` when it was not lacking room).
     pub fn grow_again(&mut self) -> Result<bool, WalError> {
         let Some(needed) = self.out_of_room else {
             return Ok(false);
