@@ -58,14 +58,7 @@ impl UrlRecord {
         put_varint(&mut out, self.due_at);
         put_varint(&mut out, u64::from(self.depth));
         put_short_str(&mut out, &self.queue_key);
-        put_varint(&mut out, self.metadata.len() as u64);
-        for (key, values) in &self.metadata {
-            put_short_str(&mut out, key);
-            put_varint(&mut out, values.len() as u64);
-            for value in values {
-                put_short_str(&mut out, value);
-            }
-        }
+        put_metadata(&mut out, &self.metadata);
         out
     }
 
@@ -114,36 +107,7 @@ impl UrlRecord {
         let due_at = fields.u64(&mut reader)?;
         let depth = fields.u32(&mut reader)?;
         let queue_key = fields.string(&mut reader)?;
-        let keys = fields.u32(&mut reader)?;
-        // Each key takes at least a byte: a count larger than that allows
-        // is damage, refused before reading on.
-        if keys as usize > reader.bytes.len() {
-            return Err(RecordError::Truncated);
-        }
-        let mut metadata = BTreeMap::new();
-        for _ in 0..keys {
-            let key = fields.string(&mut reader)?;
-            // Encoding writes keys in increasing order; anything else (a
-            // repeated or out-of-order key) would decode to a record that
-            // is not the bytes read.
-            if metadata
-                .keys()
-                .next_back()
-                .is_some_and(|last: &String| *last >= key)
-            {
-                return Err(RecordError::UnorderedMetadata);
-            }
-            let count = fields.u32(&mut reader)?;
-            // Each value takes at least its length: a count larger than
-            // that allows is damage, refused before allocating.
-            if count as usize > reader.bytes.len() / fields.least_string_len() {
-                return Err(RecordError::Truncated);
-            }
-            let values = (0..count)
-                .map(|_| fields.string(&mut reader))
-                .collect::<Result<Vec<_>, _>>()?;
-            metadata.insert(key, values);
-        }
+        let metadata = read_metadata(fields, &mut reader)?;
         if !reader.bytes.is_empty() {
             return Err(RecordError::TrailingBytes(reader.bytes.len()));
         }
@@ -154,6 +118,264 @@ impl UrlRecord {
             queue_key,
             metadata,
         })
+    }
+}
+
+/// The entry version written by schema 6 stores (see [`StoredEntry`]).
+const ENTRY_VERSION: u8 = 3;
+
+/// How an entry holds its URL: whole, or its scheme and the queue key
+/// left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UrlForm {
+    Whole = 0,
+    Http = 1,
+    Https = 2,
+}
+
+impl UrlForm {
+    fn prefix(self) -> &'static str {
+        match self {
+            Self::Whole => "",
+            Self::Http => "http://",
+            Self::Https => "https://",
+        }
+    }
+}
+
+/// One URL's record as a schema 6 store holds it (entry version 3). A
+/// `url_records` value holds the entries of every URL of its crawl and
+/// partition whose hash is the key's, back to back: one, but for a hash
+/// collision.
+///
+/// ```text
+/// u8  entry version (3)
+/// var queue number (the store's number for the URL's crawl and queue key)
+/// u8  URL form: 0 the whole URL follows; 1 it is "http://", the queue
+///     key, then what follows; 2 the same with "https://"
+/// str the URL, or what follows the queue key in it
+/// var created_at
+/// var due_at
+/// var depth
+/// var metadata keys, each: str key, var value count, each value a str
+/// ```
+///
+/// A queue key is by default the URL's host, so most URLs are stored
+/// without their scheme and host, which their queue's name holds once for
+/// all of them; the number stands for the queue's name in the record too.
+/// Decoding checks lengths, UTF-8, number forms and metadata order as
+/// version 2 does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEntry<'a> {
+    /// The store's number for the URL's queue.
+    pub queue: u32,
+    form: UrlForm,
+    rest: &'a str,
+    /// UTC epoch seconds of the first store.
+    pub created_at: u64,
+    /// Next fetch (UTC epoch seconds); 0 once completed.
+    pub due_at: u64,
+    /// Hops from a seed.
+    pub depth: u32,
+    metadata: &'a [u8],
+    /// The entry's bytes in its value.
+    pub raw: &'a [u8],
+}
+
+impl<'a> StoredEntry<'a> {
+    /// Appends the entry of `url`, whose record names the queue numbered
+    /// `queue`, to `out`.
+    pub fn encode(url: &str, queue: u32, record: &UrlRecord, out: &mut Vec<u8>) {
+        let key = record.queue_key.as_str();
+        let (form, rest) = [UrlForm::Https, UrlForm::Http]
+            .into_iter()
+            .find_map(|form| {
+                let rest = url.strip_prefix(form.prefix())?.strip_prefix(key)?;
+                (!key.is_empty()).then_some((form, rest))
+            })
+            .unwrap_or((UrlForm::Whole, url));
+        out.push(ENTRY_VERSION);
+        put_varint(out, u64::from(queue));
+        out.push(form as u8);
+        put_short_str(out, rest);
+        put_varint(out, record.created_at);
+        put_varint(out, record.due_at);
+        put_varint(out, u64::from(record.depth));
+        put_metadata(out, &record.metadata);
+    }
+
+    /// The entries of a value, in order; at least one.
+    pub fn decode_all(value: &'a [u8]) -> Result<Vec<Self>, RecordError> {
+        let mut reader = Reader { bytes: value };
+        let mut entries = Vec::with_capacity(1);
+        loop {
+            let start = reader.bytes;
+            let mut entry = Self::decode_one(&mut reader)?;
+            entry.raw = &start[..start.len() - reader.bytes.len()];
+            entries.push(entry);
+            if reader.bytes.is_empty() {
+                return Ok(entries);
+            }
+        }
+    }
+
+    fn decode_one(reader: &mut Reader<'a>) -> Result<Self, RecordError> {
+        let version = reader.u8()?;
+        if version != ENTRY_VERSION {
+            return Err(RecordError::UnknownVersion(version));
+        }
+        let fields = Fields::Compact;
+        let queue = fields.u32(reader)?;
+        let form = match reader.u8()? {
+            0 => UrlForm::Whole,
+            1 => UrlForm::Http,
+            2 => UrlForm::Https,
+            other => return Err(RecordError::UnknownTag(other)),
+        };
+        let length = usize::try_from(reader.varint()?).map_err(|_| RecordError::BadNumber)?;
+        let rest =
+            std::str::from_utf8(reader.take(length)?).map_err(|_| RecordError::InvalidUtf8)?;
+        let created_at = fields.u64(reader)?;
+        let due_at = fields.u64(reader)?;
+        let depth = fields.u32(reader)?;
+        let metadata_start = reader.bytes;
+        skip_metadata(reader)?;
+        let metadata = &metadata_start[..metadata_start.len() - reader.bytes.len()];
+        Ok(Self {
+            queue,
+            form,
+            rest,
+            created_at,
+            due_at,
+            depth,
+            metadata,
+            raw: &[],
+        })
+    }
+
+    /// Whether the URL is completed (never served again).
+    #[must_use]
+    pub fn is_completed(&self) -> bool {
+        self.due_at == 0
+    }
+
+    /// The URL, given the name of the entry's queue.
+    #[must_use]
+    pub fn url(&self, queue_key: &str) -> String {
+        let prefix = self.form.prefix();
+        let mut url = String::with_capacity(prefix.len() + queue_key.len() + self.rest.len());
+        self.write_url(queue_key, &mut url);
+        url
+    }
+
+    /// Appends the URL to `out`, given the name of the entry's queue.
+    pub fn write_url(&self, queue_key: &str, out: &mut String) {
+        out.push_str(self.form.prefix());
+        if self.form != UrlForm::Whole {
+            out.push_str(queue_key);
+        }
+        out.push_str(self.rest);
+    }
+
+    /// Whether the entry is `url`'s, given the name of its queue.
+    #[must_use]
+    pub fn is_url(&self, url: &str, queue_key: &str) -> bool {
+        if self.form == UrlForm::Whole {
+            return url == self.rest;
+        }
+        url.strip_prefix(self.form.prefix())
+            .and_then(|url| url.strip_prefix(queue_key))
+            .is_some_and(|rest| rest == self.rest)
+    }
+
+    /// The whole record, given the name of the entry's queue.
+    pub fn record(&self, queue_key: String) -> Result<UrlRecord, RecordError> {
+        let mut reader = Reader {
+            bytes: self.metadata,
+        };
+        Ok(UrlRecord {
+            created_at: self.created_at,
+            due_at: self.due_at,
+            depth: self.depth,
+            queue_key,
+            metadata: read_metadata(Fields::Compact, &mut reader)?,
+        })
+    }
+}
+
+/// Reads past compact metadata, checking it as [`read_metadata`] does,
+/// without copying it.
+fn skip_metadata(reader: &mut Reader<'_>) -> Result<(), RecordError> {
+    let fields = Fields::Compact;
+    let keys = fields.u32(reader)?;
+    let mut last_key: Option<&str> = None;
+    let string = |reader: &mut Reader<'_>| -> Result<(), RecordError> {
+        let length = usize::try_from(reader.varint()?).map_err(|_| RecordError::BadNumber)?;
+        std::str::from_utf8(reader.take(length)?).map_err(|_| RecordError::InvalidUtf8)?;
+        Ok(())
+    };
+    for _ in 0..keys {
+        let length = usize::try_from(reader.varint()?).map_err(|_| RecordError::BadNumber)?;
+        let key =
+            std::str::from_utf8(reader.take(length)?).map_err(|_| RecordError::InvalidUtf8)?;
+        if last_key.is_some_and(|last| last >= key) {
+            return Err(RecordError::UnorderedMetadata);
+        }
+        last_key = Some(key);
+        let count = fields.u32(reader)?;
+        for _ in 0..count {
+            string(reader)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads a record's metadata: a count of keys, each with its values.
+fn read_metadata(
+    fields: Fields,
+    reader: &mut Reader<'_>,
+) -> Result<BTreeMap<String, Vec<String>>, RecordError> {
+    let keys = fields.u32(reader)?;
+    // Each key takes at least a byte: a count larger than that allows is
+    // damage, refused before reading on.
+    if keys as usize > reader.bytes.len() {
+        return Err(RecordError::Truncated);
+    }
+    let mut metadata = BTreeMap::new();
+    for _ in 0..keys {
+        let key = fields.string(reader)?;
+        // Encoding writes keys in increasing order; anything else (a
+        // repeated or out-of-order key) would decode to a record that is
+        // not the bytes read.
+        if metadata
+            .keys()
+            .next_back()
+            .is_some_and(|last: &String| *last >= key)
+        {
+            return Err(RecordError::UnorderedMetadata);
+        }
+        let count = fields.u32(reader)?;
+        // Each value takes at least its length: a count larger than that
+        // allows is damage, refused before allocating.
+        if count as usize > reader.bytes.len() / fields.least_string_len() {
+            return Err(RecordError::Truncated);
+        }
+        let values = (0..count)
+            .map(|_| fields.string(reader))
+            .collect::<Result<Vec<_>, _>>()?;
+        metadata.insert(key, values);
+    }
+    Ok(metadata)
+}
+
+fn put_metadata(out: &mut Vec<u8>, metadata: &BTreeMap<String, Vec<String>>) {
+    put_varint(out, metadata.len() as u64);
+    for (key, values) in metadata {
+        put_short_str(out, key);
+        put_varint(out, values.len() as u64);
+        for value in values {
+            put_short_str(out, value);
+        }
     }
 }
 
@@ -182,6 +404,12 @@ pub enum RecordError {
     /// A varint longer than its shortest form, or beyond its field's range.
     #[error("URL record holds a malformed or out-of-range number")]
     BadNumber,
+    /// An entry names a queue number the store does not have.
+    #[error("URL record names queue number {0}, which the store does not have")]
+    UnknownQueue(u32),
+    /// An entry is stored under a key its URL does not hash to.
+    #[error("URL record is stored under another URL's key")]
+    WrongKey,
 }
 
 /// How a version writes its integers and lengths.

@@ -132,7 +132,8 @@ struct MainSummary {
 struct UrlsSummary {
     store_id: Option<u64>,
     applied_lsn: u64,
-    not_completed: u64,
+    /// The serving order entries its URLs not completed need.
+    serving_keys: u64,
 }
 
 /// Reads every file and record of the store in `data_dir` and reports
@@ -155,14 +156,14 @@ pub fn verify(data_dir: &Path) -> Report {
     }
     let pending = verify_log(data_dir, main.as_ref(), urls.as_ref(), &mut report);
     if let (Some(main), Some(urls), Some(0)) = (&main, &urls, pending)
-        && main.due_entries != urls.not_completed
+        && main.due_entries != urls.serving_keys
     {
         report.problem(format!(
-            "the serving order in {} has {} entries for {} URLs not completed in {}",
+            "the serving order in {} has {} entries where the URLs not completed in {} need {}",
             store::FILE_NAME,
             main.due_entries,
-            urls.not_completed,
-            store::URLS_FILE_NAME
+            store::URLS_FILE_NAME,
+            urls.serving_keys,
         ));
     }
     report
@@ -192,7 +193,7 @@ fn verify_main(data_dir: &Path, report: &mut Report) -> Option<MainSummary> {
         }
     });
     report.more_damaged(named, "queue records");
-    let due_entries = main.for_each_due(|_, _, _, _, _| {});
+    let due_entries = main.count_serving_order();
     let mut summary = MainSummary {
         store_id: main.store_id,
         applied_lsn: main.applied_lsn,
@@ -229,22 +230,27 @@ fn verify_urls(data_dir: &Path, report: &mut Report) -> Option<UrlsSummary> {
             return None;
         }
     };
-    let (mut named, mut completed, mut not_completed) = (0, 0_u64, 0_u64);
+    let (mut named, mut completed) = (0, 0_u64);
     let read = urls.for_each_url(|_, crawl, url, record| match record {
         Ok(record) if record.is_completed() => completed += 1,
-        Ok(_) => not_completed += 1,
+        Ok(_) => {}
         Err(error) => report.damaged(&mut named, || {
             format!("the record of {url} in crawl {crawl:?} is damaged: {error}")
         }),
     });
     report.more_damaged(named, "URL records");
+    let mut serving_keys = 0;
     match read {
-        Ok(total) => report.findings.push(format!(
-            "{}: {}, holds log records up to {}, {total} URLs ({completed} completed)",
-            urls.path.display(),
-            store_id_text(urls.store_id),
-            urls.applied_lsn,
-        )),
+        Ok(scan) => {
+            serving_keys = scan.serving_keys;
+            report.findings.push(format!(
+                "{}: {}, holds log records up to {}, {} URLs ({completed} completed)",
+                urls.path.display(),
+                store_id_text(urls.store_id),
+                urls.applied_lsn,
+                scan.urls,
+            ));
+        }
         Err(error) => report.problem(format!(
             "{} cannot be read to the end: {error}",
             urls.path.display()
@@ -254,7 +260,7 @@ fn verify_urls(data_dir: &Path, report: &mut Report) -> Option<UrlsSummary> {
     Some(UrlsSummary {
         store_id: urls.store_id,
         applied_lsn: urls.applied_lsn,
-        not_completed,
+        serving_keys,
     })
 }
 
@@ -496,7 +502,7 @@ fn copy_serving_order(
     copier: &mut Copier<'_>,
     report: &mut Report,
 ) -> Result<(), RepairError> {
-    let read = main.for_each_due(|crawl, queue, due_at, url, partition| {
+    let read = main.for_each_legacy_due(|crawl, queue, due_at, url, partition| {
         let record = UrlRecord {
             due_at,
             queue_key: queue.to_owned(),

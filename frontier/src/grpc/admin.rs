@@ -470,12 +470,7 @@ impl adm::admin_server::Admin for AdminService {
                 .after
                 .as_ref()
                 .map(|key| (key.crawl_id.as_str(), key.url.as_str()));
-            // One more than asked: whether the page is the last.
-            let mut page = f
-                .ingest()
-                .partition_page(request.partition, after, limit + 1)?;
-            let end = page.len() <= limit;
-            page.truncate(limit);
+            let (page, end) = f.ingest().partition_page(request.partition, after, limit)?;
             Ok((page, end, Some(0)))
         })
         .await?;

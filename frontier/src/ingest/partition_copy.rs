@@ -159,20 +159,21 @@ pub enum TakeError {
 }
 
 impl Ingest {
-    /// Up to `limit` URLs of a partition after the key `after` (crawl, URL),
-    /// in key order, from one snapshot.
+    /// Up to `limit` URLs of a partition after the URL `after` (crawl,
+    /// URL), in the store's order, from one snapshot, and whether the
+    /// partition ends with them ([`crate::store::Store::partition_page`]).
     pub fn partition_page(
         &self,
         partition: u32,
         after: Option<(&str, &str)>,
         limit: usize,
-    ) -> Result<Vec<PartitionUrl>, IngestError> {
-        Ok(self
-            .store
-            .partition_page(partition, after, limit)?
+    ) -> Result<(Vec<PartitionUrl>, bool), IngestError> {
+        let (page, end) = self.store.partition_page(partition, after, limit)?;
+        let page = page
             .into_iter()
             .map(|(crawl, url, record)| PartitionUrl { crawl, url, record })
-            .collect())
+            .collect();
+        Ok((page, end))
     }
 
     /// Takes a page of another store's partition in (module docs); durable
@@ -561,18 +562,25 @@ mod tests {
         let mut all: Vec<PartitionUrl> = Vec::new();
         loop {
             let after = all.last().map(|u| (u.crawl.clone(), u.url.clone()));
-            let next = ingest
+            let (next, end) = ingest
                 .partition_page(
                     partition,
                     after.as_ref().map(|(c, u)| (c.as_str(), u.as_str())),
                     page,
                 )
                 .unwrap();
-            if next.is_empty() {
+            all.extend(next);
+            if end {
                 return all;
             }
-            all.extend(next);
         }
+    }
+
+    /// URLs in (crawl, URL) order: two stores order a partition by their
+    /// own hashes.
+    fn sorted(mut urls: Vec<PartitionUrl>) -> Vec<PartitionUrl> {
+        urls.sort_by(|a, b| (&a.crawl, &a.url).cmp(&(&b.crawl, &b.url)));
+        urls
     }
 
     #[test]
@@ -587,7 +595,7 @@ mod tests {
         let mut copied = 0;
         for partition in 0..4 {
             let pages = whole(&from, partition, 3);
-            let expected = from.partition_page(partition, None, usize::MAX).unwrap();
+            let expected = from.partition_page(partition, None, usize::MAX).unwrap().0;
             assert_eq!(pages, expected, "paging reads each URL once, in key order");
             for chunk in pages.chunks(5) {
                 to.take_partition_urls(partition, chunk.to_vec()).unwrap();
@@ -596,7 +604,7 @@ mod tests {
             let again = to.take_partition_urls(partition, pages.clone()).unwrap();
             assert_eq!(again.stored, 0);
             assert_eq!(again.updated, pages.len() as u64);
-            assert_eq!(whole(&to, partition, 1000), pages);
+            assert_eq!(sorted(whole(&to, partition, 1000)), sorted(pages.clone()));
             for moved in &pages {
                 let key = filter_key(&moved.crawl, &moved.url);
                 assert!(to.filters().contains(partition as usize, key).unwrap());
@@ -678,7 +686,7 @@ mod tests {
         assert_eq!(from.take_partition_changes(partition), None, "not tracked");
         from.track_partition(partition);
         // Copy the first page, then writes land: new URLs, a report.
-        let first = from.partition_page(partition, None, 2).unwrap();
+        let first = from.partition_page(partition, None, 2).unwrap().0;
         to.take_partition_urls(partition, first.clone()).unwrap();
         discover(&from, "c", &urls[20..]);
         let reported = first[0].clone();
@@ -696,7 +704,8 @@ mod tests {
         let after = (first[1].crawl.as_str(), first[1].url.as_str());
         let rest = from
             .partition_page(partition, Some(after), usize::MAX)
-            .unwrap();
+            .unwrap()
+            .0;
         to.take_partition_urls(partition, rest).unwrap();
         // The cutover: what changed is sent again.
         let changes = from.take_partition_changes(partition).unwrap();
@@ -708,7 +717,10 @@ mod tests {
         );
         let tail = from.partition_urls(partition, &changes.touched).unwrap();
         to.take_partition_urls(partition, tail).unwrap();
-        assert_eq!(whole(&to, partition, 7), whole(&from, partition, 7));
+        assert_eq!(
+            sorted(whole(&to, partition, 7)),
+            sorted(whole(&from, partition, 7))
+        );
         assert_eq!(
             from.take_partition_changes(partition),
             Some(Changes::default())
@@ -766,7 +778,7 @@ mod tests {
         ));
         // Other partitions take writes; nothing reached the sealed one.
         discover(&from, "c", &[format!("http://{other}/1")]);
-        assert_eq!(from.partition_page(partition, None, 10).unwrap().len(), 1);
+        assert_eq!(from.partition_page(partition, None, 10).unwrap().0.len(), 1);
         assert_eq!(
             from.seal_partition(partition),
             Some(tail),
@@ -849,7 +861,7 @@ mod tests {
         let url = "http://a.example/x".to_owned();
         discover(&from, "c", std::slice::from_ref(&url));
         let partition = partition_of("c", "a.example", 4) as u32;
-        let first = from.partition_page(partition, None, 10).unwrap();
+        let first = from.partition_page(partition, None, 10).unwrap().0;
         to.take_partition_urls(partition, first.clone()).unwrap();
         let mut later = first[0].clone();
         later.record.due_at = 0;
@@ -865,7 +877,7 @@ mod tests {
                 updated: 1
             }
         );
-        let held = to.partition_page(partition, None, 10).unwrap();
+        let held = to.partition_page(partition, None, 10).unwrap().0;
         assert_eq!(held, vec![later.clone()]);
         assert_eq!(held[0].record.created_at, first[0].record.created_at);
         assert_eq!(held[0].record.depth, 2);
@@ -901,7 +913,7 @@ mod tests {
             .take_partition_urls(home, vec![good.clone(), spelled])
             .unwrap_err();
         assert!(error.to_string().contains("canonical form"), "{error}");
-        assert!(to.partition_page(home, None, 10).unwrap().is_empty());
+        assert!(to.partition_page(home, None, 10).unwrap().0.is_empty());
         let error = to.take_partition_urls(9, vec![good]).unwrap_err();
         assert!(matches!(error, TakeError::NoSuchPartition { .. }));
     }

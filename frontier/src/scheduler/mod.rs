@@ -360,7 +360,7 @@ impl Scheduler {
             let due = state
                 .buffer
                 .first_key_value()
-                .map_or(now, |((due, _), _)| Timestamp::from_unix_secs(*due));
+                .map_or(now, |((due, _, _), _)| Timestamp::from_unix_secs(*due));
             let delay_end = state
                 .last_serve
                 .map_or(Timestamp::EPOCH, |last| last.saturating_add(delay));
@@ -406,7 +406,8 @@ impl Scheduler {
                     if new.record.is_completed() {
                         state.record.completed += 1;
                     } else {
-                        state.add_entry(new.record.due_at, &new.url, new.partition);
+                        let hash = self.store.url_hash(&new.url);
+                        state.add_entry(new.record.due_at, hash, &new.url, new.partition);
                         self.wake(
                             &queue,
                             &mut state,
@@ -432,7 +433,8 @@ impl Scheduler {
                         if *old_due == 0 {
                             state.record.completed = state.record.completed.saturating_sub(1);
                         }
-                        if state.remove_entry(*old_due, &known.url) {
+                        let hash = self.store.url_hash(&known.url);
+                        if state.remove_entry(*old_due, hash, &known.url) {
                             // A lease given back: the queue may serve again
                             // once its last one is, a delay later.
                             if state.leased.is_empty() {
@@ -447,7 +449,8 @@ impl Scheduler {
                     if known.due_at == 0 {
                         state.record.completed += 1;
                     } else {
-                        state.add_entry(known.due_at, &known.url, known.partition);
+                        let hash = self.store.url_hash(&known.url);
+                        state.add_entry(known.due_at, hash, &known.url, known.partition);
                         self.wake(&queue, &mut state, Timestamp::from_unix_secs(known.due_at));
                     }
                 }
@@ -725,11 +728,12 @@ impl Scheduler {
             if entry.key().0 > now_secs || !self.serves(*entry.get()) {
                 break;
             }
-            let ((due_at, url), partition) = entry.remove_entry();
+            let ((due_at, hash, url), partition) = entry.remove_entry();
             state.leased.insert(
                 url.clone(),
                 Lease {
                     due_at,
+                    hash,
                     partition,
                     until,
                 },
@@ -759,25 +763,23 @@ impl Scheduler {
     fn refill(&self, queue: &Queue, state: &mut QueueState) -> Result<(), StoreError> {
         let after = match &state.cursor {
             Cursor::NotLoaded => None,
-            Cursor::UpTo(due, url) => Some((*due, url.clone())),
+            Cursor::UpTo(due, hash) => Some((*due, *hash)),
             Cursor::All => return Ok(()),
         };
-        let entries = self.store.due_entries(
-            &queue.crawl,
-            &queue.key,
-            after.as_ref().map(|(d, u)| (*d, u.as_str())),
-            state.refill,
-        )?;
-        let complete = entries.len() < state.refill;
-        if let Some((due, url, _)) = entries.last() {
-            state.cursor = Cursor::UpTo(*due, url.clone());
+        let page = self
+            .store
+            .due_entries(&queue.crawl, &queue.key, after, state.refill)?;
+        if let Some((due, hash)) = page.last {
+            state.cursor = Cursor::UpTo(due, hash);
         }
-        for (due_at, url, partition) in entries {
-            if !state.leased.contains_key(&url) {
-                state.buffer.insert((due_at, url), partition);
+        for entry in page.urls {
+            if !state.leased.contains_key(&entry.url) {
+                state
+                    .buffer
+                    .insert((entry.due_at, entry.hash, entry.url), entry.partition);
             }
         }
-        if complete {
+        if page.complete {
             state.cursor = Cursor::All;
         }
         Ok(())
@@ -992,6 +994,12 @@ mod tests {
     }
 
     impl Fixture {
+        /// `urls` in serving order for one due date: by the store's hash.
+        fn in_hash_order(&self, mut urls: Vec<String>) -> Vec<String> {
+            urls.sort_by_key(|url| (self.scheduler.store.url_hash(url), url.clone()));
+            urls
+        }
+
         fn discover(&self, urls: &[String], now_secs: u64) {
             let items: Vec<Discovered> = urls
                 .iter()
@@ -1064,10 +1072,14 @@ mod tests {
         served[partition(here)] = true;
         f.scheduler.set_served_partitions(Some(served));
         let first = f.serve(&all(30), 10 * SEC);
-        assert_eq!(first, urls(here, 3), "only the served partition's queue");
+        assert_eq!(
+            first,
+            f.in_hash_order(urls(here, 3)),
+            "only the served partition's queue"
+        );
         assert!(f.serve(&all(30), 11 * SEC).is_empty());
         f.scheduler.set_served_partitions(None);
-        assert_eq!(f.serve(&all(30), 12 * SEC), urls(&away, 3));
+        assert_eq!(f.serve(&all(30), 12 * SEC), f.in_hash_order(urls(&away, 3)));
         let (leased, until) = f
             .scheduler
             .leases_in_partition(partition(&away) as u32, Timestamp::from_unix_secs(20));
@@ -1093,7 +1105,7 @@ mod tests {
         f.discover(&urls(&here, 2), 10);
         let dropped = f.ingest.drop_partition(partition(away) as u32).unwrap();
         assert_eq!(dropped, 5);
-        assert_eq!(f.serve(&all(30), 10 * SEC), urls(&here, 2));
+        assert_eq!(f.serve(&all(30), 10 * SEC), f.in_hash_order(urls(&here, 2)));
         let counts = f
             .scheduler
             .counts("c", Some(away), Timestamp::from_unix_secs(10));
@@ -1154,7 +1166,7 @@ mod tests {
     fn each_due_url_is_served_once_per_lease_across_refills_and_trims() {
         // Refill 4 with 50 URLs: every path of the buffer is taken.
         let f = fixture(4);
-        let mut expected = urls("a.example", 50);
+        let expected = urls("a.example", 50);
         f.discover(&expected, 10);
         let mut served = Vec::new();
         loop {
@@ -1175,10 +1187,10 @@ mod tests {
             }
             served.extend(batch);
         }
-        expected.sort();
+        let expected = f.in_hash_order(expected);
         assert_eq!(
             served, expected,
-            "in date order (then URL order), once each"
+            "in date order (then the store's hash order), once each"
         );
         assert!(f.serve(&all(60), 10 * SEC).is_empty());
         let counts = f
@@ -1543,17 +1555,20 @@ mod tests {
                                 (u64::from(lease) * SEC / (2 * delay_ms[hu])).max(1) as usize
                             };
                             let take = if max == 0 { usize::MAX } else { max as usize }.min(spaced);
-                            let mut servable: Vec<(u64, String, u8)> = due
+                            let mut servable: Vec<(u64, u64, String, u8)> = due
                                 .iter()
                                 .filter(|(i, d)| host_of(**i) == h && **d != 0 && **d <= now / SEC)
-                                .map(|(i, d)| (*d, url_of(*i), *i))
+                                .map(|(i, d)| {
+                                    let url = url_of(*i);
+                                    (*d, f.scheduler.store.url_hash(&url), url, *i)
+                                })
                                 .collect();
                             servable.sort();
                             servable.truncate(take);
                             if !servable.is_empty() {
                                 last_serve[hu] = Some(now);
                             }
-                            for (_, _, i) in servable {
+                            for (_, _, _, i) in servable {
                                 leases.insert(i, now + u64::from(lease) * SEC);
                                 expected.push(url_of(i));
                             }

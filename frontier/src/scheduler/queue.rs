@@ -12,8 +12,8 @@ use crate::time::Timestamp;
 pub(super) enum Cursor {
     /// Nothing read yet: every entry is in the store only.
     NotLoaded,
-    /// Entries up to this key have been read.
-    UpTo(u64, String),
+    /// Entries up to this key (due date, URL hash) have been read.
+    UpTo(u64, u64),
     /// Every entry is in memory.
     All,
 }
@@ -21,6 +21,7 @@ pub(super) enum Cursor {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Lease {
     pub(super) due_at: u64,
+    pub(super) hash: u64,
     pub(super) partition: u32,
     pub(super) until: Timestamp,
 }
@@ -32,7 +33,9 @@ pub(super) type WakeKey = (Timestamp, u64);
 pub(super) struct QueueState {
     pub(super) refill: usize,
     pub(super) record: QueueRecord,
-    pub(super) buffer: BTreeMap<(u64, String), u32>,
+    /// (due date, URL hash, URL) → partition: the store's serving order,
+    /// with the URLs of a hash apart.
+    pub(super) buffer: BTreeMap<(u64, u64, String), u32>,
     pub(super) cursor: Cursor,
     pub(super) leased: HashMap<String, Lease>,
     pub(super) earliest_expiry: Timestamp,
@@ -55,19 +58,20 @@ impl QueueState {
         }
     }
 
-    pub(super) fn covers(&self, due_at: u64, url: &str) -> bool {
+    pub(super) fn covers(&self, due_at: u64, hash: u64) -> bool {
         match &self.cursor {
             Cursor::NotLoaded => false,
-            Cursor::UpTo(due, last) => (due_at, url) <= (*due, last.as_str()),
+            Cursor::UpTo(due, last) => (due_at, hash) <= (*due, *last),
             Cursor::All => true,
         }
     }
 
-    pub(super) fn add_entry(&mut self, due_at: u64, url: &str, partition: u32) {
+    pub(super) fn add_entry(&mut self, due_at: u64, hash: u64, url: &str, partition: u32) {
         // A refill between a commit and its hook may have read the URL and
         // leased it already: the hook must not buffer it a second time.
-        if self.covers(due_at, url) && !self.leased.contains_key(url) {
-            self.buffer.insert((due_at, url.to_owned()), partition);
+        if self.covers(due_at, hash) && !self.leased.contains_key(url) {
+            self.buffer
+                .insert((due_at, hash, url.to_owned()), partition);
             if self.cursor == Cursor::All && self.buffer.len() > 2 * self.refill {
                 self.trim();
             }
@@ -76,18 +80,29 @@ impl QueueState {
 
     /// Leaves the buffer's tail to the store, so a queue that only grows
     /// (a crawl discovering faster than it fetches) keeps a bounded buffer.
+    /// The cursor moves back to the last key kept, so the URLs of a key
+    /// (a hash collision) go back together: the store reads them as one.
     pub(super) fn trim(&mut self) {
-        while self.buffer.len() > self.refill {
-            self.buffer.pop_last();
+        let mut dropped = None;
+        while self.buffer.len() > self.refill
+            || self
+                .buffer
+                .last_key_value()
+                .is_some_and(|((due, hash, _), _)| dropped == Some((*due, *hash)))
+        {
+            if let Some(((due, hash, _), _)) = self.buffer.pop_last() {
+                dropped = Some((due, hash));
+            }
         }
-        if let Some(((due, url), _)) = self.buffer.last_key_value() {
-            self.cursor = Cursor::UpTo(*due, url.clone());
-        }
+        self.cursor = match self.buffer.last_key_value() {
+            Some(((due, hash, _), _)) => Cursor::UpTo(*due, *hash),
+            None => Cursor::NotLoaded,
+        };
     }
 
     /// Removes a URL's entry; answers whether it was leased.
-    pub(super) fn remove_entry(&mut self, due_at: u64, url: &str) -> bool {
-        self.buffer.remove(&(due_at, url.to_owned()));
+    pub(super) fn remove_entry(&mut self, due_at: u64, hash: u64, url: &str) -> bool {
+        self.buffer.remove(&(due_at, hash, url.to_owned()));
         self.leased.remove(url).is_some()
     }
 
@@ -112,7 +127,7 @@ impl QueueState {
             self.leased.remove(&url);
             // Beyond the cursor the store still has it, and a refill will
             // read it now that it is no longer leased.
-            self.add_entry(lease.due_at, &url, lease.partition);
+            self.add_entry(lease.due_at, lease.hash, &url, lease.partition);
         }
         self.earliest_expiry = self
             .leased

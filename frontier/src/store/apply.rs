@@ -1,18 +1,27 @@
 //! Applying a group to the two files: its writes to `urls.redb`, working
 //! out from the records found there the changes `frontier.redb` follows
 //! with, and those changes (module docs of [`super`]: why two files).
+//!
+//! A `url_records` value holds the entries of every URL of one crawl and
+//! partition whose hash is the key's (almost always one): a write reads
+//! the value, finds its URL's entry by comparing URLs, and writes the value
+//! back with that entry replaced, added or removed. Two such URLs in one
+//! queue with one due date share a `serving_order` entry, which goes only
+//! when neither needs it.
 
 use std::collections::HashMap;
 
-use super::{
-    APPLIED_LSN_KEY, Applied, CRAWL_SETTINGS, DUE, Deletion, KnownUrl, META, MainFileChange,
-    NewUrl, PreviousPlace, QUEUES, Removed, SEED_HOSTS, Store, StoreError, URLS, URLS_META,
-    WriteOp, apply_order, decode_record, names_under,
-};
 use redb::ReadableTable;
 
+use super::names::GroupNames;
+use super::{
+    APPLIED_LSN_KEY, Applied, CRAWL_SETTINGS, Deletion, KnownUrl, META, MainFileChange, NewUrl,
+    PreviousPlace, QUEUES, Removed, SEED_HOSTS, SERVING_ORDER, Store, StoreError, URL_RECORDS,
+    URLS_META, UrlKeys, WriteOp, apply_order, names_under,
+};
+
 use crate::queue_counts::{CountDelta, GroupCounts, QueueCounts};
-use crate::record::UrlRecord;
+use crate::record::{StoredEntry, UrlRecord};
 
 /// What applying a group's writes to `urls.redb` gathers for what follows:
 /// the changes `frontier.redb` must make, and the group's count changes.
@@ -46,7 +55,54 @@ impl<'a> GroupEffects<'a> {
     }
 }
 
-type UrlsTable<'t> = redb::Table<'t, (u32, &'static str, &'static str), &'static [u8]>;
+type RecordsTable<'t> = redb::Table<'t, (u32, u32, u64), &'static [u8]>;
+
+/// The URLs of one hash a deletion removes.
+struct Doomed {
+    hash: u64,
+    /// The entries that stay, as their value's bytes (empty: none).
+    kept: Vec<u8>,
+    /// The entries that go: (queue number, queue key, due date).
+    gone: Vec<(u32, String, u64)>,
+}
+
+/// The entries of a value; damage is an error naming the crawl and a URL.
+fn entries_of<'v>(
+    crawl: &str,
+    url: &str,
+    value: &'v [u8],
+) -> Result<Vec<StoredEntry<'v>>, StoreError> {
+    StoredEntry::decode_all(value).map_err(|source| StoreError::CorruptRecord {
+        crawl: crawl.to_owned(),
+        url: url.to_owned(),
+        source,
+    })
+}
+
+/// The position of `url`'s entry among `entries`.
+fn position_of(
+    names: &GroupNames<'_, '_>,
+    entries: &[StoredEntry<'_>],
+    url: &str,
+) -> Result<Option<usize>, StoreError> {
+    let names = names.read();
+    for (index, entry) in entries.iter().enumerate() {
+        if entry.is_url(url, names.queue_key(entry.queue, url)?) {
+            return Ok(Some(index));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether an entry not completed, other than the one at `except`, needs
+/// the `serving_order` entry (queue, due date) of its hash.
+fn still_due(entries: &[StoredEntry<'_>], except: Option<usize>, queue: u32, due_at: u64) -> bool {
+    due_at != 0
+        && entries
+            .iter()
+            .enumerate()
+            .any(|(index, e)| Some(index) != except && e.queue == queue && e.due_at == due_at)
+}
 
 impl Store {
     /// Applies a group's writes to `urls.redb` in `write` and records its
@@ -54,6 +110,7 @@ impl Store {
     /// follow with, and what the group did to queue counts.
     pub(super) fn apply_urls_in(
         write: &redb::WriteTransaction,
+        keys: &UrlKeys<'_>,
         ops: &[WriteOp],
         lsn: u64,
     ) -> Result<(Vec<Applied>, Vec<MainFileChange>, GroupCounts), StoreError> {
@@ -62,20 +119,33 @@ impl Store {
             changes: Vec::with_capacity(ops.len()),
             ..GroupEffects::default()
         };
-        let mut urls = write.open_table(URLS)?;
+        let mut names = GroupNames::open(keys.names, write)?;
+        let mut records = write.open_table(URL_RECORDS)?;
+        let hashes: Vec<u64> = ops
+            .iter()
+            .map(|op| match op {
+                WriteOp::Discover(new) => keys.hasher.hash(&new.url),
+                WriteOp::Known(known) => keys.hasher.hash(&known.url),
+                WriteOp::Delete(_) => 0,
+            })
+            .collect();
+        let keyed: Vec<(&WriteOp, u64)> = ops.iter().zip(hashes.iter().copied()).collect();
         let mut indexed_results = Vec::with_capacity(ops.len());
-        for index in apply_order(ops, |op| match op {
-            WriteOp::Discover(new) => Some((new.partition, new.crawl.as_str(), new.url.as_str())),
-            WriteOp::Known(known) => {
-                Some((known.partition, known.crawl.as_str(), known.url.as_str()))
-            }
+        for index in apply_order(&keyed, |(op, hash)| match op {
+            WriteOp::Discover(new) => Some((new.partition, new.crawl.as_str(), *hash)),
+            WriteOp::Known(known) => Some((known.partition, known.crawl.as_str(), *hash)),
             WriteOp::Delete(_) => None,
         }) {
+            let hash = hashes[index];
             let applied = match &ops[index] {
-                WriteOp::Discover(new) => Self::apply_discovered(&mut urls, new, &mut effects)?,
-                WriteOp::Known(known) => Self::apply_known(&mut urls, known, &mut effects)?,
+                WriteOp::Discover(new) => {
+                    Self::discover(&mut records, &mut names, new, hash, &mut effects)?
+                }
+                WriteOp::Known(known) => {
+                    Self::apply_known(&mut records, &mut names, known, hash, &mut effects)?
+                }
                 WriteOp::Delete(deletion) => {
-                    Self::apply_deletion(&mut urls, deletion, &mut effects)?
+                    Self::apply_deletion(&mut records, &names, keys, deletion, &mut effects)?
                 }
             };
             indexed_results.push((index, applied));
@@ -89,74 +159,133 @@ impl Store {
         Ok((results, changes, counts))
     }
 
-    fn apply_discovered<'a>(
-        urls: &mut UrlsTable<'_>,
+    /// Stores a discovered URL unless its crawl knows it.
+    fn discover<'a>(
+        records: &mut RecordsTable<'_>,
+        names: &mut GroupNames<'_, '_>,
         new: &'a NewUrl,
+        hash: u64,
         effects: &mut GroupEffects<'a>,
     ) -> Result<Applied, StoreError> {
-        let stored = Self::discover(urls, new)?;
-        if stored {
-            // A record stored whole (a moved partition, a salvage) may be
-            // completed: it is counted so and never due.
-            let completed = new.record.is_completed();
-            if !completed {
-                effects.changes.push(MainFileChange::Insert {
-                    crawl: new.crawl.clone(),
-                    queue: new.record.queue_key.clone(),
-                    due_at: new.record.due_at,
-                    url: new.url.clone(),
-                    partition: new.partition,
-                });
-            }
-            effects.count(
-                &new.crawl,
-                &new.record.queue_key,
-                CountDelta {
-                    urls: 1,
-                    completed: i64::from(completed),
-                },
-            );
+        let crawl = names.crawl_number(&new.crawl)?;
+        let key = (new.partition, crawl, hash);
+        // A "maybe" of the filter is usually a known URL: looked up first.
+        // A "no" is certain, so the URL is inserted without a lookup (one
+        // descent instead of two), and what the insert replaced is put back
+        // if the URL was known after all (stored by a concurrent batch
+        // after the filter was asked, or earlier in this group).
+        if new.maybe_known
+            && let Some(value) = records.get(key)?
+            && position_of(
+                names,
+                &entries_of(&new.crawl, &new.url, value.value())?,
+                &new.url,
+            )?
+            .is_some()
+        {
+            return Ok(Applied::Discovered { stored: false });
         }
-        Ok(Applied::Discovered { stored })
+        let queue = names.queue_number(crawl, &new.record.queue_key)?;
+        let mut entry = Vec::with_capacity(32 + new.url.len());
+        StoredEntry::encode(&new.url, queue, &new.record, &mut entry);
+        let replaced = records
+            .insert(key, entry.as_slice())?
+            .map(|old| old.value().to_vec());
+        if let Some(mut value) = replaced {
+            let known = position_of(names, &entries_of(&new.crawl, &new.url, &value)?, &new.url)?;
+            if known.is_none() {
+                // A hash collision: the URL joins the entries of its hash.
+                value.extend_from_slice(&entry);
+            }
+            records.insert(key, value.as_slice())?;
+            if known.is_some() {
+                return Ok(Applied::Discovered { stored: false });
+            }
+        }
+        // A record stored whole (a moved partition, a salvage) may be
+        // completed: it is counted so and never due.
+        let completed = new.record.is_completed();
+        if !completed {
+            effects.changes.push(MainFileChange::Insert {
+                queue,
+                due_at: new.record.due_at,
+                hash,
+                partition: new.partition,
+            });
+        }
+        effects.count(
+            &new.crawl,
+            &new.record.queue_key,
+            CountDelta {
+                urls: 1,
+                completed: i64::from(completed),
+            },
+        );
+        Ok(Applied::Discovered { stored: true })
     }
 
     /// A URL's new state: its record replaced (created, depth kept), its
-    /// `due` entry moved, counts moved from its old queue to its new one.
+    /// `serving_order` entry moved, counts moved from its old queue to its
+    /// new one.
     fn apply_known<'a>(
-        urls: &mut UrlsTable<'_>,
+        records: &mut RecordsTable<'_>,
+        names: &mut GroupNames<'_, '_>,
         known: &'a KnownUrl,
+        hash: u64,
         effects: &mut GroupEffects<'a>,
     ) -> Result<Applied, StoreError> {
-        let key = (known.partition, known.crawl.as_str(), known.url.as_str());
-        let previous = match urls.get(key)? {
-            Some(bytes) => Some(decode_record(&known.crawl, &known.url, bytes.value())?),
+        let crawl = names.crawl_number(&known.crawl)?;
+        let key = (known.partition, crawl, hash);
+        let value = records.get(key)?.map(|value| value.value().to_vec());
+        let entries = match &value {
+            Some(value) => entries_of(&known.crawl, &known.url, value)?,
+            None => Vec::new(),
+        };
+        let found = position_of(names, &entries, &known.url)?;
+        let previous = match found {
+            Some(index) => {
+                let entry = &entries[index];
+                let queue_key = names.read().queue_key(entry.queue, &known.url)?.to_owned();
+                Some((entry, queue_key))
+            }
             None => None,
         };
         let queue_key = known
             .queue_key
             .clone()
-            .or_else(|| previous.as_ref().map(|r| r.queue_key.clone()))
+            .or_else(|| previous.as_ref().map(|(_, key)| key.clone()))
             .unwrap_or_else(|| known.default_queue.clone());
+        let queue = names.queue_number(crawl, &queue_key)?;
         let record = UrlRecord {
-            created_at: previous.as_ref().map_or(known.now, |r| r.created_at),
+            created_at: previous.as_ref().map_or(known.now, |(e, _)| e.created_at),
             due_at: known.due_at,
-            depth: previous.as_ref().map_or(0, |r| r.depth),
+            depth: previous.as_ref().map_or(0, |(e, _)| e.depth),
             queue_key: queue_key.clone(),
             metadata: known.metadata.clone(),
         };
-        urls.insert(key, record.encode().as_slice())?;
-        if let Some(old) = &previous {
-            if !old.is_completed() {
+        let mut new_value = Vec::with_capacity(value.as_ref().map_or(0, Vec::len) + 32);
+        for (index, entry) in entries.iter().enumerate() {
+            if Some(index) == found {
+                StoredEntry::encode(&known.url, queue, &record, &mut new_value);
+            } else {
+                new_value.extend_from_slice(entry.raw);
+            }
+        }
+        if found.is_none() {
+            StoredEntry::encode(&known.url, queue, &record, &mut new_value);
+        }
+        records.insert(key, new_value.as_slice())?;
+        if let Some((old, old_key)) = &previous {
+            if !old.is_completed() && !still_due(&entries, found, old.queue, old.due_at) {
                 effects.changes.push(MainFileChange::Remove {
-                    crawl: known.crawl.clone(),
-                    queue: old.queue_key.clone(),
+                    queue: old.queue,
                     due_at: old.due_at,
-                    url: known.url.clone(),
+                    hash,
                 });
             }
             effects.count(
                 &known.crawl,
-                &old.queue_key,
+                old_key,
                 CountDelta {
                     urls: -1,
                     completed: -i64::from(old.is_completed()),
@@ -165,10 +294,9 @@ impl Store {
         }
         if !record.is_completed() {
             effects.changes.push(MainFileChange::Insert {
-                crawl: known.crawl.clone(),
-                queue: queue_key.clone(),
+                queue,
                 due_at: record.due_at,
-                url: known.url.clone(),
+                hash,
                 partition: known.partition,
             });
         }
@@ -181,8 +309,8 @@ impl Store {
             },
         );
         Ok(Applied::Known {
-            previous: previous.map(|old| PreviousPlace {
-                queue_key: old.queue_key,
+            previous: previous.map(|(old, queue_key)| PreviousPlace {
+                queue_key,
                 due_at: old.due_at,
             }),
             queue_key,
@@ -190,11 +318,13 @@ impl Store {
     }
 
     fn apply_deletion<'a>(
-        urls: &mut UrlsTable<'_>,
+        records: &mut RecordsTable<'_>,
+        names: &GroupNames<'_, '_>,
+        keys: &UrlKeys<'_>,
         deletion: &'a Deletion,
         effects: &mut GroupEffects<'a>,
     ) -> Result<Applied, StoreError> {
-        let removed = Self::delete(urls, deletion, &mut effects.changes)?;
+        let removed = Self::delete(records, names, keys, deletion, &mut effects.changes)?;
         for (queue, gone) in &removed.per_queue {
             effects.count(
                 &deletion.crawl,
@@ -233,46 +363,39 @@ impl Store {
         lsn: u64,
     ) -> Result<(), StoreError> {
         write.open_table(META)?.insert(APPLIED_LSN_KEY, lsn)?;
-        let mut due = write.open_table(DUE)?;
+        let mut serving_order = write.open_table(SERVING_ORDER)?;
         let mut queues = write.open_table(QUEUES)?;
         let mut seed_hosts = write.open_table(SEED_HOSTS)?;
         let mut crawl_settings = write.open_table(CRAWL_SETTINGS)?;
         for index in apply_order(changes, |change| match change {
             MainFileChange::Insert {
-                crawl,
                 queue,
                 due_at,
-                url,
+                hash,
                 ..
             }
             | MainFileChange::Remove {
-                crawl,
                 queue,
                 due_at,
-                url,
-            } => Some((crawl.as_str(), queue.as_str(), *due_at, url.as_str())),
+                hash,
+            } => Some((*queue, *due_at, *hash)),
             MainFileChange::RemoveQueues { .. } => None,
         }) {
             match &changes[index] {
                 MainFileChange::Insert {
-                    crawl,
                     queue,
                     due_at,
-                    url,
+                    hash,
                     partition,
                 } => {
-                    due.insert(
-                        (crawl.as_str(), queue.as_str(), *due_at, url.as_str()),
-                        *partition,
-                    )?;
+                    serving_order.insert((*queue, *due_at, *hash), *partition)?;
                 }
                 MainFileChange::Remove {
-                    crawl,
                     queue,
                     due_at,
-                    url,
+                    hash,
                 } => {
-                    due.remove((crawl.as_str(), queue.as_str(), *due_at, url.as_str()))?;
+                    serving_order.remove((*queue, *due_at, *hash))?;
                 }
                 MainFileChange::RemoveQueues { crawl, queue } => {
                     let crawl = crawl.as_str();
@@ -295,85 +418,95 @@ impl Store {
         Ok(())
     }
 
-    fn discover(urls: &mut UrlsTable<'_>, new: &NewUrl) -> Result<bool, StoreError> {
-        let key = (new.partition, new.crawl.as_str(), new.url.as_str());
-        if new.maybe_known && urls.get(key)?.is_some() {
-            return Ok(false);
-        }
-        let previous = urls
-            .insert(key, new.record.encode().as_slice())?
-            .map(|old| old.value().to_vec());
-        match previous {
-            // Known after all (a concurrent batch stored it after the filter
-            // was asked, or it came earlier in this transaction): put the
-            // stored record back.
-            Some(old) => {
-                urls.insert(key, old.as_slice())?;
-                Ok(false)
-            }
-            None => Ok(true),
-        }
-    }
-
-    /// Removes a deletion's URLs from `urls`, and adds the removal of their
-    /// `due` entries to `changes`.
+    /// Removes a deletion's URLs from `url_records`, and adds the removal
+    /// of their `serving_order` entries to `changes`.
     fn delete(
-        urls: &mut UrlsTable<'_>,
+        records: &mut RecordsTable<'_>,
+        names: &GroupNames<'_, '_>,
+        keys: &UrlKeys<'_>,
         deletion: &Deletion,
         changes: &mut Vec<MainFileChange>,
     ) -> Result<Removed, StoreError> {
-        let crawl = deletion.crawl.as_str();
         let mut removed = Removed::default();
+        let crawl_name = deletion.crawl.as_str();
+        let (crawl, only_queue) = {
+            let names = names.read();
+            let Some(crawl) = names.crawl_number(crawl_name) else {
+                return Ok(removed);
+            };
+            let only_queue = match &deletion.queue {
+                Some(key) => match names.queue_number(crawl, key) {
+                    Some(number) => Some(number),
+                    // A queue that never had a number holds no URL.
+                    None => return Ok(removed),
+                },
+                None => None,
+            };
+            (crawl, only_queue)
+        };
         let partitions = match deletion.partition {
             Some(only) => only..only.saturating_add(1).min(deletion.partitions),
             None => 0..deletion.partitions,
         };
         for partition in partitions {
-            // (URL, queue, due date) of each URL to remove; collected first,
-            // since a table cannot change under its own iterator.
-            let mut doomed: Vec<(String, String, u64)> = Vec::new();
-            let entries = match deletion.urls_below.as_deref() {
+            let end = match deletion.urls_below.as_deref() {
                 Some(below) if deletion.partition.is_some() => {
-                    urls.range((partition, crawl, "")..(partition, crawl, below))?
+                    std::ops::Bound::Excluded((partition, crawl, keys.hasher.hash(below)))
                 }
-                _ => urls.range((partition, crawl, "")..(partition + 1, "", ""))?,
+                _ => std::ops::Bound::Included((partition, crawl, u64::MAX)),
             };
-            for entry in entries {
+            // Collected first, since a table cannot change under its own
+            // iterator.
+            let mut doomed: Vec<Doomed> = Vec::new();
+            let range = records.range::<(u32, u32, u64)>((
+                std::ops::Bound::Included((partition, crawl, 0)),
+                end,
+            ))?;
+            for entry in range {
                 let (key, value) = entry?;
-                let (_, entry_crawl, url) = key.value();
-                if entry_crawl != crawl {
-                    break;
+                let (_, _, hash) = key.value();
+                let entries = entries_of(crawl_name, "(a URL being deleted)", value.value())?;
+                let names = names.read();
+                let mut kept = Vec::new();
+                let mut gone = Vec::new();
+                for entry in &entries {
+                    let goes = only_queue.is_none_or(|q| q == entry.queue)
+                        && deletion
+                            .created_before
+                            .is_none_or(|before| entry.created_at < before);
+                    if goes {
+                        let queue_key = names.queue_key(entry.queue, "a URL being deleted")?;
+                        gone.push((entry.queue, queue_key.to_owned(), entry.due_at));
+                    } else {
+                        kept.extend_from_slice(entry.raw);
+                    }
                 }
-                let record = decode_record(crawl, url, value.value())?;
-                if deletion
-                    .queue
-                    .as_ref()
-                    .is_some_and(|q| *q != record.queue_key)
-                {
-                    continue;
+                if !gone.is_empty() {
+                    doomed.push(Doomed { hash, kept, gone });
                 }
-                if deletion
-                    .created_before
-                    .is_some_and(|before| record.created_at >= before)
-                {
-                    continue;
-                }
-                doomed.push((url.to_owned(), record.queue_key, record.due_at));
             }
-            for (url, queue, due_at) in doomed {
-                urls.remove((partition, crawl, url.as_str()))?;
-                removed.urls += 1;
-                *removed.per_partition.entry(partition).or_default() += 1;
-                let per_queue = removed.per_queue.entry(queue.clone()).or_default();
-                per_queue.urls += 1;
-                per_queue.completed += u64::from(due_at == 0);
-                if due_at != 0 {
-                    changes.push(MainFileChange::Remove {
-                        crawl: crawl.to_owned(),
-                        queue,
-                        due_at,
-                        url,
-                    });
+            for Doomed { hash, kept, gone } in doomed {
+                let key = (partition, crawl, hash);
+                let kept_entries = if kept.is_empty() {
+                    records.remove(key)?;
+                    Vec::new()
+                } else {
+                    records.insert(key, kept.as_slice())?;
+                    entries_of(crawl_name, "(a URL kept)", &kept)?
+                };
+                for (queue, queue_key, due_at) in gone {
+                    removed.urls += 1;
+                    *removed.per_partition.entry(partition).or_default() += 1;
+                    let per_queue = removed.per_queue.entry(queue_key).or_default();
+                    per_queue.urls += 1;
+                    per_queue.completed += u64::from(due_at == 0);
+                    if due_at != 0 && !still_due(&kept_entries, None, queue, due_at) {
+                        changes.push(MainFileChange::Remove {
+                            queue,
+                            due_at,
+                            hash,
+                        });
+                    }
                 }
             }
         }

@@ -163,6 +163,13 @@ pub enum StoreError {
         /// What is wrong with it.
         source: RecordError,
     },
+    /// The store's crawl or queue numbers are damaged (see `names`).
+    #[error("the store's crawl and queue numbers are damaged: {0}")]
+    BadNames(String),
+    /// A page of a partition was asked for after a crawl this store never
+    /// held.
+    #[error("crawl {0:?} is not one of this store's: a page can only follow a key the store gave")]
+    UnknownCrawl(String),
 }
 
 impl StoreError {
@@ -206,7 +213,8 @@ storage_error_from!(
     redb::TransactionError,
     redb::TableError,
     redb::StorageError,
-    redb::CommitError
+    redb::CommitError,
+    redb::CompactionError
 );
 
 /// How a file that redb could not open is reported: another opener, or

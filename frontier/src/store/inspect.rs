@@ -35,12 +35,15 @@ impl Handle {
 }
 
 use super::error::open_error;
+use super::legacy::{DUE, URLS};
+use super::names::Names;
 use super::open::{STORE_ID_KEY, main_lsns, require_file, urls_lsn};
 use super::{
-    CRAWL_SETTINGS, DUE, FILE_NAME, META, PARTITIONS_KEY, QUEUES, QueueRecord, SCHEMA_VERSION_KEY,
-    SEED_HOSTS, SERVING_PAUSED_KEY, StoreError, URLS, URLS_FILE_NAME, URLS_META, open_if_exists,
+    CRAWL_SETTINGS, FILE_NAME, META, PARTITIONS_KEY, QUEUES, QueueRecord, SCHEMA_VERSION_KEY,
+    SEED_HOSTS, SERVING_ORDER, SERVING_PAUSED_KEY, StoreError, URL_RECORDS, URLS_FILE_NAME,
+    URLS_META, UrlHasher, open_if_exists,
 };
-use crate::record::{RecordError, UrlRecord};
+use crate::record::{RecordError, StoredEntry, UrlRecord};
 
 /// `frontier.redb`, opened read-only.
 pub struct MainFile {
@@ -202,9 +205,23 @@ impl MainFile {
         Ok(count)
     }
 
-    /// Every entry of the serving order: (crawl, queue, due date, URL,
-    /// partition). Answers how many.
-    pub fn for_each_due(
+    /// How many entries the serving order has.
+    pub fn count_serving_order(&self) -> Result<u64, StoreError> {
+        let read = self.db.begin_read()?;
+        if let Some(table) = open_if_exists(&read, SERVING_ORDER)? {
+            return Ok(table.len()?);
+        }
+        Ok(match open_if_exists(&read, DUE)? {
+            Some(table) => table.len()?,
+            None => 0,
+        })
+    }
+
+    /// The serving order of a store of schema 5 or older, which names each
+    /// URL: (crawl, queue, due date, URL, partition). Answers how many. A
+    /// store of this schema keys it by hashes, which name no URL: it
+    /// answers 0.
+    pub fn for_each_legacy_due(
         &self,
         mut visit: impl FnMut(&str, &str, u64, &str, u32),
     ) -> Result<u64, StoreError> {
@@ -280,23 +297,87 @@ impl UrlsFile {
     }
 
     /// Every URL record in key order: (partition, crawl, URL, the record or
-    /// why it cannot be read). Answers how many entries were read; an
-    /// error ends the scan where the file could not be read further.
+    /// why it cannot be read). An error ends the scan where the file could
+    /// not be read further. Reads the tables of this schema, or those of
+    /// schema 5 and older in a file not converted yet.
     pub fn for_each_url(
         &self,
         mut visit: impl FnMut(u32, &str, &str, Result<UrlRecord, RecordError>),
-    ) -> Result<u64, StoreError> {
+    ) -> Result<UrlsScan, StoreError> {
         let read = self.db.begin_read()?;
-        let Some(table) = open_if_exists(&read, URLS)? else {
-            return Ok(0);
+        let mut scan = UrlsScan::default();
+        if let Some(table) = open_if_exists(&read, URLS)? {
+            for entry in table.iter()? {
+                let (key, value) = entry?;
+                let (partition, crawl, url) = key.value();
+                let record = UrlRecord::decode(value.value());
+                if record.as_ref().is_ok_and(|r| !r.is_completed()) {
+                    scan.serving_keys += 1;
+                }
+                visit(partition, crawl, url, record);
+                scan.urls += 1;
+            }
+            return Ok(scan);
+        }
+        let Some(table) = open_if_exists(&read, URL_RECORDS)? else {
+            return Ok(scan);
         };
-        let mut count = 0;
+        let names = Names::load(&read)?;
+        let hasher = self.store_id.map(UrlHasher::new);
         for entry in table.iter()? {
             let (key, value) = entry?;
-            let (partition, crawl, url) = key.value();
-            visit(partition, crawl, url, UrlRecord::decode(value.value()));
-            count += 1;
+            let (partition, crawl_number, hash) = key.value();
+            let crawl = names.crawl_name(crawl_number).map_or_else(
+                || format!("(crawl number {crawl_number}, which has no name)"),
+                str::to_owned,
+            );
+            let entries = match StoredEntry::decode_all(value.value()) {
+                Ok(entries) => entries,
+                Err(error) => {
+                    visit(
+                        partition,
+                        &crawl,
+                        &format!("(the URLs of hash {hash:016x})"),
+                        Err(error),
+                    );
+                    scan.urls += 1;
+                    continue;
+                }
+            };
+            let mut due_keys: Vec<(u32, u64)> = Vec::new();
+            for entry in &entries {
+                scan.urls += 1;
+                let Some((_, queue_key)) = names.queue_name(entry.queue) else {
+                    visit(
+                        partition,
+                        &crawl,
+                        &format!("(a URL of hash {hash:016x})"),
+                        Err(RecordError::UnknownQueue(entry.queue)),
+                    );
+                    continue;
+                };
+                let url = entry.url(queue_key);
+                if hasher.is_some_and(|hasher| hasher.hash(&url) != hash) {
+                    visit(partition, &crawl, &url, Err(RecordError::WrongKey));
+                    continue;
+                }
+                if !entry.is_completed() && !due_keys.contains(&(entry.queue, entry.due_at)) {
+                    due_keys.push((entry.queue, entry.due_at));
+                }
+                visit(partition, &crawl, &url, entry.record(queue_key.to_owned()));
+            }
+            scan.serving_keys += due_keys.len() as u64;
         }
-        Ok(count)
+        Ok(scan)
     }
+}
+
+/// What a pass over `urls.redb` counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UrlsScan {
+    /// URL entries read, damaged ones included.
+    pub urls: u64,
+    /// The serving order entries the URLs not completed need (URLs of one
+    /// hash, queue and due date share one).
+    pub serving_keys: u64,
 }

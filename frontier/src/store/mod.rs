@@ -88,8 +88,12 @@
 //!
 
 mod apply;
+#[cfg(test)]
+mod collisions;
 mod error;
 pub mod inspect;
+mod legacy;
+mod names;
 mod open;
 mod read;
 mod recover;
@@ -102,7 +106,9 @@ use std::sync::{Condvar, Mutex};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 pub use self::error::StoreError;
+use self::names::Names;
 pub use self::open::StoreOptions;
+pub use self::read::{DuePage, DueUrl, PartitionUrls};
 pub use self::types::{
     Applied, Deletion, KnownUrl, NewUrl, PreviousPlace, QueueRecord, Removed, RemovedFromQueue,
     WriteOp,
@@ -112,7 +118,7 @@ use crate::record::UrlRecord;
 use crate::wal::Wal;
 
 /// The schema this build reads and writes.
-pub const SCHEMA_VERSION: u64 = 5;
+pub const SCHEMA_VERSION: u64 = 6;
 
 /// redb's page cache unless configured otherwise: redb's own default.
 pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
@@ -129,9 +135,14 @@ const CLEAN_TOKEN_KEY: &str = "clean_shutdown_token";
 const PARTITIONS_KEY: &str = "partitions";
 /// `urls.redb`'s own `meta`: `applied_lsn` only.
 const URLS_META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
-const URLS: TableDefinition<'_, (u32, &str, &str), &[u8]> = TableDefinition::new("urls");
+/// `urls.redb`: (partition, crawl number, URL hash) → the entries of the
+/// crawl's URLs of that hash ([`crate::record::StoredEntry`]).
+const URL_RECORDS: TableDefinition<'_, (u32, u32, u64), &[u8]> =
+    TableDefinition::new("url_records");
 const SEED_HOSTS: TableDefinition<'_, (&str, &str), ()> = TableDefinition::new("seed_hosts");
-const DUE: TableDefinition<'_, (&str, &str, u64, &str), u32> = TableDefinition::new("due");
+/// `frontier.redb`: (queue number, due date, URL hash) → partition.
+const SERVING_ORDER: TableDefinition<'_, (u32, u64, u64), u32> =
+    TableDefinition::new("serving_order");
 const QUEUES: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("queues");
 const CRAWL_SETTINGS: TableDefinition<'_, &str, u32> = TableDefinition::new("crawl_settings");
 const SERVING_PAUSED_KEY: &str = "serving_paused";
@@ -211,6 +222,10 @@ pub struct Store {
     /// second stage.
     main_file: Mutex<MainFileProgress>,
     main_file_applied: Condvar,
+    /// The numbers of crawls and queues (module `names`): given by first
+    /// stages, read by everyone.
+    names: std::sync::RwLock<Names>,
+    hasher: UrlHasher,
 }
 
 /// What failed when a write left the files unusable.
@@ -273,18 +288,18 @@ pub struct StagedGroup {
 /// from what `urls.redb` held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum MainFileChange {
+    /// A `serving_order` entry: (queue number, due date, URL hash) →
+    /// partition.
     Insert {
-        crawl: String,
-        queue: String,
+        queue: u32,
         due_at: u64,
-        url: String,
+        hash: u64,
         partition: u32,
     },
     Remove {
-        crawl: String,
-        queue: String,
+        queue: u32,
         due_at: u64,
-        url: String,
+        hash: u64,
     },
     /// One queue's record goes, or (`None`) every queue of the crawl with
     /// its seed hosts and default delay.
@@ -292,6 +307,37 @@ enum MainFileChange {
         crawl: String,
         queue: Option<String>,
     },
+}
+
+/// The hash of a URL in the keys of `url_records` and `serving_order`:
+/// xxh3 seeded with the store's ID, so that no site can offer URLs made to
+/// collide in every store (a collision is exact, but costs the URLs of a
+/// hash a longer value).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UrlHasher {
+    seed: u64,
+    /// Every bit, but in tests that make collisions common.
+    mask: u64,
+}
+
+impl UrlHasher {
+    pub(crate) fn new(store_id: u64) -> Self {
+        Self {
+            seed: store_id,
+            mask: u64::MAX,
+        }
+    }
+
+    /// The hash of a canonical URL.
+    pub(crate) fn hash(&self, url: &str) -> u64 {
+        xxhash_rust::xxh3::xxh3_64_with_seed(url.as_bytes(), self.seed) & self.mask
+    }
+}
+
+/// What turns a URL into its keys: the store's names and its hash.
+pub(super) struct UrlKeys<'a> {
+    names: &'a std::sync::RwLock<Names>,
+    hasher: UrlHasher,
 }
 
 /// The order to apply a group's writes in: each run of writes between two
@@ -664,7 +710,7 @@ impl Store {
             wal.unappend(record_start);
             return Err(error.into());
         }
-        let committed = Self::commit_urls(&self.files()?.urls_db, ops, lsn);
+        let committed = Self::commit_urls(&self.files()?.urls_db, &self.url_keys(), ops, lsn);
         let (results, changes, counts) = match committed {
             Ok(applied) => applied,
             Err(error) => {
@@ -748,17 +794,47 @@ impl Store {
     }
 
     /// Applies a group to `urls.redb` in a non-durable commit: the log
-    /// holds the group until a checkpoint.
+    /// holds the group until a checkpoint. Numbers the group gave are taken
+    /// back if it fails.
     fn commit_urls(
         urls_db: &Database,
+        keys: &UrlKeys<'_>,
         ops: &[WriteOp],
         lsn: u64,
     ) -> Result<(Vec<Applied>, Vec<MainFileChange>, GroupCounts), StoreError> {
-        let mut write = urls_db.begin_write()?;
-        write.set_durability(redb::Durability::None)?;
-        let applied = Self::apply_urls_in(&write, ops, lsn)?;
-        write.commit()?;
-        Ok(applied)
+        let mark = keys
+            .names
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .mark();
+        let committed = (|| {
+            let mut write = urls_db.begin_write()?;
+            write.set_durability(redb::Durability::None)?;
+            let applied = Self::apply_urls_in(&write, keys, ops, lsn)?;
+            write.commit()?;
+            Ok(applied)
+        })();
+        if committed.is_err() {
+            keys.names
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .roll_back(mark);
+        }
+        committed
+    }
+
+    fn url_keys(&self) -> UrlKeys<'_> {
+        UrlKeys {
+            names: &self.names,
+            hasher: self.hasher,
+        }
+    }
+
+    /// The hash this store keys a URL by, which orders a queue's URLs of
+    /// one due date (see [`Self::due_entries`]).
+    #[must_use]
+    pub fn url_hash(&self, url: &str) -> u64 {
+        self.hasher.hash(url)
     }
 
     /// Applies a group's changes to `frontier.redb` in a non-durable commit.
@@ -801,6 +877,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use super::legacy::{DUE, URLS};
     use super::*;
     use crate::wal::WalError;
 
@@ -864,7 +941,7 @@ mod tests {
     /// syncing them but before its checkpoint would have left them.
     /// Appends records to a closed store's log where the store would
     /// write them next (a clean close checkpoints: from the first slot).
-    fn leave_in_log(dir: &Path, records: &[(u64, Vec<WriteOp>)]) {
+    pub(super) fn leave_in_log(dir: &Path, records: &[(u64, Vec<WriteOp>)]) {
         let main = inspect::MainFile::open(dir).unwrap();
         let (store_id, durable) = (main.store_id.unwrap(), main.applied_lsn);
         drop(main);
@@ -932,7 +1009,20 @@ mod tests {
         assert!(error.to_string().contains("missing"), "{error}");
     }
 
-    fn queue_counts(store: &Store) -> Vec<(String, u64, u64)> {
+    /// The URLs of queue "q" of crawl "c" in its serving order, sorted.
+    pub(super) fn due_urls(store: &Store) -> Vec<String> {
+        let mut urls: Vec<String> = store
+            .due_entries("c", "q", None, 100)
+            .unwrap()
+            .urls
+            .into_iter()
+            .map(|entry| entry.url)
+            .collect();
+        urls.sort();
+        urls
+    }
+
+    pub(super) fn queue_counts(store: &Store) -> Vec<(String, u64, u64)> {
         let mut counts = Vec::new();
         store
             .for_each_queue(|_, queue, record| {
@@ -950,7 +1040,7 @@ mod tests {
         op
     }
 
-    fn known(url: &str, due_at: u64) -> WriteOp {
+    pub(super) fn known(url: &str, due_at: u64) -> WriteOp {
         WriteOp::Known(KnownUrl {
             crawl: "c".into(),
             url: url.into(),
@@ -1012,12 +1102,7 @@ mod tests {
                 .is_completed()
         );
         assert!(store.get(1, "c", "http://y/").unwrap().is_none());
-        let due: Vec<String> = store
-            .due_entries("c", "q", None, 10)
-            .unwrap()
-            .into_iter()
-            .map(|(_, url, _)| url)
-            .collect();
+        let due = due_urls(&store);
         assert_eq!(due, ["http://a/"]);
         let mut queues = Vec::new();
         store
@@ -1060,7 +1145,7 @@ mod tests {
             std::fs::copy(dir.path().join(FILE_NAME), image.path().join(FILE_NAME)).unwrap();
         }
         let store = Store::open(image.path()).unwrap();
-        assert_eq!(store.due_entries("c", "q", None, 10).unwrap().len(), 3);
+        assert_eq!(store.due_entries("c", "q", None, 10).unwrap().urls.len(), 3);
         assert_eq!(queue_counts(&store), [("q".to_owned(), 3, 0)]);
         assert!(store.get(1, "c", "http://c/").unwrap().is_some());
     }
@@ -1079,12 +1164,7 @@ mod tests {
             store.finish(staged).unwrap();
         }
         let store = Store::open(image.path()).unwrap();
-        let due: Vec<String> = store
-            .due_entries("c", "q", None, 10)
-            .unwrap()
-            .into_iter()
-            .map(|(_, url, _)| url)
-            .collect();
+        let due = due_urls(&store);
         assert_eq!(due, ["http://a/", "http://b/"]);
         assert_eq!(queue_counts(&store), [("q".to_owned(), 2, 0)]);
     }
@@ -1145,6 +1225,7 @@ mod tests {
         store
             .for_each_url(|_, _, url, record| urls.push((url.to_owned(), record.due_at)))
             .unwrap();
+        urls.sort();
         assert_eq!(
             urls,
             [
@@ -1153,7 +1234,7 @@ mod tests {
                 ("http://a/2".to_owned(), 12)
             ]
         );
-        assert_eq!(store.due_entries("c", "q", None, 10).unwrap().len(), 2);
+        assert_eq!(store.due_entries("c", "q", None, 10).unwrap().urls.len(), 2);
         assert_eq!(queue_counts(&store), [("q".to_owned(), 3, 1)]);
         // New groups follow the migrated log position, and survive a
         // restart.
@@ -1345,98 +1426,6 @@ mod tests {
             store.get(3, "c", "http://y/").unwrap().unwrap().created_at,
             5
         );
-    }
-
-    /// The raw bytes `urls.redb` holds for a URL of crawl "c", partition 1.
-    fn raw_record(dir: &Path, url: &str) -> Vec<u8> {
-        let db = Database::create(dir.join(URLS_FILE_NAME)).unwrap();
-        let read = db.begin_read().unwrap();
-        let table = read.open_table(URLS).unwrap();
-        table.get((1, "c", url)).unwrap().unwrap().value().to_vec()
-    }
-
-    /// A store of version 4 (records in their first form) opens as version
-    /// 5 with every record as it was, and a record takes the compact form
-    /// when its URL changes.
-    #[test]
-    fn a_version_4_store_is_marked_5_and_its_records_read_alike() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let store = Store::open(dir.path()).unwrap();
-            store
-                .apply(&[discovered("http://a/"), discovered("http://b/")])
-                .unwrap();
-            store.checkpoint().unwrap();
-            drop(store);
-        }
-        // What a build of version 4 left: the mark, and records of form 1.
-        let expected = {
-            let db = Database::create(dir.path().join(URLS_FILE_NAME)).unwrap();
-            let write = db.begin_write().unwrap();
-            let mut records = Vec::new();
-            {
-                let mut urls = write.open_table(URLS).unwrap();
-                for url in ["http://a/", "http://b/"] {
-                    let bytes = urls.get((1, "c", url)).unwrap().unwrap().value().to_vec();
-                    let record = UrlRecord::decode(&bytes).unwrap();
-                    urls.insert((1, "c", url), record.encode_version_1().as_slice())
-                        .unwrap();
-                    records.push(record);
-                }
-            }
-            write.commit().unwrap();
-            let db = Database::create(dir.path().join(FILE_NAME)).unwrap();
-            let write = db.begin_write().unwrap();
-            write
-                .open_table(META)
-                .unwrap()
-                .insert(SCHEMA_VERSION_KEY, 4)
-                .unwrap();
-            write.commit().unwrap();
-            records
-        };
-        assert_eq!(raw_record(dir.path(), "http://a/")[0], 1);
-
-        let store = Store::open(dir.path()).unwrap();
-        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
-        for (url, record) in ["http://a/", "http://b/"].into_iter().zip(&expected) {
-            assert_eq!(store.get(1, "c", url).unwrap().as_ref(), Some(record));
-        }
-        store.apply(&[known("http://a/", 0)]).unwrap();
-        store.checkpoint().unwrap();
-        drop(store);
-        let changed = raw_record(dir.path(), "http://a/");
-        assert_eq!(changed[0], 2, "a changed record takes the compact form");
-        assert_eq!(UrlRecord::decode(&changed).unwrap().due_at, 0);
-        assert_eq!(raw_record(dir.path(), "http://b/")[0], 1, "the others stay");
-        let reopened = Store::open(dir.path()).unwrap();
-        assert_eq!(
-            reopened.get(1, "c", "http://b/").unwrap().as_ref(),
-            Some(&expected[1])
-        );
-    }
-
-    /// A version 4 store refused for a damage is left a version 4 store.
-    #[test]
-    fn a_refused_version_4_store_keeps_its_mark() {
-        let dir = tempfile::tempdir().unwrap();
-        let other = tempfile::tempdir().unwrap();
-        Store::open(dir.path())
-            .unwrap()
-            .set_schema_version(4)
-            .unwrap();
-        drop(Store::open(other.path()).unwrap());
-        std::fs::copy(
-            other.path().join(URLS_FILE_NAME),
-            dir.path().join(URLS_FILE_NAME),
-        )
-        .unwrap();
-        let error = Store::open(dir.path()).unwrap_err();
-        assert!(matches!(error, StoreError::OtherStore { .. }), "{error}");
-        let db = Database::create(dir.path().join(FILE_NAME)).unwrap();
-        let read = db.begin_read().unwrap();
-        let meta = read.open_table(META).unwrap();
-        assert_eq!(meta.get(SCHEMA_VERSION_KEY).unwrap().unwrap().value(), 4);
     }
 
     #[test]

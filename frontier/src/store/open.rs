@@ -13,10 +13,12 @@ use std::sync::{Condvar, Mutex};
 
 use redb::{Database, ReadableDatabase, ReadableTable};
 
+use super::legacy::{URLS, converted_urls_file};
+use super::names::Names;
 use super::{
     APPLIED_LSN_KEY, COUNTS_LSN_KEY, DEFAULT_CACHE_BYTES, FILE_NAME, Files, META, MainFileProgress,
-    SCHEMA_VERSION, SCHEMA_VERSION_KEY, Store, StoreError, URLS, URLS_FILE_NAME, URLS_META, Writer,
-    open_if_exists,
+    SCHEMA_VERSION, SCHEMA_VERSION_KEY, Store, StoreError, URL_RECORDS, URLS_FILE_NAME, URLS_META,
+    UrlHasher, UrlKeys, Writer, open_if_exists,
 };
 use crate::queue_counts::QueueCounts;
 use crate::wal::{self, LogRecord, Wal, WalError};
@@ -60,13 +62,15 @@ impl Default for StoreOptions {
 }
 
 /// What `frontier.redb` says of itself before anything else is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Found {
     /// Version 1 or 2: `urls` still in `frontier.redb`; version 1 had no log.
     OneFile { version: u64 },
     /// Version 3: two files, a log of format 1, no store ID.
     TwoFiles,
-    /// Version 4: this layout, URL records in their first version only.
-    FixedRecords,
+    /// Version 4 or 5: a store ID and the log of this version; each URL in
+    /// two keys (module `legacy`).
+    UrlKeyed,
     /// This version.
     Current,
 }
@@ -214,6 +218,16 @@ impl Store {
 
     /// Like [`Self::open`], with options.
     pub fn open_with(data_dir: &Path, options: StoreOptions) -> Result<Self, StoreError> {
+        Self::open_with_hash_mask(data_dir, options, u64::MAX)
+    }
+
+    /// Like [`Self::open_with`], keeping only the bits of `hash_mask` of
+    /// each URL's hash: tests keep few, so that URLs collide.
+    pub(super) fn open_with_hash_mask(
+        data_dir: &Path,
+        options: StoreOptions,
+        hash_mask: u64,
+    ) -> Result<Self, StoreError> {
         std::fs::create_dir_all(data_dir).map_err(|source| StoreError::CreateDir {
             path: data_dir.to_owned(),
             source,
@@ -233,53 +247,36 @@ impl Store {
         require_file(&path, MAIN_HOLDS)?;
         let cache = options.cache_bytes / 2;
         // `frontier.redb` first: its lock is what refuses a second server.
-        let db = Self::open_file(&path, cache)?;
+        let mut db = Self::open_file(&path, cache)?;
         let found = Self::check_schema(&db, &path)?;
-        let records_to_mark = matches!(found, Found::FixedRecords);
-        let urls_db = match found {
-            Found::Current | Found::FixedRecords => {
+        let mut urls_db = match found {
+            Found::OneFile { .. } => Self::split_one_file(&db, data_dir, cache)?,
+            _ => {
                 require_file(&urls_path, URLS_HOLDS)?;
                 Self::open_file(&urls_path, cache)?
             }
-            Found::TwoFiles => {
-                require_file(&urls_path, URLS_HOLDS)?;
-                let urls_db = Self::open_file(&urls_path, cache)?;
-                Self::upgrade_two_files(&db, &urls_db, data_dir, true)?;
-                urls_db
-            }
-            Found::OneFile { version } => {
-                let urls_db = Self::split_one_file(&db, data_dir, cache)?;
-                Self::upgrade_two_files(&db, &urls_db, data_dir, version >= 2)?;
-                urls_db
-            }
         };
-        let store_id = store_id_in(&db, META)?
-            .ok_or_else(|| StoreError::NotAFrontierStore { path: path.clone() })?;
-        match store_id_in(&urls_db, URLS_META)? {
-            Some(found) if found == store_id => {}
-            found => {
-                return Err(StoreError::OtherStore {
-                    path: urls_path,
-                    found: found.map_or_else(
-                        || "no store".to_owned(),
-                        |found| format!("store {found:016x}"),
-                    ),
-                    expected: store_id,
-                });
+        match found {
+            Found::Current => {}
+            Found::UrlKeyed => {
+                let store_id = Self::check_one_store(&db, &urls_db, &path, &urls_path)?;
+                Self::convert_url_keys(&db, &urls_db, store_id, true)?;
+                tracing::info!(
+                    path = %path.display(),
+                    "store upgraded to schema {SCHEMA_VERSION} (each URL kept once, under its hash)"
+                );
+            }
+            Found::TwoFiles => Self::upgrade_two_files(&db, &urls_db, data_dir, true)?,
+            Found::OneFile { version } => {
+                Self::upgrade_two_files(&db, &urls_db, data_dir, version >= 2)?;
             }
         }
-        if records_to_mark {
-            // Records of both versions read alike: the mark is the whole
-            // migration, made once the files are known to be one store's
-            // and before anything (the log's replay first) writes a record
-            // of the second version, which a build of version 4 could not
-            // read.
-            Self::mark_version(&db)?;
-            tracing::info!(
-                path = %path.display(),
-                "store upgraded to schema {SCHEMA_VERSION} (compact URL records, written as URLs change)"
-            );
+        if found != Found::Current {
+            // The converted tables took fresh pages; the old ones' are free.
+            db.compact()?;
+            urls_db.compact()?;
         }
+        let store_id = Self::check_one_store(&db, &urls_db, &path, &urls_path)?;
         let (mut wal, recovered) =
             Wal::open(data_dir, store_id, urls_lsn(&urls_db.begin_read()?)?)?;
         if recovered.torn_tail {
@@ -288,7 +285,16 @@ impl Store {
                 "the last record of the write-ahead log is incomplete: the write of a crash, never acknowledged; it is dropped"
             );
         }
-        let last = Self::replay(&db, &urls_db, &path, wal.path(), &recovered.records)?;
+        let hasher = UrlHasher {
+            mask: hash_mask,
+            ..UrlHasher::new(store_id)
+        };
+        let names = std::sync::RwLock::new(Names::load(&urls_db.begin_read()?)?);
+        let keys = UrlKeys {
+            names: &names,
+            hasher,
+        };
+        let last = Self::replay(&db, &urls_db, &keys, &path, wal.path(), &recovered.records)?;
         wal.set_last_lsn(last);
         wal.checkpointed();
         Ok(Self {
@@ -306,7 +312,56 @@ impl Store {
                 halted: None,
             }),
             main_file_applied: Condvar::new(),
+            names,
+            hasher,
         })
+    }
+
+    /// The store ID of both files, which must be one store's.
+    fn check_one_store(
+        db: &Database,
+        urls_db: &Database,
+        path: &Path,
+        urls_path: &Path,
+    ) -> Result<u64, StoreError> {
+        let store_id = store_id_in(db, META)?.ok_or_else(|| StoreError::NotAFrontierStore {
+            path: path.to_owned(),
+        })?;
+        match store_id_in(urls_db, URLS_META)? {
+            Some(found) if found == store_id => Ok(store_id),
+            found => Err(StoreError::OtherStore {
+                path: urls_path.to_owned(),
+                found: found.map_or_else(
+                    || "no store".to_owned(),
+                    |found| format!("store {found:016x}"),
+                ),
+                expected: store_id,
+            }),
+        }
+    }
+
+    /// Converts the URL tables of schemas 1 to 5 (module `legacy`): step 1
+    /// unless `urls.redb` is converted already, then step 2, marking the
+    /// version with it when `mark`.
+    fn convert_url_keys(
+        db: &Database,
+        urls_db: &Database,
+        store_id: u64,
+        mark: bool,
+    ) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
+        let converted = match converted_urls_file(urls_db)? {
+            Some(_) => None,
+            None => Some(Self::convert_urls_file(urls_db, store_id)?),
+        };
+        let due = Self::rebuild_serving_order(db, urls_db, mark)?;
+        tracing::info!(
+            urls = converted,
+            due,
+            seconds = started.elapsed().as_secs_f64(),
+            "converted the store's URL tables to numbered, hashed keys"
+        );
+        Ok(())
     }
 
     /// A store whose creation did not finish never served a call: its files
@@ -376,7 +431,8 @@ impl Store {
             let mut meta = write.open_table(URLS_META)?;
             meta.insert(STORE_ID_KEY, store_id)?;
             meta.insert(APPLIED_LSN_KEY, lsn)?;
-            write.open_table(URLS)?;
+            meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
+            write.open_table(URL_RECORDS)?;
         }
         write.commit()?;
         Ok(())
@@ -395,17 +451,6 @@ impl Store {
         Ok(())
     }
 
-    /// Marks the store as of this version, durably.
-    fn mark_version(db: &Database) -> Result<(), StoreError> {
-        let mut write = db.begin_write()?;
-        write.set_quick_repair(true);
-        write
-            .open_table(META)?
-            .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
-        write.commit()?;
-        Ok(())
-    }
-
     fn check_schema(db: &Database, path: &Path) -> Result<Found, StoreError> {
         let read = db.begin_read()?;
         let found = match open_if_exists(&read, META)? {
@@ -418,7 +463,7 @@ impl Store {
                 found: version,
             }),
             Some(SCHEMA_VERSION) => Ok(Found::Current),
-            Some(4) => Ok(Found::FixedRecords),
+            Some(4..=5) => Ok(Found::UrlKeyed),
             Some(3) => Ok(Found::TwoFiles),
             Some(version @ 1..=2) => Ok(Found::OneFile { version }),
             // No version: not a file this frontier wrote (creations are
@@ -487,11 +532,13 @@ impl Store {
         Self::open_file(&urls_path, cache_bytes)
     }
 
-    /// From version 3: the log of format 1 is replayed, both files made
-    /// durable, then the store gets its ID: in `urls.redb`, in a new log
-    /// (renamed over the old one), and last in `frontier.redb` with the
-    /// version mark. Until that mark the store is version 3 and this runs
-    /// again; the log it finds then is the new one, with no records.
+    /// From version 3 (or 1 and 2, once split): the URL tables are
+    /// converted (module `legacy`), the log of format 1 replayed, both
+    /// files made durable, then the store gets its ID: in `urls.redb`, in a
+    /// new log (renamed over the old one), and last in `frontier.redb` with
+    /// the version mark. Until that mark the store is version 3 and this
+    /// runs again, with the ID the converted `urls.redb` holds; the log it
+    /// finds then may be the new one, with no records.
     fn upgrade_two_files(
         db: &Database,
         urls_db: &Database,
@@ -499,19 +546,28 @@ impl Store {
         log_required: bool,
     ) -> Result<(), StoreError> {
         let path = data_dir.join(FILE_NAME);
+        let store_id = match converted_urls_file(urls_db)? {
+            Some(store_id) => store_id,
+            None => new_store_id(),
+        };
+        Self::convert_url_keys(db, urls_db, store_id, false)?;
         let records = match wal::read_records(data_dir, urls_lsn(&urls_db.begin_read()?)?) {
             Ok(recovered) => recovered.records,
             Err(WalError::Missing { .. }) if !log_required => Vec::new(),
             Err(error) => return Err(error.into()),
         };
-        let last = Self::replay(db, urls_db, &path, &wal::path_in(data_dir), &records)?;
-        let store_id = new_store_id();
+        let names = std::sync::RwLock::new(Names::load(&urls_db.begin_read()?)?);
+        let keys = UrlKeys {
+            names: &names,
+            hasher: UrlHasher::new(store_id),
+        };
+        let last = Self::replay(db, urls_db, &keys, &path, &wal::path_in(data_dir), &records)?;
         Self::write_urls_meta(urls_db, store_id, last)?;
         Wal::create(data_dir, store_id)?;
         Self::mark_current(db, store_id)?;
         tracing::info!(
             path = %path.display(),
-            "store upgraded to schema {SCHEMA_VERSION} (a store ID, a log of format 2)"
+            "store upgraded to schema {SCHEMA_VERSION} (a store ID, a log of format 2, each URL kept once)"
         );
         Ok(())
     }
@@ -527,6 +583,7 @@ impl Store {
     pub(super) fn replay(
         db: &Database,
         urls_db: &Database,
+        keys: &UrlKeys<'_>,
         path: &Path,
         wal_path: &Path,
         records: &[LogRecord],
@@ -537,7 +594,7 @@ impl Store {
         let last = pending.last().map_or(urls_lsn, |record| record.lsn);
         let mut queue_counts = QueueCounts::default();
         for record in &pending {
-            let (_, changes, counts) = Self::commit_urls(urls_db, &record.ops, record.lsn)?;
+            let (_, changes, counts) = Self::commit_urls(urls_db, keys, &record.ops, record.lsn)?;
             if record.lsn > due_lsn {
                 Self::commit_main_file(db, &changes, record.lsn)?;
             }
@@ -579,11 +636,13 @@ mod tests {
         image
     }
 
+    /// The URLs a store holds, sorted.
     fn stored_urls(store: &Store) -> Vec<String> {
         let mut urls = Vec::new();
         store
             .for_each_url(|_, _, url, _| urls.push(url.to_owned()))
             .unwrap();
+        urls.sort();
         urls
     }
 

@@ -1,15 +1,120 @@
 //! Reading the tables: each call from one consistent snapshot, queue
 //! counts with the changes held in memory since the last checkpoint.
+//!
+//! URL records are keyed by numbers and hashes (module `names`, and the
+//! schema in the module docs of [`super`]): a read turns names into
+//! numbers, and an entry's queue number back into the queue key its URL
+//! and record need. The names' lock is held for one value at a time and
+//! never while a caller's `visit` runs.
+
+use std::ops::Bound;
 
 use redb::{ReadableDatabase, ReadableTable};
 
+use super::names::Names;
 use super::{
-    CRAWL_SETTINGS, DUE, LEASES_UNTIL_KEY, META, QUEUES, QueueRecord, SEED_HOSTS,
-    SERVING_PAUSED_KEY, Store, StoreError, URLS, decode_queue, decode_record, open_if_exists,
+    CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, QUEUES, QueueRecord, SEED_HOSTS, SERVING_ORDER,
+    SERVING_PAUSED_KEY, Store, StoreError, URL_RECORDS, decode_queue, open_if_exists,
 };
-use crate::record::UrlRecord;
+use crate::record::{StoredEntry, UrlRecord};
+
+/// URLs of a partition as (crawl, URL, record).
+pub type PartitionUrls = Vec<(String, String, UrlRecord)>;
+
+/// A crawl's URLs of one due date in one queue, as [`Store::due_entries`]
+/// reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueUrl {
+    /// When it is due (UTC epoch seconds).
+    pub due_at: u64,
+    /// Its hash: after the due date, what orders a queue's URLs.
+    pub hash: u64,
+    /// The URL.
+    pub url: String,
+    /// Its filter partition.
+    pub partition: u32,
+}
+
+/// A page of a queue's serving order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DuePage {
+    /// The URLs of the entries read, in serving order.
+    pub urls: Vec<DueUrl>,
+    /// The key (due date, hash) of the last entry read, if any: where the
+    /// next page starts. An entry whose URL has moved since (the record
+    /// now says another date or queue) is read past but yields no URL.
+    pub last: Option<(u64, u64)>,
+    /// Whether the queue has no entries after these.
+    pub complete: bool,
+}
+
+/// The entries of a value; damage is an error naming the crawl.
+fn entries_of<'v>(crawl: &str, value: &'v [u8]) -> Result<Vec<StoredEntry<'v>>, StoreError> {
+    StoredEntry::decode_all(value).map_err(|source| StoreError::CorruptRecord {
+        crawl: crawl.to_owned(),
+        url: "(a stored URL)".to_owned(),
+        source,
+    })
+}
+
+/// An entry's URL and record.
+fn url_and_record(
+    names: &Names,
+    crawl: &str,
+    entry: &StoredEntry<'_>,
+) -> Result<(String, UrlRecord), StoreError> {
+    let queue_key = names.queue_key(entry.queue, "a URL record")?;
+    let url = entry.url(queue_key);
+    let record =
+        entry
+            .record(queue_key.to_owned())
+            .map_err(|source| StoreError::CorruptRecord {
+                crawl: crawl.to_owned(),
+                url: url.clone(),
+                source,
+            })?;
+    Ok((url, record))
+}
 
 impl Store {
+    fn read_names(&self) -> std::sync::RwLockReadGuard<'_, Names> {
+        self.names
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The URLs and records of one value, in entry order.
+    fn decode_value(
+        &self,
+        crawl: &str,
+        value: &[u8],
+    ) -> Result<Vec<(String, UrlRecord)>, StoreError> {
+        let entries = entries_of(crawl, value)?;
+        let names = self.read_names();
+        entries
+            .iter()
+            .map(|entry| url_and_record(&names, crawl, entry))
+            .collect()
+    }
+
+    /// `url`'s record in a value, if the value holds it.
+    fn find_in_value(
+        &self,
+        crawl: &str,
+        url: &str,
+        value: &[u8],
+    ) -> Result<Option<UrlRecord>, StoreError> {
+        let entries = entries_of(crawl, value)?;
+        let names = self.read_names();
+        for entry in &entries {
+            let queue_key = names.queue_key(entry.queue, url)?;
+            if entry.is_url(url, queue_key) {
+                return url_and_record(&names, crawl, entry).map(|(_, record)| Some(record));
+            }
+        }
+        Ok(None)
+    }
+
     /// Calls `visit(partition, url, record)` for a crawl's URLs, partition
     /// by partition, from one consistent snapshot, until it answers
     /// `false`. Memory stays bounded however many URLs the crawl has.
@@ -20,19 +125,19 @@ impl Store {
         mut visit: impl FnMut(u32, &str, UrlRecord) -> bool,
     ) -> Result<(), StoreError> {
         let read = self.files()?.urls_db.begin_read()?;
-        let Some(table) = open_if_exists(&read, URLS)? else {
+        let Some(table) = open_if_exists(&read, URL_RECORDS)? else {
+            return Ok(());
+        };
+        let Some(number) = self.read_names().crawl_number(crawl) else {
             return Ok(());
         };
         for partition in 0..partitions {
-            for entry in table.range((partition, crawl, "")..(partition + 1, "", ""))? {
-                let (key, value) = entry?;
-                let (_, entry_crawl, url) = key.value();
-                if entry_crawl != crawl {
-                    break;
-                }
-                let record = decode_record(crawl, url, value.value())?;
-                if !visit(partition, url, record) {
-                    return Ok(());
+            for entry in table.range((partition, number, 0)..=(partition, number, u64::MAX))? {
+                let (_, value) = entry?;
+                for (url, record) in self.decode_value(crawl, value.value())? {
+                    if !visit(partition, &url, record) {
+                        return Ok(());
+                    }
                 }
             }
         }
@@ -102,55 +207,103 @@ impl Store {
         Ok(meta.get(LEASES_UNTIL_KEY)?.map_or(0, |v| v.value()))
     }
 
-    /// Up to `limit` due entries of one queue after `after` (exclusive;
-    /// `None`: from the first), in serving order: (due_at, url, partition).
+    /// The next `limit` entries of a queue's serving order after the key
+    /// `after` (exclusive; `None`: from the first), with their URLs. The
+    /// order is (due date, URL hash); the URLs of one entry (a collision)
+    /// come together.
+    ///
+    /// The entries are read from `frontier.redb`, then the URLs from a
+    /// snapshot of `urls.redb` taken after it: a group reaches `urls.redb`
+    /// first, so every entry read finds its record there, or the record's
+    /// newer state (a URL that has moved since yields nothing; the group
+    /// that moved it tells the scheduler).
     pub fn due_entries(
         &self,
         crawl: &str,
         queue: &str,
-        after: Option<(u64, &str)>,
+        after: Option<(u64, u64)>,
         limit: usize,
-    ) -> Result<Vec<(u64, String, u32)>, StoreError> {
-        let read = self.files()?.db.begin_read()?;
-        let Some(table) = open_if_exists(&read, DUE)? else {
-            return Ok(Vec::new());
+    ) -> Result<DuePage, StoreError> {
+        let numbers = {
+            let names = self.read_names();
+            names
+                .crawl_number(crawl)
+                .and_then(|c| Some((c, names.queue_number(c, queue)?)))
         };
-        let (due_from, url_from) = after.unwrap_or((0, ""));
-        let mut out = Vec::with_capacity(limit.min(1024));
-        for entry in table.range((crawl, queue, due_from, url_from)..)? {
-            let (key, partition) = entry?;
-            let (entry_crawl, entry_queue, due_at, url) = key.value();
-            if entry_crawl != crawl || entry_queue != queue {
-                break;
-            }
-            if after.is_some_and(|(d, u)| d == due_at && u == url) {
-                continue;
-            }
-            out.push((due_at, url.to_owned(), partition.value()));
-            if out.len() == limit {
-                break;
+        let Some((crawl_number, queue_number)) = numbers else {
+            return Ok(DuePage {
+                complete: true,
+                ..DuePage::default()
+            });
+        };
+        let files = self.files()?;
+        let order_read = files.db.begin_read()?;
+        let mut keys = Vec::with_capacity(limit.min(1024));
+        if let Some(table) = open_if_exists(&order_read, SERVING_ORDER)? {
+            let start = match after {
+                Some((due, hash)) => Bound::Excluded((queue_number, due, hash)),
+                None => Bound::Included((queue_number, 0, 0)),
+            };
+            let end = Bound::Included((queue_number, u64::MAX, u64::MAX));
+            for entry in table.range::<(u32, u64, u64)>((start, end))?.take(limit) {
+                let (key, partition) = entry?;
+                let (_, due_at, hash) = key.value();
+                keys.push((due_at, hash, partition.value()));
             }
         }
-        Ok(out)
+        drop(order_read);
+        let mut page = DuePage {
+            urls: Vec::with_capacity(keys.len()),
+            last: keys.last().map(|&(due, hash, _)| (due, hash)),
+            complete: keys.len() < limit,
+        };
+        if keys.is_empty() {
+            return Ok(page);
+        }
+        let urls_read = files.urls_db.begin_read()?;
+        let Some(records) = open_if_exists(&urls_read, URL_RECORDS)? else {
+            return Ok(page);
+        };
+        for (due_at, hash, partition) in keys {
+            let Some(value) = records.get((partition, crawl_number, hash))? else {
+                continue;
+            };
+            for entry in &entries_of(crawl, value.value())? {
+                if entry.queue == queue_number && entry.due_at == due_at {
+                    page.urls.push(DueUrl {
+                        due_at,
+                        hash,
+                        url: entry.url(queue),
+                        partition,
+                    });
+                }
+            }
+        }
+        Ok(page)
     }
 
     /// A crawl's not-completed URLs split into due by `now` and later.
     pub fn count_due(&self, crawl: &str, now: u64) -> Result<(u64, u64), StoreError> {
+        let queues = {
+            let names = self.read_names();
+            match names.crawl_number(crawl) {
+                Some(number) => names.queues_of(number),
+                None => return Ok((0, 0)),
+            }
+        };
         let read = self.files()?.db.begin_read()?;
-        let Some(table) = open_if_exists(&read, DUE)? else {
+        let Some(table) = open_if_exists(&read, SERVING_ORDER)? else {
             return Ok((0, 0));
         };
         let (mut due_now, mut later) = (0, 0);
-        for entry in table.range((crawl, "", 0, "")..)? {
-            let (key, _) = entry?;
-            let (entry_crawl, _, due_at, _) = key.value();
-            if entry_crawl != crawl {
-                break;
-            }
-            if due_at <= now {
-                due_now += 1;
-            } else {
-                later += 1;
+        for queue in queues {
+            for entry in table.range((queue, 0, 0)..=(queue, u64::MAX, u64::MAX))? {
+                let (key, _) = entry?;
+                if key.value().1 <= now {
+                    due_now += 1;
+                } else {
+                    later += 1;
+                }
             }
         }
         Ok((due_now, later))
@@ -177,14 +330,17 @@ impl Store {
         crawl: &str,
         url: &str,
     ) -> Result<Option<UrlRecord>, StoreError> {
+        let Some(number) = self.read_names().crawl_number(crawl) else {
+            return Ok(None);
+        };
         let read = self.files()?.urls_db.begin_read()?;
-        let Some(table) = open_if_exists(&read, URLS)? else {
+        let Some(table) = open_if_exists(&read, URL_RECORDS)? else {
             return Ok(None);
         };
-        let Some(bytes) = table.get((partition, crawl, url))? else {
+        let Some(value) = table.get((partition, number, self.hasher.hash(url)))? else {
             return Ok(None);
         };
-        decode_record(crawl, url, bytes.value()).map(Some)
+        self.find_in_value(crawl, url, value.value())
     }
 
     /// Whether each (partition, crawl, URL) is stored, from one snapshot.
@@ -195,11 +351,28 @@ impl Store {
         keys: impl IntoIterator<Item = (u32, &'a str, &'a str)>,
     ) -> Result<Vec<bool>, StoreError> {
         let read = self.files()?.urls_db.begin_read()?;
-        let table = open_if_exists(&read, URLS)?;
+        let table = open_if_exists(&read, URL_RECORDS)?;
         keys.into_iter()
-            .map(|key| match &table {
-                Some(table) => Ok(table.get(key)?.is_some()),
-                None => Ok(false),
+            .map(|(partition, crawl, url)| {
+                let Some(table) = &table else {
+                    return Ok(false);
+                };
+                let Some(number) = self.read_names().crawl_number(crawl) else {
+                    return Ok(false);
+                };
+                match table.get((partition, number, self.hasher.hash(url)))? {
+                    Some(value) => {
+                        let entries = entries_of(crawl, value.value())?;
+                        let names = self.read_names();
+                        for entry in &entries {
+                            if entry.is_url(url, names.queue_key(entry.queue, url)?) {
+                                return Ok(true);
+                            }
+                        }
+                        Ok(false)
+                    }
+                    None => Ok(false),
+                }
             })
             .collect()
     }
@@ -211,18 +384,31 @@ impl Store {
         mut visit: impl FnMut(u32, &str, &str, &UrlRecord),
     ) -> Result<u64, StoreError> {
         let read = self.files()?.urls_db.begin_read()?;
-        let Some(table) = open_if_exists(&read, URLS)? else {
+        let Some(table) = open_if_exists(&read, URL_RECORDS)? else {
             return Ok(0);
         };
         let mut count = 0;
         for entry in table.iter()? {
             let (key, value) = entry?;
-            let (partition, crawl, url) = key.value();
-            let record = decode_record(crawl, url, value.value())?;
-            visit(partition, crawl, url, &record);
-            count += 1;
+            let (partition, crawl_number, _) = key.value();
+            let crawl = self.crawl_name(crawl_number)?;
+            for (url, record) in self.decode_value(&crawl, value.value())? {
+                visit(partition, &crawl, &url, &record);
+                count += 1;
+            }
         }
         Ok(count)
+    }
+
+    fn crawl_name(&self, number: u32) -> Result<String, StoreError> {
+        self.read_names()
+            .crawl_name(number)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                StoreError::BadNames(format!(
+                    "a URL record names crawl number {number}, which the store does not have"
+                ))
+            })
     }
 
     /// Calls `visit(crawl, url)` for every URL stored in one filter
@@ -233,52 +419,86 @@ impl Store {
         mut visit: impl FnMut(&str, &str),
     ) -> Result<u64, StoreError> {
         let read = self.files()?.urls_db.begin_read()?;
-        let Some(table) = open_if_exists(&read, URLS)? else {
+        let Some(table) = open_if_exists(&read, URL_RECORDS)? else {
             return Ok(0);
         };
         let mut count = 0;
-        for entry in table.range((partition, "", "")..(partition + 1, "", ""))? {
-            let (key, _) = entry?;
-            let (_, crawl, url) = key.value();
-            visit(crawl, url);
-            count += 1;
+        let mut crawl: Option<(u32, String)> = None;
+        let mut urls = Vec::new();
+        for entry in table.range((partition, 0, 0)..=(partition, u32::MAX, u64::MAX))? {
+            let (key, value) = entry?;
+            let (_, crawl_number, _) = key.value();
+            if crawl
+                .as_ref()
+                .is_none_or(|(number, _)| *number != crawl_number)
+            {
+                crawl = Some((crawl_number, self.crawl_name(crawl_number)?));
+            }
+            let crawl_name = crawl.as_ref().map_or("", |(_, name)| name.as_str());
+            let entries = entries_of(crawl_name, value.value())?;
+            {
+                let names = self.read_names();
+                for entry in &entries {
+                    urls.push(entry.url(names.queue_key(entry.queue, "a URL record")?));
+                }
+            }
+            for url in urls.drain(..) {
+                visit(crawl_name, &url);
+                count += 1;
+            }
         }
         Ok(count)
     }
 
-    /// Up to `limit` URLs of one partition that follow the key `after`
-    /// (crawl, URL), in key order, as (crawl, URL, record), from one
-    /// snapshot: a partition is read page by page, and a reader that
-    /// stopped resumes after the last key it took.
+    /// Up to `limit` URLs of one partition that follow the URL `after`
+    /// (crawl, URL) in the partition's order (by crawl number and hash,
+    /// then by place in a value), as (crawl, URL, record), from one
+    /// snapshot, and whether the partition ends with them: a partition is
+    /// read page by page, and a reader that stopped resumes after the last
+    /// URL it took, wherever its page was cut. If that URL has gone since,
+    /// the page starts with the other URLs of its hash (taking some twice
+    /// does no harm to a copy; missing one would).
     pub fn partition_page(
         &self,
         partition: u32,
         after: Option<(&str, &str)>,
         limit: usize,
-    ) -> Result<Vec<(String, String, UrlRecord)>, StoreError> {
-        use std::ops::Bound;
+    ) -> Result<(PartitionUrls, bool), StoreError> {
         let read = self.files()?.urls_db.begin_read()?;
-        let Some(table) = open_if_exists(&read, URLS)? else {
-            return Ok(Vec::new());
+        let Some(table) = open_if_exists(&read, URL_RECORDS)? else {
+            return Ok((Vec::new(), true));
         };
-        let start = match after {
-            Some((crawl, url)) => Bound::Excluded((partition, crawl, url)),
-            None => Bound::Included((partition, "", "")),
+        let (start, mut skip_through) = match after {
+            Some((crawl, url)) => {
+                let number = self
+                    .read_names()
+                    .crawl_number(crawl)
+                    .ok_or_else(|| StoreError::UnknownCrawl(crawl.to_owned()))?;
+                let key = (partition, number, self.hasher.hash(url));
+                (Bound::Included(key), Some((key, url)))
+            }
+            None => (Bound::Included((partition, 0, 0)), None),
         };
-        let end = match partition.checked_add(1) {
-            Some(next) => Bound::Excluded((next, "", "")),
-            None => Bound::Unbounded,
-        };
+        let end = Bound::Included((partition, u32::MAX, u64::MAX));
         let mut page = Vec::with_capacity(limit.min(4096));
-        for entry in table.range::<(u32, &str, &str)>((start, end))?.take(limit) {
+        for entry in table.range::<(u32, u32, u64)>((start, end))? {
             let (key, value) = entry?;
-            let (_, crawl, url) = key.value();
-            page.push((
-                crawl.to_owned(),
-                url.to_owned(),
-                decode_record(crawl, url, value.value())?,
-            ));
+            let key = key.value();
+            let crawl = self.crawl_name(key.1)?;
+            let mut urls = self.decode_value(&crawl, value.value())?;
+            if let Some((after_key, after_url)) = skip_through.take()
+                && after_key == key
+                && let Some(at) = urls.iter().position(|(url, _)| url == after_url)
+            {
+                urls.drain(..=at);
+            }
+            for (url, record) in urls {
+                if page.len() == limit {
+                    return Ok((page, false));
+                }
+                page.push((crawl.clone(), url, record));
+            }
         }
-        Ok(page)
+        Ok((page, true))
     }
 }

@@ -14,8 +14,9 @@
 
 use redb::ReadableDatabase;
 
+use super::names::Names;
 use super::open::urls_lsn;
-use super::{Files, QueueCounts, Store, StoreError, URLS_FILE_NAME};
+use super::{Files, QueueCounts, Store, StoreError, URLS_FILE_NAME, UrlKeys};
 use crate::wal;
 
 impl Store {
@@ -50,15 +51,33 @@ impl Store {
         // Closed first: a file's lock goes with its last handle.
         drop(files.take());
         let data_dir = self.data_dir().to_owned();
-        let reopened = (|| -> Result<(Files, u64), StoreError> {
+        let reopened = (|| -> Result<(Files, Names, u64), StoreError> {
             let db = Self::open_file(&self.path, self.cache_bytes)?;
             let urls_db = Self::open_file(&data_dir.join(URLS_FILE_NAME), self.cache_bytes)?;
             let durable = urls_lsn(&urls_db.begin_read()?)?;
             let records = wal::read_records(&data_dir, durable)?.records;
-            let last = Self::replay(&db, &urls_db, &self.path, writer.wal.path(), &records)?;
-            Ok((Files { db, urls_db }, last))
+            // The names as the reopened file has them, with those of the
+            // groups replayed.
+            let names = std::sync::RwLock::new(Names::load(&urls_db.begin_read()?)?);
+            let keys = UrlKeys {
+                names: &names,
+                hasher: self.hasher,
+            };
+            let last = Self::replay(
+                &db,
+                &urls_db,
+                &keys,
+                &self.path,
+                writer.wal.path(),
+                &records,
+            )?;
+            let names = names
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            Ok((Files { db, urls_db }, names, last))
         })();
-        let (reopened, last) = reopened.map_err(|error| StoreError::Closed(error.to_string()))?;
+        let (reopened, names, last) =
+            reopened.map_err(|error| StoreError::Closed(error.to_string()))?;
         if last != writer.wal.last_lsn() {
             return Err(StoreError::Closed(format!(
                 "the log replays up to group {last}, but groups up to {} were applied",
@@ -66,6 +85,10 @@ impl Store {
             )));
         }
         *files = Some(reopened);
+        *self
+            .names
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = names;
         // The replay made every group durable, queue counts included.
         writer.queue_counts = QueueCounts::default();
         writer.wal.checkpointed();
