@@ -253,10 +253,13 @@ async fn missing_empty_or_damaged_store_files_are_refused_verified_and_salvaged(
     assert_eq!(figure_before(" URLs ("), acked.len() as u64, "{out}");
     let due = figure_before(" URLs to crawl");
     assert!(
-        out.contains(&format!("table urls: {} entries", acked.len())),
+        out.contains(&format!("table url_records: {} entries", acked.len())),
         "{out}"
     );
-    assert!(out.contains(&format!("table due: {due} entries")), "{out}");
+    assert!(
+        out.contains(&format!("table serving_order: {due} entries")),
+        "{out}"
+    );
     assert!(out.contains("in its tables"), "{out}");
     let frontier = FrontierProcess::start(&whole, &["--partitions", "8"]);
     assert_eq!(count_urls(&frontier).await, acked.len() as u64);

@@ -1,7 +1,7 @@
 //! A partition's URLs copied from one store into another: the unit a
-//! cluster moves between nodes. The sender reads the partition in key order,
-//! a page at a time from a snapshot, so a copy that broke resumes after the
-//! last key taken; the receiver takes each page through the group commit and
+//! cluster moves between nodes. The sender reads the partition in its
+//! store's order, a page at a time from a snapshot, so a copy that broke
+//! resumes after the last URL taken; the receiver takes each page through the group commit and
 //! teaches its filter a URL only once the URL's record is durable, so the
 //! filter holds every key the store holds at every moment of the copy.
 //!
@@ -596,7 +596,10 @@ mod tests {
         for partition in 0..4 {
             let pages = whole(&from, partition, 3);
             let expected = from.partition_page(partition, None, usize::MAX).unwrap().0;
-            assert_eq!(pages, expected, "paging reads each URL once, in key order");
+            assert_eq!(
+                pages, expected,
+                "paging reads each URL once, in the store's order"
+            );
             for chunk in pages.chunks(5) {
                 to.take_partition_urls(partition, chunk.to_vec()).unwrap();
             }

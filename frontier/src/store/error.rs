@@ -108,8 +108,9 @@ pub enum StoreError {
         /// MiB that must stay free.
         needed_mb: u64,
     },
-    /// `frontier.redb` is older on disk than `urls.redb`, which this
-    /// frontier never leaves behind (files restored from different moments).
+    /// `frontier.redb` is older on disk than `urls.redb`, and the log does
+    /// not hold the writes between (files restored from different
+    /// moments); module `catch_up` mends the case the log covers.
     #[error(
         "{path} holds writes up to log record {due_lsn} but urls.redb up to {urls_lsn}: the files are not from one store state"
     )]

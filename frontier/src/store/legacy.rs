@@ -142,29 +142,8 @@ impl Store {
         let lsn = urls_lsn(&urls_read)?;
         let mut write = db.begin_write()?;
         write.set_quick_repair(true);
-        write.delete_table(DUE)?;
-        // A conversion cut short may have left a partial one.
-        write.delete_table(SERVING_ORDER)?;
-        let mut entries = 0_u64;
+        let entries = Self::rebuild_serving_order_in(&write, &urls_read)?;
         {
-            let mut order = write.open_table(SERVING_ORDER)?;
-            if let Some(records) = open_if_exists(&urls_read, URL_RECORDS)? {
-                for item in records.iter()? {
-                    let (key, value) = item?;
-                    let (partition, _, hash) = key.value();
-                    let decoded = StoredEntry::decode_all(value.value()).map_err(|source| {
-                        StoreError::CorruptRecord {
-                            crawl: format!("number {}", key.value().1),
-                            url: format!("(the URLs of hash {hash:016x})"),
-                            source,
-                        }
-                    })?;
-                    for entry in decoded.iter().filter(|e| !e.is_completed()) {
-                        order.insert((entry.queue, entry.due_at, hash), partition)?;
-                        entries += 1;
-                    }
-                }
-            }
             let mut meta = write.open_table(META)?;
             meta.insert(APPLIED_LSN_KEY, lsn)?;
             if mark {
@@ -172,6 +151,37 @@ impl Store {
             }
         }
         write.commit()?;
+        Ok(entries)
+    }
+
+    /// The serving order in `write` made again from the records `urls_read`
+    /// sees (the older `due` table dropped); answers its entries.
+    pub(super) fn rebuild_serving_order_in(
+        write: &redb::WriteTransaction,
+        urls_read: &redb::ReadTransaction,
+    ) -> Result<u64, StoreError> {
+        write.delete_table(DUE)?;
+        // A conversion cut short may have left a partial one.
+        write.delete_table(SERVING_ORDER)?;
+        let mut entries = 0_u64;
+        let mut order = write.open_table(SERVING_ORDER)?;
+        if let Some(records) = open_if_exists(urls_read, URL_RECORDS)? {
+            for item in records.iter()? {
+                let (key, value) = item?;
+                let (partition, _, hash) = key.value();
+                let decoded = StoredEntry::decode_all(value.value()).map_err(|source| {
+                    StoreError::CorruptRecord {
+                        crawl: format!("number {}", key.value().1),
+                        url: format!("(the URLs of hash {hash:016x})"),
+                        source,
+                    }
+                })?;
+                for entry in decoded.iter().filter(|e| !e.is_completed()) {
+                    order.insert((entry.queue, entry.due_at, hash), partition)?;
+                    entries += 1;
+                }
+            }
+        }
         Ok(entries)
     }
 }

@@ -10,12 +10,14 @@
 //! - `apply`: a group applied to `urls.redb`, and the changes worked out
 //!   from it applied to `frontier.redb`;
 //! - `read`: reads of the tables; `settings`: writes outside groups;
-//! - `open`: opening, creation, migration, the log's replay;
+//! - `names`: the numbers of crawls and queues;
+//! - `open`: opening, creation, the log's replay; `legacy`: the URL tables
+//!   of schemas 1 to 5 and their conversion;
 //! - `recover`: the files reopened in place after a failed write;
 //! - [`inspect`]: the files read without changing them, for the repair
 //!   tools.
 //!
-//! # Schema, version 5
+//! # Schema, version 6
 //!
 //! `frontier.redb`:
 //!
@@ -23,7 +25,7 @@
 //! |---|---|---|---|
 //! | `meta` | `&str` | `u64` | `schema_version`; `store_id` (random, drawn at creation; also in `urls.redb` and the log's header); `partitions` (fixed at creation: URL keys embed it); `clean_shutdown_token` while filter snapshots match the store; `serving_paused` (1 while SetActive(false) holds); `applied_lsn`, the last write-ahead log record this file holds; `counts_lsn`, the last whose queue counts `queues` holds |
 //! | `seed_hosts` | `(crawl ID, host)` | `()` | the hosts of a crawl's seeds: its scope |
-//! | `due` | `(crawl ID, queue key, due_at, canonical URL)` | partition | every URL not completed, in serving order per queue (completed URLs have no entry) |
+//! | `serving_order` | `(queue number, due_at, URL hash)` | partition | every URL not completed, in serving order per queue (completed URLs have no entry) |
 //! | `queues` | `(crawl ID, queue key)` | [`QueueRecord`] bytes | per queue: URL and completed counts (as of the last checkpoint), delay, block, crawl limit |
 //! | `crawl_settings` | crawl ID | default delay (seconds) | the delay of queues without their own |
 //!
@@ -31,14 +33,36 @@
 //!
 //! | table | key | value | holds |
 //! |---|---|---|---|
-//! | `meta` | `&str` | `u64` | `store_id`; `applied_lsn`, the last log record this file holds |
-//! | `urls` | `(partition, crawl ID, canonical URL)` | [`UrlRecord`] bytes | every URL a crawl knows, grouped by filter partition so that a rebuild reads only its own |
+//! | `meta` | `&str` | `u64` | `store_id`; `schema_version`; `applied_lsn`, the last log record this file holds |
+//! | `url_records` | `(partition, crawl number, URL hash)` | [`crate::record::StoredEntry`]s | every URL a crawl knows, grouped by filter partition so that a rebuild reads only its own |
+//! | `crawl_names` | crawl number | crawl ID | module `names` |
+//! | `queue_names` | queue number | `(crawl number, queue key)` | module `names` |
 //!
+//! # Each URL once
+//!
+//! A URL is kept in one place: its entry in `url_records`, under the
+//! 64-bit hash of its canonical form ([`UrlHasher`], seeded with the store
+//! ID), with its record. The serving order names it by queue number and
+//! hash, and a serve reads the URL from its entry. Crawl IDs and queue keys
+//! are numbers in keys and entries (module `names`), and an entry leaves
+//! out the scheme and queue key its URL starts with (by default its host):
+//! what a store of schema 5 held in two keys of about 90 bytes each, the
+//! URL and its queue key each twice, is now one entry of about half that
+//! and a 24-byte serving key (BENCHMARKS.md has the figures).
+//!
+//! Dedup stays exact: a value holds the entries of every URL of its crawl
+//! and partition with that hash, and a lookup compares URLs. Two such URLs
+//! in one queue with one due date share a serving entry, which goes when
+//! neither needs it; a serve reads every URL of the entry. The order of a
+//! queue's URLs of one due date is the order of their hashes: any order
+//! meets the API, which orders by date only.
+
 //! # Why two files, and how they agree
 //!
 //! redb runs one write transaction per file at a time, and a group's
-//! B-tree work (one insert into `urls` and one into `due` per new URL) is
-//! what limits ingest. With the two tables in two files, a group is applied
+//! B-tree work (one insert into `url_records` and one into `serving_order`
+//! per new URL) is what limits ingest. With the two tables in two files, a
+//! group is applied
 //! in two stages on two threads ([`crate::commit`]): [`Store::stage`] logs
 //! it ([`crate::wal`]) and applies it to `urls.redb`, working out from the
 //! records it finds the changes `frontier.redb` follows with; [`Store::finish`]
@@ -80,14 +104,15 @@
 //! replayed, then the store gets its ID and a new log, and the version mark
 //! comes last. A file written by a newer version of the schema, a file that
 //! is not a frontier store and a corrupt file are refused the same way.
-//! Version 4 had this layout with URL records in their first, full-width
-//! form only ([`crate::record`]); both forms read alike, so opening one
-//! marks it version 5 before anything is written, and its records take the
-//! compact form as they change. The mark keeps a build of version 4 from
-//! taking a compact record for damage: it refuses the store as newer.
-//!
+//! Versions 3 to 5 kept each URL in two keys, `urls` (partition, crawl
+//! ID, URL) → record and `due` (crawl ID, queue key, due date, URL) →
+//! partition, with records of version 1 (schema 4 and older) or 2; module
+//! `legacy` converts them to this schema before their log is replayed,
+//! one durable commit per file, so that a conversion cut short is finished
+//! by the next open.
 
 mod apply;
+mod catch_up;
 #[cfg(test)]
 mod collisions;
 mod error;
@@ -1032,7 +1057,7 @@ mod tests {
         counts
     }
 
-    fn discovered_in(url: &str, queue: &str) -> WriteOp {
+    pub(super) fn discovered_in(url: &str, queue: &str) -> WriteOp {
         let mut op = discovered(url);
         if let WriteOp::Discover(new) = &mut op {
             new.record.queue_key = queue.into();
@@ -1055,7 +1080,7 @@ mod tests {
 
     /// Copies the store's files as they are on disk now: what a kill at
     /// this moment would leave (the store is idle while they are copied).
-    fn crash_image(from: &Path, to: &Path) {
+    pub(super) fn crash_image(from: &Path, to: &Path) {
         for name in [FILE_NAME, URLS_FILE_NAME, crate::wal::FILE_NAME] {
             std::fs::copy(from.join(name), to.join(name)).unwrap();
         }

@@ -164,19 +164,11 @@ pub(super) fn main_lsns(read: &redb::ReadTransaction) -> Result<(u64, u64), Stor
 /// follow it without a gap and reach at least the one `frontier.redb`
 /// holds; anything less lost acknowledged writes.
 fn check_coverage<'a>(
-    path: &Path,
     wal_path: &Path,
     urls_lsn: u64,
     due_lsn: u64,
     records: &'a [LogRecord],
 ) -> Result<Vec<&'a LogRecord>, StoreError> {
-    if due_lsn < urls_lsn {
-        return Err(StoreError::FilesDisagree {
-            path: path.to_owned(),
-            due_lsn,
-            urls_lsn,
-        });
-    }
     let pending: Vec<&LogRecord> = records
         .iter()
         .filter(|record| record.lsn > urls_lsn)
@@ -579,7 +571,9 @@ impl Store {
     /// to `urls.redb` only, and queue counts are added only for records
     /// after those the `queues` table holds. Every record from the one
     /// after `urls.redb`'s up to the one `frontier.redb` holds must be in
-    /// the log: a log that lacks them lost acknowledged writes.
+    /// the log: a log that lacks them lost acknowledged writes. A
+    /// `frontier.redb` behind `urls.redb` is first caught up (module
+    /// `catch_up`).
     pub(super) fn replay(
         db: &Database,
         urls_db: &Database,
@@ -589,8 +583,12 @@ impl Store {
         records: &[LogRecord],
     ) -> Result<u64, StoreError> {
         let urls_lsn = urls_lsn(&urls_db.begin_read()?)?;
-        let (due_lsn, counts_lsn) = main_lsns(&db.begin_read()?)?;
-        let pending = check_coverage(path, wal_path, urls_lsn, due_lsn, records)?;
+        let (mut due_lsn, mut counts_lsn) = main_lsns(&db.begin_read()?)?;
+        if due_lsn < urls_lsn {
+            Self::catch_up_main_file(db, urls_db, path, records, due_lsn, urls_lsn)?;
+            (due_lsn, counts_lsn) = (urls_lsn, urls_lsn);
+        }
+        let pending = check_coverage(wal_path, urls_lsn, due_lsn, records)?;
         let last = pending.last().map_or(urls_lsn, |record| record.lsn);
         let mut queue_counts = QueueCounts::default();
         for record in &pending {

@@ -424,7 +424,7 @@ impl Store {
         };
         let mut count = 0;
         let mut crawl: Option<(u32, String)> = None;
-        let mut urls = Vec::new();
+        let mut urls: Vec<String> = Vec::new();
         for entry in table.range((partition, 0, 0)..=(partition, u32::MAX, u64::MAX))? {
             let (key, value) = entry?;
             let (_, crawl_number, _) = key.value();
@@ -436,14 +436,23 @@ impl Store {
             }
             let crawl_name = crawl.as_ref().map_or("", |(_, name)| name.as_str());
             let entries = entries_of(crawl_name, value.value())?;
+            // The strings are kept from value to value: a rebuild reads
+            // every URL of the partition.
+            let mut used = 0;
             {
                 let names = self.read_names();
                 for entry in &entries {
-                    urls.push(entry.url(names.queue_key(entry.queue, "a URL record")?));
+                    if used == urls.len() {
+                        urls.push(String::new());
+                    }
+                    let url = &mut urls[used];
+                    url.clear();
+                    entry.write_url(names.queue_key(entry.queue, "a URL record")?, url);
+                    used += 1;
                 }
             }
-            for url in urls.drain(..) {
-                visit(crawl_name, &url);
+            for url in &urls[..used] {
+                visit(crawl_name, url);
                 count += 1;
             }
         }

@@ -120,9 +120,10 @@ pub struct Deletion {
     /// Only this partition's URLs (a partition handed to another node);
     /// queues keep their settings, as their other URLs may live elsewhere.
     pub partition: Option<u32>,
-    /// With `partition`: only URLs that sort before this one, so that a
-    /// whole partition is deleted a bounded chunk per commit and the
-    /// node's other writes are not held up behind it.
+    /// With `partition`: only URLs whose keys sort before this URL's (in
+    /// the store's order, by crawl number and URL hash), so that a whole
+    /// partition is deleted a bounded chunk per commit and the node's
+    /// other writes are not held up behind it.
     pub urls_below: Option<String>,
 }
 
