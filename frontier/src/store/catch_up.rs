@@ -32,6 +32,9 @@ use super::{
 use crate::record::StoredEntry;
 use crate::wal::LogRecord;
 
+/// Per (crawl, queue): its URLs and, of those, completed ones.
+type QueueTotals = BTreeMap<(String, String), (u64, u64)>;
+
 impl Store {
     /// Brings `frontier.redb` (at `due_lsn`) up to `urls.redb` (at
     /// `urls_lsn`, ahead) with `records`, the log, in one durable commit;
@@ -130,7 +133,7 @@ impl Store {
     }
 
     /// Each queue's URLs and completed URLs, as `urls.redb` holds them.
-    fn recount(urls_db: &Database) -> Result<BTreeMap<(String, String), (u64, u64)>, StoreError> {
+    fn recount(urls_db: &Database) -> Result<QueueTotals, StoreError> {
         let read = urls_db.begin_read()?;
         let names = Names::load(&read)?;
         let mut counts: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
