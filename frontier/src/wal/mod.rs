@@ -46,6 +46,7 @@
 
 mod codec;
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
@@ -58,6 +59,11 @@ use crate::store::WriteOp;
 
 /// The log's file name inside the data directory.
 pub const FILE_NAME: &str = "frontier.wal";
+
+/// A second log file beside it, which a restart that must keep records
+/// writes them into before the two swap names (see [`Wal::restart_keeping`]).
+/// Never read back: a start reads the log alone.
+pub const SPARE_NAME: &str = "frontier.wal.spare";
 
 /// The magic of format version 1 (an 8-byte header, truncated at
 /// checkpoints), read only to migrate a store written by an older build.
@@ -266,6 +272,12 @@ pub struct Wal {
     /// The size the log last failed to grow to for lack of room: writes
     /// fail until it can, so the store reports itself unwritable.
     out_of_room: Option<u64>,
+    /// (LSN, offset) of each record of this pass, oldest first.
+    offsets: VecDeque<(u64, u64)>,
+    /// The spare file, once made: its capacity, and the highest LSN its
+    /// last pass held (its records must all be durable before it is
+    /// written from its first slot again).
+    spare: Option<(File, u64, u64)>,
 }
 
 /// The path of the log in `data_dir`.
@@ -396,7 +408,18 @@ impl Wal {
             last_lsn: 0,
             halted: None,
             out_of_room: None,
+            offsets: VecDeque::new(),
+            spare: None,
         };
+        // A spare left by an earlier run holds nothing needed (this start
+        // replays the log alone) but records whose LSNs nothing vouches
+        // for: it is made afresh when first needed.
+        let spare = data_dir.join(SPARE_NAME);
+        if let Err(source) = std::fs::remove_file(&spare)
+            && source.kind() != std::io::ErrorKind::NotFound
+        {
+            return Err(io_error(&spare, source));
+        }
         Ok((wal, recovered.0))
     }
 
@@ -467,6 +490,7 @@ impl Wal {
         self.file
             .write_all_at(&record, self.len)
             .map_err(|source| io_error(&self.path, source))?;
+        self.offsets.push_back((lsn, self.len));
         self.len = end;
         Ok(())
     }
@@ -504,6 +528,13 @@ impl Wal {
     /// its header is zeroed, so a replay ends before it. The caller syncs.
     pub fn unappend(&mut self, record_start: u64) {
         self.len = record_start;
+        if self
+            .offsets
+            .back()
+            .is_some_and(|&(_, offset)| offset == record_start)
+        {
+            self.offsets.pop_back();
+        }
         if let Err(source) = self
             .file
             .write_all_at(&[0; RECORD_HEADER_LEN], record_start)
@@ -537,6 +568,94 @@ impl Wal {
     pub fn checkpointed(&mut self) {
         self.last_checkpoint = Instant::now();
         self.len = HEADER_LEN;
+        self.offsets.clear();
+    }
+
+    /// Starts a new pass after a durable redb commit that holds every
+    /// record up to `durable`, keeping the records after it (groups logged
+    /// while the commit ran). Without such records this is
+    /// [`Self::checkpointed`]. With them, they are written from the first
+    /// slot of the spare file and synced, and the two files swap names in
+    /// one atomic rename: a crash before the swap leaves the log as it was,
+    /// one after it the new pass. The spare is written only once its last
+    /// pass is durable, so that what a replay finds after the new run is at
+    /// or below the durable LSN, as after any checkpoint; until then the
+    /// log goes on (answers `false`).
+    pub fn restart_keeping(&mut self, data_dir: &Path, durable: u64) -> Result<bool, WalError> {
+        self.check_writable()?;
+        let Some(first) = self.offsets.iter().position(|&(lsn, _)| lsn > durable) else {
+            self.checkpointed();
+            return Ok(true);
+        };
+        let spare_path = data_dir.join(SPARE_NAME);
+        if self.spare.as_ref().is_some_and(|&(_, _, last)| last > durable) {
+            return Ok(false);
+        }
+        let from = self.offsets[first].1;
+        let mut tail = vec![0_u8; (self.len - from) as usize];
+        self.file
+            .read_exact_at(&mut tail, from)
+            .map_err(|source| io_error(&self.path, source))?;
+        let needed = HEADER_LEN + tail.len() as u64;
+        let (spare, capacity, _) = match self.spare.take() {
+            Some(spare) => spare,
+            None => {
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&spare_path)
+                    .map_err(|source| io_error(&spare_path, source))?;
+                (file, 0, 0)
+            }
+        };
+        let capacity = capacity.max(INITIAL_CAPACITY).max(self.capacity);
+        let capacity = if needed > capacity {
+            needed.max(capacity.saturating_mul(2))
+        } else {
+            capacity
+        };
+        let written = (|| {
+            let length = spare.metadata()?.len();
+            if length < capacity {
+                allocate(&spare, length, capacity)?;
+            }
+            spare.write_all_at(&header(self.store_id, capacity), 0)?;
+            spare.write_all_at(&tail, HEADER_LEN)?;
+            spare.sync_data()
+        })();
+        if let Err(source) = written {
+            // The spare is made afresh next time; the log goes on.
+            self.spare = None;
+            return Err(io_error(&spare_path, source));
+        }
+        rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            &spare_path,
+            rustix::fs::CWD,
+            &self.path,
+            rustix::fs::RenameFlags::EXCHANGE,
+        )
+        .map_err(|errno| io_error(&self.path, errno.into()))?;
+        // Until the directory is synced the swap may not last, and records
+        // appended from now on go to the new log only.
+        if let Err(source) = sync_dir(data_dir) {
+            self.halt(format!("syncing {} after a log swap: {source}", data_dir.display()));
+            return Err(io_error(&self.path, source));
+        }
+        let last = self.offsets.back().map_or(0, |&(lsn, _)| lsn);
+        let old = std::mem::replace(&mut self.file, spare);
+        self.spare = Some((old, self.capacity, last));
+        self.capacity = capacity;
+        let shift = from - HEADER_LEN;
+        self.offsets.drain(..first);
+        for (_, offset) in &mut self.offsets {
+            *offset -= shift;
+        }
+        self.len = needed;
+        self.last_checkpoint = Instant::now();
+        Ok(true)
     }
 
     /// The LSN of the last record applied to the store.
@@ -1059,6 +1178,48 @@ mod tests {
         wal.sync().unwrap();
         let (_, recovered) = Wal::open(dir.path(), STORE, 0).unwrap();
         assert_eq!(recovered.records[1].ops, deletion("c"));
+    }
+
+    /// A restart after a durable commit that did not reach the last
+    /// records keeps them: they start the new pass, in the spare file
+    /// swapped in; the spare is written again only once its own records
+    /// are durable.
+    #[test]
+    fn a_restart_keeps_the_records_after_the_durable_one() {
+        let dir = tempfile::tempdir().unwrap();
+        Wal::create(dir.path(), STORE).unwrap();
+        let (mut wal, _) = Wal::open(dir.path(), STORE, 0).unwrap();
+        // Read as a start would, without opening the log for writing.
+        let lsns = |dir: &Path, durable| {
+            let recovered = read_records(dir, durable).unwrap();
+            recovered.records.iter().map(|r| r.lsn).collect::<Vec<_>>()
+        };
+        for lsn in 1..=5 {
+            wal.append(lsn, &deletion(&format!("u{lsn}"))).unwrap();
+        }
+        wal.sync().unwrap();
+        assert!(wal.restart_keeping(dir.path(), 3).unwrap());
+        assert_eq!(lsns(dir.path(), 3), [4, 5]);
+        wal.append(6, &deletion("u6")).unwrap();
+        wal.sync().unwrap();
+        assert_eq!(lsns(dir.path(), 3), [4, 5, 6]);
+        // The spare holds records up to 5: not yet durable at 4.
+        assert!(!wal.restart_keeping(dir.path(), 4).unwrap());
+        assert_eq!(lsns(dir.path(), 3), [4, 5, 6]);
+        assert!(wal.restart_keeping(dir.path(), 5).unwrap());
+        wal.append(7, &deletion("u7")).unwrap();
+        wal.sync().unwrap();
+        let (_, recovered) = Wal::open(dir.path(), STORE, 5).unwrap();
+        assert_eq!(
+            recovered.records.iter().map(|r| r.lsn).collect::<Vec<_>>(),
+            [6, 7]
+        );
+        assert_eq!(recovered.records[0].ops, deletion("u6"));
+        // With nothing after the durable record, the log starts over.
+        assert!(wal.restart_keeping(dir.path(), 7).unwrap());
+        wal.append(8, &deletion("u8")).unwrap();
+        wal.sync().unwrap();
+        assert_eq!(lsns(dir.path(), 7), [8]);
     }
 
     #[test]
