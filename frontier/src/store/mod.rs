@@ -251,6 +251,11 @@ pub struct Store {
     /// stages, read by everyone.
     names: std::sync::RwLock<Names>,
     hasher: UrlHasher,
+    /// Queue count changes of the groups in the files since the last
+    /// checkpoint, not yet in the `queues` table (see
+    /// [`crate::queue_counts`]). Taken after `writer` or `held` when both
+    /// are.
+    applied_counts: Mutex<QueueCounts>,
 }
 
 /// What failed when a write left the files unusable.
@@ -284,9 +289,6 @@ impl std::ops::Deref for FilesGuard<'_> {
 /// What writes share under the store's lock.
 struct Writer {
     wal: Wal,
-    /// Queue count changes of groups applied since the last checkpoint,
-    /// not yet in the `queues` table (see [`crate::queue_counts`]).
-    queue_counts: QueueCounts,
 }
 
 /// The second stage's progress.
@@ -412,6 +414,12 @@ impl Store {
         // failed write does: its `len` only moves past complete records; the
         // held queue counts change only after a commit.
         self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lock_counts(&self) -> std::sync::MutexGuard<'_, QueueCounts> {
+        self.applied_counts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -618,12 +626,12 @@ impl Store {
     /// their second stage.
     pub fn checkpoint(&self) -> Result<(), StoreError> {
         let mut writer = self.lock_drained_writer()?;
-        let Writer { wal, queue_counts } = &mut *writer;
         let _main_file = self.lock_main_file();
         let files = self.files()?;
-        Self::make_durable(&files.db, &files.urls_db, queue_counts, wal.last_lsn())?;
-        *queue_counts = QueueCounts::default();
-        wal.checkpointed();
+        let mut counts = self.lock_counts();
+        Self::make_durable(&files.db, &files.urls_db, &counts, writer.wal.last_lsn())?;
+        *counts = QueueCounts::default();
+        writer.wal.checkpointed();
         Ok(())
     }
 
@@ -720,7 +728,7 @@ impl Store {
         } else {
             self.lock_writer()
         };
-        let Writer { wal, queue_counts } = &mut *writer;
+        let Writer { wal } = &mut *writer;
         wal.check_writable()?;
         Self::check_main_file(&self.lock_main_file())?;
         self.check_poisoned()?;
@@ -751,6 +759,7 @@ impl Store {
             }
         };
         wal.set_last_lsn(lsn);
+        let mut queue_counts = self.lock_counts();
         queue_counts.absorb(counts);
         if !checkpoint_due {
             return Ok(StagedGroup {
@@ -771,7 +780,7 @@ impl Store {
         // it is (it still holds every group since the last one), and the
         // files are reopened and the log replayed once they can be written.
         main_file.lsn = lsn;
-        match Self::make_durable(&files.db, &files.urls_db, queue_counts, lsn) {
+        match Self::make_durable(&files.db, &files.urls_db, &queue_counts, lsn) {
             Ok(()) => {
                 *queue_counts = QueueCounts::default();
                 wal.checkpointed();
@@ -1304,7 +1313,7 @@ mod tests {
             store
                 .apply(&[discovered("http://b/"), discovered_in("http://x/", "q2")])
                 .unwrap();
-            assert!(!store.lock_writer().queue_counts.is_empty());
+            assert!(!store.lock_counts().is_empty());
             assert_eq!(
                 queue_counts(&store),
                 [("q".to_owned(), 2, 0), ("q2".to_owned(), 1, 0)]
@@ -1313,7 +1322,7 @@ mod tests {
                 .update_queue_settings("c", "q", |record| record.delay_ms = Some(7))
                 .unwrap();
             // A settings write leaves the counts held, and both are seen.
-            assert!(!store.lock_writer().queue_counts.is_empty());
+            assert!(!store.lock_counts().is_empty());
             let mut delays = Vec::new();
             store
                 .for_each_queue(|_, queue, record| {
@@ -1363,7 +1372,7 @@ mod tests {
             queue_counts(&store),
             [("q".to_owned(), 1, 0), ("q2".to_owned(), 1, 0)]
         );
-        assert!(store.lock_writer().queue_counts.is_empty());
+        assert!(store.lock_counts().is_empty());
     }
 
     /// A queue deleted in the middle of a group, and written again after:

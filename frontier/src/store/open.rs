@@ -295,10 +295,7 @@ impl Store {
             cache_bytes: cache,
             path,
             min_free_bytes: options.min_free_bytes,
-            writer: Mutex::new(Writer {
-                wal,
-                queue_counts: QueueCounts::default(),
-            }),
+            writer: Mutex::new(Writer { wal }),
             main_file: Mutex::new(MainFileProgress {
                 lsn: last,
                 halted: None,
@@ -306,6 +303,7 @@ impl Store {
             main_file_applied: Condvar::new(),
             names,
             hasher,
+            applied_counts: Mutex::new(QueueCounts::default()),
         })
     }
 

@@ -153,8 +153,9 @@ impl Store {
         // The snapshot and the held counts are taken together, so no group
         // is counted twice or missed.
         let (read, held) = {
-            let writer = self.lock_drained_writer()?;
-            (self.files()?.db.begin_read()?, writer.queue_counts.clone())
+            let _writer = self.lock_drained_writer()?;
+            let counts = self.lock_counts();
+            (self.files()?.db.begin_read()?, counts.clone())
         };
         let mut records = std::collections::BTreeMap::new();
         if let Some(table) = open_if_exists(&read, QUEUES)? {

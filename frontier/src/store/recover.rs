@@ -90,7 +90,7 @@ impl Store {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = names;
         // The replay made every group durable, queue counts included.
-        writer.queue_counts = QueueCounts::default();
+        *self.lock_counts() = QueueCounts::default();
         writer.wal.checkpointed();
         main_file.lsn = last;
         *self

@@ -588,7 +588,11 @@ impl Wal {
             return Ok(true);
         };
         let spare_path = data_dir.join(SPARE_NAME);
-        if self.spare.as_ref().is_some_and(|&(_, _, last)| last > durable) {
+        if self
+            .spare
+            .as_ref()
+            .is_some_and(|&(_, _, last)| last > durable)
+        {
             return Ok(false);
         }
         let from = self.offsets[first].1;
@@ -641,7 +645,10 @@ impl Wal {
         // Until the directory is synced the swap may not last, and records
         // appended from now on go to the new log only.
         if let Err(source) = sync_dir(data_dir) {
-            self.halt(format!("syncing {} after a log swap: {source}", data_dir.display()));
+            self.halt(format!(
+                "syncing {} after a log swap: {source}",
+                data_dir.display()
+            ));
             return Err(io_error(&self.path, source));
         }
         let last = self.offsets.back().map_or(0, |&(lsn, _)| lsn);
