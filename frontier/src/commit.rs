@@ -21,7 +21,7 @@
 //! memory the wrong way round.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -120,6 +120,10 @@ pub struct Committer {
     sender: Option<Sender<Request>>,
     threads: Vec<JoinHandle<()>>,
     commits: Arc<AtomicU64>,
+    /// Set once the writers' threads are gone: the applier writes what is
+    /// left and ends.
+    stop_applying: Arc<AtomicBool>,
+    applier: Option<JoinHandle<()>>,
 }
 
 /// A group between its two stages.
@@ -158,6 +162,16 @@ impl Committer {
             .name("group-finish".into())
             .spawn(move || finish(&finisher_store, &staged, &counter, hook.as_ref()))
             .expect("the OS can start a thread");
+        // Groups are answered from memory from now on; this thread writes
+        // them to the files (the store's module `held`).
+        store.hold_writes();
+        let stop_applying = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&stop_applying);
+        let applier_store = Arc::clone(&store);
+        let applier = std::thread::Builder::new()
+            .name("group-apply".into())
+            .spawn(move || apply(&applier_store, &stop))
+            .expect("the OS can start a thread");
         let stager = std::thread::Builder::new()
             .name("group-commit".into())
             .spawn(move || stage(&store, &receiver, &to_finish))
@@ -167,6 +181,8 @@ impl Committer {
             // The stager first: its end closes the finisher's channel.
             threads: vec![stager, finisher],
             commits,
+            stop_applying,
+            applier: Some(applier),
         }
     }
 
@@ -222,6 +238,36 @@ impl Drop for Committer {
         drop(self.sender.take());
         for thread in self.threads.drain(..) {
             let _ = thread.join();
+        }
+        self.stop_applying.store(true, Ordering::Release);
+        if let Some(applier) = self.applier.take() {
+            let _ = applier.join();
+        }
+    }
+}
+
+/// The applier: writes held groups to the files as they come, and
+/// checkpoints when one is due, until told to stop with nothing held.
+fn apply(store: &Store, stop: &AtomicBool) {
+    /// How long the applier sleeps with nothing to write: a checkpoint
+    /// falls due with time as well.
+    const IDLE: Duration = Duration::from_millis(250);
+    loop {
+        store.wait_for_held(IDLE);
+        let stopping = stop.load(Ordering::Acquire);
+        let applied = store.apply_held();
+        if let Err(error) = &applied {
+            // The store refuses writes until its files are reopened (the
+            // server's write watcher does that); nothing held is lost, the
+            // log holds it.
+            tracing::warn!(%error, "held groups not written to the store's files");
+            store.wait_after_failure();
+        }
+        if let Err(error) = store.checkpoint_held_if_due() {
+            tracing::warn!(%error, "checkpoint failed");
+        }
+        if stopping && matches!(applied, Ok(false) | Err(_)) {
+            return;
         }
     }
 }

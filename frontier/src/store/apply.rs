@@ -23,10 +23,14 @@ use super::{
 use crate::queue_counts::{CountDelta, GroupCounts, QueueCounts};
 use crate::record::{StoredEntry, UrlRecord};
 
+/// What a group's first stage answers: what each write did, the changes
+/// `frontier.redb` must follow with, and the group's count changes.
+pub(super) type GroupOutcome = (Vec<Applied>, Vec<MainFileChange>, GroupCounts);
+
 /// What applying a group's writes to `urls.redb` gathers for what follows:
 /// the changes `frontier.redb` must make, and the group's count changes.
 #[derive(Default)]
-struct GroupEffects<'a> {
+pub(super) struct GroupEffects<'a> {
     changes: Vec<MainFileChange>,
     /// Summed per (crawl, queue).
     deltas: HashMap<(&'a str, String), CountDelta>,
@@ -55,7 +59,29 @@ impl<'a> GroupEffects<'a> {
     }
 }
 
-type RecordsTable<'t> = redb::Table<'t, (u32, u32, u64), &'static [u8]>;
+pub(super) type RecordsTable<'t> = redb::Table<'t, (u32, u32, u64), &'static [u8]>;
+
+/// A `url_records` key: (partition, crawl number, URL hash).
+pub(super) type RecordKey = (u32, u32, u64);
+
+/// Where a group's first stage reads and writes URL records: the table
+/// itself, or (writes held in memory, module `held`) a view over it.
+pub(super) trait RecordAccess {
+    /// The value of a key.
+    fn get(&self, key: RecordKey) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Sets a key's value; answers the one it replaced.
+    fn insert(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+}
+
+impl RecordAccess for RecordsTable<'_> {
+    fn get(&self, key: RecordKey) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(ReadableTable::get(self, key)?.map(|value| value.value().to_vec()))
+    }
+
+    fn insert(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(redb::Table::insert(self, key, value)?.map(|old| old.value().to_vec()))
+    }
+}
 
 /// The URLs of one hash a deletion removes.
 struct Doomed {
@@ -113,14 +139,39 @@ impl Store {
         keys: &UrlKeys<'_>,
         ops: &[WriteOp],
         lsn: u64,
-    ) -> Result<(Vec<Applied>, Vec<MainFileChange>, GroupCounts), StoreError> {
+    ) -> Result<GroupOutcome, StoreError> {
         write.open_table(URLS_META)?.insert(APPLIED_LSN_KEY, lsn)?;
+        let mut names = GroupNames::open(keys.names, write)?;
+        let mut records = write.open_table(URL_RECORDS)?;
+        Self::run_ops(
+            &mut records,
+            &mut names,
+            keys,
+            ops,
+            |records, names, deletion, effects| {
+                Self::apply_deletion(records, names, keys, deletion, effects)
+            },
+        )
+    }
+
+    /// Works a group's writes out against `records`, in key order (see
+    /// `apply_order`); a deletion is handed to `delete`.
+    pub(super) fn run_ops<R: RecordAccess>(
+        records: &mut R,
+        names: &mut GroupNames<'_, '_>,
+        keys: &UrlKeys<'_>,
+        ops: &[WriteOp],
+        mut delete: impl for<'a> FnMut(
+            &mut R,
+            &GroupNames<'_, '_>,
+            &'a Deletion,
+            &mut GroupEffects<'a>,
+        ) -> Result<Applied, StoreError>,
+    ) -> Result<GroupOutcome, StoreError> {
         let mut effects = GroupEffects {
             changes: Vec::with_capacity(ops.len()),
             ..GroupEffects::default()
         };
-        let mut names = GroupNames::open(keys.names, write)?;
-        let mut records = write.open_table(URL_RECORDS)?;
         let hashes: Vec<u64> = ops
             .iter()
             .map(|op| match op {
@@ -138,15 +189,11 @@ impl Store {
         }) {
             let hash = hashes[index];
             let applied = match &ops[index] {
-                WriteOp::Discover(new) => {
-                    Self::discover(&mut records, &mut names, new, hash, &mut effects)?
-                }
+                WriteOp::Discover(new) => Self::discover(records, names, new, hash, &mut effects)?,
                 WriteOp::Known(known) => {
-                    Self::apply_known(&mut records, &mut names, known, hash, &mut effects)?
+                    Self::apply_known(records, names, known, hash, &mut effects)?
                 }
-                WriteOp::Delete(deletion) => {
-                    Self::apply_deletion(&mut records, &names, keys, deletion, &mut effects)?
-                }
+                WriteOp::Delete(deletion) => delete(records, names, deletion, &mut effects)?,
             };
             indexed_results.push((index, applied));
         }
@@ -161,7 +208,7 @@ impl Store {
 
     /// Stores a discovered URL unless its crawl knows it.
     fn discover<'a>(
-        records: &mut RecordsTable<'_>,
+        records: &mut impl RecordAccess,
         names: &mut GroupNames<'_, '_>,
         new: &'a NewUrl,
         hash: u64,
@@ -176,21 +223,14 @@ impl Store {
         // after the filter was asked, or earlier in this group).
         if new.maybe_known
             && let Some(value) = records.get(key)?
-            && position_of(
-                names,
-                &entries_of(&new.crawl, &new.url, value.value())?,
-                &new.url,
-            )?
-            .is_some()
+            && position_of(names, &entries_of(&new.crawl, &new.url, &value)?, &new.url)?.is_some()
         {
             return Ok(Applied::Discovered { stored: false });
         }
         let queue = names.queue_number(crawl, &new.record.queue_key)?;
         let mut entry = Vec::with_capacity(32 + new.url.len());
         StoredEntry::encode(&new.url, queue, &new.record, &mut entry);
-        let replaced = records
-            .insert(key, entry.as_slice())?
-            .map(|old| old.value().to_vec());
+        let replaced = records.insert(key, entry.as_slice())?;
         if let Some(mut value) = replaced {
             let known = position_of(names, &entries_of(&new.crawl, &new.url, &value)?, &new.url)?;
             if known.is_none() {
@@ -228,7 +268,7 @@ impl Store {
     /// `serving_order` entry moved, counts moved from its old queue to its
     /// new one.
     fn apply_known<'a>(
-        records: &mut RecordsTable<'_>,
+        records: &mut impl RecordAccess,
         names: &mut GroupNames<'_, '_>,
         known: &'a KnownUrl,
         hash: u64,
@@ -236,7 +276,7 @@ impl Store {
     ) -> Result<Applied, StoreError> {
         let crawl = names.crawl_number(&known.crawl)?;
         let key = (known.partition, crawl, hash);
-        let value = records.get(key)?.map(|value| value.value().to_vec());
+        let value = records.get(key)?;
         let entries = match &value {
             Some(value) => entries_of(&known.crawl, &known.url, value)?,
             None => Vec::new(),

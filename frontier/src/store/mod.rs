@@ -116,6 +116,7 @@ mod catch_up;
 #[cfg(test)]
 mod collisions;
 mod error;
+mod held;
 pub mod inspect;
 mod legacy;
 mod names;
@@ -256,6 +257,8 @@ pub struct Store {
     /// [`crate::queue_counts`]). Taken after `writer` or `held` when both
     /// are.
     applied_counts: Mutex<QueueCounts>,
+    /// Groups answered but not yet in the files (module `held`).
+    held: held::HeldWrites,
 }
 
 /// What failed when a write left the files unusable.
@@ -625,7 +628,17 @@ impl Store {
     /// [`crate::wal::CHECKPOINT_INTERVAL`]). Waits for groups still in
     /// their second stage.
     pub fn checkpoint(&self) -> Result<(), StoreError> {
-        let mut writer = self.lock_drained_writer()?;
+        let mut writer = if self.holding() {
+            // No group is held after the writer's lock is taken; what is
+            // held goes to the files (in held mode no group is between the
+            // two files' stages).
+            let writer = self.lock_writer();
+            self.drain_held()?;
+            writer
+        } else {
+            self.lock_drained_writer()?
+        };
+        let _applying = self.held.lock_applying();
         let _main_file = self.lock_main_file();
         let files = self.files()?;
         let mut counts = self.lock_counts();
@@ -718,6 +731,29 @@ impl Store {
     /// here from what `urls.redb` held, so the next group can be staged
     /// while this one finishes.
     pub fn stage(&self, ops: &[WriteOp]) -> Result<StagedGroup, StoreError> {
+        if !self.holding() {
+            return self.stage_in_files(ops);
+        }
+        if !ops.iter().any(|op| matches!(op, WriteOp::Delete(_))) {
+            return self.stage_held(ops);
+        }
+        // A deletion ranges over what the files hold: what is held goes to
+        // them first, and the group reaches both before it is answered (an
+        // applier writing a later group in between would put the files'
+        // changes out of order).
+        self.drain_held()?;
+        let staged = self.stage_in_files(ops)?;
+        let lsn = staged.lsn;
+        let results = self.finish(staged)?;
+        Ok(StagedGroup {
+            lsn,
+            changes: None,
+            results,
+        })
+    }
+
+    /// [`Self::stage`] with the group applied to `urls.redb` itself.
+    fn stage_in_files(&self, ops: &[WriteOp]) -> Result<StagedGroup, StoreError> {
         let checkpoint_due = {
             let writer = self.lock_writer();
             writer.wal.checkpoint_due()
@@ -848,11 +884,16 @@ impl Store {
             write.commit()?;
             Ok(applied)
         })();
-        if committed.is_err() {
-            keys.names
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .roll_back(mark);
+        let mut names = keys
+            .names
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &committed {
+            Ok(_) => {
+                let given = names.mark();
+                names.persisted_up_to(given);
+            }
+            Err(_) => names.roll_back(mark),
         }
         committed
     }

@@ -36,11 +36,18 @@ pub(crate) struct Names {
     queue_numbers: HashMap<u32, HashMap<Arc<str>, u32>>,
     /// By number: (crawl number, queue key).
     queues: Vec<(u32, Arc<str>)>,
+    /// How many of each list `urls.redb` holds: a group whose writes are
+    /// held in memory gives numbers the file takes later (module `held`).
+    persisted: NamesMark,
 }
 
-/// How far the lists went before a group gave numbers: what a failed
-/// group is rolled back to.
-#[derive(Debug, Clone, Copy)]
+/// Names the file does not hold yet: (crawl number, ID) and (queue
+/// number, crawl number, key).
+pub(super) type NewNames = (Vec<(u32, Arc<str>)>, Vec<(u32, u32, Arc<str>)>);
+
+/// How far the lists go: what a failed group is rolled back to, or what
+/// the file holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct NamesMark {
     crawls: usize,
     queues: usize,
@@ -63,7 +70,29 @@ impl Names {
                 names.add_queue_at(number.value(), crawl, key)?;
             }
         }
+        names.persisted = names.mark();
         Ok(names)
+    }
+
+    /// Records that the file holds every number given up to `mark`.
+    pub(super) fn persisted_up_to(&mut self, mark: NamesMark) {
+        self.persisted.crawls = self.persisted.crawls.max(mark.crawls);
+        self.persisted.queues = self.persisted.queues.max(mark.queues);
+    }
+
+    /// The names given up to `upto` that the file does not hold yet:
+    /// (crawl numbers and IDs, queue numbers and names).
+    pub(super) fn unpersisted(&self, upto: NamesMark) -> NewNames {
+        let crawls = (self.persisted.crawls..upto.crawls.min(self.crawls.len()))
+            .map(|number| (number as u32, self.crawls[number].clone()))
+            .collect();
+        let queues = (self.persisted.queues..upto.queues.min(self.queues.len()))
+            .map(|number| {
+                let (crawl, key) = &self.queues[number];
+                (number as u32, *crawl, key.clone())
+            })
+            .collect();
+        (crawls, queues)
     }
 
     fn add_crawl_at(&mut self, number: u32, name: &str) -> Result<(), StoreError> {
@@ -147,8 +176,12 @@ impl Names {
         }
     }
 
-    /// Takes back the numbers given since `mark`.
+    /// Takes back the numbers given since `mark`. A file that took some
+    /// of them already (written while the group was worked out) takes them
+    /// again with the names they are given next.
     pub(super) fn roll_back(&mut self, mark: NamesMark) {
+        self.persisted.crawls = self.persisted.crawls.min(mark.crawls);
+        self.persisted.queues = self.persisted.queues.min(mark.queues);
         for (crawl, key) in self.queues.drain(mark.queues..) {
             if let Some(keys) = self.queue_numbers.get_mut(&crawl) {
                 keys.remove(&key);
@@ -164,12 +197,17 @@ impl Names {
 }
 
 /// The names of one group's first stage: lookups go to the store's lists;
-/// a name they lack is given the next number, written to the file in the
-/// group's transaction and added to the lists at once.
+/// a name they lack is given the next number and added to the lists at
+/// once, and written to the file in the group's transaction, or (a group
+/// held in memory) by the one that writes it to the file.
 pub(super) struct GroupNames<'a, 't> {
     names: &'a std::sync::RwLock<Names>,
-    crawl_table: redb::Table<'t, u32, &'static str>,
-    queue_table: redb::Table<'t, u32, (u32, &'static str)>,
+    tables: Option<NameTables<'t>>,
+}
+
+struct NameTables<'t> {
+    crawls: redb::Table<'t, u32, &'static str>,
+    queues: redb::Table<'t, u32, (u32, &'static str)>,
 }
 
 impl<'a, 't> GroupNames<'a, 't> {
@@ -179,9 +217,19 @@ impl<'a, 't> GroupNames<'a, 't> {
     ) -> Result<Self, StoreError> {
         Ok(Self {
             names,
-            crawl_table: write.open_table(CRAWL_NAMES)?,
-            queue_table: write.open_table(QUEUE_NAMES)?,
+            tables: Some(NameTables {
+                crawls: write.open_table(CRAWL_NAMES)?,
+                queues: write.open_table(QUEUE_NAMES)?,
+            }),
         })
+    }
+
+    /// The names of a group whose writes are held in memory.
+    pub(super) fn deferred(names: &'a std::sync::RwLock<Names>) -> Self {
+        Self {
+            names,
+            tables: None,
+        }
     }
 
     pub(super) fn read(&self) -> std::sync::RwLockReadGuard<'a, Names> {
@@ -204,7 +252,9 @@ impl<'a, 't> GroupNames<'a, 't> {
         let mut names = self.write();
         let number = u32::try_from(names.crawls.len())
             .map_err(|_| StoreError::BadNames("the store has used up its crawl numbers".into()))?;
-        self.crawl_table.insert(number, crawl)?;
+        if let Some(tables) = &mut self.tables {
+            tables.crawls.insert(number, crawl)?;
+        }
         names.add_crawl_at(number, crawl)?;
         Ok(number)
     }
@@ -217,7 +267,9 @@ impl<'a, 't> GroupNames<'a, 't> {
         let mut names = self.write();
         let number = u32::try_from(names.queues.len())
             .map_err(|_| StoreError::BadNames("the store has used up its queue numbers".into()))?;
-        self.queue_table.insert(number, (crawl, key))?;
+        if let Some(tables) = &mut self.tables {
+            tables.queues.insert(number, (crawl, key))?;
+        }
         names.add_queue_at(number, crawl, key)?;
         Ok(number)
     }

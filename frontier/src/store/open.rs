@@ -304,6 +304,7 @@ impl Store {
             names,
             hasher,
             applied_counts: Mutex::new(QueueCounts::default()),
+            held: super::held::HeldWrites::default(),
         })
     }
 

@@ -11,6 +11,8 @@ use std::ops::Bound;
 
 use redb::{ReadableDatabase, ReadableTable};
 
+use super::apply::RecordKey;
+use super::held::{Merged, OrderKey};
 use super::names::Names;
 use super::{
     CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, QUEUES, QueueRecord, SEED_HOSTS, SERVING_ORDER,
@@ -77,7 +79,7 @@ fn url_and_record(
 }
 
 impl Store {
-    fn read_names(&self) -> std::sync::RwLockReadGuard<'_, Names> {
+    pub(super) fn read_names(&self) -> std::sync::RwLockReadGuard<'_, Names> {
         self.names
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -116,7 +118,7 @@ impl Store {
     }
 
     /// Calls `visit(partition, url, record)` for a crawl's URLs, partition
-    /// by partition, from one consistent snapshot, until it answers
+    /// by partition, each from one consistent view, until it answers
     /// `false`. Memory stays bounded however many URLs the crawl has.
     pub fn scan_crawl(
         &self,
@@ -124,21 +126,50 @@ impl Store {
         partitions: u32,
         mut visit: impl FnMut(u32, &str, UrlRecord) -> bool,
     ) -> Result<(), StoreError> {
-        let read = self.files()?.urls_db.begin_read()?;
-        let Some(table) = open_if_exists(&read, URL_RECORDS)? else {
-            return Ok(());
-        };
         let Some(number) = self.read_names().crawl_number(crawl) else {
             return Ok(());
         };
         for partition in 0..partitions {
-            for entry in table.range((partition, number, 0)..=(partition, number, u64::MAX))? {
-                let (_, value) = entry?;
-                for (url, record) in self.decode_value(crawl, value.value())? {
-                    if !visit(partition, &url, record) {
-                        return Ok(());
+            let range = (partition, number, 0)..=(partition, number, u64::MAX);
+            let mut going = true;
+            self.for_each_record_in(range, |_, value| {
+                for (url, record) in self.decode_value(crawl, value)? {
+                    going = visit(partition, &url, record);
+                    if !going {
+                        break;
                     }
                 }
+                Ok(going)
+            })?;
+            if !going {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls `visit(key, value)` for the `url_records` entries in `range`,
+    /// in key order, what is held merged over one snapshot of the file
+    /// (module `held`), until it answers `false`.
+    fn for_each_record_in(
+        &self,
+        range: impl std::ops::RangeBounds<RecordKey> + Clone,
+        mut visit: impl FnMut(RecordKey, &[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let (held, read) = self.held_records_in(range.clone())?;
+        let table = open_if_exists(&read, URL_RECORDS)?;
+        let stored = match &table {
+            Some(table) => Some(table.range::<RecordKey>(range)?),
+            None => None,
+        };
+        let stored = stored.into_iter().flatten().map(|entry| {
+            let (key, value) = entry?;
+            Ok((key.value(), value.value().to_vec()))
+        });
+        for entry in Merged::new(held, stored) {
+            let (key, value) = entry?;
+            if !visit(key, &value)? {
+                break;
             }
         }
         Ok(())
@@ -237,19 +268,36 @@ impl Store {
                 ..DuePage::default()
             });
         };
+        // What is held is read under its lock with both snapshots: a key
+        // the applier drops meanwhile is in them.
+        let held = self.held.read();
         let files = self.files()?;
+        let start = match after {
+            Some((due, hash)) => Bound::Excluded((queue_number, due, hash)),
+            None => Bound::Included((queue_number, 0, 0)),
+        };
+        let end = Bound::Included((queue_number, u64::MAX, u64::MAX));
+        let held_order: Vec<(OrderKey, Option<u32>)> = held
+            .order
+            .range((start, end))
+            .map(|(key, version)| (*key, version.value))
+            .collect();
         let order_read = files.db.begin_read()?;
+        let urls_read = files.urls_db.begin_read()?;
         let mut keys = Vec::with_capacity(limit.min(1024));
-        if let Some(table) = open_if_exists(&order_read, SERVING_ORDER)? {
-            let start = match after {
-                Some((due, hash)) => Bound::Excluded((queue_number, due, hash)),
-                None => Bound::Included((queue_number, 0, 0)),
+        {
+            let table = open_if_exists(&order_read, SERVING_ORDER)?;
+            let stored = match &table {
+                Some(table) => Some(table.range::<OrderKey>((start, end))?),
+                None => None,
             };
-            let end = Bound::Included((queue_number, u64::MAX, u64::MAX));
-            for entry in table.range::<(u32, u64, u64)>((start, end))?.take(limit) {
+            let stored = stored.into_iter().flatten().map(|entry| {
                 let (key, partition) = entry?;
-                let (_, due_at, hash) = key.value();
-                keys.push((due_at, hash, partition.value()));
+                Ok((key.value(), partition.value()))
+            });
+            for entry in Merged::new(held_order, stored).take(limit) {
+                let ((_, due_at, hash), partition) = entry?;
+                keys.push((due_at, hash, partition));
             }
         }
         drop(order_read);
@@ -258,18 +306,20 @@ impl Store {
             last: keys.last().map(|&(due, hash, _)| (due, hash)),
             complete: keys.len() < limit,
         };
-        if keys.is_empty() {
-            return Ok(page);
-        }
-        let urls_read = files.urls_db.begin_read()?;
-        let Some(records) = open_if_exists(&urls_read, URL_RECORDS)? else {
-            return Ok(page);
-        };
+        let records = open_if_exists(&urls_read, URL_RECORDS)?;
         for (due_at, hash, partition) in keys {
-            let Some(value) = records.get((partition, crawl_number, hash))? else {
+            let key = (partition, crawl_number, hash);
+            let value = match held.records.get(&key) {
+                Some(version) => version.value.clone(),
+                None => match &records {
+                    Some(table) => table.get(key)?.map(|value| value.value().to_vec()),
+                    None => None,
+                },
+            };
+            let Some(value) = value else {
                 continue;
             };
-            for entry in &entries_of(crawl, value.value())? {
+            for entry in &entries_of(crawl, &value)? {
                 if entry.queue == queue_number && entry.due_at == due_at {
                     page.urls.push(DueUrl {
                         due_at,
@@ -292,15 +342,22 @@ impl Store {
                 None => return Ok((0, 0)),
             }
         };
-        let read = self.files()?.db.begin_read()?;
-        let Some(table) = open_if_exists(&read, SERVING_ORDER)? else {
-            return Ok((0, 0));
-        };
         let (mut due_now, mut later) = (0, 0);
         for queue in queues {
-            for entry in table.range((queue, 0, 0)..=(queue, u64::MAX, u64::MAX))? {
-                let (key, _) = entry?;
-                if key.value().1 <= now {
+            let range = (queue, 0, 0)..=(queue, u64::MAX, u64::MAX);
+            let (held, read) = self.held_order_in(range.clone())?;
+            let table = open_if_exists(&read, SERVING_ORDER)?;
+            let stored = match &table {
+                Some(table) => Some(table.range::<OrderKey>(range)?),
+                None => None,
+            };
+            let stored = stored.into_iter().flatten().map(|entry| {
+                let (key, partition) = entry?;
+                Ok((key.value(), partition.value()))
+            });
+            for entry in Merged::new(held, stored) {
+                let ((_, due_at, _), _) = entry?;
+                if due_at <= now {
                     due_now += 1;
                 } else {
                     later += 1;
@@ -334,14 +391,19 @@ impl Store {
         let Some(number) = self.read_names().crawl_number(crawl) else {
             return Ok(None);
         };
-        let read = self.files()?.urls_db.begin_read()?;
-        let Some(table) = open_if_exists(&read, URL_RECORDS)? else {
-            return Ok(None);
+        let key = (partition, number, self.hasher.hash(url));
+        let (held, read) = self.held_records_in(key..=key)?;
+        let value = match held.into_iter().next() {
+            Some((_, value)) => value,
+            None => match open_if_exists(&read, URL_RECORDS)? {
+                Some(table) => table.get(key)?.map(|value| value.value().to_vec()),
+                None => None,
+            },
         };
-        let Some(value) = table.get((partition, number, self.hasher.hash(url)))? else {
-            return Ok(None);
-        };
-        self.find_in_value(crawl, url, value.value())
+        match value {
+            Some(value) => self.find_in_value(crawl, url, &value),
+            None => Ok(None),
+        }
     }
 
     /// Whether each (partition, crawl, URL) is stored, from one snapshot.
@@ -351,29 +413,48 @@ impl Store {
         &self,
         keys: impl IntoIterator<Item = (u32, &'a str, &'a str)>,
     ) -> Result<Vec<bool>, StoreError> {
-        let read = self.files()?.urls_db.begin_read()?;
+        // For each URL of a crawl the store has: its key, what is held of
+        // it, its crawl and the URL.
+        type Asked<'u> = (RecordKey, Option<Option<Vec<u8>>>, &'u str, &'u str);
+        let mut asked: Vec<Option<Asked<'a>>> = Vec::new();
+        let read = {
+            let held = self.held.read();
+            let names = self.read_names();
+            for (partition, crawl, url) in keys {
+                asked.push(names.crawl_number(crawl).map(|number| {
+                    let key = (partition, number, self.hasher.hash(url));
+                    let held = held.records.get(&key).map(|version| version.value.clone());
+                    (key, held, crawl, url)
+                }));
+            }
+            drop(names);
+            self.files()?.urls_db.begin_read()?
+        };
         let table = open_if_exists(&read, URL_RECORDS)?;
-        keys.into_iter()
-            .map(|(partition, crawl, url)| {
-                let Some(table) = &table else {
+        asked
+            .into_iter()
+            .map(|asked| {
+                let Some((key, held, crawl, url)) = asked else {
                     return Ok(false);
                 };
-                let Some(number) = self.read_names().crawl_number(crawl) else {
+                let value = match held {
+                    Some(value) => value,
+                    None => match &table {
+                        Some(table) => table.get(key)?.map(|value| value.value().to_vec()),
+                        None => None,
+                    },
+                };
+                let Some(value) = value else {
                     return Ok(false);
                 };
-                match table.get((partition, number, self.hasher.hash(url)))? {
-                    Some(value) => {
-                        let entries = entries_of(crawl, value.value())?;
-                        let names = self.read_names();
-                        for entry in &entries {
-                            if entry.is_url(url, names.queue_key(entry.queue, url)?) {
-                                return Ok(true);
-                            }
-                        }
-                        Ok(false)
+                let entries = entries_of(crawl, &value)?;
+                let names = self.read_names();
+                for entry in &entries {
+                    if entry.is_url(url, names.queue_key(entry.queue, url)?) {
+                        return Ok(true);
                     }
-                    None => Ok(false),
                 }
+                Ok(false)
             })
             .collect()
     }
@@ -384,20 +465,15 @@ impl Store {
         &self,
         mut visit: impl FnMut(u32, &str, &str, &UrlRecord),
     ) -> Result<u64, StoreError> {
-        let read = self.files()?.urls_db.begin_read()?;
-        let Some(table) = open_if_exists(&read, URL_RECORDS)? else {
-            return Ok(0);
-        };
         let mut count = 0;
-        for entry in table.iter()? {
-            let (key, value) = entry?;
-            let (partition, crawl_number, _) = key.value();
+        self.for_each_record_in(.., |(partition, crawl_number, _), value| {
             let crawl = self.crawl_name(crawl_number)?;
-            for (url, record) in self.decode_value(&crawl, value.value())? {
+            for (url, record) in self.decode_value(&crawl, value)? {
                 visit(partition, &crawl, &url, &record);
                 count += 1;
             }
-        }
+            Ok(true)
+        })?;
         Ok(count)
     }
 
@@ -419,16 +495,13 @@ impl Store {
         partition: u32,
         mut visit: impl FnMut(&str, &str),
     ) -> Result<u64, StoreError> {
-        let read = self.files()?.urls_db.begin_read()?;
-        let Some(table) = open_if_exists(&read, URL_RECORDS)? else {
-            return Ok(0);
-        };
         let mut count = 0;
         let mut crawl: Option<(u32, String)> = None;
+        // The strings are kept from value to value: a rebuild reads every
+        // URL of the partition.
         let mut urls: Vec<String> = Vec::new();
-        for entry in table.range((partition, 0, 0)..=(partition, u32::MAX, u64::MAX))? {
-            let (key, value) = entry?;
-            let (_, crawl_number, _) = key.value();
+        let range = (partition, 0, 0)..=(partition, u32::MAX, u64::MAX);
+        self.for_each_record_in(range, |(_, crawl_number, _), value| {
             if crawl
                 .as_ref()
                 .is_none_or(|(number, _)| *number != crawl_number)
@@ -436,9 +509,7 @@ impl Store {
                 crawl = Some((crawl_number, self.crawl_name(crawl_number)?));
             }
             let crawl_name = crawl.as_ref().map_or("", |(_, name)| name.as_str());
-            let entries = entries_of(crawl_name, value.value())?;
-            // The strings are kept from value to value: a rebuild reads
-            // every URL of the partition.
+            let entries = entries_of(crawl_name, value)?;
             let mut used = 0;
             {
                 let names = self.read_names();
@@ -456,7 +527,8 @@ impl Store {
                 visit(crawl_name, url);
                 count += 1;
             }
-        }
+            Ok(true)
+        })?;
         Ok(count)
     }
 
@@ -474,10 +546,6 @@ impl Store {
         after: Option<(&str, &str)>,
         limit: usize,
     ) -> Result<(PartitionUrls, bool), StoreError> {
-        let read = self.files()?.urls_db.begin_read()?;
-        let Some(table) = open_if_exists(&read, URL_RECORDS)? else {
-            return Ok((Vec::new(), true));
-        };
         let (start, mut skip_through) = match after {
             Some((crawl, url)) => {
                 let number = self
@@ -491,11 +559,10 @@ impl Store {
         };
         let end = Bound::Included((partition, u32::MAX, u64::MAX));
         let mut page = Vec::with_capacity(limit.min(4096));
-        for entry in table.range::<(u32, u32, u64)>((start, end))? {
-            let (key, value) = entry?;
-            let key = key.value();
+        let mut ended = true;
+        self.for_each_record_in((start, end), |key, value| {
             let crawl = self.crawl_name(key.1)?;
-            let mut urls = self.decode_value(&crawl, value.value())?;
+            let mut urls = self.decode_value(&crawl, value)?;
             if let Some((after_key, after_url)) = skip_through.take()
                 && after_key == key
                 && let Some(at) = urls.iter().position(|(url, _)| url == after_url)
@@ -504,11 +571,13 @@ impl Store {
             }
             for (url, record) in urls {
                 if page.len() == limit {
-                    return Ok((page, false));
+                    ended = false;
+                    return Ok(false);
                 }
                 page.push((crawl.clone(), url, record));
             }
-        }
-        Ok((page, true))
+            Ok(true)
+        })?;
+        Ok((page, ended))
     }
 }

@@ -36,9 +36,12 @@ impl Store {
     fn recover(&self) -> Result<(), StoreError> {
         let mut writer = self.lock_writer();
         writer.wal.check_writable()?;
+        // No applier writes meanwhile; what is held is in the log, which
+        // the reopened files replay.
+        let _applying = self.held.lock_applying();
         let mut main_file = self.lock_main_file();
         Self::check_main_file(&main_file)?;
-        if main_file.lsn != writer.wal.last_lsn() {
+        if !self.holding() && main_file.lsn != writer.wal.last_lsn() {
             return Err(StoreError::Closed(format!(
                 "group {} was applied to one file only; restart the server",
                 main_file.lsn.saturating_add(1)
@@ -85,6 +88,10 @@ impl Store {
             )));
         }
         *files = Some(reopened);
+        drop(files);
+        // The files hold every group now. (Readers take what is held
+        // before the files: it goes after they are released.)
+        *self.held.write() = super::held::Held::default();
         *self
             .names
             .write()
