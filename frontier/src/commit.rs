@@ -1,18 +1,20 @@
 //! Group commit: concurrent writers share redb write transactions.
 //!
-//! redb runs one write transaction at a time and each durable commit waits
-//! for the disk. Writers hand their batches to one committer thread; while
-//! a commit is in flight the next batches queue up, and the committer takes
-//! all of them (up to a bound) into its next transaction. Each writer gets
-//! its own answers back only after the transaction holding its batch has
-//! committed, so an acknowledgement always follows durability.
+//! Writers hand their batches to one committer thread; while a group is in
+//! flight the next batches queue up, and the committer takes all of them
+//! (up to a bound) into its next group. Each writer gets its own answers
+//! back only after the group holding its batch is durable, so an
+//! acknowledgement always follows durability.
 //!
-//! Two threads share the work of a group ([`Store::stage`] and
-//! [`Store::finish`]): `group-commit` logs it and applies it to the urls
-//! file, then hands it to `group-finish`, which applies its `due` entries to
-//! the main file and answers the writers, while `group-commit` goes on with
-//! the next group. Each file's B-tree work is about half of a group's, so
-//! both cores commit.
+//! Three threads share the work of a group: `group-commit` logs it (one
+//! sync makes it durable) and works its effects out against what the store
+//! holds in memory over `urls.redb` ([`Store::stage`]), then hands it to
+//! `group-finish`, which runs the hook and answers the writers, while
+//! `group-commit` goes on with the next group. `group-apply` writes what is
+//! held to the two files, both at once, and checkpoints them (the store's
+//! module `held`): a checkpoint of a large store takes seconds, and groups
+//! go on meanwhile. A group holding a deletion is applied to the files
+//! before it is answered.
 //!
 //! An optional hook sees every committed group's writes and results, on
 //! `group-finish`, in commit order, before any writer is answered:

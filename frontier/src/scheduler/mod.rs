@@ -1407,9 +1407,21 @@ mod tests {
         use crate::store::NewUrl;
         let f = fixture(1);
         f.discover(&urls("a.example", 3), 10);
+        // A URL after the others in the serving order (by hash, in one due
+        // date), so that a refill past the buffer's reads it.
+        let store = &f.scheduler.store;
+        let last = urls("a.example", 3)
+            .iter()
+            .map(|url| store.url_hash(url))
+            .max()
+            .unwrap();
+        let url = (9000..)
+            .map(|n| format!("http://a.example/p{n}"))
+            .find(|url| store.url_hash(url) > last)
+            .unwrap();
         let late = NewUrl {
             crawl: "c".into(),
-            url: "http://a.example/p9999".into(),
+            url,
             partition: crate::ingest::partition_of("c", "a.example", 4) as u32,
             maybe_known: false,
             record: UrlRecord {

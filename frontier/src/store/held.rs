@@ -430,15 +430,45 @@ impl Store {
         Ok(true)
     }
 
-    /// Writes a copy of what is held to both files, `urls.redb` first.
+    /// Writes a copy of what is held to both files, each on a thread of its
+    /// own: redb runs one write transaction per file, and each file's
+    /// B-tree work is about half of a group's.
     fn write_copied(
         &self,
         copied: &Copied,
         names_upto: super::names::NamesMark,
     ) -> Result<(), StoreError> {
         let files = self.files()?;
-        let (crawls, queues) = self.read_names().unpersisted(names_upto);
-        let mut write = files.urls_db.begin_write()?;
+        let new_names = self.read_names().unpersisted(names_upto);
+        let (records, order) = std::thread::scope(|scope| {
+            let order = scope.spawn(|| Self::write_order(&files.db, copied));
+            let records = Self::write_records(&files.urls_db, copied, &new_names);
+            let order = order
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (records, order)
+        });
+        records?;
+        self.names
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .persisted_up_to(names_upto);
+        order?;
+        drop(files);
+        let mut main_file = self.lock_main_file();
+        main_file.lsn = copied.newest;
+        self.main_file_applied.notify_all();
+        Ok(())
+    }
+
+    /// The `url_records` part of a copy, and the names it uses, to
+    /// `urls.redb`.
+    fn write_records(
+        urls_db: &redb::Database,
+        copied: &Copied,
+        (crawls, queues): &super::names::NewNames,
+    ) -> Result<(), StoreError> {
+        let mut write = urls_db.begin_write()?;
         write.set_durability(redb::Durability::None)?;
         {
             let mut records = write.open_table(URL_RECORDS)?;
@@ -453,11 +483,11 @@ impl Store {
                 }
             }
             let mut crawl_names = write.open_table(super::names::CRAWL_NAMES)?;
-            for (number, name) in &crawls {
+            for (number, name) in crawls {
                 crawl_names.insert(*number, &**name)?;
             }
             let mut queue_names = write.open_table(super::names::QUEUE_NAMES)?;
-            for (number, crawl, key) in &queues {
+            for (number, crawl, key) in queues {
                 queue_names.insert(*number, (*crawl, &**key))?;
             }
             write
@@ -465,11 +495,12 @@ impl Store {
                 .insert(APPLIED_LSN_KEY, copied.newest)?;
         }
         write.commit()?;
-        self.names
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .persisted_up_to(names_upto);
-        let mut write = files.db.begin_write()?;
+        Ok(())
+    }
+
+    /// The `serving_order` part of a copy, to `frontier.redb`.
+    fn write_order(db: &redb::Database, copied: &Copied) -> Result<(), StoreError> {
+        let mut write = db.begin_write()?;
         write.set_durability(redb::Durability::None)?;
         {
             let mut order = write.open_table(SERVING_ORDER)?;
@@ -488,10 +519,6 @@ impl Store {
                 .insert(APPLIED_LSN_KEY, copied.newest)?;
         }
         write.commit()?;
-        drop(files);
-        let mut main_file = self.lock_main_file();
-        main_file.lsn = copied.newest;
-        self.main_file_applied.notify_all();
         Ok(())
     }
 
