@@ -62,10 +62,12 @@ use crate::queue_counts::{GroupCounts, QueueCounts};
 /// A `serving_order` key: (queue number, due date, URL hash).
 pub(super) type OrderKey = (u32, u64, u64);
 
-/// Bytes held (roughly) before a group waits for the applier to write
-/// some: a few seconds of ingest at full rate, so a checkpoint of a large
-/// store passes without a writer waiting.
-const HELD_LIMIT: usize = 512 << 20;
+/// Bytes (roughly) held since the applier's last copy before a group
+/// waits for it to take them: a second or two of ingest at full rate, so a
+/// checkpoint of a large store passes without a writer waiting, while
+/// what is held (that, and the copy being written) stays a small share of
+/// memory and of the log a restart replays.
+const HELD_LIMIT: usize = 64 << 20;
 
 /// What a held entry costs beyond its key and value (map node, version).
 const ENTRY_OVERHEAD: usize = 64;
@@ -88,7 +90,9 @@ pub(super) struct Held {
     /// The newest group held, and the newest the applier has copied.
     newest: u64,
     copied: u64,
+    /// Bytes of what is held, and of what was held since the last copy.
     bytes: usize,
+    new_bytes: usize,
 }
 
 impl Held {
@@ -270,12 +274,12 @@ impl Store {
     /// Waits while too much is held, unless the applier cannot write.
     fn wait_for_room(&self) -> Result<(), StoreError> {
         loop {
-            if self.held.read().bytes < HELD_LIMIT {
+            if self.held.read().new_bytes < HELD_LIMIT {
                 return Ok(());
             }
             self.check_poisoned()?;
             self.held.wait(
-                || self.held.read().bytes < HELD_LIMIT,
+                || self.held.read().new_bytes < HELD_LIMIT,
                 Duration::from_millis(100),
             );
         }
@@ -352,6 +356,7 @@ impl Store {
                         .saturating_sub(Held::record_cost(old.value.as_ref()));
                 }
                 held.bytes += added;
+                held.new_bytes += added;
             }
             for change in changes {
                 let (key, value) = match change {
@@ -373,6 +378,7 @@ impl Store {
                 if held.order.insert(key, Version { lsn, value }).is_none() {
                     held.bytes += Held::order_cost();
                 }
+                held.new_bytes += Held::order_cost();
             }
             held.counts.absorb(counts);
             held.newest = lsn;
@@ -397,6 +403,7 @@ impl Store {
                 changes: counts,
             });
             held.copied = held.newest;
+            held.new_bytes = 0;
             let copied = Copied {
                 records: held.records.iter().map(|(k, v)| (*k, v.clone())).collect(),
                 order: held.order.iter().map(|(k, v)| (*k, v.clone())).collect(),
@@ -425,6 +432,7 @@ impl Store {
                     held.bytes = held.bytes.saturating_sub(Held::order_cost());
                 }
             }
+            metrics::gauge!("frontier_held_bytes").set(held.bytes as f64);
         }
         self.held.notify();
         Ok(true)
