@@ -11,6 +11,9 @@
 //!   from it applied to `frontier.redb`;
 //! - `read`: reads of the tables; `settings`: writes outside groups;
 //! - `names`: the numbers of crawls and queues;
+//! - `held`: writes held in memory between a group's answer and the
+//!   files, and the applier that writes them; `catch_up`: `frontier.redb`
+//!   brought up to `urls.redb` after a failed write;
 //! - `open`: opening, creation, the log's replay; `legacy`: the URL tables
 //!   of schemas 1 to 5 and their conversion;
 //! - `recover`: the files reopened in place after a failed write;
@@ -56,31 +59,39 @@
 //! neither needs it; a serve reads every URL of the entry. The order of a
 //! queue's URLs of one due date is the order of their hashes: any order
 //! meets the API, which orders by date only.
-
+//!
 //! # Why two files, and how they agree
 //!
 //! redb runs one write transaction per file at a time, and a group's
 //! B-tree work (one insert into `url_records` and one into `serving_order`
-//! per new URL) is what limits ingest. With the two tables in two files, a
-//! group is applied
-//! in two stages on two threads ([`crate::commit`]): [`Store::stage`] logs
-//! it ([`crate::wal`]) and applies it to `urls.redb`, working out from the
-//! records it finds the changes `frontier.redb` follows with; [`Store::finish`]
-//! applies those while the next group is staged. Both commit non-durably:
-//! the log makes a group durable. Each stage applies its writes in key
-//! order, not arrival order (`apply_order`): the keys of a group are spread
-//! over the whole tree, and sorted descents share their cached pages.
+//! per new URL) is what limits ingest. With the two tables in two files,
+//! they are written at once, on two threads. Groups are logged first
+//! ([`crate::wal`]): the log, synced once per group, makes a group durable,
+//! and the files are committed non-durably. Each file applies a group's
+//! writes in key order, not arrival order (`apply_order`): the keys of a
+//! group are spread over the whole tree, and sorted descents share their
+//! cached pages.
 //!
-//! Every few seconds a group is a checkpoint: it waits until the groups
-//! before it are finished, and both files are committed durably,
-//! `frontier.redb` first, then the log starts again from its first slot. Settings writes commit
-//! `frontier.redb` durably between checkpoints. So on disk `frontier.redb`
-//! is never behind `urls.redb`, and after a kill the replay applies each
-//! logged group to `urls.redb` if that file lacks it, and its changes to
-//! `frontier.redb` only if that file lacks them too: the changes are worked
-//! out from `urls.redb` as it was just before the group, which is how the
-//! replay finds it. Replaying the other way round could not be done, which
-//! is why the order matters.
+//! Where the committer runs ([`crate::commit`]), writes are held in memory
+//! (module `held`): [`Store::stage`] logs a group and works it out against
+//! what is held over `urls.redb`, the group is answered, and the applier
+//! writes what is held to both files and checkpoints them while groups go
+//! on. Elsewhere (tests, the repair tools, the replay at open) a group is
+//! applied to the files before it is answered: [`Store::stage`] logs it and
+//! applies it to `urls.redb`, working out from the records it finds the
+//! changes `frontier.redb` follows with, and [`Store::finish`] applies
+//! those (on another thread, while the next group is staged).
+//!
+//! A checkpoint commits both files durably, `frontier.redb` first, at the
+//! last group both hold, then the log starts a new pass, keeping the
+//! groups logged after that one. Settings writes commit `frontier.redb`
+//! durably between checkpoints. So on disk `frontier.redb` is never behind
+//! `urls.redb` (but for a failed write: module `catch_up`), and after a
+//! kill the replay applies each logged group to `urls.redb` if that file
+//! lacks it, and its changes to `frontier.redb` only if that file lacks
+//! them too: the changes are worked out from `urls.redb` as it was just
+//! before the group, which is how the replay finds it. Replaying the other
+//! way round could not be done, which is why the order matters.
 //!
 //! A queue's counts change in memory and reach the `queues` table at
 //! checkpoints (module `queue_counts`); after a kill the replay adds those
@@ -719,12 +730,14 @@ impl Store {
     }
 
     /// The first stage of a group: appended to the write-ahead log and
-    /// synced, then applied to `urls.redb` with a non-durable commit (the
-    /// sync comes first so that whatever a reader can see, a lookup
-    /// answering "already known" say, is durable). Every
-    /// [`crate::wal::CHECKPOINT_INTERVAL`] the group is a checkpoint: it
-    /// waits until the groups before it are finished, is applied to both
-    /// files, both are committed durably and the log emptied.
+    /// synced (first, so that whatever a reader can see, a lookup answering
+    /// "already known" say, is durable), then held in memory (when writes
+    /// are held: module `held`; a group holding a deletion is applied to
+    /// both files here) or applied to `urls.redb` with a non-durable commit.
+    /// In the latter case, every [`crate::wal::CHECKPOINT_INTERVAL`] the
+    /// group is a checkpoint: it waits until the groups before it are
+    /// finished, is applied to both files, both are committed durably and
+    /// the log emptied.
     ///
     /// Groups are staged by one thread at a time and finished in the order
     /// they were staged; a group's changes to `frontier.redb` are worked out
