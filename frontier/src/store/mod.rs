@@ -11,6 +11,7 @@
 //!   from it applied to `frontier.redb`;
 //! - `read`: reads of the tables; `settings`: writes outside groups;
 //! - `names`: the numbers of crawls and queues;
+//! - `compact`: the files compacted at a clean close while they are small;
 //! - `held`: writes held in memory between a group's answer and the
 //!   files, and the applier that writes them; `catch_up`: `frontier.redb`
 //!   brought up to `urls.redb` after a failed write;
@@ -126,6 +127,7 @@ mod apply;
 mod catch_up;
 #[cfg(test)]
 mod collisions;
+mod compact;
 mod error;
 mod held;
 pub mod inspect;
@@ -416,8 +418,28 @@ impl Drop for Store {
         // the next start replays what the log holds.
         let writable = self.lock_writer().wal.check_writable().is_ok()
             && self.lock_main_file().halted.is_none();
-        if writable && let Err(error) = self.checkpoint() {
+        if !writable {
+            return;
+        }
+        if let Err(error) = self.checkpoint() {
             tracing::warn!(%error, "final checkpoint failed; the next start replays the write-ahead log");
+            return;
+        }
+        let data_dir = self.data_dir().to_owned();
+        if let Err(error) = self.lock_writer().wal.shrink_when_empty(&data_dir) {
+            tracing::warn!(%error, "the emptied write-ahead log could not be given back its first size");
+        }
+        let urls_path = data_dir.join(URLS_FILE_NAME);
+        let files = self
+            .files
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(Files { db, urls_db }) = files.as_mut() {
+            let path = self.path.as_path();
+            std::thread::scope(|scope| {
+                scope.spawn(|| compact::compact_at_close(urls_db, &urls_path));
+                compact::compact_at_close(db, path);
+            });
         }
     }
 }

@@ -665,6 +665,47 @@ impl Wal {
         Ok(true)
     }
 
+    /// Gives back the room a busy run grew the log to, at a clean close:
+    /// the log, empty after the final checkpoint, goes back to its first
+    /// capacity and the spare file is removed. Does nothing while the log
+    /// holds records. The header is made to say the smaller capacity before
+    /// the file is cut, so a crash in between leaves a file longer than its
+    /// header says, which opens as any checkpointed log does (what lies
+    /// past the first slot is at or below the durable LSN).
+    pub fn shrink_when_empty(&mut self, data_dir: &Path) -> Result<(), WalError> {
+        self.check_writable()?;
+        if self.len != HEADER_LEN || !self.offsets.is_empty() {
+            return Ok(());
+        }
+        self.spare = None;
+        let spare_path = data_dir.join(SPARE_NAME);
+        if let Err(source) = std::fs::remove_file(&spare_path)
+            && source.kind() != std::io::ErrorKind::NotFound
+        {
+            return Err(io_error(&spare_path, source));
+        }
+        if self.capacity <= INITIAL_CAPACITY {
+            return Ok(());
+        }
+        // The first slot is cleared too, so that a record of the last pass
+        // cut by the shrink is not read back as a torn one.
+        self.file
+            .write_all_at(&[0; RECORD_HEADER_LEN], HEADER_LEN)
+            .and_then(|()| {
+                self.file
+                    .write_all_at(&header(self.store_id, INITIAL_CAPACITY), 0)
+            })
+            .and_then(|()| self.file.sync_data())
+            .and_then(|()| self.file.set_len(INITIAL_CAPACITY))
+            .and_then(|()| self.file.sync_all())
+            .map_err(|source| {
+                self.halt(format!("shrinking {}: {source}", self.path.display()));
+                io_error(&self.path, source)
+            })?;
+        self.capacity = INITIAL_CAPACITY;
+        Ok(())
+    }
+
     /// The LSN of the last record applied to the store.
     #[must_use]
     pub fn last_lsn(&self) -> u64 {
@@ -1250,6 +1291,58 @@ mod tests {
         assert!(length > INITIAL_CAPACITY);
         let (_, recovered) = Wal::open(dir.path(), STORE, 0).unwrap();
         assert_eq!(recovered.records[0].ops, big);
+    }
+
+    #[test]
+    fn an_emptied_log_shrinks_back_and_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        Wal::create(dir.path(), STORE).unwrap();
+        let (mut wal, _) = Wal::open(dir.path(), STORE, 0).unwrap();
+        let big = deletion(&"x".repeat(5 << 20));
+        wal.append(1, &big).unwrap();
+        wal.append(2, &deletion("kept")).unwrap();
+        wal.sync().unwrap();
+        // Record 2 goes to the spare, which then holds the log's capacity.
+        assert!(wal.restart_keeping(dir.path(), 1).unwrap());
+        assert!(dir.path().join(SPARE_NAME).exists());
+        let length = |dir: &Path| std::fs::metadata(dir.join(FILE_NAME)).unwrap().len();
+        assert!(length(dir.path()) > INITIAL_CAPACITY);
+        // Not while the log holds records.
+        wal.shrink_when_empty(dir.path()).unwrap();
+        assert!(length(dir.path()) > INITIAL_CAPACITY);
+        wal.checkpointed();
+        wal.shrink_when_empty(dir.path()).unwrap();
+        assert_eq!(length(dir.path()), INITIAL_CAPACITY);
+        assert!(!dir.path().join(SPARE_NAME).exists());
+        drop(wal);
+        let (mut wal, recovered) = Wal::open(dir.path(), STORE, 2).unwrap();
+        assert!(recovered.records.is_empty());
+        // It grows again as it did the first time.
+        wal.append(3, &big).unwrap();
+        wal.sync().unwrap();
+        drop(wal);
+        let (_, recovered) = Wal::open(dir.path(), STORE, 2).unwrap();
+        assert_eq!(recovered.records[0].ops, big);
+    }
+
+    #[test]
+    fn a_crash_between_the_smaller_header_and_the_cut_opens() {
+        let (dir, mut bytes, ends) = written(&[deletion(&"x".repeat(5 << 20)), deletion("b")]);
+        assert!(bytes.len() as u64 > INITIAL_CAPACITY);
+        assert!(ends[0] > INITIAL_CAPACITY);
+        // Both records are durable; the shrink has cleared the first slot
+        // and written the smaller header, not yet cut the file.
+        bytes[..HEADER_LEN as usize].copy_from_slice(&header(STORE, INITIAL_CAPACITY));
+        bytes[HEADER_LEN as usize..HEADER_LEN as usize + RECORD_HEADER_LEN].fill(0);
+        rewrite(dir.path(), &bytes);
+        let (mut wal, recovered) = Wal::open(dir.path(), STORE, 2).unwrap();
+        assert!(recovered.records.is_empty() && !recovered.torn_tail);
+        wal.append(3, &deletion("c")).unwrap();
+        wal.sync().unwrap();
+        drop(wal);
+        let (_, recovered) = Wal::open(dir.path(), STORE, 2).unwrap();
+        let lsns: Vec<u64> = recovered.records.iter().map(|r| r.lsn).collect();
+        assert_eq!(lsns, [3]);
     }
 
     /// Found by the fuzzer: LSNs come from damaged bytes too, and the
