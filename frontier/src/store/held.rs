@@ -47,12 +47,13 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redb::ReadableDatabase;
 
 use super::apply::{RecordAccess, RecordKey};
 use super::names::GroupNames;
+use super::pace::Pace;
 use super::{
     APPLIED_LSN_KEY, Applied, META, MainFileChange, SERVING_ORDER, StagedGroup, Store, StoreError,
     URL_RECORDS, URLS_META, WriteOp, open_if_exists,
@@ -117,6 +118,8 @@ pub(super) struct HeldWrites {
     /// Held by whoever writes what is held to the files (the applier, or a
     /// drain), and by a reopening of the files.
     pub(super) applying: Mutex<()>,
+    /// The applier's rate, and when the next group may go.
+    pace: Mutex<Pace>,
 }
 
 impl HeldWrites {
@@ -134,6 +137,12 @@ impl HeldWrites {
 
     pub(super) fn lock_applying(&self) -> std::sync::MutexGuard<'_, ()> {
         self.applying
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lock_pace(&self) -> std::sync::MutexGuard<'_, Pace> {
+        self.pace
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -271,8 +280,13 @@ impl Store {
         }
     }
 
-    /// Waits while too much is held, unless the applier cannot write.
+    /// Waits for the group's turn at the applier's pace (module `pace`),
+    /// and while too much is held, unless the applier cannot write.
     fn wait_for_room(&self) -> Result<(), StoreError> {
+        let turn = self.held.lock_pace().wait(Instant::now());
+        if !turn.is_zero() {
+            std::thread::sleep(turn);
+        }
         loop {
             if self.held.read().new_bytes < HELD_LIMIT {
                 return Ok(());
@@ -344,6 +358,7 @@ impl Store {
     ) {
         {
             let mut held = self.held.write();
+            let new_before = held.new_bytes;
             for (key, value) in records {
                 let added = Held::record_cost(Some(&value));
                 let version = Version {
@@ -382,6 +397,10 @@ impl Store {
             }
             held.counts.absorb(counts);
             held.newest = lsn;
+            let cost = held.new_bytes - new_before;
+            self.held
+                .lock_pace()
+                .held(cost, held.new_bytes, HELD_LIMIT, Instant::now());
         }
         self.held.notify();
     }
@@ -392,11 +411,12 @@ impl Store {
     pub fn apply_held(&self) -> Result<bool, StoreError> {
         let _applying = self.held.lock_applying();
         self.check_poisoned()?;
-        let (copied, names_upto) = {
+        let (copied, copied_bytes, names_upto) = {
             let mut held = self.held.write();
             if held.newest == held.copied {
                 return Ok(false);
             }
+            let copied_bytes = held.new_bytes;
             let counts = std::mem::take(&mut held.counts);
             self.lock_counts().absorb(GroupCounts {
                 removed: Vec::new(),
@@ -409,13 +429,17 @@ impl Store {
                 order: held.order.iter().map(|(k, v)| (*k, v.clone())).collect(),
                 newest: held.newest,
             };
-            (copied, self.read_names().mark())
+            (copied, copied_bytes, self.read_names().mark())
         };
+        let started = Instant::now();
         let written = self.write_copied(&copied, names_upto);
         if let Err(error) = &written {
             self.note_failure(error);
         }
         written?;
+        self.held
+            .lock_pace()
+            .copied(copied_bytes, started.elapsed());
         {
             let mut held = self.held.write();
             for (key, version) in &copied.records {
@@ -549,7 +573,7 @@ impl Store {
 
     /// The applier's checkpoint, due or not.
     pub(super) fn checkpoint_held(&self) -> Result<(), StoreError> {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let applying = self.held.lock_applying();
         self.check_poisoned()?;
         let upto = self.lock_main_file().lsn;
@@ -574,6 +598,7 @@ impl Store {
             tracing::warn!(%error, "the write-ahead log could not start a new pass; it goes on growing");
         }
         let took = started.elapsed();
+        self.held.lock_pace().checkpointed(took);
         metrics::histogram!("frontier_checkpoint_seconds").record(took.as_secs_f64());
         tracing::debug!(lsn = upto, seconds = took.as_secs_f64(), "checkpoint");
         Ok(())

@@ -13,8 +13,9 @@
 //! - `names`: the numbers of crawls and queues;
 //! - `compact`: the files compacted at a clean close while they are small;
 //! - `held`: writes held in memory between a group's answer and the
-//!   files, and the applier that writes them; `catch_up`: `frontier.redb`
-//!   brought up to `urls.redb` after a failed write;
+//!   files, and the applier that writes them; `pace`: groups paced to the
+//!   applier's rate as what is held nears its limit; `catch_up`:
+//!   `frontier.redb` brought up to `urls.redb` after a failed write;
 //! - `open`: opening, creation, the log's replay; `legacy`: the URL tables
 //!   of schemas 1 to 5 and their conversion;
 //! - `recover`: the files reopened in place after a failed write;
@@ -134,6 +135,7 @@ pub mod inspect;
 mod legacy;
 mod names;
 mod open;
+mod pace;
 mod read;
 mod recover;
 mod settings;

@@ -1,0 +1,164 @@
+//! Held groups paced to the applier's rate as what is held nears its
+//! limit.
+//!
+//! Without a pace, groups go on at full rate until the limit, then all
+//! wait for the applier's copy in progress (at scale its copies and
+//! checkpoints take seconds): whole seconds pass without an answer, then a
+//! burst. Past half the limit each group is held back for the time the
+//! applier takes to write what it adds, at a rate that falls to nothing
+//! as the limit nears, so answers keep coming at the rate the applier
+//! sustains instead of stopping and starting again.
+
+use std::time::{Duration, Instant};
+
+/// The longest one group is held back: even at the limit's edge an answer
+/// goes out this often while the applier works.
+const LONGEST_WAIT: Duration = Duration::from_millis(100);
+
+/// Weight of the newest copy in the measured rate.
+const NEWEST_WEIGHT: f64 = 0.5;
+
+/// The applier's measured rate and when the next group may go.
+#[derive(Debug, Default)]
+pub(super) struct Pace {
+    /// Bytes a second the applier writes, smoothed over its copies; `None`
+    /// until it has made one.
+    rate: Option<f64>,
+    /// Time the applier spent on checkpoints since its last copy: time it
+    /// did not spend writing copies.
+    checkpoints_since_copy: Duration,
+    /// When the next group may be staged.
+    next: Option<Instant>,
+}
+
+impl Pace {
+    /// The applier wrote a copy of `bytes` in `took`.
+    pub(super) fn copied(&mut self, bytes: usize, took: Duration) {
+        let busy = took + std::mem::take(&mut self.checkpoints_since_copy);
+        if bytes == 0 || busy.is_zero() {
+            return;
+        }
+        let sample = bytes as f64 / busy.as_secs_f64();
+        self.rate = Some(match self.rate {
+            Some(rate) => rate * (1.0 - NEWEST_WEIGHT) + sample * NEWEST_WEIGHT,
+            None => sample,
+        });
+    }
+
+    /// The applier took `took` for a checkpoint.
+    pub(super) fn checkpointed(&mut self, took: Duration) {
+        self.checkpoints_since_copy += took;
+    }
+
+    /// How long a group about to be staged at `now` waits.
+    pub(super) fn wait(&self, now: Instant) -> Duration {
+        self.next
+            .map_or(Duration::ZERO, |next| next.saturating_duration_since(now))
+    }
+
+    /// A group costing `cost` was held at `now`, leaving `held` bytes held
+    /// since the applier's last copy, of `limit`: sets when the next group
+    /// may go.
+    pub(super) fn held(&mut self, cost: usize, held: usize, limit: usize, now: Instant) {
+        let Some(rate) = self.rate else {
+            return;
+        };
+        let fill = held as f64 / limit.max(1) as f64;
+        if fill < 0.5 {
+            self.next = None;
+            return;
+        }
+        // Twice the applier's rate at half the limit, its rate at three
+        // quarters, nothing at the limit.
+        let allowed = rate * 4.0 * (1.0 - fill).max(0.0);
+        let wait = if allowed > 0.0 {
+            Duration::from_secs_f64((cost as f64 / allowed).min(LONGEST_WAIT.as_secs_f64()))
+        } else {
+            LONGEST_WAIT
+        };
+        let from = self.next.filter(|&next| next > now).unwrap_or(now);
+        self.next = Some(from + wait);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const LIMIT: usize = 64 << 20;
+
+    #[test]
+    fn no_group_waits_before_a_copy_is_measured_or_below_half_the_limit() {
+        let now = Instant::now();
+        let mut pace = Pace::default();
+        pace.held(1 << 20, LIMIT - 1, LIMIT, now);
+        assert_eq!(pace.wait(now), Duration::ZERO);
+        pace.copied(10 << 20, Duration::from_secs(1));
+        pace.held(1 << 20, LIMIT / 2 - 1, LIMIT, now);
+        assert_eq!(pace.wait(now), Duration::ZERO);
+    }
+
+    #[test]
+    fn at_three_quarters_a_group_waits_the_applier_time_for_it() {
+        let now = Instant::now();
+        let mut pace = Pace::default();
+        pace.copied(10 << 20, Duration::from_secs(1));
+        pace.held(1 << 20, LIMIT * 3 / 4, LIMIT, now);
+        let wait = pace.wait(now).as_secs_f64();
+        assert!((wait - 0.1).abs() < 1e-6, "{wait}");
+    }
+
+    #[test]
+    fn checkpoints_count_as_time_the_applier_was_busy() {
+        let now = Instant::now();
+        let mut pace = Pace::default();
+        pace.checkpointed(Duration::from_secs(3));
+        pace.copied(40 << 20, Duration::from_secs(1));
+        pace.held(1 << 20, LIMIT * 3 / 4, LIMIT, now);
+        // 10 MiB a second: a MiB takes 0.1 s.
+        assert!((pace.wait(now).as_secs_f64() - 0.1).abs() < 1e-6);
+    }
+
+    proptest! {
+        /// Waits only grow as what is held nears the limit, never pass the
+        /// longest wait per group, and add up over groups staged at once.
+        #[test]
+        fn waits_rise_with_the_fill_and_are_bounded(
+            rate in 1_usize..(1 << 30),
+            cost in 1_usize..(1 << 20),
+            fills in prop::collection::vec(0.0_f64..1.2, 2..20),
+        ) {
+            let now = Instant::now();
+            let mut sorted = fills.clone();
+            sorted.sort_by(f64::total_cmp);
+            let mut previous = Duration::ZERO;
+            for fill in sorted {
+                let mut pace = Pace::default();
+                pace.copied(rate, Duration::from_secs(1));
+                pace.held(cost, (fill * LIMIT as f64) as usize, LIMIT, now);
+                let wait = pace.wait(now);
+                prop_assert!(wait >= previous);
+                prop_assert!(wait <= LONGEST_WAIT);
+                previous = wait;
+            }
+            let mut pace = Pace::default();
+            pace.copied(rate, Duration::from_secs(1));
+            let mut total = Duration::ZERO;
+            for fill in &fills {
+                let before = pace.wait(now);
+                pace.held(cost, (fill * LIMIT as f64) as usize, LIMIT, now);
+                let after = pace.wait(now);
+                if *fill >= 0.5 {
+                    prop_assert!(after >= before);
+                    total = after;
+                } else {
+                    prop_assert_eq!(after, Duration::ZERO);
+                    total = Duration::ZERO;
+                }
+            }
+            prop_assert!(total <= LONGEST_WAIT * fills.len() as u32);
+        }
+    }
+}
