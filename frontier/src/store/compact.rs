@@ -18,9 +18,9 @@ use redb::Database;
 /// could be given back is not worth a shutdown's time.
 const COMPACT_FROM_BYTES: u64 = 64 << 20;
 
-/// Files longer than this are left as they are: compaction takes about a
-/// second for each 170 MiB of file, and this keeps a shutdown within the
-/// 30 s a container runtime gives by default.
+/// Files longer than this are left as they are: compaction time grows
+/// with the file, and this keeps a shutdown within the 30 s a container
+/// runtime gives by default (BENCHMARKS.md has the times).
 const COMPACT_UP_TO_BYTES: u64 = 3 << 30;
 
 /// Compacts `db` (the file at `path`) if its length is within the bounds

@@ -667,8 +667,8 @@ impl Wal {
 
     /// Gives back the room a busy run grew the log to, at a clean close:
     /// the log, empty after the final checkpoint, goes back to its first
-    /// capacity and the spare file is removed. Does nothing while the log
-    /// holds records. The header is made to say the smaller capacity before
+    /// capacity, its first slot is cleared and the spare file is removed.
+    /// Does nothing while the log holds records. The header is made to say the smaller capacity before
     /// the file is cut, so a crash in between leaves a file longer than its
     /// header says, which opens as any checkpointed log does (what lies
     /// past the first slot is at or below the durable LSN).
@@ -684,25 +684,27 @@ impl Wal {
         {
             return Err(io_error(&spare_path, source));
         }
-        if self.capacity <= INITIAL_CAPACITY {
-            return Ok(());
+        // The first slot is cleared, so the log reads as empty: neither a
+        // record of the last pass cut by the shrink nor the torn record of
+        // an earlier crash after that pass's run is read back as torn.
+        let shrink = self.capacity > INITIAL_CAPACITY;
+        let mut done = self.file.write_all_at(&[0; RECORD_HEADER_LEN], HEADER_LEN);
+        if shrink {
+            done = done
+                .and_then(|()| {
+                    self.file
+                        .write_all_at(&header(self.store_id, INITIAL_CAPACITY), 0)
+                })
+                .and_then(|()| self.file.sync_data())
+                .and_then(|()| self.file.set_len(INITIAL_CAPACITY));
         }
-        // The first slot is cleared too, so that a record of the last pass
-        // cut by the shrink is not read back as a torn one.
-        self.file
-            .write_all_at(&[0; RECORD_HEADER_LEN], HEADER_LEN)
-            .and_then(|()| {
-                self.file
-                    .write_all_at(&header(self.store_id, INITIAL_CAPACITY), 0)
-            })
-            .and_then(|()| self.file.sync_data())
-            .and_then(|()| self.file.set_len(INITIAL_CAPACITY))
-            .and_then(|()| self.file.sync_all())
-            .map_err(|source| {
-                self.halt(format!("shrinking {}: {source}", self.path.display()));
-                io_error(&self.path, source)
-            })?;
-        self.capacity = INITIAL_CAPACITY;
+        done.and_then(|()| self.file.sync_all()).map_err(|source| {
+            self.halt(format!("shrinking {}: {source}", self.path.display()));
+            io_error(&self.path, source)
+        })?;
+        if shrink {
+            self.capacity = INITIAL_CAPACITY;
+        }
         Ok(())
     }
 
@@ -1323,6 +1325,18 @@ mod tests {
         drop(wal);
         let (_, recovered) = Wal::open(dir.path(), STORE, 2).unwrap();
         assert_eq!(recovered.records[0].ops, big);
+    }
+
+    #[test]
+    fn an_emptied_log_reads_as_empty_after_a_clean_close() {
+        let (dir, _, _) = written(&[deletion("a"), deletion("b")]);
+        let (mut wal, recovered) = Wal::open(dir.path(), STORE, 2).unwrap();
+        assert_eq!(recovered.records.len(), 2);
+        wal.checkpointed();
+        wal.shrink_when_empty(dir.path()).unwrap();
+        drop(wal);
+        let (_, recovered) = Wal::open(dir.path(), STORE, 2).unwrap();
+        assert!(recovered.records.is_empty() && !recovered.torn_tail);
     }
 
     #[test]
