@@ -126,6 +126,8 @@ pub struct Committer {
     /// left and ends.
     stop_applying: Arc<AtomicBool>,
     applier: Option<JoinHandle<()>>,
+    /// The store, to wake the applier when it is to stop.
+    store: Arc<Store>,
 }
 
 /// A group between its two stages.
@@ -170,6 +172,7 @@ impl Committer {
         let stop_applying = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&stop_applying);
         let applier_store = Arc::clone(&store);
+        let waker = Arc::clone(&store);
         let applier = std::thread::Builder::new()
             .name("group-apply".into())
             .spawn(move || apply(&applier_store, &stop))
@@ -185,6 +188,7 @@ impl Committer {
             commits,
             stop_applying,
             applier: Some(applier),
+            store: waker,
         }
     }
 
@@ -242,6 +246,7 @@ impl Drop for Committer {
             let _ = thread.join();
         }
         self.stop_applying.store(true, Ordering::Release);
+        self.store.wake_applier();
         if let Some(applier) = self.applier.take() {
             let _ = applier.join();
         }
@@ -255,7 +260,7 @@ fn apply(store: &Store, stop: &AtomicBool) {
     /// falls due with time as well.
     const IDLE: Duration = Duration::from_millis(250);
     loop {
-        store.wait_for_held(IDLE);
+        store.wait_for_held(IDLE, stop);
         let stopping = stop.load(Ordering::Acquire);
         let applied = store.apply_held();
         if let Err(error) = &applied {

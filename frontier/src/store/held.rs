@@ -228,9 +228,17 @@ impl Store {
         held.newest > held.copied
     }
 
-    /// Waits until something held is to be written, or `timeout` passes.
-    pub fn wait_for_held(&self, timeout: Duration) {
-        self.held.wait(|| self.unapplied(), timeout);
+    /// Waits until something held is to be written, `stop` is set (and
+    /// [`Self::wake_applier`] called), or `timeout` passes.
+    pub fn wait_for_held(&self, timeout: Duration, stop: &AtomicBool) {
+        self.held
+            .wait(|| self.unapplied() || stop.load(Ordering::Acquire), timeout);
+    }
+
+    /// Wakes an applier waiting in [`Self::wait_for_held`], to see its
+    /// stop flag.
+    pub fn wake_applier(&self) {
+        self.held.notify();
     }
 
     /// Waits a while after the applier failed: the files are unusable
@@ -565,8 +573,16 @@ impl Store {
     /// durable at the last group written to them, and the log restarts
     /// keeping the groups after it. Answers whether it checkpointed.
     pub fn checkpoint_held_if_due(&self) -> Result<bool, StoreError> {
-        if !self.lock_writer().wal.checkpoint_due() {
-            return Ok(false);
+        {
+            let mut writer = self.lock_writer();
+            if !writer.wal.checkpoint_due() {
+                return Ok(false);
+            }
+            // An idle store has nothing to make durable: no disk syncs.
+            if writer.wal.holds_no_records() {
+                writer.wal.checkpointed();
+                return Ok(false);
+            }
         }
         self.checkpoint_held().map(|()| true)
     }

@@ -462,6 +462,13 @@ impl Wal {
         Ok(true)
     }
 
+    /// Whether no record was appended since the last checkpoint: all the
+    /// log ever held is durable in the store's files.
+    #[must_use]
+    pub fn holds_no_records(&self) -> bool {
+        self.offsets.is_empty()
+    }
+
     /// Whether the next group should be committed durably to redb instead.
     #[must_use]
     pub fn checkpoint_due(&self) -> bool {
