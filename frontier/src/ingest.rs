@@ -533,7 +533,8 @@ impl Ingest {
     }
 
     /// A clean shutdown: waits for in-flight commits, writes the filter
-    /// snapshots, then records in the store that they match it.
+    /// snapshots, records in the store that they match it, and closes the
+    /// store ([`Store::close`]).
     pub fn shutdown(mut self) -> Result<(), IngestError> {
         // Dropping the committer drains its queue and joins its thread.
         drop(self.committer.take());
@@ -548,6 +549,7 @@ impl Ingest {
         snapshots::write(self.store.data_dir(), &self.filters, token)
             .map_err(IngestError::Snapshot)?;
         self.store.set_clean_shutdown_token(Some(token))?;
+        self.store.close();
         Ok(())
     }
 

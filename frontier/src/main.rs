@@ -14,6 +14,13 @@ use cli::{ClientArgs, repair, transfer};
 
 mod cli;
 
+// The store's held writes are allocated by the thread that stages a group
+// and freed by the applier's, and every call's buffers on the runtime's
+// threads; glibc's per-thread arenas kept the memory freed across threads
+// resident.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "frontier",

@@ -14,27 +14,72 @@ use std::time::Instant;
 
 use redb::Database;
 
-/// Files of at least this length are compacted: below it the room that
+use super::{Files, Store, URLS_FILE_NAME};
+
+impl Store {
+    /// Closes the store, on the caller's thread: a final checkpoint leaves
+    /// both files durable and the log empty (so the next start replays
+    /// nothing), the log is cut back to its first size, and the files are
+    /// compacted while small. Every later call is refused. After a failure
+    /// nothing more is committed: the next start replays what the log
+    /// holds. Dropping the store closes it too, but a clean shutdown calls
+    /// this: the last handle may be dropped on a thread the process does
+    /// not wait for.
+    pub fn close(&self) {
+        let writable = self.lock_writer().wal.check_writable().is_ok()
+            && self.lock_main_file().halted.is_none();
+        if !writable || self.files().is_err() {
+            return;
+        }
+        if let Err(error) = self.checkpoint() {
+            tracing::warn!(%error, "final checkpoint failed; the next start replays the write-ahead log");
+            return;
+        }
+        let data_dir = self.data_dir().to_owned();
+        if let Err(error) = self.lock_writer().wal.shrink_when_empty(&data_dir) {
+            tracing::warn!(%error, "the emptied write-ahead log could not be given back its first size");
+        }
+        // Taken under the write lock: a reader waits, then is refused.
+        let mut files = self
+            .files
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(Files { db, urls_db }) = files.as_mut() {
+            let urls_path = data_dir.join(URLS_FILE_NAME);
+            std::thread::scope(|scope| {
+                scope.spawn(|| compact_at_close(urls_db, &urls_path));
+                compact_at_close(db, &self.path);
+            });
+        }
+        *files = None;
+    }
+}
+
+/// Files of at least this size on disk are compacted: below it the room that
 /// could be given back is not worth a shutdown's time.
 const COMPACT_FROM_BYTES: u64 = 64 << 20;
 
-/// Files longer than this are left as they are: compaction time grows
+/// Files larger than this on disk are left as they are: compaction time grows
 /// with the file, and this keeps a shutdown within the 30 s a container
 /// runtime gives by default (BENCHMARKS.md has the times).
 const COMPACT_UP_TO_BYTES: u64 = 3 << 30;
 
-/// Compacts `db` (the file at `path`) if its length is within the bounds
-/// above. A failure is logged, not returned: the file is as durable as
+/// Compacts `db` (the file at `path`) if its size on disk is within the
+/// bounds above. A failure is logged, not returned: the file is as durable as
 /// before, only longer (redb compacts with durable commits).
 pub(super) fn compact_at_close(db: &mut Database, path: &Path) {
     compact_within(db, path, COMPACT_FROM_BYTES..=COMPACT_UP_TO_BYTES);
 }
 
-fn compact_within(db: &mut Database, path: &Path, lengths: std::ops::RangeInclusive<u64>) {
-    let Ok(length) = std::fs::metadata(path).map(|m| m.len()) else {
+/// `sizes` bounds the bytes the file holds on disk: its length may run
+/// far past them, redb having grown it by a doubling it has not written
+/// yet (and cuts back at close).
+fn compact_within(db: &mut Database, path: &Path, sizes: std::ops::RangeInclusive<u64>) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok((length, size)) = std::fs::metadata(path).map(|m| (m.len(), m.blocks() * 512)) else {
         return;
     };
-    if !lengths.contains(&length) {
+    if !sizes.contains(&size) {
         return;
     }
     let started = Instant::now();

@@ -415,34 +415,7 @@ impl std::fmt::Debug for Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        // A clean close leaves redb durable and the log empty, so the next
-        // start replays nothing. After a failure nothing more is committed:
-        // the next start replays what the log holds.
-        let writable = self.lock_writer().wal.check_writable().is_ok()
-            && self.lock_main_file().halted.is_none();
-        if !writable {
-            return;
-        }
-        if let Err(error) = self.checkpoint() {
-            tracing::warn!(%error, "final checkpoint failed; the next start replays the write-ahead log");
-            return;
-        }
-        let data_dir = self.data_dir().to_owned();
-        if let Err(error) = self.lock_writer().wal.shrink_when_empty(&data_dir) {
-            tracing::warn!(%error, "the emptied write-ahead log could not be given back its first size");
-        }
-        let urls_path = data_dir.join(URLS_FILE_NAME);
-        let files = self
-            .files
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(Files { db, urls_db }) = files.as_mut() {
-            let path = self.path.as_path();
-            std::thread::scope(|scope| {
-                scope.spawn(|| compact::compact_at_close(urls_db, &urls_path));
-                compact::compact_at_close(db, path);
-            });
-        }
+        self.close();
     }
 }
 
@@ -510,7 +483,9 @@ impl Store {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if files.is_none() {
-            return Err(StoreError::Closed("an earlier reopening failed".to_owned()));
+            return Err(StoreError::Closed(
+                "closed at shutdown, or an earlier reopening failed".to_owned(),
+            ));
         }
         Ok(FilesGuard(files))
     }
