@@ -1,4 +1,5 @@
-//! The redb files compacted at a clean close, while they are small.
+//! The store's clean close ([`Store::close`]), and the redb files
+//! compacted at it while they are small.
 //!
 //! A redb file grows by doubling until it spans a 4 GiB region, and
 //! between two durable commits the pages a write copies keep their old

@@ -11,7 +11,7 @@
 //!   from it applied to `frontier.redb`;
 //! - `read`: reads of the tables; `settings`: writes outside groups;
 //! - `names`: the numbers of crawls and queues;
-//! - `compact`: the files compacted at a clean close while they are small;
+//! - `compact`: the clean close, which compacts the files while small;
 //! - `held`: writes held in memory between a group's answer and the
 //!   files, and the applier that writes them; `pace`: groups paced to the
 //!   applier's rate as what is held nears its limit; `catch_up`:
