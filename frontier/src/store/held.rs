@@ -253,20 +253,7 @@ impl Store {
         self.wait_for_room()?;
         let mut writer = self.lock_writer();
         let wal = &mut writer.wal;
-        wal.check_writable()?;
-        Self::check_main_file(&self.lock_main_file())?;
-        self.check_poisoned()?;
-        self.check_space()?;
-        let lsn = wal
-            .last_lsn()
-            .checked_add(1)
-            .ok_or_else(|| StoreError::Halted("the log's sequence numbers are used up".into()))?;
-        let record_start = wal.end();
-        wal.append(lsn, ops)?;
-        if let Err(error) = wal.sync() {
-            wal.unappend(record_start);
-            return Err(error.into());
-        }
+        let (lsn, record_start) = self.log_group(wal, ops)?;
         match self.work_out_held(ops) {
             Ok((results, records, changes, counts)) => {
                 self.hold(lsn, records, changes, counts);
@@ -280,9 +267,7 @@ impl Store {
             Err(error) => {
                 // Nothing of the group is held: its record goes, as when a
                 // group fails to reach the files.
-                wal.unappend(record_start);
-                let _ = wal.sync();
-                self.note_failure(&error);
+                self.take_back(wal, record_start, &error);
                 Err(error)
             }
         }

@@ -441,6 +441,34 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// A group's first step either way it is applied: the store is checked
+    /// to take writes, and the group appended to the log and synced.
+    /// Answers its LSN and where its record starts.
+    fn log_group(&self, wal: &mut Wal, ops: &[WriteOp]) -> Result<(u64, u64), StoreError> {
+        wal.check_writable()?;
+        Self::check_main_file(&self.lock_main_file())?;
+        self.check_poisoned()?;
+        self.check_space()?;
+        let lsn = wal
+            .last_lsn()
+            .checked_add(1)
+            .ok_or_else(|| StoreError::Halted("the log's sequence numbers are used up".into()))?;
+        let record_start = wal.end();
+        wal.append(lsn, ops)?;
+        if let Err(error) = wal.sync() {
+            wal.unappend(record_start);
+            return Err(error.into());
+        }
+        Ok((lsn, record_start))
+    }
+
+    /// Takes back the record of a group that failed before it took effect.
+    fn take_back(&self, wal: &mut Wal, record_start: u64, error: &StoreError) {
+        wal.unappend(record_start);
+        let _ = wal.sync();
+        self.note_failure(error);
+    }
+
     /// Fails while the store's file system has less than the configured
     /// room left. A file system that cannot say is taken to have room: the
     /// check only keeps redb away from a full disk, it is not what keeps
@@ -777,20 +805,7 @@ impl Store {
             self.lock_writer()
         };
         let Writer { wal } = &mut *writer;
-        wal.check_writable()?;
-        Self::check_main_file(&self.lock_main_file())?;
-        self.check_poisoned()?;
-        self.check_space()?;
-        let lsn = wal
-            .last_lsn()
-            .checked_add(1)
-            .ok_or_else(|| StoreError::Halted("the log's sequence numbers are used up".into()))?;
-        let record_start = wal.end();
-        wal.append(lsn, ops)?;
-        if let Err(error) = wal.sync() {
-            wal.unappend(record_start);
-            return Err(error.into());
-        }
+        let (lsn, record_start) = self.log_group(wal, ops)?;
         let committed = Self::commit_urls(&self.files()?.urls_db, &self.url_keys(), ops, lsn);
         let (results, changes, counts) = match committed {
             Ok(applied) => applied,
@@ -800,9 +815,7 @@ impl Store {
                 // fails, writes halt and a restart replays it (the caller
                 // was told it failed; storing it then is what a retry would
                 // have done).
-                wal.unappend(record_start);
-                let _ = wal.sync();
-                self.note_failure(&error);
+                self.take_back(wal, record_start, &error);
                 return Err(error);
             }
         };
