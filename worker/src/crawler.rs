@@ -123,7 +123,7 @@ impl WorkerConfig {
             crawl: None,
             concurrency: 64,
             max_queues: 256,
-            lease_per_queue: 128,
+            lease_per_queue: 1024,
             per_host: 1,
             unacked_per_host: 16,
             lease_secs: 60,

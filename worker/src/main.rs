@@ -60,7 +60,7 @@ struct Args {
     /// than the lease has room for at the host's delay). A host's next
     /// lease waits for the last report of the one before, so a fast host
     /// pauses once per lease.
-    #[arg(long, env = "WORKER_LEASE_PER_QUEUE", default_value_t = 128)]
+    #[arg(long, env = "WORKER_LEASE_PER_QUEUE", default_value_t = 1024)]
     lease_per_queue: u32,
     /// Links the seen cache holds: links the frontier already acknowledged
     /// are not sent again (0: send every link).

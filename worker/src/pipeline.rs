@@ -416,11 +416,16 @@ async fn run_host(
 
 /// Gives leased URLs back unfetched, due at once: the frontier serves them
 /// again when the queue's turn comes, rather than when their leases end.
+/// They travel together on the report stream, sharing its commits, rather
+/// than each waiting for the one before (a slow host's lease may give back
+/// most of its URLs).
 async fn give_back(context: &Context, infos: impl Iterator<Item = UrlInfo>) {
-    for mut info in infos {
+    let due = now_secs().max(1);
+    futures::future::join_all(infos.map(|mut info| {
         info.metadata.remove(metadata::QUEUE_DELAY_MS);
-        context.link.put_known(info, now_secs().max(1)).await;
-    }
+        context.link.put_known(info, due)
+    }))
+    .await;
 }
 
 #[cfg(test)]

@@ -204,6 +204,9 @@ impl RecordAccess for HeldView<'_, '_> {
 }
 
 /// A copy of what is held, for the applier to write.
+/// Entries of a copy from which its two files are written on two threads.
+const PARALLEL_COPY_MIN: usize = 256;
+
 struct Copied {
     records: Vec<(RecordKey, Version<Vec<u8>>)>,
     order: Vec<(OrderKey, Version<u32>)>,
@@ -455,9 +458,11 @@ impl Store {
         Ok(true)
     }
 
-    /// Writes a copy of what is held to both files, each on a thread of its
-    /// own: redb runs one write transaction per file, and each file's
-    /// B-tree work is about half of a group's.
+    /// Writes a copy of what is held to both files. A large copy writes
+    /// each file on a thread of its own: redb runs one write transaction
+    /// per file, and each file's B-tree work is about half of a copy's. A
+    /// small one (a crawl's few writes a page) costs less than starting a
+    /// thread, and is written on this one.
     fn write_copied(
         &self,
         copied: &Copied,
@@ -465,14 +470,21 @@ impl Store {
     ) -> Result<(), StoreError> {
         let files = self.files()?;
         let new_names = self.read_names().unpersisted(names_upto);
-        let (records, order) = std::thread::scope(|scope| {
-            let order = scope.spawn(|| Self::write_order(&files.db, copied));
-            let records = Self::write_records(&files.urls_db, copied, &new_names);
-            let order = order
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (records, order)
-        });
+        let (records, order) = if copied.records.len() + copied.order.len() < PARALLEL_COPY_MIN {
+            (
+                Self::write_records(&files.urls_db, copied, &new_names),
+                Self::write_order(&files.db, copied),
+            )
+        } else {
+            std::thread::scope(|scope| {
+                let order = scope.spawn(|| Self::write_order(&files.db, copied));
+                let records = Self::write_records(&files.urls_db, copied, &new_names);
+                let order = order
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (records, order)
+            })
+        };
         records?;
         self.names
             .write()
@@ -692,6 +704,62 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{NewUrl, StoreOptions, UrlRecord};
+    use redb::ReadableTableMetadata;
+
+    fn new_urls(range: std::ops::Range<usize>) -> Vec<NewUrl> {
+        range
+            .map(|i| NewUrl {
+                crawl: "c".into(),
+                url: format!("http://h{}/p{i}", i % 7),
+                partition: 0,
+                maybe_known: false,
+                record: UrlRecord {
+                    created_at: 1,
+                    due_at: 5,
+                    queue_key: format!("h{}", i % 7),
+                    ..UrlRecord::default()
+                },
+            })
+            .collect()
+    }
+
+    /// A copy large enough to be written on two threads and one written on
+    /// the applier's alone both reach the files, and a reopened store
+    /// answers every URL of both.
+    #[test]
+    fn small_and_large_copies_both_reach_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let sizes = [PARALLEL_COPY_MIN + 10, 3];
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.hold_writes();
+            let mut offered = 0;
+            for size in sizes {
+                let urls = new_urls(offered..offered + size);
+                offered += size;
+                assert!(store.insert_if_absent(&urls).unwrap().iter().all(|s| *s));
+                assert!(store.apply_held().unwrap(), "something was held");
+                assert!(!store.unapplied());
+                let files = store.files().unwrap();
+                let read = files.urls_db.begin_read().unwrap();
+                let records = read.open_table(URL_RECORDS).unwrap().len().unwrap();
+                let read = files.db.begin_read().unwrap();
+                let order = read.open_table(SERVING_ORDER).unwrap().len().unwrap();
+                assert_eq!((records, order), (offered as u64, offered as u64));
+            }
+            store.checkpoint_held().unwrap();
+        }
+        let store = Store::open_with(dir.path(), StoreOptions::default()).unwrap();
+        let total = sizes.iter().sum();
+        for url in new_urls(0..total) {
+            assert!(
+                store.get(0, "c", &url.url).unwrap().is_some(),
+                "{}",
+                url.url
+            );
+        }
+    }
 
     #[test]
     fn held_entries_replace_and_remove_stored_ones_in_key_order() {
