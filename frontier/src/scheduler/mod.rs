@@ -363,6 +363,7 @@ impl Scheduler {
                 .map_or(now, |((due, _, _), _)| Timestamp::from_unix_secs(*due));
             let delay_end = state
                 .last_serve
+                .filter(|_| !delay.is_zero())
                 .map_or(Timestamp::EPOCH, |last| last.saturating_add(delay));
             // Blocked through the whole of its blocked_until second.
             let blocked_end = if record.blocked_until > 0 {
@@ -436,9 +437,15 @@ impl Scheduler {
                         let hash = self.store.url_hash(&known.url);
                         if state.remove_entry(*old_due, hash, &known.url) {
                             // A lease given back: the queue may serve again
-                            // once its last one is, a delay later.
+                            // once its last one is, a delay later. The clock
+                            // reads the millisecond the report came in; the
+                            // delay runs from the next one, so that it is
+                            // never shorter than the delay from the report
+                            // (and so from the host's last answer).
                             if state.leased.is_empty() {
-                                state.let_go((self.clock)());
+                                state.let_go(
+                                    (self.clock)().saturating_add(Duration::from_millis(1)),
+                                );
                             }
                             self.wake(&queue, &mut state, Timestamp::EPOCH);
                         }
@@ -689,9 +696,10 @@ impl Scheduler {
         if record.crawl_limit > 0 && record.completed >= u64::from(record.crawl_limit) {
             return Ok(());
         }
-        if state
-            .last_serve
-            .is_some_and(|last| now < last.saturating_add(delay))
+        if !delay.is_zero()
+            && state
+                .last_serve
+                .is_some_and(|last| now < last.saturating_add(delay))
         {
             return Ok(());
         }
@@ -1252,7 +1260,13 @@ mod tests {
         assert_eq!(first.len(), 1);
         f.report(&first[0], 0);
         assert!(f.serve(&one, 14 * SEC).is_empty(), "delay not passed");
-        let second = f.serve(&one, 15 * SEC);
+        // The report came in at some moment of millisecond 10 000: 5 s
+        // from its end, not its start.
+        assert!(
+            f.serve(&one, 15 * SEC).is_empty(),
+            "the delay runs from the millisecond after the report's"
+        );
+        let second = f.serve(&one, 15 * SEC + 1);
         assert_eq!(second.len(), 1);
         assert!(
             f.serve(&one, 30 * SEC).is_empty(),
@@ -1509,7 +1523,9 @@ mod tests {
                             && !leases.keys().any(|&j| host_of(j) == h)
                         {
                             let hu = h as usize;
-                            last_serve[hu] = Some(last_serve[hu].map_or(now, |l| l.max(now)));
+                            // Let go from the millisecond after the report's.
+                            let gone = now + 1;
+                            last_serve[hu] = Some(last_serve[hu].map_or(gone, |l| l.max(gone)));
                         }
                     }
                     Op::Delay(h, secs) => {
@@ -1555,7 +1571,9 @@ mod tests {
                             if blocked[hu] > 0 && blocked[hu] * SEC >= now {
                                 continue;
                             }
-                            if last_serve[hu].is_some_and(|last| now < last + delay_ms[hu]) {
+                            if delay_ms[hu] > 0
+                                && last_serve[hu].is_some_and(|last| now < last + delay_ms[hu])
+                            {
                                 continue;
                             }
                             if leases.keys().any(|&i| host_of(i) == h) {
