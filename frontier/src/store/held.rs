@@ -203,10 +203,10 @@ impl RecordAccess for HeldView<'_, '_> {
     }
 }
 
-/// A copy of what is held, for the applier to write.
 /// Entries of a copy from which its two files are written on two threads.
 const PARALLEL_COPY_MIN: usize = 256;
 
+/// A copy of what is held, for the applier to write.
 struct Copied {
     records: Vec<(RecordKey, Version<Vec<u8>>)>,
     order: Vec<(OrderKey, Version<u32>)>,
