@@ -122,9 +122,9 @@ fn main() -> ExitCode {
 
 /// Threads for the crawl's tasks: a core each but one, which is left to the
 /// store's commit threads (logging, applying, answering), busy all through
-/// a crawl. On two cores a second task thread cost CPU and time (BENCHMARKS.md):
-/// tasks woke each other across threads, and the threads took turns on the
-/// core the commit needed.
+/// a crawl. On two cores a second task thread cost CPU and time
+/// (BENCHMARKS.md): tasks woke each other across threads, and the threads
+/// took turns on the core the commit needed.
 fn async_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(1, std::num::NonZeroUsize::get)

@@ -361,10 +361,7 @@ impl Scheduler {
                 .buffer
                 .first_key_value()
                 .map_or(now, |((due, _, _), _)| Timestamp::from_unix_secs(*due));
-            let delay_end = state
-                .last_serve
-                .filter(|_| !delay.is_zero())
-                .map_or(Timestamp::EPOCH, |last| last.saturating_add(delay));
+            let delay_end = state.delay_end(delay);
             // Blocked through the whole of its blocked_until second.
             let blocked_end = if record.blocked_until > 0 {
                 Timestamp::from_unix_secs(record.blocked_until)
@@ -696,11 +693,7 @@ impl Scheduler {
         if record.crawl_limit > 0 && record.completed >= u64::from(record.crawl_limit) {
             return Ok(());
         }
-        if !delay.is_zero()
-            && state
-                .last_serve
-                .is_some_and(|last| now < last.saturating_add(delay))
-        {
+        if now < state.delay_end(delay) {
             return Ok(());
         }
         if !state.leased.is_empty() {

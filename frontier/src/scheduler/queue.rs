@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
 
 use crate::store::QueueRecord;
 use crate::time::Timestamp;
@@ -135,6 +136,16 @@ impl QueueState {
             .map(|lease| lease.until)
             .min()
             .unwrap_or(Timestamp::NEVER);
+    }
+
+    /// When the queue's delay after its last serve or let-go ends. With no
+    /// delay, at once: a let-go after a report is dated a millisecond
+    /// ahead, which holds only a queue that has a delay.
+    pub(super) fn delay_end(&self, delay: Duration) -> Timestamp {
+        match self.last_serve {
+            Some(last) if !delay.is_zero() => last.saturating_add(delay),
+            _ => Timestamp::EPOCH,
+        }
     }
 
     /// The holder of the queue let go of it: the delay runs from now.

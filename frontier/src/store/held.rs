@@ -704,7 +704,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{NewUrl, StoreOptions, UrlRecord};
+    use crate::store::{NewUrl, UrlRecord};
     use redb::ReadableTableMetadata;
 
     fn new_urls(range: std::ops::Range<usize>) -> Vec<NewUrl> {
@@ -750,7 +750,7 @@ mod tests {
             }
             store.checkpoint_held().unwrap();
         }
-        let store = Store::open_with(dir.path(), StoreOptions::default()).unwrap();
+        let store = Store::open(dir.path()).unwrap();
         let total = sizes.iter().sum();
         for url in new_urls(0..total) {
             assert!(
