@@ -13,10 +13,11 @@
 //! # What is held
 //!
 //! Per `url_records` key and per `serving_order` key, its newest value or
-//! its removal, with the LSN of the group that wrote it; the held groups'
-//! queue count changes; crawl and queue numbers given but not written
-//! (module `names`). A group is worked out against what is held over a
-//! snapshot of `urls.redb`, so the files need not hold it yet.
+//! its removal, in two layers: what groups wrote since the applier's last
+//! copy (`fresh`), over what the applier is writing (`writing`); the held
+//! groups' queue count changes; crawl and queue numbers given but not
+//! written (module `names`). A group is worked out against what is held
+//! over a snapshot of `urls.redb`, so the files need not hold it yet.
 //!
 //! # Readers
 //!
@@ -28,9 +29,12 @@
 //!
 //! # The applier
 //!
-//! It copies everything held (the groups up to the newest one), writes it
-//! to `urls.redb`, then `frontier.redb`, non-durably (the log holds the
-//! groups), and drops from memory what no later group has changed since.
+//! It takes the fresh layer (the groups up to the newest one) as the one
+//! it writes, writes that to `urls.redb` and `frontier.redb`, non-durably
+//! (the log holds the groups), and then lets it go: whatever a later group
+//! changed since is in the fresh layer, which readers consult first. Both
+//! steps swap a layer under the lock, so however much is held, writers and
+//! readers wait on the applier for no longer than the swap.
 //! A checkpoint makes both files durable at the last group written, then
 //! restarts the log keeping the groups logged after it
 //! ([`crate::wal::Wal::restart_keeping`]). The held queue counts move to
@@ -46,7 +50,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use redb::ReadableDatabase;
@@ -73,30 +77,19 @@ const HELD_LIMIT: usize = 64 << 20;
 /// What a held entry costs beyond its key and value (map node, version).
 const ENTRY_OVERHEAD: usize = 64;
 
-/// A key's newest value (`None`: removed), and the group that wrote it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Version<V> {
-    pub(super) lsn: u64,
-    pub(super) value: Option<V>,
-}
-
-/// What is held.
+/// Held writes of some groups: per key, its newest value (`None`:
+/// removed).
 #[derive(Debug, Default)]
-pub(super) struct Held {
-    pub(super) records: BTreeMap<RecordKey, Version<Vec<u8>>>,
-    pub(super) order: BTreeMap<OrderKey, Version<u32>>,
-    /// Queue count changes of the groups held since the applier's last
-    /// copy.
-    pub(super) counts: QueueCounts,
-    /// The newest group held, and the newest the applier has copied.
+pub(super) struct Layer {
+    records: BTreeMap<RecordKey, Option<Vec<u8>>>,
+    order: BTreeMap<OrderKey, Option<u32>>,
+    /// The newest group whose writes it holds.
     newest: u64,
-    copied: u64,
-    /// Bytes of what is held, and of what was held since the last copy.
+    /// Bytes it holds, roughly.
     bytes: usize,
-    new_bytes: usize,
 }
 
-impl Held {
+impl Layer {
     fn record_cost(value: Option<&Vec<u8>>) -> usize {
         ENTRY_OVERHEAD + 16 + value.map_or(0, Vec::len)
     }
@@ -104,6 +97,98 @@ impl Held {
     fn order_cost() -> usize {
         ENTRY_OVERHEAD + 24
     }
+
+    fn hold_record(&mut self, key: RecordKey, value: Option<Vec<u8>>) {
+        self.bytes += Self::record_cost(value.as_ref());
+        if let Some(old) = self.records.insert(key, value) {
+            self.bytes = self.bytes.saturating_sub(Self::record_cost(old.as_ref()));
+        }
+    }
+
+    fn hold_order(&mut self, key: OrderKey, value: Option<u32>) {
+        if self.order.insert(key, value).is_none() {
+            self.bytes += Self::order_cost();
+        }
+    }
+}
+
+/// What is held.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    /// What groups wrote since the applier's last copy.
+    fresh: Layer,
+    /// What the applier is writing: the fresh layer as its last copy took
+    /// it, until both files hold it. Shared with the applier, so that
+    /// taking it needs no copy under the lock.
+    writing: Arc<Layer>,
+    /// Queue count changes of the groups held since the applier's last
+    /// copy.
+    pub(super) counts: QueueCounts,
+    /// The newest group held, and the newest the applier has copied.
+    newest: u64,
+    copied: u64,
+}
+
+impl Held {
+    /// What is held of a `url_records` key: `Some(None)` if removed.
+    pub(super) fn record(&self, key: &RecordKey) -> Option<&Option<Vec<u8>>> {
+        self.fresh
+            .records
+            .get(key)
+            .or_else(|| self.writing.records.get(key))
+    }
+
+    /// What is held of `url_records` keys in `range`, in key order.
+    pub(super) fn records_in(
+        &self,
+        range: impl std::ops::RangeBounds<RecordKey> + Clone,
+    ) -> HeldRecords {
+        overlay(
+            self.fresh.records.range(range.clone()),
+            self.writing.records.range(range),
+        )
+        .map(|(key, value)| (*key, value.clone()))
+        .collect()
+    }
+
+    /// What is held of `serving_order` keys in `range`, in key order.
+    pub(super) fn order_in(
+        &self,
+        range: impl std::ops::RangeBounds<OrderKey> + Clone,
+    ) -> HeldOrder {
+        overlay(
+            self.fresh.order.range(range.clone()),
+            self.writing.order.range(range),
+        )
+        .map(|(key, value)| (*key, *value))
+        .collect()
+    }
+
+    fn bytes(&self) -> usize {
+        self.fresh.bytes + self.writing.bytes
+    }
+}
+
+/// Two key-ordered runs merged in key order; where both have a key, the
+/// newer's entry alone.
+fn overlay<'a, K: Ord + 'a, V: 'a>(
+    newer: impl Iterator<Item = (&'a K, &'a V)>,
+    older: impl Iterator<Item = (&'a K, &'a V)>,
+) -> impl Iterator<Item = (&'a K, &'a V)> {
+    let mut newer = newer.peekable();
+    let mut older = older.peekable();
+    std::iter::from_fn(move || match (newer.peek(), older.peek()) {
+        (Some((new_key, _)), Some((old_key, _))) => match new_key.cmp(old_key) {
+            std::cmp::Ordering::Less => newer.next(),
+            std::cmp::Ordering::Greater => older.next(),
+            std::cmp::Ordering::Equal => {
+                older.next();
+                newer.next()
+            }
+        },
+        (Some(_), None) => newer.next(),
+        (None, _) => older.next(),
+    })
 }
 
 /// Held writes and what coordinates them.
@@ -177,7 +262,7 @@ pub(super) type HeldOrder = Vec<(OrderKey, Option<u32>)>;
 /// URL records as a group held in memory sees them: its own writes, then
 /// what is held, then `urls.redb`.
 struct HeldView<'h, 't> {
-    held: &'h BTreeMap<RecordKey, Version<Vec<u8>>>,
+    held: &'h Held,
     table: Option<&'t RecordsReadTable>,
     own: BTreeMap<RecordKey, Vec<u8>>,
 }
@@ -187,8 +272,8 @@ impl RecordAccess for HeldView<'_, '_> {
         if let Some(value) = self.own.get(&key) {
             return Ok(Some(value.clone()));
         }
-        if let Some(version) = self.held.get(&key) {
-            return Ok(version.value.clone());
+        if let Some(value) = self.held.record(&key) {
+            return Ok(value.clone());
         }
         match self.table {
             Some(table) => Ok(table.get(key)?.map(|value| value.value().to_vec())),
@@ -205,13 +290,6 @@ impl RecordAccess for HeldView<'_, '_> {
 
 /// Entries of a copy from which its two files are written on two threads.
 const PARALLEL_COPY_MIN: usize = 256;
-
-/// A copy of what is held, for the applier to write.
-struct Copied {
-    records: Vec<(RecordKey, Version<Vec<u8>>)>,
-    order: Vec<(OrderKey, Version<u32>)>,
-    newest: u64,
-}
 
 impl Store {
     /// Holds the groups staged from now on in memory, for an applier to
@@ -284,12 +362,12 @@ impl Store {
             std::thread::sleep(turn);
         }
         loop {
-            if self.held.read().new_bytes < HELD_LIMIT {
+            if self.held.read().fresh.bytes < HELD_LIMIT {
                 return Ok(());
             }
             self.check_poisoned()?;
             self.held.wait(
-                || self.held.read().new_bytes < HELD_LIMIT,
+                || self.held.read().fresh.bytes < HELD_LIMIT,
                 Duration::from_millis(100),
             );
         }
@@ -322,7 +400,7 @@ impl Store {
             let read = files.urls_db.begin_read()?;
             let table = open_if_exists(&read, URL_RECORDS)?;
             let mut view = HeldView {
-                held: &held.records,
+                held: &held,
                 table: table.as_ref(),
                 own: BTreeMap::new(),
             };
@@ -354,20 +432,10 @@ impl Store {
     ) {
         {
             let mut held = self.held.write();
-            let new_before = held.new_bytes;
+            let fresh = &mut held.fresh;
+            let bytes_before = fresh.bytes;
             for (key, value) in records {
-                let added = Held::record_cost(Some(&value));
-                let version = Version {
-                    lsn,
-                    value: Some(value),
-                };
-                if let Some(old) = held.records.insert(key, version) {
-                    held.bytes = held
-                        .bytes
-                        .saturating_sub(Held::record_cost(old.value.as_ref()));
-                }
-                held.bytes += added;
-                held.new_bytes += added;
+                fresh.hold_record(key, Some(value));
             }
             for change in changes {
                 let (key, value) = match change {
@@ -386,76 +454,77 @@ impl Store {
                     // those are not held.
                     MainFileChange::RemoveQueues { .. } => continue,
                 };
-                if held.order.insert(key, Version { lsn, value }).is_none() {
-                    held.bytes += Held::order_cost();
-                }
-                held.new_bytes += Held::order_cost();
+                fresh.hold_order(key, value);
             }
+            let cost = fresh.bytes.saturating_sub(bytes_before);
+            let fresh_bytes = fresh.bytes;
             held.counts.absorb(counts);
             held.newest = lsn;
-            let cost = held.new_bytes - new_before;
             self.held
                 .lock_pace()
-                .held(cost, held.new_bytes, HELD_LIMIT, Instant::now());
+                .held(cost, fresh_bytes, HELD_LIMIT, Instant::now());
         }
         self.held.notify();
     }
 
-    /// The applier's step: writes what is held to both files (non-durably:
-    /// the log holds it) and drops from memory what no group has changed
-    /// since. Answers whether there was anything to write.
+    /// The applier's step: writes the fresh layer to both files
+    /// (non-durably: the log holds it), then lets it go. Answers whether
+    /// there was anything to write.
     pub fn apply_held(&self) -> Result<bool, StoreError> {
         let _applying = self.held.lock_applying();
         self.check_poisoned()?;
-        let (copied, copied_bytes, names_upto) = {
-            let mut held = self.held.write();
-            if held.newest == held.copied {
-                return Ok(false);
-            }
-            let copied_bytes = held.new_bytes;
-            let counts = std::mem::take(&mut held.counts);
-            self.lock_counts().absorb(GroupCounts {
-                removed: Vec::new(),
-                changes: counts,
-            });
-            held.copied = held.newest;
-            held.new_bytes = 0;
-            let copied = Copied {
-                records: held.records.iter().map(|(k, v)| (*k, v.clone())).collect(),
-                order: held.order.iter().map(|(k, v)| (*k, v.clone())).collect(),
-                newest: held.newest,
-            };
-            (copied, copied_bytes, self.read_names().mark())
+        let Some(taken) = self.take_fresh() else {
+            return Ok(false);
         };
+        self.write_taken(taken)?;
+        Ok(true)
+    }
+
+    /// The fresh layer made the one being written, with the mark of the
+    /// names given up to it; `None` if no group is held that the files
+    /// lack. The caller holds `applying`.
+    fn take_fresh(&self) -> Option<(Arc<Layer>, super::names::NamesMark)> {
+        let mut held = self.held.write();
+        if held.newest == held.copied {
+            return None;
+        }
+        let counts = std::mem::take(&mut held.counts);
+        self.lock_counts().absorb(GroupCounts {
+            removed: Vec::new(),
+            changes: counts,
+        });
+        held.copied = held.newest;
+        let mut layer = std::mem::take(&mut held.fresh);
+        layer.newest = held.newest;
+        held.writing = Arc::new(layer);
+        Some((Arc::clone(&held.writing), self.read_names().mark()))
+    }
+
+    /// Writes the layer [`Self::take_fresh`] took to both files, then lets
+    /// it go.
+    fn write_taken(
+        &self,
+        (writing, names_upto): (Arc<Layer>, super::names::NamesMark),
+    ) -> Result<(), StoreError> {
         let started = Instant::now();
-        let written = self.write_copied(&copied, names_upto);
+        let written = self.write_copied(&writing, names_upto);
         if let Err(error) = &written {
             self.note_failure(error);
         }
         written?;
         self.held
             .lock_pace()
-            .copied(copied_bytes, started.elapsed());
-        {
+            .copied(writing.bytes, started.elapsed());
+        let written = {
             let mut held = self.held.write();
-            for (key, version) in &copied.records {
-                if held.records.get(key) == Some(version) {
-                    held.records.remove(key);
-                    held.bytes = held
-                        .bytes
-                        .saturating_sub(Held::record_cost(version.value.as_ref()));
-                }
-            }
-            for (key, version) in &copied.order {
-                if held.order.get(key) == Some(version) {
-                    held.order.remove(key);
-                    held.bytes = held.bytes.saturating_sub(Held::order_cost());
-                }
-            }
-            metrics::gauge!("frontier_held_bytes").set(held.bytes as f64);
-        }
+            let written = std::mem::take(&mut held.writing);
+            metrics::gauge!("frontier_held_bytes").set(held.bytes() as f64);
+            written
+        };
         self.held.notify();
-        Ok(true)
+        // Freed here, off the lock.
+        drop((written, writing));
+        Ok(())
     }
 
     /// Writes a copy of what is held to both files. A large copy writes
@@ -465,7 +534,7 @@ impl Store {
     /// thread, and is written on this one.
     fn write_copied(
         &self,
-        copied: &Copied,
+        copied: &Layer,
         names_upto: super::names::NamesMark,
     ) -> Result<(), StoreError> {
         let files = self.files()?;
@@ -502,15 +571,15 @@ impl Store {
     /// `urls.redb`.
     fn write_records(
         urls_db: &redb::Database,
-        copied: &Copied,
+        copied: &Layer,
         (crawls, queues): &super::names::NewNames,
     ) -> Result<(), StoreError> {
         let mut write = urls_db.begin_write()?;
         write.set_durability(redb::Durability::None)?;
         {
             let mut records = write.open_table(URL_RECORDS)?;
-            for (key, version) in &copied.records {
-                match &version.value {
+            for (key, value) in &copied.records {
+                match value {
                     Some(value) => {
                         records.insert(*key, value.as_slice())?;
                     }
@@ -536,13 +605,13 @@ impl Store {
     }
 
     /// The `serving_order` part of a copy, to `frontier.redb`.
-    fn write_order(db: &redb::Database, copied: &Copied) -> Result<(), StoreError> {
+    fn write_order(db: &redb::Database, copied: &Layer) -> Result<(), StoreError> {
         let mut write = db.begin_write()?;
         write.set_durability(redb::Durability::None)?;
         {
             let mut order = write.open_table(SERVING_ORDER)?;
-            for (key, version) in &copied.order {
-                match version.value {
+            for (key, value) in &copied.order {
+                match *value {
                     Some(partition) => {
                         order.insert(*key, partition)?;
                     }
@@ -621,14 +690,10 @@ impl Store {
     /// and a snapshot of `urls.redb` that holds whatever is no longer held.
     pub(super) fn held_records_in(
         &self,
-        range: impl std::ops::RangeBounds<RecordKey>,
+        range: impl std::ops::RangeBounds<RecordKey> + Clone,
     ) -> Result<(HeldRecords, redb::ReadTransaction), StoreError> {
         let held = self.held.read();
-        let copy = held
-            .records
-            .range(range)
-            .map(|(key, version)| (*key, version.value.clone()))
-            .collect();
+        let copy = held.records_in(range);
         let read = self.files()?.urls_db.begin_read()?;
         Ok((copy, read))
     }
@@ -637,14 +702,10 @@ impl Store {
     /// `frontier.redb` that holds whatever is no longer held.
     pub(super) fn held_order_in(
         &self,
-        range: impl std::ops::RangeBounds<OrderKey>,
+        range: impl std::ops::RangeBounds<OrderKey> + Clone,
     ) -> Result<(HeldOrder, redb::ReadTransaction), StoreError> {
         let held = self.held.read();
-        let copy = held
-            .order
-            .range(range)
-            .map(|(key, version)| (*key, version.value))
-            .collect();
+        let copy = held.order_in(range);
         let read = self.files()?.db.begin_read()?;
         Ok((copy, read))
     }
@@ -758,6 +819,69 @@ mod tests {
                 "{}",
                 url.url
             );
+        }
+    }
+
+    /// A URL changed while the applier writes its older state reads as
+    /// changed before, during and after that write, from every reader, and
+    /// after a reopen.
+    #[test]
+    fn a_change_made_while_the_older_state_is_written_reads_as_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = new_urls(0..1).remove(0);
+        let completed = WriteOp::Known(crate::store::KnownUrl {
+            crawl: "c".into(),
+            url: url.url.clone(),
+            partition: 0,
+            queue_key: None,
+            default_queue: url.record.queue_key.clone(),
+            due_at: 0,
+            metadata: Default::default(),
+            now: 2,
+        });
+        let reads = |store: &Store| {
+            let record = store.get(0, "c", &url.url).unwrap().expect("stored");
+            let due = store
+                .due_entries("c", &url.record.queue_key, None, 10)
+                .unwrap();
+            let known = store.known_urls([(0, "c", url.url.as_str())]).unwrap();
+            (record.due_at, due.urls.len(), known)
+        };
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.hold_writes();
+            assert_eq!(
+                store.insert_if_absent(std::slice::from_ref(&url)).unwrap(),
+                [true]
+            );
+            assert_eq!(reads(&store), (5, 1, vec![true]));
+            let taken = store.take_fresh().expect("the insert is held");
+            store.apply(&[completed]).unwrap();
+            assert_eq!(reads(&store), (0, 0, vec![true]), "while written");
+            store.write_taken(taken).unwrap();
+            assert_eq!(reads(&store), (0, 0, vec![true]), "older state written");
+            assert!(store.apply_held().unwrap(), "the change is still held");
+            assert_eq!(reads(&store), (0, 0, vec![true]), "all written");
+            store.checkpoint_held().unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(reads(&store), (0, 0, vec![true]), "reopened");
+    }
+
+    proptest::proptest! {
+        /// The overlay of two layers is the newer one's entries over the
+        /// older one's, in key order.
+        #[test]
+        fn overlay_is_the_newer_layer_over_the_older(
+            older in proptest::collection::btree_map(0u8..32, 0u8..4, 0..24),
+            newer in proptest::collection::btree_map(0u8..32, 4u8..8, 0..24),
+        ) {
+            let mut expected = older.clone();
+            expected.extend(newer.clone());
+            let merged: Vec<(u8, u8)> = overlay(newer.iter(), older.iter())
+                .map(|(key, value)| (*key, *value))
+                .collect();
+            proptest::prop_assert_eq!(merged, expected.into_iter().collect::<Vec<_>>());
         }
     }
 

@@ -277,11 +277,7 @@ impl Store {
             None => Bound::Included((queue_number, 0, 0)),
         };
         let end = Bound::Included((queue_number, u64::MAX, u64::MAX));
-        let held_order: Vec<(OrderKey, Option<u32>)> = held
-            .order
-            .range((start, end))
-            .map(|(key, version)| (*key, version.value))
-            .collect();
+        let held_order = held.order_in((start, end));
         let order_read = files.db.begin_read()?;
         let urls_read = files.urls_db.begin_read()?;
         let mut keys = Vec::with_capacity(limit.min(1024));
@@ -309,8 +305,8 @@ impl Store {
         let records = open_if_exists(&urls_read, URL_RECORDS)?;
         for (due_at, hash, partition) in keys {
             let key = (partition, crawl_number, hash);
-            let value = match held.records.get(&key) {
-                Some(version) => version.value.clone(),
+            let value = match held.record(&key) {
+                Some(value) => value.clone(),
                 None => match &records {
                     Some(table) => table.get(key)?.map(|value| value.value().to_vec()),
                     None => None,
@@ -423,7 +419,7 @@ impl Store {
             for (partition, crawl, url) in keys {
                 asked.push(names.crawl_number(crawl).map(|number| {
                     let key = (partition, number, self.hasher.hash(url));
-                    let held = held.records.get(&key).map(|version| version.value.clone());
+                    let held = held.record(&key).cloned();
                     (key, held, crawl, url)
                 }));
             }
