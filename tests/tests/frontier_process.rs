@@ -301,6 +301,72 @@ async fn sigterm_stops_cleanly_and_the_next_start_uses_the_snapshots() {
     assert!(log.contains("--partitions 4"), "{log}");
 }
 
+/// A clean stop ends by compacting the store's files, which on a large
+/// store can outlast a deployment's grace period. A kill during that
+/// compaction loses nothing: the store was durable and its log empty
+/// before it began, and the next start uses the stop's snapshots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_during_the_compaction_of_a_clean_stop_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let frontier = FrontierProcess::start(&data, &["--partitions", "4"]);
+    // Large metadata makes `urls.redb` large enough to be compacted (from
+    // 64 MiB on disk) with few URLs.
+    let total = 8_000;
+    let all: Vec<String> = (0..total).map(url).collect();
+    let padding = uf::StringList {
+        values: vec!["x".repeat(12 << 10)],
+    };
+    let items = all
+        .iter()
+        .map(|u| {
+            let mut item = discovered(u);
+            if let Some(url_item::Item::Discovered(DiscoveredUrlItem { info: Some(info) })) =
+                &mut item.item
+            {
+                info.metadata.insert("padding".into(), padding.clone());
+            }
+            item
+        })
+        .collect();
+    assert_eq!(put_urls(&frontier, items, total).await.len(), total);
+
+    frontier.signal(rustix::process::Signal::TERM);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !frontier.log_text().contains("compacting at close") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compaction began:\n{}",
+            frontier.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let log_path = frontier.log.clone();
+    frontier.kill();
+    let log = std::fs::read_to_string(log_path).unwrap();
+    assert!(
+        !log.contains("compacted at close"),
+        "the compaction ended before the kill, so this run tested nothing:\n{log}"
+    );
+
+    let frontier = restart_from_snapshots(&data);
+    let again = put_urls(
+        &frontier,
+        all.iter().map(|u| discovered(u)).collect(),
+        total,
+    )
+    .await;
+    assert!(again.is_empty(), "URLs lost: {} stored again", again.len());
+    let mut client = frontier.client().await;
+    assert_eq!(kill_crawl_stats(&mut client).await.size, total as u64);
+    // The next clean stop compacts the file in full.
+    let log_path = frontier.log.clone();
+    let status = frontier.terminate();
+    assert!(status.success(), "{status}");
+    let log = std::fs::read_to_string(log_path).unwrap();
+    assert!(log.contains("compacted at close"), "{log}");
+}
+
 /// A worker keeps its PutURLs stream open for as long as it runs: at
 /// SIGTERM the stream ends after its acks, and the frontier stops clean
 /// (with snapshots) instead of waiting on it.

@@ -61,9 +61,9 @@ impl Store {
 const COMPACT_FROM_BYTES: u64 = 64 << 20;
 
 /// Files larger than this on disk are left as they are: compaction time grows
-/// with the file, and at this bound a shutdown took over half a minute
-/// (BENCHMARKS.md has the times; the deployment files give the frontier a
-/// minute). A lower one would leave a store of 10 M URLs uncompacted, and
+/// with the file, and at this bound a shutdown took over a minute on a slow
+/// VM (BENCHMARKS.md has the times; the deployment files give the frontier
+/// two minutes). A lower one would leave a store of 10 M URLs uncompacted, and
 /// over the disk its URLs are meant to take.
 const COMPACT_UP_TO_BYTES: u64 = 3 << 30;
 
@@ -85,6 +85,9 @@ fn compact_within(db: &mut Database, path: &Path, sizes: std::ops::RangeInclusiv
     if !sizes.contains(&size) {
         return;
     }
+    // Logged first, so an operator whose shutdown was cut short can tell
+    // it was cut short in compaction, where a kill costs no data.
+    tracing::info!(path = %path.display(), mb = size >> 20, "compacting at close");
     let started = Instant::now();
     match db.compact() {
         Ok(_) => {

@@ -67,12 +67,8 @@ use crate::queue_counts::{GroupCounts, QueueCounts};
 /// A `serving_order` key: (queue number, due date, URL hash).
 pub(super) type OrderKey = (u32, u64, u64);
 
-/// Bytes (roughly) held since the applier's last copy before a group
-/// waits for it to take them: a second or two of ingest at full rate, so a
-/// checkpoint of a large store passes without a writer waiting, while
-/// what is held (that, and the copy being written) stays a small share of
-/// memory and of the log a restart replays.
-const HELD_LIMIT: usize = 64 << 20;
+/// The least [`Store::held_limit`] can be, whatever the cache.
+const HELD_LIMIT_MIN: usize = 16 << 20;
 
 /// What a held entry costs beyond its key and value (map node, version).
 const ENTRY_OVERHEAD: usize = 64;
@@ -299,6 +295,19 @@ impl Store {
         self.held.on.store(true, Ordering::Release);
     }
 
+    /// Bytes (roughly) held since the applier's last copy before a group
+    /// waits for it to take them: a quarter of the store's cache budget
+    /// (`--cache-mb`), so that what is held (this, and the copy being
+    /// written) is at most half as much again as the page cache. Several
+    /// seconds of ingest: a checkpoint of a large store passes without a
+    /// writer waiting, and, once the files outgrow the cache, a copy's
+    /// keys share more of the B-tree pages they dirty (one a key at
+    /// worst), which is what limits ingest there.
+    pub(super) fn held_limit(&self) -> usize {
+        // `cache_bytes` is each file's half of the budget.
+        (self.cache_bytes / 2).max(HELD_LIMIT_MIN)
+    }
+
     pub(super) fn holding(&self) -> bool {
         self.held.on.load(Ordering::Acquire)
     }
@@ -362,12 +371,12 @@ impl Store {
             std::thread::sleep(turn);
         }
         loop {
-            if self.held.read().fresh.bytes < HELD_LIMIT {
+            if self.held.read().fresh.bytes < self.held_limit() {
                 return Ok(());
             }
             self.check_poisoned()?;
             self.held.wait(
-                || self.held.read().fresh.bytes < HELD_LIMIT,
+                || self.held.read().fresh.bytes < self.held_limit(),
                 Duration::from_millis(100),
             );
         }
@@ -462,7 +471,7 @@ impl Store {
             held.newest = lsn;
             self.held
                 .lock_pace()
-                .held(cost, fresh_bytes, HELD_LIMIT, Instant::now());
+                .held(cost, fresh_bytes, self.held_limit(), Instant::now());
         }
         self.held.notify();
     }
@@ -883,6 +892,18 @@ mod tests {
                 .collect();
             proptest::prop_assert_eq!(merged, expected.into_iter().collect::<Vec<_>>());
         }
+    }
+
+    /// What a store holds before writers wait follows the cache budget it
+    /// was given, with a floor for tiny ones.
+    #[test]
+    fn the_held_limit_is_a_quarter_of_the_cache_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with_cache(dir.path(), 1 << 30).unwrap();
+        assert_eq!(store.held_limit(), 256 << 20);
+        drop(store);
+        let store = Store::open_with_cache(dir.path(), 1 << 20).unwrap();
+        assert_eq!(store.held_limit(), HELD_LIMIT_MIN);
     }
 
     #[test]
