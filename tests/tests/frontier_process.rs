@@ -1,7 +1,7 @@
 //! The frontier as a real process over real sockets: what was acknowledged
-//! survives kill -9, completed URLs stay completed, one data directory has
-//! one server, a clean stop reuses its snapshots, and the standard health
-//! and reflection services answer.
+//! survives kill -9 (during a clean stop's compaction too), completed URLs
+//! stay completed, one data directory has one server, a clean stop reuses
+//! its snapshots, and the standard health and reflection services answer.
 
 use std::collections::{BTreeSet, HashSet};
 
