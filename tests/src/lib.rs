@@ -6,10 +6,15 @@
 //! - this file: helpers the tests share: building and locating the
 //!   workspace's binaries, running a `frontier serve` process on a free
 //!   port, killing it (SIGKILL) or stopping it (SIGTERM), and gRPC clients.
-//! - `tests/frontier_process.rs`: the frontier as a real process: acks
-//!   survive kill -9, completed URLs stay completed, a second server on one
-//!   data directory is refused, a clean stop reuses its snapshots, rebuilds
-//!   under load, the token, bad input, metrics.
+//! - `process_items`: the URL items, PutURLs stream and stats those three
+//!   share.
+//! - `tests/frontier_restarts.rs`: the frontier as a real process, stopped
+//!   and killed: acks survive kill -9 (during a clean stop's compaction
+//!   too), completed URLs stay completed, a second server on one data
+//!   directory is refused, a clean stop reuses its snapshots.
+//! - `tests/frontier_api.rs`: the API as the spec says, the token, bad
+//!   input, metrics. `tests/frontier_partitions.rs`: rebuilds under load,
+//!   CopyPartition.
 //! - `tests/store_damage.rs`: missing, emptied, shortened and corrupted
 //!   store files are refused, never reset; a full disk loses nothing.
 //! - `tests/conformance.rs`: the URL Frontier API, method by method.
@@ -29,6 +34,8 @@
 //! - `tests/cluster_moves.rs`: partitions moving as nodes join and drain.
 //! - `tests/crawl_command.rs`: `crawl --demo`, stop and resume.
 //! - `tests/deploy_manifests.rs`: deploy/ checked without a cluster.
+
+pub mod process_items;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
