@@ -6,7 +6,7 @@
 //! (defaults 10,000,000 URLs, 4 streams; `--window W`: each stream keeps
 //! at most W batches unacknowledged, as a worker does, instead of sending
 //! as far ahead as flow control allows; `--keep-data` leaves the data
-//! directory behind for inspection). Runs the `frontier` binary of the
+//! directory, and the servers' logs beside it, behind for inspection). Runs the `frontier` binary of the
 //! bench build with its default flags (64 partitions, filters rebuilt at
 //! double size as they fill) on a temporary data directory.
 
@@ -165,6 +165,9 @@ fn main() {
 
     let server = Server::start(&data, &log("first"));
     let started = Instant::now();
+    let started_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     let fed = runtime.block_on(ingest(&server.endpoint, 0..batches, streams, window));
     let (stored, skipped) = (fed.stored, fed.skipped);
     let seconds = started.elapsed().as_secs_f64();
@@ -197,6 +200,14 @@ fn main() {
         fed.seconds_without_acks(),
         fed.acks_per_second.len()
     );
+    if fed.seconds_without_acks() > 0 {
+        // To match against the server's log (kept with --keep-data).
+        println!(
+            "Seconds without an ack, from the feed's start at {:.0} (Unix time): {:?}\n",
+            started_at.as_secs_f64(),
+            fed.silent_seconds()
+        );
+    }
     println!(
         "Memory after ingest: resident {:.0} MiB, peak {:.0} MiB: {:.0} bytes resident per stored URL\n",
         resident as f64 / 1048576.0,

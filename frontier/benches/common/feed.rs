@@ -47,6 +47,13 @@ impl Fed {
     pub fn seconds_without_acks(&self) -> usize {
         self.acks_per_second.iter().filter(|&&n| n == 0).count()
     }
+
+    /// Which whole seconds of the feed (from its start) had no ack.
+    pub fn silent_seconds(&self) -> Vec<usize> {
+        (self.acks_per_second.iter().enumerate())
+            .filter_map(|(second, &n)| (n == 0).then_some(second))
+            .collect()
+    }
 }
 
 /// Sends `batches` over `streams` PutDiscovered streams and counts the

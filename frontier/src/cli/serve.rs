@@ -147,9 +147,10 @@ pub struct ServeArgs {
     /// the queue's or the crawl's own.
     #[arg(long, env = "FRONTIER_DEFAULT_DELAY_MS", default_value_t = 1000)]
     default_delay_ms: u64,
-    /// MiB of memory for the store's page cache (redb). Pages beyond it are
-    /// read through the OS page cache: less memory, slower ingest once the
-    /// store outgrows it.
+    /// MiB of memory for the store: half for its page cache (redb), half
+    /// for writes answered but not yet in its files (with the copy being
+    /// written, at most one and a half times this in all). Less memory,
+    /// slower ingest once the store outgrows it.
     #[arg(long, env = "FRONTIER_CACHE_MB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     cache_mb: u64,
     /// MiB that must stay free on the data directory's disk: below it

@@ -40,6 +40,10 @@ impl Store {
         if let Err(error) = self.lock_writer().wal.shrink_when_empty(&data_dir) {
             tracing::warn!(%error, "the emptied write-ahead log could not be given back its first size");
         }
+        // No applier turn from here on: it would open a snapshot, which
+        // compaction refuses to run beside.
+        let _applying = self.held.lock_applying();
+        self.forget_records_snapshot();
         // Taken under the write lock: a reader waits, then is refused.
         let mut files = self
             .files

@@ -49,6 +49,7 @@
 //! every group to the files before answering it.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -63,15 +64,32 @@ use super::{
     URL_RECORDS, URLS_META, WriteOp, open_if_exists,
 };
 use crate::queue_counts::{GroupCounts, QueueCounts};
+use crate::wal::{Restart, WalError};
 
 /// A `serving_order` key: (queue number, due date, URL hash).
 pub(super) type OrderKey = (u32, u64, u64);
 
+/// A group staged slower than this is logged (at debug level) with where
+/// its time went: the answer it delays is what a client waits for.
+const SLOW_GROUP: Duration = Duration::from_millis(250);
+
+/// How often a read opens its snapshot off the held lock, a layer being
+/// let go meanwhile each time, before it opens one under the lock.
+const SNAPSHOT_TRIES: usize = 2;
+
 /// The least [`Store::held_limit`] can be, whatever the cache.
 const HELD_LIMIT_MIN: usize = 16 << 20;
 
-/// What a held entry costs beyond its key and value (map node, version).
-const ENTRY_OVERHEAD: usize = 64;
+/// What a held entry costs in memory: a `url_records` entry beyond its
+/// value's bytes (its key, the value's handle, its share of a map node's
+/// spare room, the allocator's rounding of the value), and a
+/// `serving_order` entry. Measured as what maps of random keys grow the
+/// resident memory by with the server's allocator, so that the held limit
+/// bounds memory as it says: an overestimate makes the applier's turns
+/// smaller than the memory allows, and larger turns are what keep ingest
+/// up once the files outgrow the cache.
+const RECORD_ENTRY: usize = 72;
+const ORDER_ENTRY: usize = 54;
 
 /// Held writes of some groups: per key, its newest value (`None`:
 /// removed).
@@ -87,11 +105,11 @@ pub(super) struct Layer {
 
 impl Layer {
     fn record_cost(value: Option<&Vec<u8>>) -> usize {
-        ENTRY_OVERHEAD + 16 + value.map_or(0, Vec::len)
+        RECORD_ENTRY + value.map_or(0, Vec::len)
     }
 
     fn order_cost() -> usize {
-        ENTRY_OVERHEAD + 24
+        ORDER_ENTRY
     }
 
     fn hold_record(&mut self, key: RecordKey, value: Option<Vec<u8>>) {
@@ -117,6 +135,17 @@ pub(super) struct Held {
     /// it, until both files hold it. Shared with the applier, so that
     /// taking it needs no copy under the lock.
     writing: Arc<Layer>,
+    /// `url_records` as the applier left it after its last copy (`None`
+    /// inside: no such table), which held writes are worked out over;
+    /// `None`: each group opens its own. Opening a snapshot sometimes
+    /// waits on redb's locks for as long as a large commit of the applier
+    /// takes, and a group waited with it; one opened by the applier
+    /// spares the groups that wait.
+    snapshot: Option<Arc<Option<RecordsReadTable>>>,
+    /// Counts the written layers let go: a snapshot of a file opened
+    /// while it stays the same holds whatever such a layer held (see
+    /// [`Store::held_and_snapshot`]).
+    released: u64,
     /// Queue count changes of the groups held since the applier's last
     /// copy.
     pub(super) counts: QueueCounts,
@@ -201,6 +230,10 @@ pub(super) struct HeldWrites {
     pub(super) applying: Mutex<()>,
     /// The applier's rate, and when the next group may go.
     pace: Mutex<Pace>,
+    /// Held through a checkpoint of held writes, taken before the other
+    /// locks: one at a time starts the log's new pass, which copies the
+    /// kept records into the spare file off the writer's lock.
+    checkpointing: Mutex<()>,
 }
 
 impl HeldWrites {
@@ -255,6 +288,30 @@ pub(super) type HeldRecords = Vec<(RecordKey, Option<Vec<u8>>)>;
 /// What is held of a range of `serving_order` keys (`None`: removed).
 pub(super) type HeldOrder = Vec<(OrderKey, Option<u32>)>;
 
+/// Logs, as it is dropped, where the time of a slow working out of a
+/// group went: waiting for the held lock, opening the snapshot, or the
+/// lookups.
+struct SlowWorkingOut {
+    started: Instant,
+    locked: Duration,
+    opened: Duration,
+}
+
+impl Drop for SlowWorkingOut {
+    fn drop(&mut self) {
+        let took = self.started.elapsed();
+        if took >= SLOW_GROUP {
+            tracing::debug!(
+                seconds = took.as_secs_f64(),
+                waiting_for_the_held_lock = self.locked.as_secs_f64(),
+                opening_the_snapshot = (self.opened - self.locked).as_secs_f64(),
+                looking_up = (took - self.opened).as_secs_f64(),
+                "a slow working out"
+            );
+        }
+    }
+}
+
 /// URL records as a group held in memory sees them: its own writes, then
 /// what is held, then `urls.redb`.
 struct HeldView<'h, 't> {
@@ -295,17 +352,18 @@ impl Store {
         self.held.on.store(true, Ordering::Release);
     }
 
-    /// Bytes (roughly) held since the applier's last copy before a group
-    /// waits for it to take them: a quarter of the store's cache budget
-    /// (`--cache-mb`), so that what is held (this, and the copy being
-    /// written) is at most half as much again as the page cache. Several
-    /// seconds of ingest: a checkpoint of a large store passes without a
-    /// writer waiting, and, once the files outgrow the cache, a copy's
-    /// keys share more of the B-tree pages they dirty (one a key at
-    /// worst), which is what limits ingest there.
+    /// Bytes held since the applier's last copy before a group waits for
+    /// it to take them: half of the store's memory budget (`--cache-mb`),
+    /// the page caches being the other half, so that what is held (this,
+    /// and the copy being written) and the caches stay within one and a
+    /// half times the budget. Many seconds of ingest: a checkpoint of a
+    /// large store passes without a writer waiting, and, once the files
+    /// outgrow the cache, a copy's keys share more of the B-tree pages
+    /// they dirty (one a key at worst), which is what limits ingest there;
+    /// the cache they were taken from gained less.
     pub(super) fn held_limit(&self) -> usize {
-        // `cache_bytes` is each file's half of the budget.
-        (self.cache_bytes / 2).max(HELD_LIMIT_MIN)
+        // `cache_bytes` is each file's quarter of the budget.
+        (self.cache_bytes * 2).max(HELD_LIMIT_MIN)
     }
 
     pub(super) fn holding(&self) -> bool {
@@ -340,14 +398,32 @@ impl Store {
     /// The first stage of a group held in memory: logged and synced, worked
     /// out against what is held over `urls.redb`, and held.
     pub(super) fn stage_held(&self, ops: &[WriteOp]) -> Result<StagedGroup, StoreError> {
+        let started = Instant::now();
         self.wait_for_room()?;
+        let waited = started.elapsed();
         let mut writer = self.lock_writer();
+        let locked = started.elapsed();
         let wal = &mut writer.wal;
         let (lsn, record_start) = self.log_group(wal, ops)?;
+        let logged = started.elapsed();
         match self.work_out_held(ops) {
             Ok((results, records, changes, counts)) => {
+                let worked = started.elapsed();
                 self.hold(lsn, records, changes, counts);
                 wal.set_last_lsn(lsn);
+                let took = started.elapsed();
+                if took >= SLOW_GROUP {
+                    tracing::debug!(
+                        lsn,
+                        seconds = took.as_secs_f64(),
+                        waiting_for_room = waited.as_secs_f64(),
+                        waiting_for_the_log = (locked - waited).as_secs_f64(),
+                        logging = (logged - locked).as_secs_f64(),
+                        working_out = (worked - logged).as_secs_f64(),
+                        holding = (took - worked).as_secs_f64(),
+                        "a slow group"
+                    );
+                }
                 Ok(StagedGroup {
                     lsn,
                     changes: None,
@@ -370,10 +446,18 @@ impl Store {
         if !turn.is_zero() {
             std::thread::sleep(turn);
         }
+        let mut waited = None;
         loop {
             if self.held.read().fresh.bytes < self.held_limit() {
+                if let Some(since) = waited.map(|since: Instant| since.elapsed()) {
+                    tracing::debug!(
+                        seconds = since.as_secs_f64(),
+                        "a group waited for the applier: held writes at their limit"
+                    );
+                }
                 return Ok(());
             }
+            waited.get_or_insert_with(Instant::now);
             self.check_poisoned()?;
             self.held.wait(
                 || self.held.read().fresh.bytes < self.held_limit(),
@@ -402,15 +486,24 @@ impl Store {
         let keys = self.url_keys();
         let mark = self.read_names().mark();
         let worked = (|| {
+            let started = Instant::now();
             let held = self.held.read();
-            let files = self.files()?;
+            let locked = started.elapsed();
             // Under the held lock: whatever the applier dropped from
             // memory, this snapshot holds.
-            let read = files.urls_db.begin_read()?;
-            let table = open_if_exists(&read, URL_RECORDS)?;
+            let table = match &held.snapshot {
+                Some(snapshot) => Arc::clone(snapshot),
+                None => Arc::new(self.records_snapshot()?),
+            };
+            let opened = started.elapsed();
+            let _slow = SlowWorkingOut {
+                started,
+                locked,
+                opened,
+            };
             let mut view = HeldView {
                 held: &held,
-                table: table.as_ref(),
+                table: table.as_ref().as_ref(),
                 own: BTreeMap::new(),
             };
             let mut names = GroupNames::deferred(&self.names);
@@ -493,7 +586,14 @@ impl Store {
     /// names given up to it; `None` if no group is held that the files
     /// lack. The caller holds `applying`.
     fn take_fresh(&self) -> Option<(Arc<Layer>, super::names::NamesMark)> {
+        let started = Instant::now();
         let mut held = self.held.write();
+        if started.elapsed() >= SLOW_GROUP {
+            tracing::debug!(
+                seconds = started.elapsed().as_secs_f64(),
+                "the applier waited for the held lock"
+            );
+        }
         if held.newest == held.copied {
             return None;
         }
@@ -521,11 +621,22 @@ impl Store {
             self.note_failure(error);
         }
         written?;
-        self.held
-            .lock_pace()
-            .copied(writing.bytes, started.elapsed());
+        let took = started.elapsed();
+        tracing::debug!(
+            records = writing.records.len(),
+            order = writing.order.len(),
+            bytes = writing.bytes,
+            seconds = took.as_secs_f64(),
+            "held writes written"
+        );
+        self.held.lock_pace().copied(writing.bytes, took);
+        // Opened after both files hold the layer, and swapped in with its
+        // going: groups see the layer or this snapshot, never neither.
+        let snapshot = self.records_snapshot().ok().map(Arc::new);
         let written = {
             let mut held = self.held.write();
+            held.snapshot = snapshot;
+            held.released += 1;
             let written = std::mem::take(&mut held.writing);
             metrics::gauge!("frontier_held_bytes").set(held.bytes() as f64);
             written
@@ -534,6 +645,20 @@ impl Store {
         // Freed here, off the lock.
         drop((written, writing));
         Ok(())
+    }
+
+    /// A snapshot of `url_records` as `urls.redb` holds it now.
+    fn records_snapshot(&self) -> Result<Option<RecordsReadTable>, StoreError> {
+        let read = self.files()?.urls_db.begin_read()?;
+        open_if_exists(&read, URL_RECORDS)
+    }
+
+    /// Lets go of the applier's snapshot: after a write to `urls.redb`
+    /// outside the applier (which the snapshot would miss), and before the
+    /// files close or are compacted (which an open snapshot would keep or
+    /// refuse).
+    pub(super) fn forget_records_snapshot(&self) {
+        self.held.write().snapshot = None;
     }
 
     /// Writes a copy of what is held to both files. A large copy writes
@@ -564,10 +689,17 @@ impl Store {
             })
         };
         records?;
+        let naming = Instant::now();
         self.names
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .persisted_up_to(names_upto);
+        if naming.elapsed() >= SLOW_GROUP {
+            tracing::debug!(
+                seconds = naming.elapsed().as_secs_f64(),
+                "the applier waited for the names' lock"
+            );
+        }
         order?;
         drop(files);
         let mut main_file = self.lock_main_file();
@@ -665,6 +797,11 @@ impl Store {
     /// The applier's checkpoint, due or not.
     pub(super) fn checkpoint_held(&self) -> Result<(), StoreError> {
         let started = Instant::now();
+        let _checkpointing = self
+            .held
+            .checkpointing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let applying = self.held.lock_applying();
         self.check_poisoned()?;
         let upto = self.lock_main_file().lsn;
@@ -680,19 +817,40 @@ impl Store {
             }
             *counts = QueueCounts::default();
         }
+        let durable_took = started.elapsed();
         // Let go before the writer's lock is taken: `checkpoint` takes the
         // two the other way round.
         drop(applying);
         let data_dir = self.data_dir().to_owned();
-        let restarted = self.lock_writer().wal.restart_keeping(&data_dir, upto);
+        let restarted = self.restart_log(&data_dir, upto);
         if let Err(error) = &restarted {
             tracing::warn!(%error, "the write-ahead log could not start a new pass; it goes on growing");
         }
         let took = started.elapsed();
         self.held.lock_pace().checkpointed(took);
         metrics::histogram!("frontier_checkpoint_seconds").record(took.as_secs_f64());
-        tracing::debug!(lsn = upto, seconds = took.as_secs_f64(), "checkpoint");
+        tracing::debug!(
+            lsn = upto,
+            seconds = took.as_secs_f64(),
+            commits_seconds = durable_took.as_secs_f64(),
+            "checkpoint"
+        );
         Ok(())
+    }
+
+    /// The log's new pass after a checkpoint up to `durable`. The records
+    /// it keeps, the groups logged while the commits ran, are copied while
+    /// groups go on being logged; the writer's lock is taken only to begin
+    /// and to finish ([`crate::wal::PendingRestart`]).
+    fn restart_log(&self, data_dir: &Path, durable: u64) -> Result<bool, WalError> {
+        let begun = self.lock_writer().wal.begin_restart(data_dir, durable)?;
+        let mut pending = match begun {
+            Restart::Done => return Ok(true),
+            Restart::NotYet => return Ok(false),
+            Restart::Pending(pending) => pending,
+        };
+        pending.copy()?;
+        self.lock_writer().wal.finish_restart(data_dir, pending)
     }
 
     /// What is held of `url_records` keys in `range`, oldest key first,
@@ -701,10 +859,10 @@ impl Store {
         &self,
         range: impl std::ops::RangeBounds<RecordKey> + Clone,
     ) -> Result<(HeldRecords, redb::ReadTransaction), StoreError> {
-        let held = self.held.read();
-        let copy = held.records_in(range);
-        let read = self.files()?.urls_db.begin_read()?;
-        Ok((copy, read))
+        self.held_and_snapshot(
+            |held| held.records_in(range.clone()),
+            |files| files.urls_db.begin_read(),
+        )
     }
 
     /// What is held of `serving_order` keys in `range`, and a snapshot of
@@ -713,10 +871,36 @@ impl Store {
         &self,
         range: impl std::ops::RangeBounds<OrderKey> + Clone,
     ) -> Result<(HeldOrder, redb::ReadTransaction), StoreError> {
+        self.held_and_snapshot(
+            |held| held.order_in(range.clone()),
+            |files| files.db.begin_read(),
+        )
+    }
+
+    /// A copy of what is held, and a snapshot of a file that holds
+    /// whatever is no longer held. The snapshot is opened off the held
+    /// lock: opening one sometimes waits on redb's locks for as long as a
+    /// large commit takes, and under the lock it held up every group
+    /// behind it. It holds what any layer let go before it held if no
+    /// layer was let go between a look before it and the copy (a layer is
+    /// let go after both files hold it); else this tries again, and at
+    /// last opens it under the lock.
+    fn held_and_snapshot<T>(
+        &self,
+        copy: impl Fn(&Held) -> T,
+        open: impl Fn(&super::Files) -> Result<redb::ReadTransaction, redb::TransactionError>,
+    ) -> Result<(T, redb::ReadTransaction), StoreError> {
+        for _ in 0..SNAPSHOT_TRIES {
+            let before = self.held.read().released;
+            let read = open(&*self.files()?)?;
+            let held = self.held.read();
+            if held.released == before {
+                return Ok((copy(&held), read));
+            }
+        }
         let held = self.held.read();
-        let copy = held.order_in(range);
-        let read = self.files()?.db.begin_read()?;
-        Ok((copy, read))
+        let read = open(&*self.files()?)?;
+        Ok((copy(&held), read))
     }
 }
 
@@ -831,6 +1015,44 @@ mod tests {
         }
     }
 
+    /// Groups are worked out over the snapshot the applier opened after
+    /// its last copy; a write to the files outside the applier (a
+    /// deletion) makes that snapshot stale, and a group after it must not
+    /// find the URLs it removed.
+    #[test]
+    fn a_deletion_outside_the_applier_is_seen_by_the_next_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.hold_writes();
+        // Looked up whatever the filters would say.
+        let urls: Vec<NewUrl> = (new_urls(0..3).into_iter())
+            .map(|url| NewUrl {
+                maybe_known: true,
+                ..url
+            })
+            .collect();
+        assert!(store.insert_if_absent(&urls).unwrap().iter().all(|s| *s));
+        assert!(store.apply_held().unwrap());
+        assert!(store.held.read().snapshot.is_some());
+        // Known through the applier's snapshot.
+        assert!(store.insert_if_absent(&urls).unwrap().iter().all(|s| !*s));
+        store
+            .apply(&[WriteOp::Delete(crate::store::Deletion {
+                crawl: "c".into(),
+                queue: None,
+                created_before: None,
+                partitions: 1,
+                partition: None,
+                urls_below: None,
+            })])
+            .unwrap();
+        assert!(store.held.read().snapshot.is_none());
+        assert!(
+            store.insert_if_absent(&urls).unwrap().iter().all(|s| *s),
+            "the deleted URLs are new again"
+        );
+    }
+
     /// A URL changed while the applier writes its older state reads as
     /// changed before, during and after that write, from every reader, and
     /// after a reopen.
@@ -897,10 +1119,10 @@ mod tests {
     /// What a store holds before writers wait follows the cache budget it
     /// was given, with a floor for tiny ones.
     #[test]
-    fn the_held_limit_is_a_quarter_of_the_cache_budget() {
+    fn the_held_limit_is_half_of_the_memory_budget() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open_with_cache(dir.path(), 1 << 30).unwrap();
-        assert_eq!(store.held_limit(), 256 << 20);
+        assert_eq!(store.held_limit(), 512 << 20);
         drop(store);
         let store = Store::open_with_cache(dir.path(), 1 << 20).unwrap();
         assert_eq!(store.held_limit(), HELD_LIMIT_MIN);

@@ -807,6 +807,7 @@ impl Store {
         let Writer { wal } = &mut *writer;
         let (lsn, record_start) = self.log_group(wal, ops)?;
         let committed = Self::commit_urls(&self.files()?.urls_db, &self.url_keys(), ops, lsn);
+        self.forget_records_snapshot();
         let (results, changes, counts) = match committed {
             Ok(applied) => applied,
             Err(error) => {

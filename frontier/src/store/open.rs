@@ -43,7 +43,9 @@ const URLS_HOLDS: &str = "holds every URL record of the store";
 /// How a store is opened.
 #[derive(Debug, Clone, Copy)]
 pub struct StoreOptions {
-    /// redb's page cache, split evenly between the two files.
+    /// The store's memory: half of it is redb's page cache, split evenly
+    /// between the two files; the other half bounds the writes held in
+    /// memory between an answer and the files.
     pub cache_bytes: usize,
     /// Writes are refused with [`StoreError::DiskFull`] while less than
     /// this is free on the store's file system, so that redb never meets a
@@ -197,7 +199,8 @@ impl Store {
         Self::open_with(data_dir, StoreOptions::default())
     }
 
-    /// Like [`Self::open`], with a page cache of `cache_bytes`.
+    /// Like [`Self::open`], with a memory budget of `cache_bytes` (see
+    /// [`StoreOptions::cache_bytes`]).
     pub fn open_with_cache(data_dir: &Path, cache_bytes: usize) -> Result<Self, StoreError> {
         Self::open_with(
             data_dir,
@@ -237,7 +240,9 @@ impl Store {
             Self::create(data_dir)?;
         }
         require_file(&path, MAIN_HOLDS)?;
-        let cache = options.cache_bytes / 2;
+        // Half of the budget is the two files' page caches; the other
+        // half bounds the writes held in memory (`Store::held_limit`).
+        let cache = options.cache_bytes / 4;
         // `frontier.redb` first: its lock is what refuses a second server.
         let mut db = Self::open_file(&path, cache)?;
         let found = Self::check_schema(&db, &path)?;

@@ -47,6 +47,7 @@ impl Store {
                 main_file.lsn.saturating_add(1)
             )));
         }
+        self.forget_records_snapshot();
         let mut files = self
             .files
             .write()

@@ -45,6 +45,7 @@
 //!   is refused with both offsets named; the file is left as it is.
 
 mod codec;
+mod restart;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -54,6 +55,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use codec::{decode_ops, encode_ops};
+pub use restart::{PendingRestart, Restart};
 
 use crate::store::WriteOp;
 
@@ -278,6 +280,9 @@ pub struct Wal {
     /// last pass held (its records must all be durable before it is
     /// written from its first slot again).
     spare: Option<(File, u64, u64)>,
+    /// Counts the passes: a restart prepared in one is not finished in
+    /// another (module `restart`).
+    pass: u64,
 }
 
 /// The path of the log in `data_dir`.
@@ -410,6 +415,7 @@ impl Wal {
             out_of_room: None,
             offsets: VecDeque::new(),
             spare: None,
+            pass: 0,
         };
         // A spare left by an earlier run holds nothing needed (this start
         // replays the log alone) but records whose LSNs nothing vouches
@@ -573,103 +579,10 @@ impl Wal {
     /// behind are at or below the durable LSN, which is how a replay tells
     /// them from new ones.
     pub fn checkpointed(&mut self) {
+        self.pass += 1;
         self.last_checkpoint = Instant::now();
         self.len = HEADER_LEN;
         self.offsets.clear();
-    }
-
-    /// Starts a new pass after a durable redb commit that holds every
-    /// record up to `durable`, keeping the records after it (groups logged
-    /// while the commit ran). Without such records this is
-    /// [`Self::checkpointed`]. With them, they are written from the first
-    /// slot of the spare file and synced, and the two files swap names in
-    /// one atomic rename: a crash before the swap leaves the log as it was,
-    /// one after it the new pass. The spare is written only once its last
-    /// pass is durable, so that what a replay finds after the new run is at
-    /// or below the durable LSN, as after any checkpoint; until then the
-    /// log goes on (answers `false`).
-    pub fn restart_keeping(&mut self, data_dir: &Path, durable: u64) -> Result<bool, WalError> {
-        self.check_writable()?;
-        let Some(first) = self.offsets.iter().position(|&(lsn, _)| lsn > durable) else {
-            self.checkpointed();
-            return Ok(true);
-        };
-        let spare_path = data_dir.join(SPARE_NAME);
-        if self
-            .spare
-            .as_ref()
-            .is_some_and(|&(_, _, last)| last > durable)
-        {
-            return Ok(false);
-        }
-        let from = self.offsets[first].1;
-        let mut tail = vec![0_u8; (self.len - from) as usize];
-        self.file
-            .read_exact_at(&mut tail, from)
-            .map_err(|source| io_error(&self.path, source))?;
-        let needed = HEADER_LEN + tail.len() as u64;
-        let (spare, capacity, _) = match self.spare.take() {
-            Some(spare) => spare,
-            None => {
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&spare_path)
-                    .map_err(|source| io_error(&spare_path, source))?;
-                (file, 0, 0)
-            }
-        };
-        let capacity = capacity.max(INITIAL_CAPACITY).max(self.capacity);
-        let capacity = if needed > capacity {
-            needed.max(capacity.saturating_mul(2))
-        } else {
-            capacity
-        };
-        let written = (|| {
-            let length = spare.metadata()?.len();
-            if length < capacity {
-                allocate(&spare, length, capacity)?;
-            }
-            spare.write_all_at(&header(self.store_id, capacity), 0)?;
-            spare.write_all_at(&tail, HEADER_LEN)?;
-            spare.sync_data()
-        })();
-        if let Err(source) = written {
-            // The spare is made afresh next time; the log goes on.
-            self.spare = None;
-            return Err(io_error(&spare_path, source));
-        }
-        rustix::fs::renameat_with(
-            rustix::fs::CWD,
-            &spare_path,
-            rustix::fs::CWD,
-            &self.path,
-            rustix::fs::RenameFlags::EXCHANGE,
-        )
-        .map_err(|errno| io_error(&self.path, errno.into()))?;
-        // Until the directory is synced the swap may not last, and records
-        // appended from now on go to the new log only.
-        if let Err(source) = sync_dir(data_dir) {
-            self.halt(format!(
-                "syncing {} after a log swap: {source}",
-                data_dir.display()
-            ));
-            return Err(io_error(&self.path, source));
-        }
-        let last = self.offsets.back().map_or(0, |&(lsn, _)| lsn);
-        let old = std::mem::replace(&mut self.file, spare);
-        self.spare = Some((old, self.capacity, last));
-        self.capacity = capacity;
-        let shift = from - HEADER_LEN;
-        self.offsets.drain(..first);
-        for (_, offset) in &mut self.offsets {
-            *offset -= shift;
-        }
-        self.len = needed;
-        self.last_checkpoint = Instant::now();
-        Ok(true)
     }
 
     /// Gives back the room a busy run grew the log to, at a clean close:
@@ -1020,7 +933,7 @@ mod tests {
         prop::collection::vec(prop::collection::vec(op(), 1..5), 1..6)
     }
 
-    fn deletion(crawl: &str) -> Vec<WriteOp> {
+    pub(super) fn deletion(crawl: &str) -> Vec<WriteOp> {
         vec![WriteOp::Delete(Deletion {
             crawl: crawl.to_owned(),
             queue: None,
