@@ -853,16 +853,21 @@ impl Store {
         self.lock_writer().wal.finish_restart(data_dir, pending)
     }
 
-    /// What is held of `url_records` keys in `range`, oldest key first,
-    /// and a snapshot of `urls.redb` that holds whatever is no longer held.
-    pub(super) fn held_records_in(
+    /// A copy of what is held (`copy`), and a snapshot of `url_records`
+    /// that holds whatever is no longer held: the applier's, if it has
+    /// one, else one of the read's own ([`Self::held_and_snapshot`]).
+    pub(super) fn held_and_records<T>(
         &self,
-        range: impl std::ops::RangeBounds<RecordKey> + Clone,
-    ) -> Result<(HeldRecords, redb::ReadTransaction), StoreError> {
-        self.held_and_snapshot(
-            |held| held.records_in(range.clone()),
-            |files| files.urls_db.begin_read(),
-        )
+        mut copy: impl FnMut(&Held) -> T,
+    ) -> Result<(T, Arc<Option<RecordsReadTable>>), StoreError> {
+        {
+            let held = self.held.read();
+            if let Some(snapshot) = &held.snapshot {
+                return Ok((copy(&held), Arc::clone(snapshot)));
+            }
+        }
+        let (copied, table) = self.held_and_snapshot(copy, |_| self.records_snapshot())?;
+        Ok((copied, Arc::new(table)))
     }
 
     /// What is held of `serving_order` keys in `range`, and a snapshot of
@@ -873,7 +878,7 @@ impl Store {
     ) -> Result<(HeldOrder, redb::ReadTransaction), StoreError> {
         self.held_and_snapshot(
             |held| held.order_in(range.clone()),
-            |files| files.db.begin_read(),
+            |files| Ok(files.db.begin_read()?),
         )
     }
 
@@ -885,11 +890,11 @@ impl Store {
     /// layer was let go between a look before it and the copy (a layer is
     /// let go after both files hold it); else this tries again, and at
     /// last opens it under the lock.
-    fn held_and_snapshot<T>(
+    pub(super) fn held_and_snapshot<T, S>(
         &self,
-        copy: impl Fn(&Held) -> T,
-        open: impl Fn(&super::Files) -> Result<redb::ReadTransaction, redb::TransactionError>,
-    ) -> Result<(T, redb::ReadTransaction), StoreError> {
+        mut copy: impl FnMut(&Held) -> T,
+        open: impl Fn(&super::Files) -> Result<S, StoreError>,
+    ) -> Result<(T, S), StoreError> {
         for _ in 0..SNAPSHOT_TRIES {
             let before = self.held.read().released;
             let read = open(&*self.files()?)?;

@@ -156,9 +156,8 @@ impl Store {
         range: impl std::ops::RangeBounds<RecordKey> + Clone,
         mut visit: impl FnMut(RecordKey, &[u8]) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
-        let (held, read) = self.held_records_in(range.clone())?;
-        let table = open_if_exists(&read, URL_RECORDS)?;
-        let stored = match &table {
+        let (held, table) = self.held_and_records(|held| held.records_in(range.clone()))?;
+        let stored = match table.as_ref() {
             Some(table) => Some(table.range::<RecordKey>(range)?),
             None => None,
         };
@@ -388,10 +387,10 @@ impl Store {
             return Ok(None);
         };
         let key = (partition, number, self.hasher.hash(url));
-        let (held, read) = self.held_records_in(key..=key)?;
-        let value = match held.into_iter().next() {
-            Some((_, value)) => value,
-            None => match open_if_exists(&read, URL_RECORDS)? {
+        let (held, table) = self.held_and_records(|held| held.record(&key).cloned())?;
+        let value = match held {
+            Some(value) => value,
+            None => match table.as_ref() {
                 Some(table) => table.get(key)?.map(|value| value.value().to_vec()),
                 None => None,
             },
@@ -412,21 +411,19 @@ impl Store {
         // For each URL of a crawl the store has: its key, what is held of
         // it, its crawl and the URL.
         type Asked<'u> = (RecordKey, Option<Option<Vec<u8>>>, &'u str, &'u str);
-        let mut asked: Vec<Option<Asked<'a>>> = Vec::new();
-        let read = {
-            let held = self.held.read();
+        let keys: Vec<(u32, &'a str, &'a str)> = keys.into_iter().collect();
+        let (asked, table) = self.held_and_records(|held| {
             let names = self.read_names();
-            for (partition, crawl, url) in keys {
-                asked.push(names.crawl_number(crawl).map(|number| {
-                    let key = (partition, number, self.hasher.hash(url));
-                    let held = held.record(&key).cloned();
-                    (key, held, crawl, url)
-                }));
-            }
-            drop(names);
-            self.files()?.urls_db.begin_read()?
-        };
-        let table = open_if_exists(&read, URL_RECORDS)?;
+            (keys.iter())
+                .map(|&(partition, crawl, url)| {
+                    names.crawl_number(crawl).map(|number| {
+                        let key = (partition, number, self.hasher.hash(url));
+                        let held = held.record(&key).cloned();
+                        (key, held, crawl, url)
+                    })
+                })
+                .collect::<Vec<Option<Asked<'a>>>>()
+        })?;
         asked
             .into_iter()
             .map(|asked| {
@@ -435,7 +432,7 @@ impl Store {
                 };
                 let value = match held {
                     Some(value) => value,
-                    None => match &table {
+                    None => match table.as_ref() {
                         Some(table) => table.get(key)?.map(|value| value.value().to_vec()),
                         None => None,
                     },
