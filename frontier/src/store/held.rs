@@ -493,7 +493,7 @@ impl Store {
             // memory, this snapshot holds.
             let table = match &held.snapshot {
                 Some(snapshot) => Arc::clone(snapshot),
-                None => Arc::new(self.records_snapshot()?),
+                None => Arc::new(Self::records_snapshot(&*self.files()?)?),
             };
             let opened = started.elapsed();
             let _slow = SlowWorkingOut {
@@ -586,14 +586,7 @@ impl Store {
     /// names given up to it; `None` if no group is held that the files
     /// lack. The caller holds `applying`.
     fn take_fresh(&self) -> Option<(Arc<Layer>, super::names::NamesMark)> {
-        let started = Instant::now();
         let mut held = self.held.write();
-        if started.elapsed() >= SLOW_GROUP {
-            tracing::debug!(
-                seconds = started.elapsed().as_secs_f64(),
-                "the applier waited for the held lock"
-            );
-        }
         if held.newest == held.copied {
             return None;
         }
@@ -632,7 +625,9 @@ impl Store {
         self.held.lock_pace().copied(writing.bytes, took);
         // Opened after both files hold the layer, and swapped in with its
         // going: groups see the layer or this snapshot, never neither.
-        let snapshot = self.records_snapshot().ok().map(Arc::new);
+        let snapshot = (self.files().ok())
+            .and_then(|files| Self::records_snapshot(&files).ok())
+            .map(Arc::new);
         let written = {
             let mut held = self.held.write();
             held.snapshot = snapshot;
@@ -648,8 +643,8 @@ impl Store {
     }
 
     /// A snapshot of `url_records` as `urls.redb` holds it now.
-    fn records_snapshot(&self) -> Result<Option<RecordsReadTable>, StoreError> {
-        let read = self.files()?.urls_db.begin_read()?;
+    fn records_snapshot(files: &super::Files) -> Result<Option<RecordsReadTable>, StoreError> {
+        let read = files.urls_db.begin_read()?;
         open_if_exists(&read, URL_RECORDS)
     }
 
@@ -689,17 +684,10 @@ impl Store {
             })
         };
         records?;
-        let naming = Instant::now();
         self.names
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .persisted_up_to(names_upto);
-        if naming.elapsed() >= SLOW_GROUP {
-            tracing::debug!(
-                seconds = naming.elapsed().as_secs_f64(),
-                "the applier waited for the names' lock"
-            );
-        }
         order?;
         drop(files);
         let mut main_file = self.lock_main_file();
@@ -866,7 +854,7 @@ impl Store {
                 return Ok((copy(&held), Arc::clone(snapshot)));
             }
         }
-        let (copied, table) = self.held_and_snapshot(copy, |_| self.records_snapshot())?;
+        let (copied, table) = self.held_and_snapshot(copy, Self::records_snapshot)?;
         Ok((copied, Arc::new(table)))
     }
 

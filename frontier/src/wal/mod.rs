@@ -63,7 +63,7 @@ use crate::store::WriteOp;
 pub const FILE_NAME: &str = "frontier.wal";
 
 /// A second log file beside it, which a restart that must keep records
-/// writes them into before the two swap names (see [`Wal::restart_keeping`]).
+/// writes them into before the two swap names (see [`Wal::begin_restart`]).
 /// Never read back: a start reads the log alone.
 pub const SPARE_NAME: &str = "frontier.wal.spare";
 

@@ -8,8 +8,8 @@
 //! [`PendingRestart::copy`], off it while groups go on being logged,
 //! copies those records into the spare and syncs it; and
 //! [`Wal::finish_restart`], under the lock again, copies the few records
-//! logged meanwhile and swaps the files. [`Wal::restart_keeping`] runs the
-//! three at once.
+//! logged meanwhile and swaps the files (the tests run the three at once,
+//! `Wal::restart_keeping`).
 //!
 //! The records copied off the lock are safe to read there: a record is
 //! taken back ([`Wal::unappend`]) only under the same hold of the lock
@@ -132,6 +132,7 @@ impl Wal {
     /// pass is durable, so that what a replay finds after the new run is at
     /// or below the durable LSN, as after any checkpoint; until then the
     /// log goes on (answers `false`).
+    #[cfg(test)]
     pub fn restart_keeping(&mut self, data_dir: &Path, durable: u64) -> Result<bool, WalError> {
         match self.begin_restart(data_dir, durable)? {
             Restart::Done => Ok(true),
