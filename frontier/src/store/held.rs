@@ -75,7 +75,7 @@ const SLOW_GROUP: Duration = Duration::from_millis(250);
 
 /// How often a read opens its snapshot off the held lock, a layer being
 /// let go meanwhile each time, before it opens one under the lock.
-const SNAPSHOT_TRIES: usize = 2;
+pub(super) const SNAPSHOT_TRIES: usize = 2;
 
 /// The least [`Store::held_limit`] can be, whatever the cache.
 const HELD_LIMIT_MIN: usize = 16 << 20;
@@ -189,6 +189,12 @@ impl Held {
         .collect()
     }
 
+    /// How many layers have been let go: a snapshot opened after a look
+    /// at this holds every key no longer held while it stays the same.
+    pub(super) fn released(&self) -> u64 {
+        self.released
+    }
+
     fn bytes(&self) -> usize {
         self.fresh.bytes + self.writing.bytes
     }
@@ -234,6 +240,9 @@ pub(super) struct HeldWrites {
     /// locks: one at a time starts the log's new pass, which copies the
     /// kept records into the spare file off the writer's lock.
     checkpointing: Mutex<()>,
+    /// Tests: what to run at a named point of a read, once.
+    #[cfg(test)]
+    pub(super) race: Mutex<Option<(&'static str, RaceHook)>>,
 }
 
 impl HeldWrites {
@@ -279,6 +288,10 @@ impl HeldWrites {
         }
     }
 }
+
+/// Tests: what runs at a point of a read.
+#[cfg(test)]
+pub(super) type RaceHook = fn(&Store);
 
 type RecordsReadTable = redb::ReadOnlyTable<RecordKey, &'static [u8]>;
 
@@ -870,6 +883,24 @@ impl Store {
         )
     }
 
+    /// Tests: runs what was set to run at `point`.
+    #[cfg(test)]
+    pub(super) fn race_point(&self, point: &str) {
+        let hook = {
+            let mut race = self.held.race.lock().unwrap();
+            match *race {
+                Some((at, _)) if at == point => race.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, hook)) = hook {
+            hook(self);
+        }
+    }
+
+    #[cfg(not(test))]
+    pub(super) fn race_point(&self, _point: &str) {}
+
     /// A copy of what is held, and a snapshot of a file that holds
     /// whatever is no longer held. The snapshot is opened off the held
     /// lock: opening one sometimes waits on redb's locks for as long as a
@@ -886,6 +917,7 @@ impl Store {
         for _ in 0..SNAPSHOT_TRIES {
             let before = self.held.read().released;
             let read = open(&*self.files()?)?;
+            self.race_point("snapshot opened");
             let held = self.held.read();
             if held.released == before {
                 return Ok((copy(&held), read));
@@ -1044,6 +1076,63 @@ mod tests {
             store.insert_if_absent(&urls).unwrap().iter().all(|s| *s),
             "the deleted URLs are new again"
         );
+    }
+
+    /// Reads open their snapshots off the held lock: a layer the applier
+    /// lets go after a read opened its snapshot, and before it copies or
+    /// looks up what is held, is in neither, and the read must try again.
+    #[test]
+    fn a_layer_let_go_while_a_read_opens_its_snapshot_is_not_missed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.hold_writes();
+        let let_go: fn(&Store) = |store| {
+            store.forget_records_snapshot();
+            assert!(store.apply_held().unwrap(), "a layer to let go");
+            store.forget_records_snapshot();
+        };
+        let reads = |store: &Store, urls: &[NewUrl]| {
+            let due: usize = (0..7)
+                .map(|host| {
+                    let page = store.due_entries("c", &format!("h{host}"), None, 1 << 10);
+                    page.unwrap().urls.len()
+                })
+                .sum();
+            let known = (urls.iter())
+                .map(|url| (0, "c", url.url.as_str()))
+                .collect::<Vec<_>>();
+            let known = store.known_urls(known).unwrap();
+            let got = urls
+                .iter()
+                .filter(|url| store.get(0, "c", &url.url).unwrap().is_some());
+            (due, known.iter().filter(|k| **k).count(), got.count())
+        };
+        let mut inserted = 0;
+        let mut point = |store: &Store, at: &'static str| {
+            let urls = new_urls(inserted..inserted + 5);
+            assert!(store.insert_if_absent(&urls).unwrap().iter().all(|s| *s));
+            inserted += 5;
+            store.forget_records_snapshot();
+            *store.held.race.lock().unwrap() = Some((at, let_go));
+            inserted
+        };
+        // The serving order's snapshots, opened before the layer goes.
+        let n = point(&store, "snapshot opened");
+        assert_eq!(reads(&store, &new_urls(0..n)).0, n);
+        // The order read, the records' layer let go before their lookup.
+        let n = point(&store, "order read");
+        assert_eq!(reads(&store, &new_urls(0..n)).0, n);
+        // A batch's lookups, and one URL's.
+        let n = point(&store, "snapshot opened");
+        let urls = new_urls(0..n);
+        let known = (urls.iter())
+            .map(|url| (0, "c", url.url.as_str()))
+            .collect::<Vec<_>>();
+        assert!(store.known_urls(known).unwrap().iter().all(|k| *k));
+        let n = point(&store, "snapshot opened");
+        let last = new_urls(n - 1..n).remove(0);
+        assert!(store.get(0, "c", &last.url).unwrap().is_some());
+        assert_eq!(reads(&store, &new_urls(0..n)), (n, n, n));
     }
 
     /// A URL changed while the applier writes its older state reads as

@@ -12,7 +12,7 @@ use std::ops::Bound;
 use redb::{ReadableDatabase, ReadableTable};
 
 use super::apply::RecordKey;
-use super::held::{Merged, OrderKey};
+use super::held::{Held, HeldOrder, Merged, OrderKey, SNAPSHOT_TRIES};
 use super::names::Names;
 use super::{
     CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, QUEUES, QueueRecord, SEED_HOSTS, SERVING_ORDER,
@@ -48,6 +48,85 @@ pub struct DuePage {
     pub last: Option<(u64, u64)>,
     /// Whether the queue has no entries after these.
     pub complete: bool,
+}
+
+/// The first `limit` serving-order entries in `range` as (due date, hash,
+/// partition), what is held merged over the snapshot `order_read`.
+fn due_keys(
+    held_order: HeldOrder,
+    order_read: &redb::ReadTransaction,
+    range: (Bound<OrderKey>, Bound<OrderKey>),
+    limit: usize,
+) -> Result<Vec<(u64, u64, u32)>, StoreError> {
+    let table = open_if_exists(order_read, SERVING_ORDER)?;
+    let stored = match &table {
+        Some(table) => Some(table.range::<OrderKey>(range)?),
+        None => None,
+    };
+    let stored = stored.into_iter().flatten().map(|entry| {
+        let (key, partition) = entry?;
+        Ok((key.value(), partition.value()))
+    });
+    Merged::new(held_order, stored)
+        .take(limit)
+        .map(|entry| entry.map(|((_, due_at, hash), partition)| (due_at, hash, partition)))
+        .collect()
+}
+
+/// What is held of the records of `keys`: `None` where nothing is.
+fn held_records_of(
+    held: &Held,
+    crawl_number: u32,
+    keys: &[(u64, u64, u32)],
+) -> Vec<Option<Option<Vec<u8>>>> {
+    keys.iter()
+        .map(|&(_, hash, partition)| held.record(&(partition, crawl_number, hash)).cloned())
+        .collect()
+}
+
+/// The page of `keys`: each entry's URLs, from what is held of its record
+/// (`held_records`, in the same order) or else from the snapshot
+/// `urls_read`.
+fn due_page(
+    crawl: (&str, u32),
+    queue: (&str, u32),
+    urls_read: &redb::ReadTransaction,
+    keys: Vec<(u64, u64, u32)>,
+    held_records: Vec<Option<Option<Vec<u8>>>>,
+    limit: usize,
+) -> Result<DuePage, StoreError> {
+    let ((crawl, crawl_number), (queue, queue_number)) = (crawl, queue);
+    let mut page = DuePage {
+        urls: Vec::with_capacity(keys.len()),
+        last: keys.last().map(|&(due, hash, _)| (due, hash)),
+        complete: keys.len() < limit,
+    };
+    let records = open_if_exists(urls_read, URL_RECORDS)?;
+    for ((due_at, hash, partition), held) in keys.into_iter().zip(held_records) {
+        let value = match held {
+            Some(value) => value,
+            None => match &records {
+                Some(table) => table
+                    .get((partition, crawl_number, hash))?
+                    .map(|value| value.value().to_vec()),
+                None => None,
+            },
+        };
+        let Some(value) = value else {
+            continue;
+        };
+        for entry in &entries_of(crawl, &value)? {
+            if entry.queue == queue_number && entry.due_at == due_at {
+                page.urls.push(DueUrl {
+                    due_at,
+                    hash,
+                    url: entry.url(queue),
+                    partition,
+                });
+            }
+        }
+    }
+    Ok(page)
 }
 
 /// The entries of a value; damage is an error naming the crawl.
@@ -267,65 +346,59 @@ impl Store {
                 ..DuePage::default()
             });
         };
-        // What is held is read under its lock with both snapshots: a key
-        // the applier drops meanwhile is in them.
-        let held = self.held.read();
-        let files = self.files()?;
         let start = match after {
             Some((due, hash)) => Bound::Excluded((queue_number, due, hash)),
             None => Bound::Included((queue_number, 0, 0)),
         };
         let end = Bound::Included((queue_number, u64::MAX, u64::MAX));
-        let held_order = held.order_in((start, end));
+        // The snapshots are opened off the held lock (as in
+        // `held_and_snapshot`), and what is held of the records is looked
+        // up under it only if no layer was let go since they were opened:
+        // then every key no longer held is in them.
+        for _ in 0..SNAPSHOT_TRIES {
+            let ((held_order, released), (order_read, urls_read)) = self.held_and_snapshot(
+                |held| (held.order_in((start, end)), held.released()),
+                |files| Ok((files.db.begin_read()?, files.urls_db.begin_read()?)),
+            )?;
+            let keys = due_keys(held_order, &order_read, (start, end), limit)?;
+            drop(order_read);
+            self.race_point("order read");
+            let held_records = {
+                let held = self.held.read();
+                if held.released() != released {
+                    continue;
+                }
+                held_records_of(&held, crawl_number, &keys)
+            };
+            return due_page(
+                (crawl, crawl_number),
+                (queue, queue_number),
+                &urls_read,
+                keys,
+                held_records,
+                limit,
+            );
+        }
+        let held = self.held.read();
+        let files = self.files()?;
         let order_read = files.db.begin_read()?;
         let urls_read = files.urls_db.begin_read()?;
-        let mut keys = Vec::with_capacity(limit.min(1024));
-        {
-            let table = open_if_exists(&order_read, SERVING_ORDER)?;
-            let stored = match &table {
-                Some(table) => Some(table.range::<OrderKey>((start, end))?),
-                None => None,
-            };
-            let stored = stored.into_iter().flatten().map(|entry| {
-                let (key, partition) = entry?;
-                Ok((key.value(), partition.value()))
-            });
-            for entry in Merged::new(held_order, stored).take(limit) {
-                let ((_, due_at, hash), partition) = entry?;
-                keys.push((due_at, hash, partition));
-            }
-        }
-        drop(order_read);
-        let mut page = DuePage {
-            urls: Vec::with_capacity(keys.len()),
-            last: keys.last().map(|&(due, hash, _)| (due, hash)),
-            complete: keys.len() < limit,
-        };
-        let records = open_if_exists(&urls_read, URL_RECORDS)?;
-        for (due_at, hash, partition) in keys {
-            let key = (partition, crawl_number, hash);
-            let value = match held.record(&key) {
-                Some(value) => value.clone(),
-                None => match &records {
-                    Some(table) => table.get(key)?.map(|value| value.value().to_vec()),
-                    None => None,
-                },
-            };
-            let Some(value) = value else {
-                continue;
-            };
-            for entry in &entries_of(crawl, &value)? {
-                if entry.queue == queue_number && entry.due_at == due_at {
-                    page.urls.push(DueUrl {
-                        due_at,
-                        hash,
-                        url: entry.url(queue),
-                        partition,
-                    });
-                }
-            }
-        }
-        Ok(page)
+        let keys = due_keys(
+            held.order_in((start, end)),
+            &order_read,
+            (start, end),
+            limit,
+        )?;
+        let held_records = held_records_of(&held, crawl_number, &keys);
+        drop(held);
+        due_page(
+            (crawl, crawl_number),
+            (queue, queue_number),
+            &urls_read,
+            keys,
+            held_records,
+            limit,
+        )
     }
 
     /// A crawl's not-completed URLs split into due by `now` and later.
