@@ -116,6 +116,26 @@ struct Request {
 /// did, in commit order.
 pub type CommitHook = Box<dyn Fn(&[WriteOp], &[Applied]) + Send>;
 
+/// The dedup filters as the committer asks them, on its staging thread,
+/// whether a discovered URL's record key (its partition, crawl and store
+/// hash) is new: such a URL is stored without looking its key up in
+/// `urls.redb`, which once the file outgrows the cache costs a page read
+/// for every new URL, the staging thread's largest cost.
+///
+/// What makes a "no" certain: the filters hold the keys of every record
+/// the store holds, the committer adding each group's keys right after
+/// staging it, on the thread that asks about the next group; filters are
+/// built from the store at start-up; and a filter rebuilt online gets each
+/// key either from the store (held before its read began) or from an add
+/// made while it was built. So a key a filter does not hold is held by no
+/// URL stored, and no other URL shares it.
+pub trait KeyFilter: Send + Sync {
+    /// Whether no URL the store holds has this record key.
+    fn surely_absent(&self, partition: u32, crawl: &str, url_hash: u64) -> bool;
+    /// Adds a record key the store may now hold.
+    fn add(&self, partition: u32, crawl: &str, url_hash: u64);
+}
+
 /// The committer thread and its queue. Dropping it drains the queue, commits
 /// what was submitted, and joins the thread.
 pub struct Committer {
@@ -157,6 +177,17 @@ impl Committer {
     /// Starts the committer with a hook run after every commit.
     #[must_use]
     pub fn start_with_hook(store: Arc<Store>, hook: Option<CommitHook>) -> Self {
+        Self::start_with(store, hook, None)
+    }
+
+    /// Starts the committer with a hook run after every commit, and the
+    /// filters that spare new URLs a lookup ([`KeyFilter`]).
+    #[must_use]
+    pub fn start_with(
+        store: Arc<Store>,
+        hook: Option<CommitHook>,
+        keys: Option<Arc<dyn KeyFilter>>,
+    ) -> Self {
         let (sender, receiver) = mpsc::channel::<Request>();
         let (to_finish, staged) = mpsc::channel::<Staged>();
         let commits = Arc::new(AtomicU64::new(0));
@@ -179,7 +210,7 @@ impl Committer {
             .expect("the OS can start a thread");
         let stager = std::thread::Builder::new()
             .name("group-commit".into())
-            .spawn(move || stage(&store, &receiver, &to_finish))
+            .spawn(move || stage(&store, keys.as_deref(), &receiver, &to_finish))
             .expect("the OS can start a thread");
         Self {
             sender: Some(sender),
@@ -296,7 +327,12 @@ const GATHER_BELOW: usize = 64;
 /// The first stage: takes the queued batches as one group (a small one
 /// waits up to [`GATHER`] for more), logs it and applies it to the urls
 /// file, and hands it on.
-fn stage(store: &Store, receiver: &Receiver<Request>, to_finish: &Sender<Staged>) {
+fn stage(
+    store: &Store,
+    keys: Option<&dyn KeyFilter>,
+    receiver: &Receiver<Request>,
+    to_finish: &Sender<Staged>,
+) {
     let mut last_submitted: Option<Instant> = None;
     while let Ok(first) = receiver.recv() {
         let busy = last_submitted
@@ -331,7 +367,18 @@ fn stage(store: &Store, receiver: &Receiver<Request>, to_finish: &Sender<Staged>
             Ok(None)
         } else {
             let started = std::time::Instant::now();
-            let result = store.stage(&ops).map(Some);
+            let result = match keys {
+                Some(keys) => {
+                    let new_keys = new_keys(store, keys, &ops);
+                    let result = store.stage_knowing(&ops, &new_keys).map(Some);
+                    // Before the next group is asked about.
+                    if result.is_ok() {
+                        add_keys(store, keys, &ops);
+                    }
+                    result
+                }
+                None => store.stage(&ops).map(Some),
+            };
             metrics::histogram!("frontier_commit_seconds", "stage" => "urls")
                 .record(started.elapsed().as_secs_f64());
             result
@@ -349,6 +396,33 @@ fn stage(store: &Store, receiver: &Receiver<Request>, to_finish: &Sender<Staged>
                 }
             }
             Err(error) => fail(group, &CommitFailed(Arc::new(error))),
+        }
+    }
+}
+
+/// Per op, whether it discovers a URL whose record key `keys` surely does
+/// not hold.
+fn new_keys(store: &Store, keys: &dyn KeyFilter, ops: &[WriteOp]) -> Vec<bool> {
+    ops.iter()
+        .map(|op| match op {
+            WriteOp::Discover(new) => {
+                keys.surely_absent(new.partition, &new.crawl, store.url_hash(&new.url))
+            }
+            WriteOp::Known(_) | WriteOp::Delete(_) => false,
+        })
+        .collect()
+}
+
+/// Adds the record keys a staged group may have stored: a reported URL
+/// the store did not know is stored too.
+fn add_keys(store: &Store, keys: &dyn KeyFilter, ops: &[WriteOp]) {
+    for op in ops {
+        match op {
+            WriteOp::Discover(new) => keys.add(new.partition, &new.crawl, store.url_hash(&new.url)),
+            WriteOp::Known(known) => {
+                keys.add(known.partition, &known.crawl, store.url_hash(&known.url));
+            }
+            WriteOp::Delete(_) => {}
         }
     }
 }
@@ -432,9 +506,47 @@ mod tests {
     /// after a commit.
     #[test]
     fn concurrent_writers_store_each_url_once() {
+        concurrent_writers_store_each_url_once_with(None);
+    }
+
+    /// An exact set of record keys, as the filters are asked.
+    #[derive(Default)]
+    struct KeySet {
+        keys: std::sync::Mutex<std::collections::HashSet<(u32, String, u64)>>,
+        said_new: AtomicU64,
+    }
+
+    impl KeyFilter for KeySet {
+        fn surely_absent(&self, partition: u32, crawl: &str, url_hash: u64) -> bool {
+            let keys = self.keys.lock().unwrap();
+            let absent = !keys.contains(&(partition, crawl.to_owned(), url_hash));
+            self.said_new
+                .fetch_add(u64::from(absent), Ordering::Relaxed);
+            absent
+        }
+
+        fn add(&self, partition: u32, crawl: &str, url_hash: u64) {
+            let mut keys = self.keys.lock().unwrap();
+            keys.insert((partition, crawl.to_owned(), url_hash));
+        }
+    }
+
+    /// As above, the filters saying which keys are new: a URL sent by two
+    /// writers is new to the first group that has it (to both of its
+    /// batches if they share that group) and to no later one, and is
+    /// stored once.
+    #[test]
+    fn concurrent_writers_store_each_url_once_with_keys_said_new() {
+        let keys = Arc::new(KeySet::default());
+        concurrent_writers_store_each_url_once_with(Some(Arc::clone(&keys) as Arc<dyn KeyFilter>));
+        assert_eq!(keys.keys.lock().unwrap().len(), 4_000);
+        assert!((4_000..=8_000).contains(&keys.said_new.load(Ordering::Relaxed)));
+    }
+
+    fn concurrent_writers_store_each_url_once_with(keys: Option<Arc<dyn KeyFilter>>) {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path()).unwrap());
-        let committer = Committer::start(Arc::clone(&store));
+        let committer = Committer::start_with(Arc::clone(&store), None, keys);
         let told_stored: Vec<Vec<String>> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..8)
                 .map(|writer| {

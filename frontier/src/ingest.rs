@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::canonical::{CanonError, CanonicalUrl, canonicalise};
-use crate::commit::{CommitFailed, CommitHook, Committer};
+use crate::commit::{CommitFailed, CommitHook, Committer, KeyFilter};
 use crate::record::UrlRecord;
 use crate::scope::{Rules, SeedHosts, SkipReason};
 use crate::snapshots;
@@ -259,7 +259,7 @@ pub struct Ingest {
     // clone or an insert, never across I/O.
     seeds: std::sync::RwLock<std::collections::HashMap<String, Arc<SeedHosts>>>,
     startup: StartupReport,
-    filters: PartitionedBloom,
+    filters: Arc<PartitionedBloom>,
     mode: DedupMode,
     config: FilterConfig,
     max_url_length: usize,
@@ -297,10 +297,41 @@ impl std::fmt::Debug for Ingest {
     }
 }
 
-/// The filter key of a URL in a crawl.
+/// The filter key of a URL in a crawl, from the hash its store keys its
+/// record by ([`Store::url_hash`]): a key no filter holds is then one no
+/// stored URL's record has, hash collisions included, which is what lets
+/// the committer store a new URL without looking its key up
+/// ([`crate::commit::KeyFilter`]).
 #[must_use]
-pub fn filter_key(crawl: &str, url: &str) -> KeyHash {
-    KeyHash::of(&joined(crawl, url))
+pub fn filter_key(crawl: &str, url_hash: u64) -> KeyHash {
+    let mut bytes = Vec::with_capacity(crawl.len() + 9);
+    bytes.extend_from_slice(crawl.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(&url_hash.to_le_bytes());
+    KeyHash::of(&bytes)
+}
+
+/// The filters as the committer asks them whether a new URL's record key
+/// is new ([`KeyFilter`]).
+struct FilterKeys {
+    filters: Arc<PartitionedBloom>,
+}
+
+impl KeyFilter for FilterKeys {
+    fn surely_absent(&self, partition: u32, crawl: &str, url_hash: u64) -> bool {
+        // An error (no such partition) is no certainty.
+        self.filters
+            .contains(partition as usize, filter_key(crawl, url_hash))
+            .is_ok_and(|maybe| !maybe)
+    }
+
+    fn add(&self, partition: u32, crawl: &str, url_hash: u64) {
+        // A partition past the count has no filter to miss the key: its
+        // `surely_absent` is never certain.
+        let _ = self
+            .filters
+            .insert(partition as usize, filter_key(crawl, url_hash));
+    }
 }
 
 /// The partition of a host in a crawl, stable across builds and platforms.
@@ -408,13 +439,17 @@ impl Ingest {
             }
         });
         let hook = Some(tracked);
+        let filters = Arc::new(filters);
+        let keys = Arc::new(FilterKeys {
+            filters: Arc::clone(&filters),
+        });
         Ok(Self {
             copies,
             sealed: std::sync::RwLock::default(),
             seeds: std::sync::RwLock::new(
                 seeds.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
             ),
-            committer: Some(Committer::start_with_hook(Arc::clone(&store), hook)),
+            committer: Some(Committer::start_with(Arc::clone(&store), hook, Some(keys))),
             store,
             filters,
             mode,
@@ -511,7 +546,7 @@ impl Ingest {
         let partition = partition_of(crawl, canonical.host(), self.filters.partition_count());
         let maybe = self
             .filters
-            .contains(partition, filter_key(crawl, canonical.as_str()))?;
+            .contains(partition, self.filter_key(crawl, canonical.as_str()))?;
         let stored = self
             .store
             .get(partition as u32, crawl, canonical.as_str())?;
@@ -563,6 +598,12 @@ impl Ingest {
     #[must_use]
     pub fn filters(&self) -> &PartitionedBloom {
         &self.filters
+    }
+
+    /// The filter key of a canonical URL in a crawl ([`filter_key`]).
+    #[must_use]
+    pub fn filter_key(&self, crawl: &str, url: &str) -> KeyHash {
+        filter_key(crawl, self.store.url_hash(url))
     }
 
     /// Sets the most bytes of metadata a URL may carry; items with more are
@@ -694,7 +735,7 @@ mod tests {
                     partition_of(crawl, &host_of(url), partitions)
                 );
                 assert_eq!(record.queue_key, host_of(url));
-                let hash = filter_key(crawl, url);
+                let hash = ingest.filter_key(crawl, url);
                 assert!(
                     ingest.filters().contains(partition as usize, hash).unwrap(),
                     "{url} missing"
@@ -978,6 +1019,76 @@ mod tests {
         assert_eq!(reopened.partitions_to_rebuild(0.5), Vec::<usize>::new());
     }
 
+    /// New URLs are stored without looking their keys up in `urls.redb`:
+    /// only a filter's false positive costs a lookup, and known URLs are
+    /// settled before the committer.
+    #[test]
+    fn new_urls_are_staged_without_reading_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = FilterConfig {
+            partitions: 4,
+            ..FilterConfig::default()
+        };
+        let ingest = open(dir.path(), config, DedupMode::Exact);
+        let rules = Rules::default();
+        for batch in 0..8 {
+            let outcomes = ingest
+                .put_discovered("c", &urls(batch * 250..(batch + 1) * 250), &rules, 1)
+                .unwrap();
+            assert!(outcomes.iter().all(|o| *o == Outcome::Stored));
+        }
+        let reads = ingest.store().staging_file_reads();
+        assert!(reads < 100, "{reads} of 2000 new URLs looked up");
+        let outcomes = ingest
+            .put_discovered("c", &urls(0..2_000), &rules, 1)
+            .unwrap();
+        assert!((outcomes.iter()).all(|o| *o == Outcome::Skipped(SkipReason::Duplicate)));
+        assert_eq!(ingest.store().staging_file_reads(), reads);
+        assert_eq!(ingest.store().for_each_url(|_, _, _, _| {}).unwrap(), 2_000);
+    }
+
+    /// Snapshots of an older build, whose filters were keyed by the URL's
+    /// text, are not loaded: the filters are rebuilt with today's keys,
+    /// which the committer relies on to say a key is new.
+    #[test]
+    fn snapshots_of_filters_keyed_otherwise_are_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = FilterConfig {
+            partitions: 8,
+            ..FilterConfig::default()
+        };
+        let first = open(dir.path(), config, DedupMode::Exact);
+        first
+            .put_discovered("c", &urls(0..1_000), &Rules::default(), 1)
+            .unwrap();
+        first.shutdown().unwrap();
+        // The manifest as the older build wrote it.
+        let manifest = dir.path().join("filters/manifest");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let older: String = text
+            .lines()
+            .take(2)
+            .map(|line| format!("{line}\n"))
+            .collect();
+        assert_ne!(older, text);
+        std::fs::write(&manifest, older).unwrap();
+
+        let reopened = open(dir.path(), config, DedupMode::Exact);
+        match &reopened.startup().filters_from {
+            FiltersFrom::Store {
+                keys: 1_000,
+                reason,
+            } => assert!(reason.contains("keys="), "{reason}"),
+            other => panic!("expected a rebuild, got {other:?}"),
+        }
+        for url in urls(0..1_000) {
+            let canonical = canonicalise(&url.url, 2048).unwrap();
+            let partition = partition_of("c", canonical.host(), 8);
+            let key = reopened.filter_key("c", canonical.as_str());
+            assert!(reopened.filters().contains(partition, key).unwrap());
+        }
+    }
+
     #[test]
     fn clean_restarts_load_snapshots_and_anything_else_rebuilds() {
         let dir = tempfile::tempdir().unwrap();
@@ -1074,7 +1185,7 @@ mod tests {
                         for url in urls(start..start + 50) {
                             let canonical = canonicalise(&url.url, 2048).unwrap();
                             let partition = partition_of("c", canonical.host(), 4);
-                            let hash = filter_key("c", canonical.as_str());
+                            let hash = ingest.filter_key("c", canonical.as_str());
                             assert!(ingest.filters().contains(partition, hash).unwrap());
                         }
                     }

@@ -42,6 +42,10 @@ fn describe() {
         "frontier_commit_seconds",
         "Time of one group's stage: stage=\"urls\" logs it (synced) and applies it to urls.redb, stage=\"due\" applies its due entries to frontier.redb"
     );
+    metrics::describe_counter!(
+        "frontier_store_staging_file_reads_total",
+        "Record keys groups looked up in urls.redb as they were staged with writes held: a discovered URL whose key the filters say is new needs none"
+    );
     metrics::describe_histogram!(
         "frontier_checkpoint_seconds",
         "Time of one checkpoint, from waiting for the groups before it to both files made durable: no group is acknowledged meanwhile"
@@ -63,6 +67,7 @@ fn describe() {
         "frontier_leases_total",
         "frontier_lease_expiries_total",
         "frontier_commits_total",
+        "frontier_store_staging_file_reads_total",
         "frontier_filter_rebuilds_total",
     ] {
         metrics::counter!(counter).increment(0);

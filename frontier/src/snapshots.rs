@@ -17,6 +17,10 @@ use bloom_core::{BloomFilter, PartitionedBloom, SnapshotError};
 
 const DIR: &str = "filters";
 const MANIFEST: &str = "manifest";
+/// How the filters' keys are made, named in the manifest: snapshots of
+/// keys made otherwise (an older build keyed URLs by their text) are not
+/// loaded, and the filters are rebuilt from the store.
+const KEYS: &str = "keys=crawl-and-store-url-hash";
 
 /// Why snapshots were not used.
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +70,7 @@ pub fn write(data_dir: &Path, filters: &PartitionedBloom, token: u64) -> std::io
     write_synced(&dir.join(MANIFEST), |out| {
         write!(
             out,
-            "token={token}\npartitions={}\n",
+            "token={token}\npartitions={}\n{KEYS}\n",
             filters.partition_count()
         )
     })?;
@@ -97,10 +101,10 @@ pub fn load(data_dir: &Path, token: u64, partitions: usize) -> Result<Vec<BloomF
         }
         Err(error) => return Err(error.into()),
     };
-    let expected = format!("token={token}\npartitions={partitions}\n");
+    let expected = format!("token={token}\npartitions={partitions}\n{KEYS}\n");
     if manifest != expected {
         return Err(LoadError::Stale(format!(
-            "manifest {:?} does not match token {token} and {partitions} partitions",
+            "manifest {:?} does not match token {token}, {partitions} partitions and {KEYS}",
             manifest.trim()
         )));
     }

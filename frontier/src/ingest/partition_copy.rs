@@ -22,7 +22,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
 
-use super::{Ingest, IngestError, canonicalise, filter_key, partition_of};
+use super::{Ingest, IngestError, canonicalise, partition_of};
 use crate::record::UrlRecord;
 use crate::store::{Applied, Deletion, KnownUrl, NewUrl, WriteOp};
 
@@ -495,7 +495,7 @@ impl Ingest {
     fn learn(&self, partition: u32, moved: &PartitionUrl) -> Result<(), IngestError> {
         let partition = partition as usize;
         self.filters
-            .insert(partition, filter_key(&moved.crawl, &moved.url))?;
+            .insert(partition, self.filter_key(&moved.crawl, &moved.url))?;
         self.counters[partition]
             .stored
             .fetch_add(1, Ordering::Relaxed);
@@ -609,7 +609,7 @@ mod tests {
             assert_eq!(again.updated, pages.len() as u64);
             assert_eq!(sorted(whole(&to, partition, 1000)), sorted(pages.clone()));
             for moved in &pages {
-                let key = filter_key(&moved.crawl, &moved.url);
+                let key = to.filter_key(&moved.crawl, &moved.url);
                 assert!(to.filters().contains(partition as usize, key).unwrap());
             }
             copied += pages.len();

@@ -33,7 +33,7 @@ pub(super) fn filters_from_store(
                     for partition in (first..partitions).step_by(threads) {
                         keys.clear();
                         store.for_each_url_in_partition(partition as u32, |crawl, url| {
-                            keys.push(filter_key(crawl, url));
+                            keys.push(filter_key(crawl, store.url_hash(url)));
                         })?;
                         let count = keys.len() as u64;
                         let capacity = (2 * count).max(config.expected_urls_per_partition);
@@ -132,7 +132,7 @@ impl Ingest {
         // The read transaction starts now, after the rebuild began.
         self.store
             .for_each_url_in_partition(partition as u32, |crawl, url| {
-                keys.push(filter_key(crawl, url));
+                keys.push(self.filter_key(crawl, url));
                 if keys.len() == BATCH {
                     rebuild.insert_batch(&keys);
                     keys.clear();

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 
 use bloom_core::KeyHash;
 
-use super::{DedupMode, Discovered, Ingest, IngestError, Known, Outcome, filter_key, partition_of};
+use super::{DedupMode, Discovered, Ingest, IngestError, Known, Outcome, partition_of};
 use crate::commit::{CommitFailed, PendingCommit};
 use crate::record::UrlRecord;
 use crate::scope::{Rules, SkipReason};
@@ -132,7 +132,7 @@ impl Ingest {
                 item.queue_key.clone()
             };
             let partition = partition_of(crawl, canonical.host(), partitions);
-            let hash = filter_key(crawl, canonical.as_str());
+            let hash = self.filter_key(crawl, canonical.as_str());
             let maybe = self.filters.contains(partition, hash)?;
             if maybe && self.mode == DedupMode::Bloom {
                 outcomes.push(Outcome::Skipped(SkipReason::Duplicate));
@@ -198,7 +198,7 @@ impl Ingest {
             accepted.push(KnownItem {
                 outcome: outcomes.len(),
                 partition,
-                hash: filter_key(crawl, canonical.as_str()),
+                hash: self.filter_key(crawl, canonical.as_str()),
                 write: KnownUrl {
                     crawl: crawl.to_owned(),
                     partition: partition as u32,

@@ -71,6 +71,11 @@ pub(super) trait RecordAccess {
     fn get(&self, key: RecordKey) -> Result<Option<Vec<u8>>, StoreError>;
     /// Sets a key's value; answers the one it replaced.
     fn insert(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// [`Self::insert`] of a key the files are known not to hold: a view
+    /// over them need not look there for what it replaced.
+    fn insert_new(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.insert(key, value)
+    }
 }
 
 impl RecordAccess for RecordsTable<'_> {
@@ -148,6 +153,7 @@ impl Store {
             &mut names,
             keys,
             ops,
+            &[],
             |records, names, deletion, effects| {
                 Self::apply_deletion(records, names, keys, deletion, effects)
             },
@@ -161,6 +167,7 @@ impl Store {
         names: &mut GroupNames<'_, '_>,
         keys: &UrlKeys<'_>,
         ops: &[WriteOp],
+        new_keys: &[bool],
         mut delete: impl for<'a> FnMut(
             &mut R,
             &GroupNames<'_, '_>,
@@ -189,7 +196,10 @@ impl Store {
         }) {
             let hash = hashes[index];
             let applied = match &ops[index] {
-                WriteOp::Discover(new) => Self::discover(records, names, new, hash, &mut effects)?,
+                WriteOp::Discover(new) => {
+                    let new_key = new_keys.get(index).copied().unwrap_or(false);
+                    Self::discover(records, names, new, (hash, new_key), &mut effects)?
+                }
                 WriteOp::Known(known) => {
                     Self::apply_known(records, names, known, hash, &mut effects)?
                 }
@@ -211,7 +221,7 @@ impl Store {
         records: &mut impl RecordAccess,
         names: &mut GroupNames<'_, '_>,
         new: &'a NewUrl,
-        hash: u64,
+        (hash, new_key): (u64, bool),
         effects: &mut GroupEffects<'a>,
     ) -> Result<Applied, StoreError> {
         let crawl = names.crawl_number(&new.crawl)?;
@@ -220,8 +230,11 @@ impl Store {
         // A "no" is certain, so the URL is inserted without a lookup (one
         // descent instead of two), and what the insert replaced is put back
         // if the URL was known after all (stored by a concurrent batch
-        // after the filter was asked, or earlier in this group).
+        // after the filter was asked, or earlier in this group). A key the
+        // committer's filters say is new is looked for only in what is
+        // held and in the group, never in the files.
         if new.maybe_known
+            && !new_key
             && let Some(value) = records.get(key)?
             && position_of(names, &entries_of(&new.crawl, &new.url, &value)?, &new.url)?.is_some()
         {
@@ -230,7 +243,11 @@ impl Store {
         let queue = names.queue_number(crawl, &new.record.queue_key)?;
         let mut entry = Vec::with_capacity(32 + new.url.len());
         StoredEntry::encode(&new.url, queue, &new.record, &mut entry);
-        let replaced = records.insert(key, entry.as_slice())?;
+        let replaced = if new_key {
+            records.insert_new(key, entry.as_slice())?
+        } else {
+            records.insert(key, entry.as_slice())?
+        };
         if let Some(mut value) = replaced {
             let known = position_of(names, &entries_of(&new.crawl, &new.url, &value)?, &new.url)?;
             if known.is_none() {

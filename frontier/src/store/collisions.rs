@@ -3,7 +3,9 @@
 //! URL exactly, and the serving order hold every URL not completed once.
 //! Run with writes applied to the files at once, and held in memory (module
 //! `held`) with the applier's steps, checkpoints and crashes among the
-//! writes: a crash image must hold every write answered.
+//! writes: a crash image must hold every write answered. A discovered URL
+//! whose hash no URL ever had is staged as a new key, as the committer's
+//! filters would say.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -161,6 +163,7 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Some(open(dir.path(), held));
         let mut model = Model::new();
+        let mut keys_seen = std::collections::BTreeSet::new();
         let mut now = 10;
         for op in ops {
             now += 1;
@@ -174,18 +177,27 @@ proptest! {
                         queue_key: QUEUES[queue as usize].into(),
                         ..UrlRecord::default()
                     };
-                    let stored = live.insert_if_absent(&[NewUrl {
+                    // Said new as the committer's filters would: no URL
+                    // with its hash was ever stored.
+                    let new_key = keys_seen.insert(live.url_hash(&url));
+                    let discover = [WriteOp::Discover(NewUrl {
                         crawl: "c".into(),
                         url: url.clone(),
                         partition: 1,
                         maybe_known: maybe,
                         record: record.clone(),
-                    }]).unwrap();
-                    prop_assert_eq!(stored, vec![!model.contains_key(&url)]);
+                    })];
+                    let staged = live.stage_knowing(&discover, &[new_key]).unwrap();
+                    let stored = live.finish(staged).unwrap();
+                    prop_assert_eq!(
+                        stored,
+                        vec![Applied::Discovered { stored: !model.contains_key(&url) }]
+                    );
                     model.entry(url).or_insert((record.queue_key, record.due_at, now));
                 }
                 Op::Report { url, queue, due } => {
                     let url = url_of(url);
+                    keys_seen.insert(live.url_hash(&url));
                     live.apply(&[WriteOp::Known(KnownUrl {
                         crawl: "c".into(),
                         url: url.clone(),

@@ -240,6 +240,9 @@ pub(super) struct HeldWrites {
     /// locks: one at a time starts the log's new pass, which copies the
     /// kept records into the spare file off the writer's lock.
     checkpointing: Mutex<()>,
+    /// Tests: keys groups looked up in `urls.redb` while worked out.
+    #[cfg(test)]
+    pub(super) files_read: std::sync::atomic::AtomicU64,
     /// Tests: what to run at a named point of a read, once.
     #[cfg(test)]
     pub(super) race: Mutex<Option<(&'static str, RaceHook)>>,
@@ -331,6 +334,8 @@ struct HeldView<'h, 't> {
     held: &'h Held,
     table: Option<&'t RecordsReadTable>,
     own: BTreeMap<RecordKey, Vec<u8>>,
+    /// Keys looked up in `urls.redb`.
+    files_read: std::cell::Cell<u64>,
 }
 
 impl RecordAccess for HeldView<'_, '_> {
@@ -341,6 +346,7 @@ impl RecordAccess for HeldView<'_, '_> {
         if let Some(value) = self.held.record(&key) {
             return Ok(value.clone());
         }
+        self.files_read.set(self.files_read.get() + 1);
         match self.table {
             Some(table) => Ok(table.get(key)?.map(|value| value.value().to_vec())),
             None => Ok(None),
@@ -349,6 +355,15 @@ impl RecordAccess for HeldView<'_, '_> {
 
     fn insert(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let previous = self.get(key)?;
+        self.own.insert(key, value.to_vec());
+        Ok(previous)
+    }
+
+    fn insert_new(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let previous = match self.own.get(&key) {
+            Some(value) => Some(value.clone()),
+            None => self.held.record(&key).cloned().flatten(),
+        };
         self.own.insert(key, value.to_vec());
         Ok(previous)
     }
@@ -410,7 +425,11 @@ impl Store {
 
     /// The first stage of a group held in memory: logged and synced, worked
     /// out against what is held over `urls.redb`, and held.
-    pub(super) fn stage_held(&self, ops: &[WriteOp]) -> Result<StagedGroup, StoreError> {
+    pub(super) fn stage_held(
+        &self,
+        ops: &[WriteOp],
+        new_keys: &[bool],
+    ) -> Result<StagedGroup, StoreError> {
         let started = Instant::now();
         self.wait_for_room()?;
         let waited = started.elapsed();
@@ -419,7 +438,7 @@ impl Store {
         let wal = &mut writer.wal;
         let (lsn, record_start) = self.log_group(wal, ops)?;
         let logged = started.elapsed();
-        match self.work_out_held(ops) {
+        match self.work_out_held(ops, new_keys) {
             Ok((results, records, changes, counts)) => {
                 let worked = started.elapsed();
                 self.hold(lsn, records, changes, counts);
@@ -487,6 +506,7 @@ impl Store {
     fn work_out_held(
         &self,
         ops: &[WriteOp],
+        new_keys: &[bool],
     ) -> Result<
         (
             Vec<Applied>,
@@ -518,14 +538,21 @@ impl Store {
                 held: &held,
                 table: table.as_ref().as_ref(),
                 own: BTreeMap::new(),
+                files_read: std::cell::Cell::new(0),
             };
             let mut names = GroupNames::deferred(&self.names);
             let (results, changes, counts) =
-                Self::run_ops(&mut view, &mut names, &keys, ops, |_, _, _, _| {
+                Self::run_ops(&mut view, &mut names, &keys, ops, new_keys, |_, _, _, _| {
                     Err(StoreError::Halted(
                         "a deletion reached a group held in memory".into(),
                     ))
                 })?;
+            metrics::counter!("frontier_store_staging_file_reads_total")
+                .increment(view.files_read.get());
+            #[cfg(test)]
+            self.held
+                .files_read
+                .fetch_add(view.files_read.get(), Ordering::Relaxed);
             Ok((results, view.own, changes, counts))
         })();
         if worked.is_err() {
@@ -883,6 +910,12 @@ impl Store {
         )
     }
 
+    /// Tests: keys groups looked up in `urls.redb` as they were worked out.
+    #[cfg(test)]
+    pub(crate) fn staging_file_reads(&self) -> u64 {
+        self.held.files_read.load(Ordering::Relaxed)
+    }
+
     /// Tests: runs what was set to run at `point`.
     #[cfg(test)]
     pub(super) fn race_point(&self, point: &str) {
@@ -1133,6 +1166,65 @@ mod tests {
         let last = new_urls(n - 1..n).remove(0);
         assert!(store.get(0, "c", &last.url).unwrap().is_some());
         assert_eq!(reads(&store, &new_urls(0..n)), (n, n, n));
+    }
+
+    /// A discovered URL whose key the caller says is new is stored without
+    /// a lookup in `urls.redb`, and still found in what is held and in its
+    /// own group; one not said new is looked up.
+    #[test]
+    fn keys_said_new_are_not_looked_up_in_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.hold_writes();
+        let files_read = || store.staging_file_reads();
+        let discover = |urls: Vec<NewUrl>| -> Vec<WriteOp> {
+            urls.into_iter().map(WriteOp::Discover).collect()
+        };
+        let stored = |applied: Vec<Applied>| -> Vec<bool> {
+            (applied.into_iter())
+                .map(|applied| matches!(applied, Applied::Discovered { stored: true }))
+                .collect()
+        };
+        assert!(
+            store
+                .insert_if_absent(&new_urls(0..50))
+                .unwrap()
+                .iter()
+                .all(|s| *s)
+        );
+        assert!(store.apply_held().unwrap());
+        assert!(
+            store.held.read().snapshot.is_some(),
+            "groups read the files"
+        );
+
+        let read = files_read();
+        let ops = discover(new_urls(100..120));
+        let staged = store.stage_knowing(&ops, &[true; 20]).unwrap();
+        assert_eq!(stored(store.finish(staged).unwrap()), [true; 20]);
+        assert_eq!(files_read(), read, "no key said new was looked up");
+
+        let ops = discover(new_urls(120..130));
+        let staged = store.stage_knowing(&ops, &[]).unwrap();
+        assert_eq!(stored(store.finish(staged).unwrap()), [true; 10]);
+        assert_eq!(files_read(), read + 10, "one lookup a key not said new");
+
+        // Held, not yet written: found there. Twice in a group: once.
+        let read = files_read();
+        let mut twice = new_urls(110..111);
+        twice.extend(new_urls(130..131));
+        twice.extend(new_urls(130..131));
+        let staged = store.stage_knowing(&discover(twice), &[true; 3]).unwrap();
+        assert_eq!(stored(store.finish(staged).unwrap()), [false, true, false]);
+        assert_eq!(files_read(), read);
+        assert!(store.apply_held().unwrap());
+        for url in new_urls(0..50).into_iter().chain(new_urls(100..131)) {
+            assert!(
+                store.get(0, "c", &url.url).unwrap().is_some(),
+                "{}",
+                url.url
+            );
+        }
     }
 
     /// A URL changed while the applier writes its older state reads as

@@ -771,11 +771,26 @@ impl Store {
     /// here from what `urls.redb` held, so the next group can be staged
     /// while this one finishes.
     pub fn stage(&self, ops: &[WriteOp]) -> Result<StagedGroup, StoreError> {
+        self.stage_knowing(ops, &[])
+    }
+
+    /// [`Self::stage`], told which ops discover a URL whose record key no
+    /// URL the store holds has (`new_keys[i]` for `ops[i]`; missing:
+    /// not known). Held in memory, such a URL is stored without looking
+    /// its key up in `urls.redb`, only in what is held and in the group
+    /// (a URL twice in it). A key said new that the store holds would
+    /// lose that record: the caller's filters must be certain
+    /// ([`crate::commit::KeyFilter`]).
+    pub fn stage_knowing(
+        &self,
+        ops: &[WriteOp],
+        new_keys: &[bool],
+    ) -> Result<StagedGroup, StoreError> {
         if !self.holding() {
             return self.stage_in_files(ops);
         }
         if !ops.iter().any(|op| matches!(op, WriteOp::Delete(_))) {
-            return self.stage_held(ops);
+            return self.stage_held(ops, new_keys);
         }
         // A deletion ranges over what the files hold: what is held goes to
         // them first, and the group reaches both before it is answered (an
