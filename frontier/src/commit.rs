@@ -371,10 +371,11 @@ fn stage(
                 Some(keys) => {
                     let new_keys = new_keys(store, keys, &ops);
                     let result = store.stage_knowing(&ops, &new_keys).map(Some);
-                    // Before the next group is asked about.
-                    if result.is_ok() {
-                        add_keys(store, keys, &ops);
-                    }
+                    // Before the next group is asked about, and even if
+                    // this one failed: a failure may leave some of its
+                    // records in the files, and a key too many costs only
+                    // a lookup.
+                    add_keys(store, keys, &ops);
                     result
                 }
                 None => store.stage(&ops).map(Some),
