@@ -73,10 +73,6 @@ pub(super) type OrderKey = (u32, u64, u64);
 /// its time went: the answer it delays is what a client waits for.
 const SLOW_GROUP: Duration = Duration::from_millis(250);
 
-/// How often a read opens its snapshot off the held lock, a layer being
-/// let go meanwhile each time, before it opens one under the lock.
-pub(super) const SNAPSHOT_TRIES: usize = 2;
-
 /// The least [`Store::held_limit`] can be, whatever the cache.
 const HELD_LIMIT_MIN: usize = 16 << 20;
 
@@ -141,7 +137,7 @@ pub(super) struct Held {
     /// waits on redb's locks for as long as a large commit of the applier
     /// takes, and a group waited with it; one opened by the applier
     /// spares the groups that wait.
-    snapshot: Option<Arc<Option<RecordsReadTable>>>,
+    pub(super) snapshot: Option<Arc<Option<RecordsReadTable>>>,
     /// Counts the written layers let go: a snapshot of a file opened
     /// while it stays the same holds whatever such a layer held (see
     /// [`Store::held_and_snapshot`]).
@@ -296,7 +292,7 @@ impl HeldWrites {
 #[cfg(test)]
 pub(super) type RaceHook = fn(&Store);
 
-type RecordsReadTable = redb::ReadOnlyTable<RecordKey, &'static [u8]>;
+pub(super) type RecordsReadTable = redb::ReadOnlyTable<RecordKey, &'static [u8]>;
 
 /// What is held of a range of `url_records` keys (`None`: removed).
 pub(super) type HeldRecords = Vec<(RecordKey, Option<Vec<u8>>)>;
@@ -683,7 +679,9 @@ impl Store {
     }
 
     /// A snapshot of `url_records` as `urls.redb` holds it now.
-    fn records_snapshot(files: &super::Files) -> Result<Option<RecordsReadTable>, StoreError> {
+    pub(super) fn records_snapshot(
+        files: &super::Files,
+    ) -> Result<Option<RecordsReadTable>, StoreError> {
         let read = files.urls_db.begin_read()?;
         open_if_exists(&read, URL_RECORDS)
     }
@@ -881,135 +879,10 @@ impl Store {
         self.lock_writer().wal.finish_restart(data_dir, pending)
     }
 
-    /// A copy of what is held (`copy`), and a snapshot of `url_records`
-    /// that holds whatever is no longer held: the applier's, if it has
-    /// one, else one of the read's own ([`Self::held_and_snapshot`]).
-    pub(super) fn held_and_records<T>(
-        &self,
-        mut copy: impl FnMut(&Held) -> T,
-    ) -> Result<(T, Arc<Option<RecordsReadTable>>), StoreError> {
-        {
-            let held = self.held.read();
-            if let Some(snapshot) = &held.snapshot {
-                return Ok((copy(&held), Arc::clone(snapshot)));
-            }
-        }
-        let (copied, table) = self.held_and_snapshot(copy, Self::records_snapshot)?;
-        Ok((copied, Arc::new(table)))
-    }
-
-    /// What is held of `serving_order` keys in `range`, and a snapshot of
-    /// `frontier.redb` that holds whatever is no longer held.
-    pub(super) fn held_order_in(
-        &self,
-        range: impl std::ops::RangeBounds<OrderKey> + Clone,
-    ) -> Result<(HeldOrder, redb::ReadTransaction), StoreError> {
-        self.held_and_snapshot(
-            |held| held.order_in(range.clone()),
-            |files| Ok(files.db.begin_read()?),
-        )
-    }
-
     /// Tests: keys groups looked up in `urls.redb` as they were worked out.
     #[cfg(test)]
     pub(crate) fn staging_file_reads(&self) -> u64 {
         self.held.files_read.load(Ordering::Relaxed)
-    }
-
-    /// Tests: runs what was set to run at `point`.
-    #[cfg(test)]
-    pub(super) fn race_point(&self, point: &str) {
-        let hook = {
-            let mut race = self.held.race.lock().unwrap();
-            match *race {
-                Some((at, _)) if at == point => race.take(),
-                _ => None,
-            }
-        };
-        if let Some((_, hook)) = hook {
-            hook(self);
-        }
-    }
-
-    #[cfg(not(test))]
-    pub(super) fn race_point(&self, _point: &str) {}
-
-    /// A copy of what is held, and a snapshot of a file that holds
-    /// whatever is no longer held. The snapshot is opened off the held
-    /// lock: opening one sometimes waits on redb's locks for as long as a
-    /// large commit takes, and under the lock it held up every group
-    /// behind it. It holds what any layer let go before it held if no
-    /// layer was let go between a look before it and the copy (a layer is
-    /// let go after both files hold it); else this tries again, and at
-    /// last opens it under the lock.
-    pub(super) fn held_and_snapshot<T, S>(
-        &self,
-        mut copy: impl FnMut(&Held) -> T,
-        open: impl Fn(&super::Files) -> Result<S, StoreError>,
-    ) -> Result<(T, S), StoreError> {
-        for _ in 0..SNAPSHOT_TRIES {
-            let before = self.held.read().released;
-            let read = open(&*self.files()?)?;
-            self.race_point("snapshot opened");
-            let held = self.held.read();
-            if held.released == before {
-                return Ok((copy(&held), read));
-            }
-        }
-        let held = self.held.read();
-        let read = open(&*self.files()?)?;
-        Ok((copy(&held), read))
-    }
-}
-
-/// A table's entries merged with what is held of them, in key order: a
-/// held value replaces the table's, a held removal drops it.
-pub(super) struct Merged<K, V, I: Iterator> {
-    held: std::iter::Peekable<std::vec::IntoIter<(K, Option<V>)>>,
-    stored: std::iter::Peekable<I>,
-}
-
-impl<K, V, I> Merged<K, V, I>
-where
-    I: Iterator<Item = Result<(K, V), StoreError>>,
-{
-    pub(super) fn new(held: Vec<(K, Option<V>)>, stored: I) -> Self {
-        Self {
-            held: held.into_iter().peekable(),
-            stored: stored.peekable(),
-        }
-    }
-}
-
-impl<K: Ord + Copy, V, I> Iterator for Merged<K, V, I>
-where
-    I: Iterator<Item = Result<(K, V), StoreError>>,
-{
-    type Item = Result<(K, V), StoreError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let stored_key = match self.stored.peek() {
-                Some(Ok((key, _))) => Some(*key),
-                Some(Err(_)) => return self.stored.next(),
-                None => None,
-            };
-            let held_key = self.held.peek().map(|(key, _)| *key);
-            match (held_key, stored_key) {
-                (None, None) => return None,
-                (Some(held), stored) if stored.is_none_or(|stored| held <= stored) => {
-                    if stored == Some(held) {
-                        self.stored.next();
-                    }
-                    let (key, value) = self.held.next()?;
-                    match value {
-                        Some(value) => return Some(Ok((key, value))),
-                        None => continue,
-                    }
-                }
-                _ => return self.stored.next(),
-            }
-        }
     }
 }
 
@@ -1300,21 +1173,5 @@ mod tests {
         drop(store);
         let store = Store::open_with_cache(dir.path(), 1 << 20).unwrap();
         assert_eq!(store.held_limit(), HELD_LIMIT_MIN);
-    }
-
-    #[test]
-    fn held_entries_replace_and_remove_stored_ones_in_key_order() {
-        let stored = vec![(1, "a"), (3, "c"), (5, "e"), (7, "g")];
-        let held = vec![
-            (0, Some("z")),
-            (3, Some("C")),
-            (5, None),
-            (6, Some("f")),
-            (9, None),
-        ];
-        let merged: Vec<(i32, &str)> = Merged::new(held, stored.into_iter().map(Ok))
-            .collect::<Result<_, StoreError>>()
-            .unwrap();
-        assert_eq!(merged, [(0, "z"), (1, "a"), (3, "C"), (6, "f"), (7, "g")]);
     }
 }

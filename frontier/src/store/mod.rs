@@ -13,7 +13,8 @@
 //! - `names`: the numbers of crawls and queues;
 //! - `compact`: the clean close, which compacts the files while small;
 //! - `held`: writes held in memory between a group's answer and the
-//!   files, and the applier that writes them; `pace`: groups paced to the
+//!   files, and the applier that writes them; `merged`: reads that merge
+//!   what is held over a snapshot of the files; `pace`: groups paced to the
 //!   applier's rate as what is held nears its limit; `catch_up`:
 //!   `frontier.redb` brought up to `urls.redb` after a failed write;
 //! - `open`: opening, creation, the log's replay; `legacy`: the URL tables
@@ -133,6 +134,7 @@ mod error;
 mod held;
 pub mod inspect;
 mod legacy;
+mod merged;
 mod names;
 mod open;
 mod pace;

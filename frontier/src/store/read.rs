@@ -12,7 +12,8 @@ use std::ops::Bound;
 use redb::{ReadableDatabase, ReadableTable};
 
 use super::apply::RecordKey;
-use super::held::{Held, HeldOrder, Merged, OrderKey, SNAPSHOT_TRIES};
+use super::held::{Held, HeldOrder, OrderKey};
+use super::merged::{Merged, SNAPSHOT_TRIES};
 use super::names::Names;
 use super::{
     CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, QUEUES, QueueRecord, SEED_HOSTS, SERVING_ORDER,
