@@ -369,13 +369,23 @@ fn stage(
             let started = std::time::Instant::now();
             let result = match keys {
                 Some(keys) => {
-                    let new_keys = new_keys(store, keys, &ops);
+                    let record_keys = record_keys(store, &ops);
+                    let new_keys: Vec<bool> = (ops.iter().zip(&record_keys))
+                        .map(|(op, key)| match (op, key) {
+                            (WriteOp::Discover(_), Some((partition, crawl, hash))) => {
+                                keys.surely_absent(*partition, crawl, *hash)
+                            }
+                            _ => false,
+                        })
+                        .collect();
                     let result = store.stage_knowing(&ops, &new_keys).map(Some);
                     // Before the next group is asked about, and even if
                     // this one failed: a failure may leave some of its
                     // records in the files, and a key too many costs only
                     // a lookup.
-                    add_keys(store, keys, &ops);
+                    for (partition, crawl, hash) in record_keys.into_iter().flatten() {
+                        keys.add(partition, crawl, hash);
+                    }
                     result
                 }
                 None => store.stage(&ops).map(Some),
@@ -401,31 +411,22 @@ fn stage(
     }
 }
 
-/// Per op, whether it discovers a URL whose record key `keys` surely does
-/// not hold.
-fn new_keys(store: &Store, keys: &dyn KeyFilter, ops: &[WriteOp]) -> Vec<bool> {
+/// Per op, the record key (partition, crawl, store hash) of the URL it may
+/// store: a discovered URL, or a reported one the store did not know.
+fn record_keys<'o>(store: &Store, ops: &'o [WriteOp]) -> Vec<Option<(u32, &'o str, u64)>> {
     ops.iter()
         .map(|op| match op {
             WriteOp::Discover(new) => {
-                keys.surely_absent(new.partition, &new.crawl, store.url_hash(&new.url))
+                Some((new.partition, new.crawl.as_str(), store.url_hash(&new.url)))
             }
-            WriteOp::Known(_) | WriteOp::Delete(_) => false,
+            WriteOp::Known(known) => Some((
+                known.partition,
+                known.crawl.as_str(),
+                store.url_hash(&known.url),
+            )),
+            WriteOp::Delete(_) => None,
         })
         .collect()
-}
-
-/// Adds the record keys a staged group may have stored: a reported URL
-/// the store did not know is stored too.
-fn add_keys(store: &Store, keys: &dyn KeyFilter, ops: &[WriteOp]) {
-    for op in ops {
-        match op {
-            WriteOp::Discover(new) => keys.add(new.partition, &new.crawl, store.url_hash(&new.url)),
-            WriteOp::Known(known) => {
-                keys.add(known.partition, &known.crawl, store.url_hash(&known.url));
-            }
-            WriteOp::Delete(_) => {}
-        }
-    }
 }
 
 /// The second stage: applies each staged group's `due` changes, in the

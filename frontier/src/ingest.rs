@@ -312,25 +312,18 @@ pub fn filter_key(crawl: &str, url_hash: u64) -> KeyHash {
 }
 
 /// The filters as the committer asks them whether a new URL's record key
-/// is new ([`KeyFilter`]).
-struct FilterKeys {
-    filters: Arc<PartitionedBloom>,
-}
-
-impl KeyFilter for FilterKeys {
+/// is new.
+impl KeyFilter for PartitionedBloom {
     fn surely_absent(&self, partition: u32, crawl: &str, url_hash: u64) -> bool {
         // An error (no such partition) is no certainty.
-        self.filters
-            .contains(partition as usize, filter_key(crawl, url_hash))
+        self.contains(partition as usize, filter_key(crawl, url_hash))
             .is_ok_and(|maybe| !maybe)
     }
 
     fn add(&self, partition: u32, crawl: &str, url_hash: u64) {
         // A partition past the count has no filter to miss the key: its
         // `surely_absent` is never certain.
-        let _ = self
-            .filters
-            .insert(partition as usize, filter_key(crawl, url_hash));
+        let _ = self.insert(partition as usize, filter_key(crawl, url_hash));
     }
 }
 
@@ -440,9 +433,7 @@ impl Ingest {
         });
         let hook = Some(tracked);
         let filters = Arc::new(filters);
-        let keys = Arc::new(FilterKeys {
-            filters: Arc::clone(&filters),
-        });
+        let keys: Arc<dyn KeyFilter> = Arc::clone(&filters) as _;
         Ok(Self {
             copies,
             sealed: std::sync::RwLock::default(),

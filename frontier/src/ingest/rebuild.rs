@@ -8,10 +8,11 @@ use bloom_core::{BloomFilter, PartitionedBloom};
 use super::{FilterConfig, Ingest, IngestError, filter_key};
 use crate::store::Store;
 
-/// Builds every partition's filter from the keys the store holds (keys
-/// only: the records are not decoded), each sized at twice its keys as an
-/// online rebuild would, so that no filter starts out full; partitions are
-/// spread over the machine's cores. Answers the filters and each one's keys.
+/// Builds every partition's filter from the record keys the store holds
+/// (no URL is built: a filter key is made from the key's hash), each sized
+/// at twice its URLs as an online rebuild would, so that no filter starts
+/// out full; partitions are spread over the machine's cores. Answers the
+/// filters and each one's URLs.
 /// Runs before any write, so the partitions' snapshots agree.
 pub(super) fn filters_from_store(
     store: &Store,
@@ -32,10 +33,14 @@ pub(super) fn filters_from_store(
                     let mut inserted = Vec::new();
                     for partition in (first..partitions).step_by(threads) {
                         keys.clear();
-                        store.for_each_url_in_partition(partition as u32, |crawl, url| {
-                            keys.push(filter_key(crawl, store.url_hash(url)));
-                        })?;
-                        let count = keys.len() as u64;
+                        let mut count = 0;
+                        store.for_each_key_in_partition(
+                            partition as u32,
+                            |crawl, hash, urls| {
+                                keys.push(filter_key(crawl, hash));
+                                count += urls as u64;
+                            },
+                        )?;
                         let capacity = (2 * count).max(config.expected_urls_per_partition);
                         let filter = BloomFilter::with_layout(
                             config.layout,
@@ -110,10 +115,11 @@ impl Ingest {
     }
 
     /// Rebuilds one partition's filter online, sized for `capacity` URLs,
-    /// from the URLs the store holds for it. Puts go on meanwhile: keys they
-    /// store reach the new filter either through the store (committed before
-    /// the rebuild's read began) or by being inserted into both filters (the
-    /// store-first order of `bloom_core::partitioned`).
+    /// from the record keys the store holds for it. Puts go on meanwhile:
+    /// keys they store reach the new filter either through the store
+    /// (committed before the rebuild's read began) or by being inserted
+    /// into both filters (the store-first order of
+    /// `bloom_core::partitioned`).
     pub fn rebuild_partition(
         &self,
         partition: usize,
@@ -131,8 +137,8 @@ impl Ingest {
         let mut keys = Vec::with_capacity(BATCH);
         // The read transaction starts now, after the rebuild began.
         self.store
-            .for_each_url_in_partition(partition as u32, |crawl, url| {
-                keys.push(self.filter_key(crawl, url));
+            .for_each_key_in_partition(partition as u32, |crawl, hash, _| {
+                keys.push(filter_key(crawl, hash));
                 if keys.len() == BATCH {
                     rebuild.insert_batch(&keys);
                     keys.clear();

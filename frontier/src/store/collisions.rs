@@ -267,3 +267,38 @@ proptest! {
         }
     }
 }
+
+/// A filter is rebuilt from record keys: each visited once, with the
+/// number of URLs under it, which colliding URLs share.
+#[test]
+fn record_keys_are_visited_once_with_their_urls() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), false);
+    let urls: Vec<NewUrl> = (0..24)
+        .map(|i| NewUrl {
+            crawl: "c".into(),
+            url: url_of(i),
+            partition: 1,
+            maybe_known: false,
+            record: UrlRecord {
+                due_at: 1,
+                queue_key: QUEUES[0].into(),
+                ..UrlRecord::default()
+            },
+        })
+        .collect();
+    assert!(store.insert_if_absent(&urls).unwrap().iter().all(|s| *s));
+    let mut expected: BTreeMap<u64, usize> = BTreeMap::new();
+    for url in &urls {
+        *expected.entry(store.url_hash(&url.url)).or_default() += 1;
+    }
+    let mut visited = BTreeMap::new();
+    store
+        .for_each_key_in_partition(1, |crawl, hash, count| {
+            assert_eq!(crawl, "c");
+            assert!(visited.insert(hash, count).is_none(), "{hash} twice");
+        })
+        .unwrap();
+    assert!(visited.len() < urls.len(), "hashes of two bits collide");
+    assert_eq!(visited, expected);
+}

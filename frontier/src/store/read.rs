@@ -51,14 +51,15 @@ pub struct DuePage {
     pub complete: bool,
 }
 
-/// The first `limit` serving-order entries in `range` as (due date, hash,
-/// partition), what is held merged over the snapshot `order_read`.
-fn due_keys(
+/// Calls `visit` with the serving-order entries in `range`, what is held
+/// (`held_order`) merged over the snapshot `order_read`, in key order,
+/// while it answers true.
+fn merged_order(
     held_order: HeldOrder,
     order_read: &redb::ReadTransaction,
-    range: (Bound<OrderKey>, Bound<OrderKey>),
-    limit: usize,
-) -> Result<Vec<(u64, u64, u32)>, StoreError> {
+    range: impl std::ops::RangeBounds<OrderKey>,
+    mut visit: impl FnMut(OrderKey, u32) -> bool,
+) -> Result<(), StoreError> {
     let table = open_if_exists(order_read, SERVING_ORDER)?;
     let stored = match &table {
         Some(table) => Some(table.range::<OrderKey>(range)?),
@@ -68,10 +69,36 @@ fn due_keys(
         let (key, partition) = entry?;
         Ok((key.value(), partition.value()))
     });
-    Merged::new(held_order, stored)
-        .take(limit)
-        .map(|entry| entry.map(|((_, due_at, hash), partition)| (due_at, hash, partition)))
-        .collect()
+    for entry in Merged::new(held_order, stored) {
+        let (key, partition) = entry?;
+        if !visit(key, partition) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The first `limit` serving-order entries in `range` as (due date, hash,
+/// partition), what is held merged over the snapshot `order_read`.
+fn due_keys(
+    held_order: HeldOrder,
+    order_read: &redb::ReadTransaction,
+    range: (Bound<OrderKey>, Bound<OrderKey>),
+    limit: usize,
+) -> Result<Vec<(u64, u64, u32)>, StoreError> {
+    let mut keys = Vec::with_capacity(limit.min(1024));
+    if limit > 0 {
+        merged_order(
+            held_order,
+            order_read,
+            range,
+            |(_, due_at, hash), partition| {
+                keys.push((due_at, hash, partition));
+                keys.len() < limit
+            },
+        )?;
+    }
+    Ok(keys)
 }
 
 /// What is held of the records of `keys`: `None` where nothing is.
@@ -356,42 +383,31 @@ impl Store {
         // `held_and_snapshot`), and what is held of the records is looked
         // up under it only if no layer was let go since they were opened:
         // then every key no longer held is in them.
-        for _ in 0..SNAPSHOT_TRIES {
-            let ((held_order, released), (order_read, urls_read)) = self.held_and_snapshot(
-                |held| (held.order_in((start, end)), held.released()),
-                |files| Ok((files.db.begin_read()?, files.urls_db.begin_read()?)),
-            )?;
-            let keys = due_keys(held_order, &order_read, (start, end), limit)?;
-            drop(order_read);
-            self.race_point("order read");
-            let held_records = {
+        let (keys, held_records, urls_read) = 'read: {
+            for _ in 0..SNAPSHOT_TRIES {
+                let ((held_order, released), (order_read, urls_read)) = self.held_and_snapshot(
+                    |held| (held.order_in((start, end)), held.released()),
+                    |files| Ok((files.db.begin_read()?, files.urls_db.begin_read()?)),
+                )?;
+                let keys = due_keys(held_order, &order_read, (start, end), limit)?;
+                drop(order_read);
+                self.race_point("order read");
                 let held = self.held.read();
-                if held.released() != released {
-                    continue;
+                if held.released() == released {
+                    let held_records = held_records_of(&held, crawl_number, &keys);
+                    break 'read (keys, held_records, urls_read);
                 }
-                held_records_of(&held, crawl_number, &keys)
-            };
-            return due_page(
-                (crawl, crawl_number),
-                (queue, queue_number),
-                &urls_read,
-                keys,
-                held_records,
-                limit,
-            );
-        }
-        let held = self.held.read();
-        let files = self.files()?;
-        let order_read = files.db.begin_read()?;
-        let urls_read = files.urls_db.begin_read()?;
-        let keys = due_keys(
-            held.order_in((start, end)),
-            &order_read,
-            (start, end),
-            limit,
-        )?;
-        let held_records = held_records_of(&held, crawl_number, &keys);
-        drop(held);
+            }
+            // Layers kept being let go: everything under the held lock.
+            let held = self.held.read();
+            let files = self.files()?;
+            let order_read = files.db.begin_read()?;
+            let urls_read = files.urls_db.begin_read()?;
+            let held_order = held.order_in((start, end));
+            let keys = due_keys(held_order, &order_read, (start, end), limit)?;
+            let held_records = held_records_of(&held, crawl_number, &keys);
+            (keys, held_records, urls_read)
+        };
         due_page(
             (crawl, crawl_number),
             (queue, queue_number),
@@ -415,23 +431,14 @@ impl Store {
         for queue in queues {
             let range = (queue, 0, 0)..=(queue, u64::MAX, u64::MAX);
             let (held, read) = self.held_order_in(range.clone())?;
-            let table = open_if_exists(&read, SERVING_ORDER)?;
-            let stored = match &table {
-                Some(table) => Some(table.range::<OrderKey>(range)?),
-                None => None,
-            };
-            let stored = stored.into_iter().flatten().map(|entry| {
-                let (key, partition) = entry?;
-                Ok((key.value(), partition.value()))
-            });
-            for entry in Merged::new(held, stored) {
-                let ((_, due_at, _), _) = entry?;
+            merged_order(held, &read, range, |(_, due_at, _), _| {
                 if due_at <= now {
                     due_now += 1;
                 } else {
                     later += 1;
                 }
-            }
+                true
+            })?;
         }
         Ok((due_now, later))
     }
@@ -555,6 +562,43 @@ impl Store {
             })
     }
 
+    /// Calls `visit(crawl, hash, urls)` for every record key stored in one
+    /// filter partition (the store's hash of the URLs under it, and how
+    /// many there are), from one consistent snapshot, without building
+    /// the URLs: what a filter is rebuilt from.
+    pub fn for_each_key_in_partition(
+        &self,
+        partition: u32,
+        mut visit: impl FnMut(&str, u64, usize),
+    ) -> Result<(), StoreError> {
+        self.for_each_value_in_partition(partition, |crawl, hash, value| {
+            visit(crawl, hash, entries_of(crawl, value)?.len());
+            Ok(())
+        })
+    }
+
+    /// Calls `visit(crawl, hash, value)` for every record of one partition,
+    /// from one consistent snapshot, its crawl's name looked up once a run.
+    fn for_each_value_in_partition(
+        &self,
+        partition: u32,
+        mut visit: impl FnMut(&str, u64, &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut crawl: Option<(u32, String)> = None;
+        let range = (partition, 0, 0)..=(partition, u32::MAX, u64::MAX);
+        self.for_each_record_in(range, |(_, crawl_number, hash), value| {
+            if crawl
+                .as_ref()
+                .is_none_or(|(number, _)| *number != crawl_number)
+            {
+                crawl = Some((crawl_number, self.crawl_name(crawl_number)?));
+            }
+            let crawl_name = crawl.as_ref().map_or("", |(_, name)| name.as_str());
+            visit(crawl_name, hash, value)?;
+            Ok(true)
+        })
+    }
+
     /// Calls `visit(crawl, url)` for every URL stored in one filter
     /// partition, from one consistent snapshot; answers how many.
     pub fn for_each_url_in_partition(
@@ -563,19 +607,10 @@ impl Store {
         mut visit: impl FnMut(&str, &str),
     ) -> Result<u64, StoreError> {
         let mut count = 0;
-        let mut crawl: Option<(u32, String)> = None;
-        // The strings are kept from value to value: a rebuild reads every
-        // URL of the partition.
+        // The strings are kept from value to value: a partition copy reads
+        // every URL of the partition.
         let mut urls: Vec<String> = Vec::new();
-        let range = (partition, 0, 0)..=(partition, u32::MAX, u64::MAX);
-        self.for_each_record_in(range, |(_, crawl_number, _), value| {
-            if crawl
-                .as_ref()
-                .is_none_or(|(number, _)| *number != crawl_number)
-            {
-                crawl = Some((crawl_number, self.crawl_name(crawl_number)?));
-            }
-            let crawl_name = crawl.as_ref().map_or("", |(_, name)| name.as_str());
+        self.for_each_value_in_partition(partition, |crawl_name, _, value| {
             let entries = entries_of(crawl_name, value)?;
             let mut used = 0;
             {
@@ -594,7 +629,7 @@ impl Store {
                 visit(crawl_name, url);
                 count += 1;
             }
-            Ok(true)
+            Ok(())
         })?;
         Ok(count)
     }
