@@ -121,8 +121,12 @@ impl UrlRecord {
     }
 }
 
-/// The entry version written by schema 6 stores (see [`StoredEntry`]).
-const ENTRY_VERSION: u8 = 3;
+/// The first byte of a version 3 entry, written by schema 6 stores and
+/// read still; a version 4 entry's first byte is
+/// [`ENTRY_VERSION_4`] plus its URL form.
+const ENTRY_VERSION_3: u8 = 3;
+/// See [`ENTRY_VERSION_3`].
+const ENTRY_VERSION_4: u8 = 4;
 
 /// How an entry holds its URL: whole, or its scheme and the queue key
 /// left out.
@@ -141,34 +145,119 @@ impl UrlForm {
             Self::Https => "https://",
         }
     }
+
+    /// The form `url` is stored in under `queue_key`, and what is left of
+    /// it to store.
+    fn of<'u>(url: &'u str, queue_key: &str) -> (Self, &'u str) {
+        [Self::Https, Self::Http]
+            .into_iter()
+            .find_map(|form| {
+                let rest = url.strip_prefix(form.prefix())?.strip_prefix(queue_key)?;
+                (!queue_key.is_empty()).then_some((form, rest))
+            })
+            .unwrap_or((Self::Whole, url))
+    }
+
+    fn from_tag(tag: u8) -> Result<Self, RecordError> {
+        match tag {
+            0 => Ok(Self::Whole),
+            1 => Ok(Self::Http),
+            2 => Ok(Self::Https),
+            other => Err(RecordError::UnknownTag(other)),
+        }
+    }
 }
 
-/// One URL's record as a schema 6 store holds it (entry version 3). A
-/// `url_records` value holds the entries of every URL of its crawl and
-/// partition whose hash is the key's, back to back: one, but for a hash
-/// collision.
+/// The entry versions a store reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EntryVersion {
+    /// Schema 6: the URL form in a byte of its own, the due date whole.
+    Three,
+    /// Schema 7 on: the form in the version byte, the due date from the
+    /// creation date.
+    Four,
+}
+
+/// A version 4 due date: the completed mark, the date whole, or its
+/// distance from the creation date (what a URL found now and due now
+/// takes a byte for, instead of five).
+const DUE_COMPLETED: u64 = 0;
+/// See [`DUE_COMPLETED`].
+const DUE_WHOLE: u64 = 1;
+/// See [`DUE_COMPLETED`]: codes from this one on are `due_at - created_at`
+/// past it.
+const DUE_AFTER_CREATED: u64 = 2;
+
+/// The code of a version 4 due date, and the whole date when the code
+/// says one follows.
+fn due_code(created_at: u64, due_at: u64) -> (u64, Option<u64>) {
+    if due_at == 0 {
+        return (DUE_COMPLETED, None);
+    }
+    match due_at
+        .checked_sub(created_at)
+        .and_then(|after| after.checked_add(DUE_AFTER_CREATED))
+    {
+        Some(code) => (code, None),
+        None => (DUE_WHOLE, Some(due_at)),
+    }
+}
+
+/// The due date a version 4 code stands for, refusing any code
+/// [`due_code`] would not have written for it.
+fn due_from_code(created_at: u64, code: u64, reader: &mut Reader<'_>) -> Result<u64, RecordError> {
+    let due_at = match code {
+        DUE_COMPLETED => return Ok(0),
+        DUE_WHOLE => reader.varint()?,
+        code => created_at
+            .checked_add(code - DUE_AFTER_CREATED)
+            .ok_or(RecordError::BadNumber)?,
+    };
+    if due_code(created_at, due_at).0 != code {
+        return Err(RecordError::BadNumber);
+    }
+    Ok(due_at)
+}
+
+/// One URL's record as the store holds it. A `url_records` value holds
+/// the entries of every URL of its crawl and partition whose hash is the
+/// key's, back to back: one, but for a hash collision.
 ///
 /// ```text
-/// u8  entry version (3)
+/// version 4 (written by schema 7 stores):
+/// u8  4 + URL form: 0 the whole URL follows; 1 it is "http://", the
+///     queue key, then what follows; 2 the same with "https://"
 /// var queue number (the store's number for the URL's crawl and queue key)
-/// u8  URL form: 0 the whole URL follows; 1 it is "http://", the queue
-///     key, then what follows; 2 the same with "https://"
+/// str the URL, or what follows the queue key in it
+/// var created_at
+/// var due: 0 completed; 1 due_at follows, as a var; 2 + n due_at is
+///     created_at + n (written whenever due_at >= created_at)
+/// var depth
+/// var metadata keys, each: str key, var value count, each value a str
+///
+/// version 3 (schema 6 stores, read still):
+/// u8  3
+/// var queue number
+/// u8  URL form
 /// str the URL, or what follows the queue key in it
 /// var created_at
 /// var due_at
 /// var depth
-/// var metadata keys, each: str key, var value count, each value a str
+/// var metadata keys, as version 4
 /// ```
 ///
 /// A queue key is by default the URL's host, so most URLs are stored
 /// without their scheme and host, which their queue's name holds once for
 /// all of them; the number stands for the queue's name in the record too.
-/// Decoding checks lengths, UTF-8, number forms and metadata order as
-/// version 2 does.
+/// A URL found and due now (most of a crawl's) takes a byte for its due
+/// date. Decoding checks lengths, UTF-8, number forms and metadata order as
+/// the record's version 2 does, and refuses a due date in any code but the
+/// one written for it, so an entry read encodes back to the bytes read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEntry<'a> {
     /// The store's number for the URL's queue.
     pub queue: u32,
+    version: EntryVersion,
     form: UrlForm,
     rest: &'a str,
     /// UTC epoch seconds of the first store.
@@ -186,30 +275,76 @@ impl<'a> StoredEntry<'a> {
     /// Appends the entry of `url`, whose record names the queue numbered
     /// `queue`, to `out`.
     pub fn encode(url: &str, queue: u32, record: &UrlRecord, out: &mut Vec<u8>) {
-        let key = record.queue_key.as_str();
-        let (form, rest) = [UrlForm::Https, UrlForm::Http]
-            .into_iter()
-            .find_map(|form| {
-                let rest = url.strip_prefix(form.prefix())?.strip_prefix(key)?;
-                (!key.is_empty()).then_some((form, rest))
-            })
-            .unwrap_or((UrlForm::Whole, url));
-        Self::encode_parts(queue, form, rest, record, out);
+        let (form, rest) = UrlForm::of(url, &record.queue_key);
+        Self::encode_parts(EntryVersion::Four, queue, form, rest, record, out);
     }
 
-    /// Appends this entry again, in the form it was read in, with the
-    /// fields of `record` (what a record read from it encodes to).
+    /// Appends this entry again, in the version and form it was read in,
+    /// with the fields of `record` (what a record read from it encodes
+    /// to).
     pub fn encode_again(&self, record: &UrlRecord, out: &mut Vec<u8>) {
-        Self::encode_parts(self.queue, self.form, self.rest, record, out);
+        Self::encode_parts(self.version, self.queue, self.form, self.rest, record, out);
     }
 
-    fn encode_parts(queue: u32, form: UrlForm, rest: &str, record: &UrlRecord, out: &mut Vec<u8>) {
-        out.push(ENTRY_VERSION);
-        put_varint(out, u64::from(queue));
-        out.push(form as u8);
+    /// The version 3 entry of `url`, as schema 6 stores hold it: what tests
+    /// of those stores write.
+    #[cfg(test)]
+    pub(crate) fn encode_version_3(url: &str, queue: u32, record: &UrlRecord, out: &mut Vec<u8>) {
+        let (form, rest) = UrlForm::of(url, &record.queue_key);
+        Self::encode_parts(EntryVersion::Three, queue, form, rest, record, out);
+    }
+
+    /// This entry again as version 3, with the fields of `record`: what
+    /// tests write to make a store of schema 6 from one of this schema.
+    #[cfg(test)]
+    pub(crate) fn encode_again_as_version_3(&self, record: &UrlRecord, out: &mut Vec<u8>) {
+        Self::encode_parts(
+            EntryVersion::Three,
+            self.queue,
+            self.form,
+            self.rest,
+            record,
+            out,
+        );
+    }
+
+    /// Whether the entry is of the version schema 6 wrote.
+    #[cfg(test)]
+    pub(crate) fn is_version_3(&self) -> bool {
+        self.version == EntryVersion::Three
+    }
+
+    fn encode_parts(
+        version: EntryVersion,
+        queue: u32,
+        form: UrlForm,
+        rest: &str,
+        record: &UrlRecord,
+        out: &mut Vec<u8>,
+    ) {
+        match version {
+            EntryVersion::Three => {
+                out.push(ENTRY_VERSION_3);
+                put_varint(out, u64::from(queue));
+                out.push(form as u8);
+            }
+            EntryVersion::Four => {
+                out.push(ENTRY_VERSION_4 + form as u8);
+                put_varint(out, u64::from(queue));
+            }
+        }
         put_short_str(out, rest);
         put_varint(out, record.created_at);
-        put_varint(out, record.due_at);
+        match version {
+            EntryVersion::Three => put_varint(out, record.due_at),
+            EntryVersion::Four => {
+                let (code, whole) = due_code(record.created_at, record.due_at);
+                put_varint(out, code);
+                if let Some(due_at) = whole {
+                    put_varint(out, due_at);
+                }
+            }
+        }
         put_varint(out, u64::from(record.depth));
         put_metadata(out, &record.metadata);
     }
@@ -230,29 +365,37 @@ impl<'a> StoredEntry<'a> {
     }
 
     fn decode_one(reader: &mut Reader<'a>) -> Result<Self, RecordError> {
-        let version = reader.u8()?;
-        if version != ENTRY_VERSION {
-            return Err(RecordError::UnknownVersion(version));
-        }
         let fields = Fields::Compact;
-        let queue = fields.u32(reader)?;
-        let form = match reader.u8()? {
-            0 => UrlForm::Whole,
-            1 => UrlForm::Http,
-            2 => UrlForm::Https,
-            other => return Err(RecordError::UnknownTag(other)),
+        let (version, form, queue) = match reader.u8()? {
+            ENTRY_VERSION_3 => {
+                let queue = fields.u32(reader)?;
+                (EntryVersion::Three, UrlForm::from_tag(reader.u8()?)?, queue)
+            }
+            tag @ ENTRY_VERSION_4..=u8::MAX => {
+                let form = UrlForm::from_tag(tag - ENTRY_VERSION_4)
+                    .map_err(|_| RecordError::UnknownVersion(tag))?;
+                (EntryVersion::Four, form, fields.u32(reader)?)
+            }
+            other => return Err(RecordError::UnknownVersion(other)),
         };
         let length = usize::try_from(reader.varint()?).map_err(|_| RecordError::BadNumber)?;
         let rest =
             std::str::from_utf8(reader.take(length)?).map_err(|_| RecordError::InvalidUtf8)?;
         let created_at = fields.u64(reader)?;
-        let due_at = fields.u64(reader)?;
+        let due_at = match version {
+            EntryVersion::Three => fields.u64(reader)?,
+            EntryVersion::Four => {
+                let code = reader.varint()?;
+                due_from_code(created_at, code, reader)?
+            }
+        };
         let depth = fields.u32(reader)?;
         let metadata_start = reader.bytes;
         skip_metadata(reader)?;
         let metadata = &metadata_start[..metadata_start.len() - reader.bytes.len()];
         Ok(Self {
             queue,
+            version,
             form,
             rest,
             created_at,
@@ -612,16 +755,20 @@ mod tests {
         /// whatever its form, and only its own URL matches it.
         #[test]
         fn entries_round_trip(
-            entries in prop::collection::vec((url(), any::<u32>(), record()), 1..4),
+            entries in prop::collection::vec((url(), any::<u32>(), record(), any::<bool>()), 1..4),
         ) {
             let mut value = Vec::new();
-            for (url, queue, record) in &entries {
-                StoredEntry::encode(url, *queue, record, &mut value);
+            for (url, queue, record, version_3) in &entries {
+                if *version_3 {
+                    StoredEntry::encode_version_3(url, *queue, record, &mut value);
+                } else {
+                    StoredEntry::encode(url, *queue, record, &mut value);
+                }
             }
             let decoded = StoredEntry::decode_all(&value).unwrap();
             prop_assert_eq!(decoded.len(), entries.len());
             let mut again = Vec::new();
-            for (entry, (url, queue, record)) in decoded.iter().zip(&entries) {
+            for (entry, (url, queue, record, _)) in decoded.iter().zip(&entries) {
                 prop_assert_eq!(entry.queue, *queue);
                 prop_assert_eq!(&entry.url(&record.queue_key), url);
                 prop_assert!(entry.is_url(url, &record.queue_key));
@@ -637,11 +784,16 @@ mod tests {
         fn damaged_entries_are_an_error_or_exact(
             url in url(),
             record in record(),
+            version_3 in any::<bool>(),
             cut in any::<prop::sample::Index>(),
             flip in any::<(prop::sample::Index, u8)>(),
         ) {
             let mut bytes = Vec::new();
-            StoredEntry::encode(&url, 7, &record, &mut bytes);
+            if version_3 {
+                StoredEntry::encode_version_3(&url, 7, &record, &mut bytes);
+            } else {
+                StoredEntry::encode(&url, 7, &record, &mut bytes);
+            }
             let (at, value) = flip;
             let at = at.index(bytes.len());
             bytes[at] ^= value;
@@ -664,12 +816,80 @@ mod tests {
         let mut value = Vec::new();
         let url = "https://www.example.com/a/page.html";
         StoredEntry::encode(url, 3, &typical(), &mut value);
-        // version, queue number, form, the rest with its length, two dates
-        // of five bytes, depth, no metadata
-        assert_eq!(value.len(), 3 + 1 + "/a/page.html".len() + 5 + 5 + 1 + 1);
+        // version and form, queue number, the rest with its length, the
+        // creation date in five bytes, due then in one, depth, no metadata
+        assert_eq!(value.len(), 2 + 1 + "/a/page.html".len() + 5 + 1 + 1 + 1);
         let entry = &StoredEntry::decode_all(&value).unwrap()[0];
         assert_eq!(entry.url("www.example.com"), url);
         assert!(StoredEntry::decode_all(&[]).is_err());
+        // Version 3 spent a byte on the form and five on the due date.
+        let mut version_3 = Vec::new();
+        StoredEntry::encode_version_3(url, 3, &typical(), &mut version_3);
+        assert_eq!(version_3.len() - value.len(), 5);
+        let old = &StoredEntry::decode_all(&version_3).unwrap()[0];
+        assert_eq!(old.url("www.example.com"), url);
+        assert_eq!(old.record("www.example.com".to_owned()).unwrap(), typical());
+    }
+
+    /// Every due date reads back, in the one code written for it: the
+    /// completed mark, the distance from the creation date, or the date
+    /// whole when it falls before the creation date.
+    #[test]
+    fn due_dates_take_the_code_written_for_them() {
+        let cases = [
+            (1_764_000_000, 0, DUE_COMPLETED),
+            (1_764_000_000, 1_764_000_000, DUE_AFTER_CREATED),
+            (1_764_000_000, 1_764_086_400, DUE_AFTER_CREATED + 86_400),
+            (1_764_000_000, 5, DUE_WHOLE),
+            (0, u64::MAX - 2, u64::MAX),
+            (0, u64::MAX, DUE_WHOLE),
+            (u64::MAX, u64::MAX, DUE_AFTER_CREATED),
+        ];
+        for (created_at, due_at, code) in cases {
+            assert_eq!(
+                due_code(created_at, due_at).0,
+                code,
+                "{created_at} {due_at}"
+            );
+            let record = UrlRecord {
+                created_at,
+                due_at,
+                ..typical()
+            };
+            let mut value = Vec::new();
+            StoredEntry::encode("https://www.example.com/", 1, &record, &mut value);
+            let entry = &StoredEntry::decode_all(&value).unwrap()[0];
+            assert_eq!((entry.created_at, entry.due_at), (created_at, due_at));
+        }
+        // A code that reads as a date it is not written for is refused:
+        // a whole date the distance could say, a distance to date 0, a
+        // distance past the largest date.
+        let entry = |created_at: u64, code: u64, whole: Option<u64>| {
+            let mut bytes = vec![ENTRY_VERSION_4, 1, 0];
+            put_varint(&mut bytes, created_at);
+            put_varint(&mut bytes, code);
+            if let Some(due_at) = whole {
+                put_varint(&mut bytes, due_at);
+            }
+            bytes.extend_from_slice(&[0, 0]);
+            StoredEntry::decode_all(&bytes).map(|entries| entries[0].due_at)
+        };
+        assert_eq!(entry(10, DUE_WHOLE, Some(5)), Ok(5));
+        assert_eq!(entry(10, DUE_WHOLE, Some(12)), Err(RecordError::BadNumber));
+        assert_eq!(entry(10, DUE_WHOLE, Some(0)), Err(RecordError::BadNumber));
+        assert_eq!(
+            entry(0, DUE_AFTER_CREATED, None),
+            Err(RecordError::BadNumber)
+        );
+        assert_eq!(
+            entry(u64::MAX, DUE_AFTER_CREATED + 1, None),
+            Err(RecordError::BadNumber)
+        );
+        // A form beyond the three is no version this build knows.
+        assert_eq!(
+            StoredEntry::decode_all(&[ENTRY_VERSION_4 + 3]),
+            Err(RecordError::UnknownVersion(ENTRY_VERSION_4 + 3))
+        );
     }
 
     /// Found by the `record` fuzz target: a record whose metadata repeated

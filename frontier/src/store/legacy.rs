@@ -53,7 +53,9 @@ pub(super) fn converted_urls_file(urls_db: &Database) -> Result<Option<u64>, Sto
     let Some(meta) = open_if_exists(&read, URLS_META)? else {
         return Ok(None);
     };
-    if meta.get(super::SCHEMA_VERSION_KEY)?.map(|v| v.value()) != Some(super::SCHEMA_VERSION) {
+    // Schema 6 laid `url_records` out as this one does; its entries read.
+    let version = meta.get(super::SCHEMA_VERSION_KEY)?.map(|v| v.value());
+    if !version.is_some_and(|version| (6..=super::SCHEMA_VERSION).contains(&version)) {
         return Ok(None);
     }
     Ok(meta.get(STORE_ID_KEY)?.map(|v| v.value()))

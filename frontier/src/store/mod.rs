@@ -23,7 +23,7 @@
 //! - [`inspect`]: the files read without changing them, for the repair
 //!   tools.
 //!
-//! # Schema, version 6
+//! # Schema, version 7
 //!
 //! `frontier.redb`:
 //!
@@ -51,8 +51,11 @@
 //! ID), with its record. The serving order names it by queue number and
 //! hash, and a serve reads the URL from its entry. Crawl IDs and queue keys
 //! are numbers in keys and entries (module `names`), and an entry leaves
-//! out the scheme and queue key its URL starts with (by default its host):
-//! what a store of schema 5 held in two keys of about 90 bytes each, the
+//! out the scheme and queue key its URL starts with (by default its host)
+//! and writes its due date as a distance from its creation date (a byte
+//! for a URL due when found). Schema 6 wrote entries of version 3, with the
+//! due date whole: they are read as they are and written in version 4 when
+//! their URL changes. What a store of schema 5 held in two keys of about 90 bytes each, the
 //! URL and its queue key each twice, is now one entry of about half that
 //! and a 24-byte serving key (BENCHMARKS.md has the figures).
 //!
@@ -161,7 +164,7 @@ use crate::record::UrlRecord;
 use crate::wal::Wal;
 
 /// The schema this build reads and writes.
-pub const SCHEMA_VERSION: u64 = 6;
+pub const SCHEMA_VERSION: u64 = 7;
 
 /// redb's page cache unless configured otherwise: redb's own default.
 pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;

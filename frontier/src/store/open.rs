@@ -73,6 +73,9 @@ enum Found {
     /// Version 4 or 5: a store ID and the log of this version; each URL in
     /// two keys (module `legacy`).
     UrlKeyed,
+    /// Version 6: this layout, with entries of version 3 only, which this
+    /// build reads as they are (`crate::record::StoredEntry`).
+    EntriesVersion3,
     /// This version.
     Current,
 }
@@ -263,12 +266,20 @@ impl Store {
                     "store upgraded to schema {SCHEMA_VERSION} (each URL kept once, under its hash)"
                 );
             }
+            Found::EntriesVersion3 => {
+                let store_id = Self::check_one_store(&db, &urls_db, &path, &urls_path)?;
+                Self::mark_entries_version_4(&db, &urls_db, store_id)?;
+                tracing::info!(
+                    path = %path.display(),
+                    "store upgraded to schema {SCHEMA_VERSION} (shorter URL entries, written as URLs change)"
+                );
+            }
             Found::TwoFiles => Self::upgrade_two_files(&db, &urls_db, data_dir, true)?,
             Found::OneFile { version } => {
                 Self::upgrade_two_files(&db, &urls_db, data_dir, version >= 2)?;
             }
         }
-        if found != Found::Current {
+        if !matches!(found, Found::Current | Found::EntriesVersion3) {
             // The converted tables took fresh pages; the old ones' are free.
             db.compact()?;
             urls_db.compact()?;
@@ -447,6 +458,26 @@ impl Store {
         Ok(())
     }
 
+    /// Schema 6 to this one: the entries it holds read as they are, and
+    /// entries are written in version 4 from now on, which builds of
+    /// schema 6 cannot read. So both files are marked, `urls.redb` first
+    /// (a crash between the two leaves `frontier.redb` saying 6, and the
+    /// next open marks both again), each durably before anything is
+    /// written in the new version.
+    fn mark_entries_version_4(
+        db: &Database,
+        urls_db: &Database,
+        store_id: u64,
+    ) -> Result<(), StoreError> {
+        let mut write = urls_db.begin_write()?;
+        write.set_quick_repair(true);
+        write
+            .open_table(URLS_META)?
+            .insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)?;
+        write.commit()?;
+        Self::mark_current(db, store_id)
+    }
+
     fn check_schema(db: &Database, path: &Path) -> Result<Found, StoreError> {
         let read = db.begin_read()?;
         let found = match open_if_exists(&read, META)? {
@@ -459,6 +490,7 @@ impl Store {
                 found: version,
             }),
             Some(SCHEMA_VERSION) => Ok(Found::Current),
+            Some(6) => Ok(Found::EntriesVersion3),
             Some(4..=5) => Ok(Found::UrlKeyed),
             Some(3) => Ok(Found::TwoFiles),
             Some(version @ 1..=2) => Ok(Found::OneFile { version }),
@@ -847,5 +879,136 @@ mod tests {
         drop(store);
         let store = Store::open(dir.path()).unwrap();
         assert_eq!(stored_urls(&store), ["http://after/", "http://logged/"]);
+    }
+
+    /// The versions of the entries `url_records` holds, in key order.
+    fn entry_versions(dir: &Path) -> Vec<bool> {
+        let urls_db = Database::open(dir.join(URLS_FILE_NAME)).unwrap();
+        let read = urls_db.begin_read().unwrap();
+        let table = read.open_table(URL_RECORDS).unwrap();
+        let mut versions = Vec::new();
+        for item in table.iter().unwrap() {
+            let (_, value) = item.unwrap();
+            for entry in crate::record::StoredEntry::decode_all(value.value()).unwrap() {
+                versions.push(entry.is_version_3());
+            }
+        }
+        versions
+    }
+
+    /// A store of schema 6 (entries of version 3) opens as it is, is marked
+    /// with this schema in both files, and writes a URL's entry in version
+    /// 4 when it changes, the others staying as they were.
+    #[test]
+    fn a_schema_6_store_keeps_its_entries_and_is_marked_this_schema() {
+        use super::super::tests::{due_urls, known, queue_counts};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .apply(&[discovered("http://a/"), discovered("http://b/")])
+            .unwrap();
+        drop(store);
+        // Made a store of schema 6: entries of version 3, both files
+        // marked 6.
+        let urls_db = Database::open(dir.path().join(URLS_FILE_NAME)).unwrap();
+        let write = urls_db.begin_write().unwrap();
+        {
+            let mut table = write.open_table(URL_RECORDS).unwrap();
+            let mut values = Vec::new();
+            for item in table.iter().unwrap() {
+                let (key, value) = item.unwrap();
+                let mut old = Vec::new();
+                for entry in crate::record::StoredEntry::decode_all(value.value()).unwrap() {
+                    let record = entry.record(String::new()).unwrap();
+                    entry.encode_again_as_version_3(&record, &mut old);
+                }
+                assert!(old.len() > value.value().len());
+                values.push((key.value(), old));
+            }
+            for (key, value) in values {
+                table.insert(key, value.as_slice()).unwrap();
+            }
+            write
+                .open_table(URLS_META)
+                .unwrap()
+                .insert(SCHEMA_VERSION_KEY, 6)
+                .unwrap();
+        }
+        write.commit().unwrap();
+        drop(urls_db);
+        let db = Database::open(dir.path().join(FILE_NAME)).unwrap();
+        let write = db.begin_write().unwrap();
+        write
+            .open_table(META)
+            .unwrap()
+            .insert(SCHEMA_VERSION_KEY, 6)
+            .unwrap();
+        write.commit().unwrap();
+        drop(db);
+        assert_eq!(entry_versions(dir.path()), [true, true]);
+
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(due_urls(&store), ["http://a/", "http://b/"]);
+        let mut records = Vec::new();
+        store
+            .for_each_url(|_, _, url, record| records.push((url.to_owned(), record.clone())))
+            .unwrap();
+        records.sort_by(|a, b| a.0.cmp(&b.0));
+        for (url, record) in &records {
+            assert_eq!((record.created_at, record.due_at), (5, 10), "{url}");
+            assert_eq!(record.queue_key, "q");
+        }
+        // "a" rescheduled: its entry is written again, in version 4.
+        store.apply(&[known("http://a/", 20)]).unwrap();
+        drop(store);
+        let urls_db = Database::open(dir.path().join(URLS_FILE_NAME)).unwrap();
+        let version = urls_db
+            .begin_read()
+            .unwrap()
+            .open_table(URLS_META)
+            .unwrap()
+            .get(SCHEMA_VERSION_KEY)
+            .unwrap()
+            .map(|v| v.value());
+        assert_eq!(version, Some(SCHEMA_VERSION));
+        drop(urls_db);
+        let mut versions = entry_versions(dir.path());
+        versions.sort_unstable();
+        assert_eq!(versions, [false, true]);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(due_urls(&store), ["http://a/", "http://b/"]);
+        assert_eq!(queue_counts(&store), [("q".to_owned(), 2, 0)]);
+        let mut due = Vec::new();
+        store
+            .for_each_url(|_, _, url, record| due.push((url.to_owned(), record.due_at)))
+            .unwrap();
+        due.sort();
+        assert_eq!(
+            due,
+            [("http://a/".to_owned(), 20), ("http://b/".to_owned(), 10)]
+        );
+    }
+
+    /// A crash between marking the two files leaves `frontier.redb` at 6
+    /// and `urls.redb` at this schema: the next open marks both.
+    #[test]
+    fn a_schema_6_mark_cut_short_is_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.apply(&[discovered("http://a/")]).unwrap();
+        drop(store);
+        let db = Database::open(dir.path().join(FILE_NAME)).unwrap();
+        let write = db.begin_write().unwrap();
+        write
+            .open_table(META)
+            .unwrap()
+            .insert(SCHEMA_VERSION_KEY, 6)
+            .unwrap();
+        write.commit().unwrap();
+        drop(db);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(stored_urls(&store), ["http://a/"]);
     }
 }
