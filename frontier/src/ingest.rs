@@ -78,6 +78,34 @@ pub struct FilterConfig {
     pub fp_rate: f64,
     /// Filter layout.
     pub layout: Layout,
+    /// Predicted fill ratio past which a partition's filter is rebuilt
+    /// larger; a rebuilt filter is sized to start well below it.
+    pub rebuild_fill: f64,
+}
+
+/// A rebuilt filter is sized for this many times the keys its partition
+/// holds. A filter is rebuilt once it is about as full as its false-positive
+/// rate allows, so its bits a URL run from the rate's own (about 1.8 bytes
+/// at 0.1%) up to this many times that, right after a rebuild; a smaller
+/// growth keeps them near the rate's own, for more rebuilds (each reads
+/// its partition's keys from the store: over a store's growth, the keys it
+/// holds times `1 / (1 - 1 / FILTER_GROWTH)`).
+pub const FILTER_GROWTH: f64 = 1.25;
+
+impl FilterConfig {
+    /// What a partition's filter holding `keys` is rebuilt for: its keys
+    /// grown by [`FILTER_GROWTH`], never less than the configured size. A
+    /// filter at its capacity is half full (its rate's optimum), so below
+    /// a rebuild fill of a half the growth is raised to start the filter
+    /// as far below that fill as it would start below a half: never at a
+    /// fill that would have it rebuilt again at once.
+    #[must_use]
+    pub fn rebuilt_capacity(&self, keys: u64) -> u64 {
+        let fill = self.rebuild_fill.clamp(f64::MIN_POSITIVE, 0.5);
+        let growth = FILTER_GROWTH * (0.5_f64.ln() / (1.0 - fill).ln());
+        let grown = (keys as f64 * growth).ceil() as u64;
+        grown.max(self.expected_urls_per_partition).max(1)
+    }
 }
 
 impl Default for FilterConfig {
@@ -87,6 +115,7 @@ impl Default for FilterConfig {
             expected_urls_per_partition: 1_000_000 / 64,
             fp_rate: 0.001,
             layout: Layout::Standard,
+            rebuild_fill: 0.5,
         }
     }
 }
@@ -690,8 +719,7 @@ impl Ingest {
                 let keys = self.counters[partition as usize]
                     .stored
                     .load(Ordering::Relaxed);
-                let capacity = (2 * keys).max(self.config.expected_urls_per_partition);
-                self.rebuild_partition(partition as usize, capacity)?;
+                self.rebuild_partition(partition as usize, self.config.rebuilt_capacity(keys))?;
             }
         }
         Ok(removed)
@@ -830,7 +858,7 @@ mod tests {
             partitions: 2,
             expected_urls_per_partition: 1,
             fp_rate: 0.5,
-            layout: Layout::Standard,
+            ..FilterConfig::default()
         };
         let urls: Vec<Discovered> = (0..2_000)
             .map(|i| item(&format!("http://h{}.example/{i}", i % 7)))
@@ -1205,8 +1233,41 @@ mod tests {
         assert_eq!(health.total.rebuilds, rebuilds);
     }
 
+    proptest::proptest! {
+        /// A rebuilt filter starts below the fill that has it rebuilt,
+        /// whatever that fill, so no partition is rebuilt again at once; at
+        /// the default fill it costs at most the growth times the bits its
+        /// rate needs a key.
+        #[test]
+        fn a_rebuilt_filter_starts_below_its_rebuild_fill(
+            keys in 1_u64..50_000,
+            rebuild_fill in 0.05_f64..0.95,
+        ) {
+            let config = FilterConfig {
+                expected_urls_per_partition: 1,
+                rebuild_fill,
+                ..FilterConfig::default()
+            };
+            let capacity = config.rebuilt_capacity(keys);
+            proptest::prop_assert!(capacity > keys);
+            let filter = bloom_core::BloomFilter::with_layout(config.layout, capacity, config.fp_rate)
+                .unwrap();
+            let predicted =
+                -(-f64::from(filter.hashes()) * keys as f64 / filter.bits() as f64).exp_m1();
+            proptest::prop_assert!(predicted < rebuild_fill.min(0.5), "{predicted}");
+            if rebuild_fill >= 0.5 {
+                proptest::prop_assert_eq!(capacity, (keys as f64 * FILTER_GROWTH).ceil() as u64);
+                // The rate's own bits a key, -ln p / ln² 2, for the
+                // capacity, up to the filter's rounding to whole blocks.
+                let rate_bits = -config.fp_rate.ln() / std::f64::consts::LN_2.powi(2);
+                let most = rate_bits * capacity as f64 * 1.01 + 1024.0;
+                proptest::prop_assert!((filter.bits() as f64) <= most, "{} bits", filter.bits());
+            }
+        }
+    }
+
     #[test]
-    fn full_partitions_are_rebuilt_at_double_capacity() {
+    fn full_partitions_are_rebuilt_larger() {
         let dir = tempfile::tempdir().unwrap();
         let config = FilterConfig {
             partitions: 4,

@@ -332,7 +332,9 @@ impl std::fmt::Debug for Frontier {
 
 impl Frontier {
     /// Opens the store, loads or rebuilds the filters, loads the queues.
-    pub fn open(config: FrontierConfig) -> Result<Self, FrontierError> {
+    pub fn open(mut config: FrontierConfig) -> Result<Self, FrontierError> {
+        // Filters are rebuilt for the threshold the rebuild thread applies.
+        config.filters.rebuild_fill = config.rebuild_fill_threshold;
         let store = Store::open_with(
             &config.data_dir,
             crate::store::StoreOptions {
@@ -810,8 +812,9 @@ impl Frontier {
         }
     }
 
-    /// Rebuilds one partition's filter or all of them, each sized for twice
-    /// the keys it holds (at least the configured size), one at a time.
+    /// Rebuilds one partition's filter or all of them, each sized for the
+    /// keys it holds grown by [`crate::ingest::FILTER_GROWTH`] (at least the
+    /// configured size), one at a time.
     pub fn rebuild(&self, partition: Option<usize>) -> Result<Vec<RebuildReport>, FrontierError> {
         let partitions: Vec<usize> = match partition {
             Some(p) if p >= self.ingest.filters().partition_count() => {
@@ -832,7 +835,7 @@ impl Frontier {
             .into_iter()
             .map(|p| {
                 let keys = self.ingest.stored_in_partition(p).unwrap_or(0);
-                let capacity = (2 * keys).max(self.config.filters.expected_urls_per_partition);
+                let capacity = self.config.filters.rebuilt_capacity(keys);
                 Ok(self.ingest.rebuild_partition(p, capacity)?)
             })
             .collect()

@@ -147,11 +147,11 @@ pub struct ServeArgs {
     /// the queue's or the crawl's own.
     #[arg(long, env = "FRONTIER_DEFAULT_DELAY_MS", default_value_t = 1000)]
     default_delay_ms: u64,
-    /// MiB of memory for the store: half for its page cache (redb), half
-    /// for writes answered but not yet in its files (with the copy being
-    /// written, at most one and a half times this in all). Less memory,
-    /// slower ingest once the store outgrows it.
-    #[arg(long, env = "FRONTIER_CACHE_MB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    /// MiB of memory for the store, in thirds: its page cache (redb),
+    /// writes answered but not yet in its files, and the copy of them
+    /// being written. Less memory, slower ingest once the store outgrows
+    /// it.
+    #[arg(long, env = "FRONTIER_CACHE_MB", default_value_t = 1536, value_parser = clap::value_parser!(u64).range(1..))]
     cache_mb: u64,
     /// MiB that must stay free on the data directory's disk: below it
     /// writes are refused (RESOURCE_EXHAUSTED, health NOT_SERVING) and
@@ -230,6 +230,7 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
             expected_urls_per_partition: (args.expected_urls / args.partitions as u64).max(1),
             fp_rate: args.fp_rate,
             layout,
+            rebuild_fill: args.rebuild_fill,
         },
         dedup,
         max_url_length: args.max_url_length,

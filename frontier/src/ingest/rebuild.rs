@@ -10,8 +10,9 @@ use crate::store::Store;
 
 /// Builds every partition's filter from the record keys the store holds
 /// (no URL is built: a filter key is made from the key's hash), each sized
-/// at twice its URLs as an online rebuild would, so that no filter starts
-/// out full; partitions are spread over the machine's cores. Answers the
+/// as an online rebuild would ([`FilterConfig::rebuilt_capacity`]), so
+/// that no filter starts out full; partitions are spread over the
+/// machine's cores. Answers the
 /// filters and each one's URLs.
 /// Runs before any write, so the partitions' snapshots agree.
 pub(super) fn filters_from_store(
@@ -41,10 +42,9 @@ pub(super) fn filters_from_store(
                                 count += urls as u64;
                             },
                         )?;
-                        let capacity = (2 * count).max(config.expected_urls_per_partition);
                         let filter = BloomFilter::with_layout(
                             config.layout,
-                            capacity.max(1),
+                            config.rebuilt_capacity(count),
                             config.fp_rate,
                         )?;
                         filter.insert_batch_into(&keys, &mut inserted);
@@ -98,8 +98,8 @@ impl Ingest {
             .map(|c| c.stored.load(Ordering::Relaxed))
     }
 
-    /// Rebuilds every partition predicted fuller than `fill_ratio`, each at
-    /// twice the keys it holds, one after the other.
+    /// Rebuilds every partition predicted fuller than `fill_ratio`, each for
+    /// its keys grown by [`super::FILTER_GROWTH`], one after the other.
     pub fn rebuild_full_partitions(
         &self,
         fill_ratio: f64,
@@ -108,8 +108,7 @@ impl Ingest {
             .into_iter()
             .map(|partition| {
                 let keys = self.counters[partition].stored.load(Ordering::Relaxed);
-                let capacity = (2 * keys).max(self.config.expected_urls_per_partition);
-                self.rebuild_partition(partition, capacity)
+                self.rebuild_partition(partition, self.config.rebuilt_capacity(keys))
             })
             .collect()
     }

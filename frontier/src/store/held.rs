@@ -377,16 +377,16 @@ impl Store {
     }
 
     /// Bytes held since the applier's last copy before a group waits for
-    /// it to take them: half of the store's memory budget (`--cache-mb`),
-    /// the page caches being the other half, so that what is held (this,
-    /// and the copy being written) and the caches stay within one and a
-    /// half times the budget. Many seconds of ingest: a checkpoint of a
+    /// it to take them: a third of the store's memory budget (`--cache-mb`),
+    /// the copy being written (no larger) and the page caches being the
+    /// other two, so that the store stays within its budget. Many seconds
+    /// of ingest: a checkpoint of a
     /// large store passes without a writer waiting, and, once the files
     /// outgrow the cache, a copy's keys share more of the B-tree pages
     /// they dirty (one a key at worst), which is what limits ingest there;
     /// the cache they were taken from gained less.
     pub(super) fn held_limit(&self) -> usize {
-        // `cache_bytes` is each file's quarter of the budget.
+        // `cache_bytes` is each file's sixth of the budget.
         (self.cache_bytes * 2).max(HELD_LIMIT_MIN)
     }
 
@@ -1166,10 +1166,13 @@ mod tests {
     /// What a store holds before writers wait follows the cache budget it
     /// was given, with a floor for tiny ones.
     #[test]
-    fn the_held_limit_is_half_of_the_memory_budget() {
+    fn the_held_limit_is_a_third_of_the_memory_budget() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_with_cache(dir.path(), 1 << 30).unwrap();
+        let store = Store::open_with_cache(dir.path(), 1536 << 20).unwrap();
         assert_eq!(store.held_limit(), 512 << 20);
+        // The page caches take the same third, the copy being written no
+        // more than what was held.
+        assert_eq!(store.cache_bytes * 2, 512 << 20);
         drop(store);
         let store = Store::open_with_cache(dir.path(), 1 << 20).unwrap();
         assert_eq!(store.held_limit(), HELD_LIMIT_MIN);

@@ -166,8 +166,9 @@ use crate::wal::Wal;
 /// The schema this build reads and writes.
 pub const SCHEMA_VERSION: u64 = 7;
 
-/// redb's page cache unless configured otherwise: redb's own default.
-pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
+/// The store's memory unless configured otherwise ([`StoreOptions`]): a
+/// half-gigabyte third for each of its uses.
+pub const DEFAULT_CACHE_BYTES: usize = 1536 << 20;
 
 /// The store's main file name inside the data directory.
 pub const FILE_NAME: &str = "frontier.redb";

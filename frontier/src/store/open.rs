@@ -43,9 +43,10 @@ const URLS_HOLDS: &str = "holds every URL record of the store";
 /// How a store is opened.
 #[derive(Debug, Clone, Copy)]
 pub struct StoreOptions {
-    /// The store's memory: half of it is redb's page cache, split evenly
-    /// between the two files; the other half bounds the writes held in
-    /// memory between an answer and the files.
+    /// The store's memory, in thirds: redb's page caches, split evenly
+    /// between the two files; the writes held in memory since the
+    /// applier's last turn, which wait for it at this bound; and the turn
+    /// being written, which holds no more than that.
     pub cache_bytes: usize,
     /// Writes are refused with [`StoreError::DiskFull`] while less than
     /// this is free on the store's file system, so that redb never meets a
@@ -243,9 +244,9 @@ impl Store {
             Self::create(data_dir)?;
         }
         require_file(&path, MAIN_HOLDS)?;
-        // Half of the budget is the two files' page caches; the other
-        // half bounds the writes held in memory (`Store::held_limit`).
-        let cache = options.cache_bytes / 4;
+        // A third of the budget is the two files' page caches; the writes
+        // held in memory take the other two (`Store::held_limit`).
+        let cache = options.cache_bytes / 6;
         // `frontier.redb` first: its lock is what refuses a second server.
         let mut db = Self::open_file(&path, cache)?;
         let found = Self::check_schema(&db, &path)?;
