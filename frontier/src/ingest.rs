@@ -86,11 +86,13 @@ pub struct FilterConfig {
 /// A rebuilt filter is sized for this many times the keys its partition
 /// holds. A filter is rebuilt once it is about as full as its false-positive
 /// rate allows, so its bits a URL run from the rate's own (about 1.8 bytes
-/// at 0.1%) up to this many times that, right after a rebuild; a smaller
-/// growth keeps them near the rate's own, for more rebuilds (each reads
-/// its partition's keys from the store: over a store's growth, the keys it
-/// holds times `1 / (1 - 1 / FILTER_GROWTH)`).
-pub const FILTER_GROWTH: f64 = 1.25;
+/// at 0.1%) up to this many times that, right after a rebuild. A smaller
+/// growth keeps them nearer the rate's own, for more rebuilds: each reads
+/// its partition's keys from the store, over a store's growth the keys it
+/// holds times `1 / (1 - 1 / FILTER_GROWTH)`. At scale those reads are
+/// disk reads, and with a growth of a quarter they slowed the log's syncs,
+/// which every answer waits for, more than the memory was worth.
+pub const FILTER_GROWTH: f64 = 2.0;
 
 impl FilterConfig {
     /// What a partition's filter holding `keys` is rebuilt for: its keys
