@@ -55,7 +55,9 @@ pub(super) fn converted_urls_file(urls_db: &Database) -> Result<Option<u64>, Sto
     };
     // Schema 6 laid `url_records` out as this one does; its entries read.
     let version = meta.get(super::SCHEMA_VERSION_KEY)?.map(|v| v.value());
-    if !version.is_some_and(|version| (6..=super::SCHEMA_VERSION).contains(&version)) {
+    if !version
+        .is_some_and(|v| (super::PREVIOUS_SCHEMA_VERSION..=super::SCHEMA_VERSION).contains(&v))
+    {
         return Ok(None);
     }
     Ok(meta.get(STORE_ID_KEY)?.map(|v| v.value()))

@@ -153,7 +153,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 pub use self::error::StoreError;
 use self::names::Names;
-pub use self::open::StoreOptions;
+pub use self::open::{PREVIOUS_SCHEMA_VERSION, StoreOptions};
 pub use self::read::{DuePage, DueUrl, PartitionUrls};
 pub use self::types::{
     Applied, Deletion, KnownUrl, NewUrl, PreviousPlace, QueueRecord, Removed, RemovedFromQueue,

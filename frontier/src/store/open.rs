@@ -64,6 +64,10 @@ impl Default for StoreOptions {
     }
 }
 
+/// The schema before [`SCHEMA_VERSION`], whose files this build reads as
+/// they are: only their entries are of an older version.
+pub const PREVIOUS_SCHEMA_VERSION: u64 = 6;
+
 /// What `frontier.redb` says of itself before anything else is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Found {
@@ -491,7 +495,7 @@ impl Store {
                 found: version,
             }),
             Some(SCHEMA_VERSION) => Ok(Found::Current),
-            Some(6) => Ok(Found::EntriesVersion3),
+            Some(PREVIOUS_SCHEMA_VERSION) => Ok(Found::EntriesVersion3),
             Some(4..=5) => Ok(Found::UrlKeyed),
             Some(3) => Ok(Found::TwoFiles),
             Some(version @ 1..=2) => Ok(Found::OneFile { version }),
@@ -947,6 +951,17 @@ mod tests {
         write.commit().unwrap();
         drop(db);
         assert_eq!(entry_versions(dir.path()), [true, true]);
+        // Verified as it is, with the start that marks it named.
+        let report = crate::repair::verify(dir.path());
+        assert!(report.healthy(), "{:?}", report.problems);
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|line| line.contains("marks it 7 at its next start")),
+            "{:?}",
+            report.findings
+        );
 
         let store = Store::open(dir.path()).unwrap();
         assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
