@@ -2,10 +2,11 @@
 //!
 //! Those stores kept each URL in two keys: `urls` (partition, crawl ID,
 //! URL) → record, and `due` (crawl ID, queue key, due date, URL) →
-//! partition. Schema 6 keeps it once: `url_records` is keyed by numbers
-//! and the URL's hash, and `serving_order` by (queue number, due date,
-//! hash). Converting reads every record, so it takes as long as a pass
-//! over the store; it runs once, at the first open by a build of schema 6.
+//! partition. Schema 6 on keeps it once: `url_records` is keyed by
+//! numbers and the URL's hash, and `serving_order` by (queue number, due
+//! date, hash). Converting reads every record, so it takes as long as a
+//! pass over the store; it runs once, at the first open by a build of
+//! schema 6 or later.
 //!
 //! It is done in two durable commits, one per file, each of which can be
 //! cut short and run again:
