@@ -149,7 +149,9 @@ mod types;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+#[cfg(test)]
+use redb::ReadableDatabase;
+use redb::{Database, ReadableTable, TableDefinition};
 
 pub use self::error::StoreError;
 use self::names::Names;
@@ -702,42 +704,6 @@ impl Store {
     #[must_use]
     pub fn data_dir(&self) -> &Path {
         self.path.parent().unwrap_or(Path::new("."))
-    }
-
-    /// The schema version recorded in the file.
-    pub fn schema_version(&self) -> Result<u64, StoreError> {
-        let read = self.files()?.db.begin_read()?;
-        let meta = read.open_table(META)?;
-        Ok(meta
-            .get(SCHEMA_VERSION_KEY)?
-            .map(|v| v.value())
-            .unwrap_or(0))
-    }
-
-    /// The token a clean shutdown recorded after writing filter snapshots,
-    /// if the store has not been written since.
-    pub fn clean_shutdown_token(&self) -> Result<Option<u64>, StoreError> {
-        let read = self.files()?.db.begin_read()?;
-        let meta = read.open_table(META)?;
-        Ok(meta.get(CLEAN_TOKEN_KEY)?.map(|v| v.value()))
-    }
-
-    /// Records (`Some`) or clears (`None`) the clean-shutdown token, durably.
-    /// It is cleared before the first write after start-up, so snapshots are
-    /// never trusted for a store that changed after they were taken.
-    pub fn set_clean_shutdown_token(&self, token: Option<u64>) -> Result<(), StoreError> {
-        self.write_durably(|write| {
-            let mut meta = write.open_table(META)?;
-            match token {
-                Some(token) => {
-                    meta.insert(CLEAN_TOKEN_KEY, token)?;
-                }
-                None => {
-                    meta.remove(CLEAN_TOKEN_KEY)?;
-                }
-            }
-            Ok(())
-        })
     }
 
     /// Stores every URL its crawl does not know yet, all in one transaction

@@ -1,16 +1,52 @@
 //! Settings written outside groups (queue settings, default delays, the
-//! paused flag, seeds, the partition count): durable commits of
-//! `frontier.redb` under the writer's lock, so the log and the file agree
-//! on order.
+//! paused flag, seeds, the partition count, the clean-shutdown token):
+//! durable commits of `frontier.redb` under the writer's lock, so the log
+//! and the file agree on order; and the file's own marks read back.
 
-use redb::ReadableTable;
+use redb::{ReadableDatabase, ReadableTable};
 
 use super::{
-    CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, PARTITIONS_KEY, QUEUES, QueueRecord, SEED_HOSTS,
-    SERVING_PAUSED_KEY, Store, StoreError, decode_queue,
+    CLEAN_TOKEN_KEY, CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, PARTITIONS_KEY, QUEUES, QueueRecord,
+    SCHEMA_VERSION_KEY, SEED_HOSTS, SERVING_PAUSED_KEY, Store, StoreError, decode_queue,
 };
 
 impl Store {
+    /// The schema version recorded in the file.
+    pub fn schema_version(&self) -> Result<u64, StoreError> {
+        let read = self.files()?.db.begin_read()?;
+        let meta = read.open_table(META)?;
+        Ok(meta
+            .get(SCHEMA_VERSION_KEY)?
+            .map(|v| v.value())
+            .unwrap_or(0))
+    }
+
+    /// The token a clean shutdown recorded after writing filter snapshots,
+    /// if the store has not been written since.
+    pub fn clean_shutdown_token(&self) -> Result<Option<u64>, StoreError> {
+        let read = self.files()?.db.begin_read()?;
+        let meta = read.open_table(META)?;
+        Ok(meta.get(CLEAN_TOKEN_KEY)?.map(|v| v.value()))
+    }
+
+    /// Records (`Some`) or clears (`None`) the clean-shutdown token, durably.
+    /// It is cleared before the first write after start-up, so snapshots are
+    /// never trusted for a store that changed after they were taken.
+    pub fn set_clean_shutdown_token(&self, token: Option<u64>) -> Result<(), StoreError> {
+        self.write_durably(|write| {
+            let mut meta = write.open_table(META)?;
+            match token {
+                Some(token) => {
+                    meta.insert(CLEAN_TOKEN_KEY, token)?;
+                }
+                None => {
+                    meta.remove(CLEAN_TOKEN_KEY)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// Changes a queue's settings (not its counts, which stay held in
     /// memory until the next checkpoint), durably.
     pub fn update_queue_settings(
