@@ -79,7 +79,8 @@ pub struct FilterConfig {
     /// Filter layout.
     pub layout: Layout,
     /// Predicted fill ratio past which a partition's filter is rebuilt
-    /// larger; a rebuilt filter is sized to start well below it.
+    /// larger (the frontier's rebuild thread applies it); a rebuilt filter
+    /// is sized to start well below it.
     pub rebuild_fill: f64,
 }
 
@@ -89,9 +90,9 @@ pub struct FilterConfig {
 /// at 0.1%) up to this many times that, right after a rebuild. A smaller
 /// growth keeps them nearer the rate's own, for more rebuilds: each reads
 /// its partition's keys from the store, over a store's growth the keys it
-/// holds times `1 / (1 - 1 / FILTER_GROWTH)`. At scale those reads are
-/// disk reads, and with a growth of a quarter they slowed the log's syncs,
-/// which every answer waits for, more than the memory was worth.
+/// holds times `1 / (1 - 1 / FILTER_GROWTH)`. At scale, with a growth of
+/// a quarter, those reads slowed ingest and the log's syncs, which every
+/// answer waits for, more than the memory was worth.
 pub const FILTER_GROWTH: f64 = 2.0;
 
 impl FilterConfig {

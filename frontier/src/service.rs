@@ -50,8 +50,6 @@ pub struct FrontierConfig {
     pub max_url_length: usize,
     /// Admission rules of every crawl.
     pub rules: Rules,
-    /// Fill ratio past which a partition's filter is rebuilt larger.
-    pub rebuild_fill_threshold: f64,
     /// Lease length when a GetURLs call gives none.
     pub default_lease_secs: u32,
     /// Longest lease a GetURLs call gets, whatever it asks for.
@@ -100,7 +98,6 @@ impl FrontierConfig {
             max_url_length: 2048,
             max_metadata_bytes: crate::ingest::DEFAULT_MAX_METADATA_BYTES,
             rules: Rules::default(),
-            rebuild_fill_threshold: 0.5,
             default_lease_secs: 30,
             max_lease_secs: DEFAULT_MAX_LEASE_SECS,
             max_urls_per_get: DEFAULT_MAX_URLS_PER_GET,
@@ -332,9 +329,7 @@ impl std::fmt::Debug for Frontier {
 
 impl Frontier {
     /// Opens the store, loads or rebuilds the filters, loads the queues.
-    pub fn open(mut config: FrontierConfig) -> Result<Self, FrontierError> {
-        // Filters are rebuilt for the threshold the rebuild thread applies.
-        config.filters.rebuild_fill = config.rebuild_fill_threshold;
+    pub fn open(config: FrontierConfig) -> Result<Self, FrontierError> {
         let store = Store::open_with(
             &config.data_dir,
             crate::store::StoreOptions {
@@ -367,7 +362,7 @@ impl Frontier {
         let rebuild_thread = {
             let ingest = Arc::clone(&ingest);
             let lock = Arc::clone(&rebuild_lock);
-            let threshold = config.rebuild_fill_threshold;
+            let threshold = config.filters.rebuild_fill;
             std::thread::Builder::new()
                 .name("filter-rebuild".into())
                 .spawn(move || {
@@ -449,7 +444,7 @@ impl Frontier {
     fn signal_rebuild(&self) {
         if self
             .ingest
-            .partitions_to_rebuild(self.config.rebuild_fill_threshold)
+            .partitions_to_rebuild(self.config.filters.rebuild_fill)
             .is_empty()
         {
             return;
@@ -806,7 +801,7 @@ impl Frontier {
         FilterReport {
             set,
             partitions,
-            rebuild_fill_threshold: self.config.rebuild_fill_threshold,
+            rebuild_fill_threshold: self.config.filters.rebuild_fill,
             target_fp_rate: self.config.filters.fp_rate,
             dedup: self.config.dedup,
         }

@@ -236,7 +236,6 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
         max_url_length: args.max_url_length,
         max_metadata_bytes: args.max_metadata_bytes,
         rules,
-        rebuild_fill_threshold: args.rebuild_fill,
         default_lease_secs: args.lease_secs.max(1),
         max_lease_secs: args.max_lease_secs.max(1),
         max_urls_per_get: args.max_urls_per_get,

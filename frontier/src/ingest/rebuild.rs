@@ -12,9 +12,8 @@ use crate::store::Store;
 /// (no URL is built: a filter key is made from the key's hash), each sized
 /// as an online rebuild would ([`FilterConfig::rebuilt_capacity`]), so
 /// that no filter starts out full; partitions are spread over the
-/// machine's cores. Answers the
-/// filters and each one's URLs.
-/// Runs before any write, so the partitions' snapshots agree.
+/// machine's cores. Answers the filters and each one's URLs. Runs before
+/// any write, so the partitions' snapshots agree.
 pub(super) fn filters_from_store(
     store: &Store,
     config: &FilterConfig,

@@ -886,6 +886,14 @@ mod tests {
         assert_eq!(stored_urls(&store), ["http://after/", "http://logged/"]);
     }
 
+    /// The schema `urls.redb` is marked with.
+    fn urls_schema(dir: &Path) -> Option<u64> {
+        let urls_db = Database::open(dir.join(URLS_FILE_NAME)).unwrap();
+        let read = urls_db.begin_read().unwrap();
+        let meta = read.open_table(URLS_META).unwrap();
+        meta.get(SCHEMA_VERSION_KEY).unwrap().map(|v| v.value())
+    }
+
     /// The versions of the entries `url_records` holds, in key order.
     fn entry_versions(dir: &Path) -> Vec<bool> {
         let urls_db = Database::open(dir.join(URLS_FILE_NAME)).unwrap();
@@ -912,9 +920,10 @@ mod tests {
         store
             .apply(&[discovered("http://a/"), discovered("http://b/")])
             .unwrap();
+        // Made a store of schema 6: both files marked 6, entries of
+        // version 3.
+        store.set_schema_version(6).unwrap();
         drop(store);
-        // Made a store of schema 6: entries of version 3, both files
-        // marked 6.
         let urls_db = Database::open(dir.path().join(URLS_FILE_NAME)).unwrap();
         let write = urls_db.begin_write().unwrap();
         {
@@ -941,15 +950,6 @@ mod tests {
         }
         write.commit().unwrap();
         drop(urls_db);
-        let db = Database::open(dir.path().join(FILE_NAME)).unwrap();
-        let write = db.begin_write().unwrap();
-        write
-            .open_table(META)
-            .unwrap()
-            .insert(SCHEMA_VERSION_KEY, 6)
-            .unwrap();
-        write.commit().unwrap();
-        drop(db);
         assert_eq!(entry_versions(dir.path()), [true, true]);
         // Verified as it is, with the start that marks it named.
         let report = crate::repair::verify(dir.path());
@@ -978,17 +978,7 @@ mod tests {
         // "a" rescheduled: its entry is written again, in version 4.
         store.apply(&[known("http://a/", 20)]).unwrap();
         drop(store);
-        let urls_db = Database::open(dir.path().join(URLS_FILE_NAME)).unwrap();
-        let version = urls_db
-            .begin_read()
-            .unwrap()
-            .open_table(URLS_META)
-            .unwrap()
-            .get(SCHEMA_VERSION_KEY)
-            .unwrap()
-            .map(|v| v.value());
-        assert_eq!(version, Some(SCHEMA_VERSION));
-        drop(urls_db);
+        assert_eq!(urls_schema(dir.path()), Some(SCHEMA_VERSION));
         let mut versions = entry_versions(dir.path());
         versions.sort_unstable();
         assert_eq!(versions, [false, true]);
@@ -1013,16 +1003,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         store.apply(&[discovered("http://a/")]).unwrap();
+        store.set_schema_version(6).unwrap();
         drop(store);
-        let db = Database::open(dir.path().join(FILE_NAME)).unwrap();
-        let write = db.begin_write().unwrap();
-        write
-            .open_table(META)
-            .unwrap()
-            .insert(SCHEMA_VERSION_KEY, 6)
-            .unwrap();
-        write.commit().unwrap();
-        drop(db);
+        assert_eq!(urls_schema(dir.path()), Some(SCHEMA_VERSION));
         let store = Store::open(dir.path()).unwrap();
         assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
         assert_eq!(stored_urls(&store), ["http://a/"]);
