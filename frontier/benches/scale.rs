@@ -85,6 +85,20 @@ impl Server {
         (field("VmRSS:"), field("VmHWM:"))
     }
 
+    /// (bytes read, bytes written) by the server at the block layer, from
+    /// /proc: what its files cost the disk, beyond what they hold.
+    fn disk_io(&self) -> (u64, u64) {
+        let io = std::fs::read_to_string(format!("/proc/{}/io", self.child.id()))
+            .unwrap_or_default();
+        let field = |name: &str| {
+            io.lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|rest| rest.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        (field("read_bytes:"), field("write_bytes:"))
+    }
+
     fn terminate(mut self) -> Duration {
         let started = Instant::now();
         let status = Command::new("kill")
@@ -172,6 +186,7 @@ fn main() {
     let (stored, skipped) = (fed.stored, fed.skipped);
     let seconds = started.elapsed().as_secs_f64();
     let (resident, peak) = server.memory();
+    let (read, written) = server.disk_io();
     println!(
         "## Scale: {} URLs offered over gRPC, {streams} streams of PutDiscovered batches of 256 ({}), 10,000 hosts, 45% known\n",
         batches * 256,
@@ -213,6 +228,14 @@ fn main() {
         resident as f64 / 1048576.0,
         peak as f64 / 1048576.0,
         resident as f64 / stored.max(1) as f64,
+    );
+
+    println!(
+        "Disk traffic of the ingest: {:.0} MiB read, {:.0} MiB written: {:.0} bytes read and {:.0} written per stored URL\n",
+        read as f64 / 1048576.0,
+        written as f64 / 1048576.0,
+        read as f64 / stored.max(1) as f64,
+        written as f64 / stored.max(1) as f64,
     );
 
     let stop = server.terminate();
