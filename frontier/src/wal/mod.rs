@@ -320,18 +320,24 @@ fn header(store_id: u64, capacity: u64) -> [u8; HEADER_LEN as usize] {
 /// `fdatasync` a flush of data alone: a write into allocated but unwritten
 /// blocks, like one that extends the file, also has the file system commit
 /// its journal. Where the file system cannot allocate ahead, the zeros
-/// are written all the same.
+/// are written all the same. They are synced as they go, a chunk at a
+/// time: a log sync issued meanwhile (every group's answer waits on one)
+/// then waits behind one chunk at most, not behind all the zeros at once.
 fn allocate(file: &File, from: u64, to: u64) -> std::io::Result<()> {
     match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), from, to - from) {
         Ok(()) | Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {}
         Err(errno) => return Err(errno.into()),
     }
     static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+    const SYNCED_CHUNK: u64 = 16 << 20;
     let mut at = from;
     while at < to {
         let length = (to - at).min(ZEROS.len() as u64) as usize;
         file.write_all_at(&ZEROS[..length], at)?;
         at += length as u64;
+        if at < to && (at - from).is_multiple_of(SYNCED_CHUNK) {
+            file.sync_data()?;
+        }
     }
     Ok(())
 }
@@ -512,6 +518,7 @@ impl Wal {
     /// before the header says so, so the header never claims more than the
     /// file has.
     fn grow(&mut self, needed: u64) -> Result<(), WalError> {
+        let started = Instant::now();
         let capacity = needed.max(self.capacity.saturating_mul(2));
         let allocated = allocate(&self.file, self.capacity, capacity)
             .and_then(|()| self.file.sync_all())
@@ -533,6 +540,12 @@ impl Wal {
                 ));
                 io_error(&self.path, source)
             })?;
+        tracing::debug!(
+            from = self.capacity,
+            to = capacity,
+            seconds = started.elapsed().as_secs_f64(),
+            "the log grew under the writer's lock"
+        );
         self.capacity = capacity;
         Ok(())
     }
@@ -1020,6 +1033,28 @@ mod tests {
                 Err(error) => prop_assert!(false, "{error}"),
             }
         }
+    }
+
+    /// Zeros written in synced chunks still cover the whole range, from
+    /// and to offsets that are not a chunk's, over earlier bytes.
+    #[test]
+    fn allocate_zeroes_the_whole_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("f"))
+            .unwrap();
+        file.write_all_at(&[7; 4096], 0).unwrap();
+        let (from, to) = (1000, (32 << 20) + 4321);
+        allocate(&file, from, to).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), to);
+        let mut bytes = vec![1; to as usize];
+        file.read_exact_at(&mut bytes, 0).unwrap();
+        assert!(bytes[..1000].iter().all(|&b| b == 7));
+        assert!(bytes[1000..].iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! copies those records into the spare and syncs it; and
 //! [`Wal::finish_restart`], under the lock again, copies the few records
 //! logged meanwhile and swaps the files (the tests run the three at once,
-//! `Wal::restart_keeping`).
+//! `Wal::restart_keeping`). The copy step also allocates the new pass,
+//! for half again the pass that ends ([`PASS_HEADROOM`]), so that it is
+//! not grown under the lock later.
 //!
 //! The records copied off the lock are safe to read there: a record is
 //! taken back ([`Wal::unappend`]) only under the same hold of the lock
@@ -52,7 +54,8 @@ pub struct PendingRestart {
     spare_path: PathBuf,
     /// The length the spare is allocated to.
     capacity: u64,
-    /// The least capacity the new pass may have: the log's own.
+    /// The least capacity the new pass may have: the log's own, grown by
+    /// doubling to [`PASS_HEADROOM`] times the pass that ends.
     least_capacity: u64,
     store_id: u64,
     durable: u64,
@@ -88,7 +91,14 @@ impl PendingRestart {
         (|| {
             let length = self.spare.metadata()?.len();
             if length < capacity {
+                let started = Instant::now();
                 allocate(&self.spare, length, capacity)?;
+                tracing::debug!(
+                    from = length,
+                    to = capacity,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "the log's spare grew"
+                );
             }
             self.spare.write_all_at(&header(self.store_id, capacity), 0)
         })()
@@ -119,6 +129,27 @@ fn copy_records(pending: &PendingRestart, range: std::ops::Range<u64>) -> Result
         at += chunk as u64;
     }
     Ok(())
+}
+
+/// How many times the length of the pass that ends the next one is
+/// allocated for. A log grows while a pass outruns it, under the writer's
+/// lock, which every group waits on: writing and syncing hundreds of
+/// megabytes of zeros there held up every answer for a second and more
+/// once a large store's passes reached that size. Sized at the restart,
+/// the new pass is allocated by the applier's thread, off that lock, and a
+/// pass outgrows it only if it is half again as long as the last one.
+pub(super) const PASS_HEADROOM: f64 = 1.5;
+
+/// The capacity a new pass starts with after one of `ended` bytes in a
+/// log of `capacity`: that capacity, doubled until it holds
+/// [`PASS_HEADROOM`] times the pass.
+pub(super) fn capacity_for_next_pass(capacity: u64, ended: u64) -> u64 {
+    let wanted = (ended as f64 * PASS_HEADROOM) as u64;
+    let mut grown = capacity.max(INITIAL_CAPACITY);
+    while grown < wanted {
+        grown = grown.saturating_mul(2);
+    }
+    grown
 }
 
 impl Wal {
@@ -184,7 +215,7 @@ impl Wal {
             spare,
             spare_path,
             capacity,
-            least_capacity: self.capacity,
+            least_capacity: capacity_for_next_pass(self.capacity, self.len),
             store_id: self.store_id,
             durable,
             from: self.offsets[first].1,
@@ -361,5 +392,53 @@ mod tests {
         let (_, recovered) = Wal::open(dir.path(), STORE, 3).unwrap();
         assert_eq!(recovered.records.len(), 1);
         assert_eq!(recovered.records[0].ops, deletion("u4"));
+    }
+
+    /// A new pass is allocated at the restart, off the writer's lock, for
+    /// half again the pass that ended: a pass as long as the last one then
+    /// never grows the log under the lock.
+    #[test]
+    fn a_new_pass_is_allocated_with_room_for_one_like_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        Wal::create(dir.path(), STORE).unwrap();
+        let (mut wal, _) = Wal::open(dir.path(), STORE, 0).unwrap();
+        let length = || std::fs::metadata(dir.path().join(FILE_NAME)).unwrap().len();
+        let record = deletion(&"x".repeat(1 << 17));
+        // Three quarters of the first capacity, in records of about 128 KiB.
+        let per_pass = 3 * INITIAL_CAPACITY / 4 / (1 << 17);
+        for lsn in 1..=per_pass {
+            wal.append(lsn, &record).unwrap();
+        }
+        wal.sync().unwrap();
+        assert_eq!(length(), INITIAL_CAPACITY);
+        assert!(wal.restart_keeping(dir.path(), per_pass - 1).unwrap());
+        let allocated = length();
+        assert_eq!(allocated, 2 * INITIAL_CAPACITY);
+        for lsn in per_pass + 1..=2 * per_pass {
+            wal.append(lsn, &record).unwrap();
+        }
+        wal.sync().unwrap();
+        assert_eq!(length(), allocated, "grown under the writer's lock");
+        drop(wal);
+        let (_, recovered) = Wal::open(dir.path(), STORE, per_pass - 1).unwrap();
+        assert_eq!(recovered.records.len() as u64, per_pass + 1);
+    }
+
+    proptest::proptest! {
+        /// The next pass's capacity: never less than the log's, the least
+        /// doubling of it that holds half again the pass that ended.
+        #[test]
+        fn the_next_pass_is_the_least_doubling_with_headroom(
+            capacity_mib in 0_u64..4096,
+            ended in 0_u64..(8 << 30),
+        ) {
+            let capacity = capacity_mib << 20;
+            let next = capacity_for_next_pass(capacity, ended);
+            let wanted = (ended as f64 * PASS_HEADROOM) as u64;
+            let least = capacity.max(INITIAL_CAPACITY);
+            proptest::prop_assert!(next >= least && next >= wanted);
+            proptest::prop_assert!(next == least || next / 2 < wanted);
+            proptest::prop_assert_eq!(next % least, 0);
+        }
     }
 }
