@@ -88,8 +88,8 @@ impl Server {
     /// (bytes read, bytes written) by the server at the block layer, from
     /// /proc: what its files cost the disk, beyond what they hold.
     fn disk_io(&self) -> (u64, u64) {
-        let io = std::fs::read_to_string(format!("/proc/{}/io", self.child.id()))
-            .unwrap_or_default();
+        let io =
+            std::fs::read_to_string(format!("/proc/{}/io", self.child.id())).unwrap_or_default();
         let field = |name: &str| {
             io.lines()
                 .find_map(|line| line.strip_prefix(name))

@@ -72,7 +72,8 @@ pub enum DedupMode {
 pub struct FilterConfig {
     /// Number of partitions.
     pub partitions: usize,
-    /// URLs each partition's filter is sized for at first.
+    /// URLs each partition's filter is sized for at first, at least
+    /// (see [`FilterConfig::ladder_size`]).
     pub expected_urls_per_partition: u64,
     /// Target false-positive rate.
     pub fp_rate: f64,
@@ -94,20 +95,49 @@ pub struct FilterConfig {
 /// a quarter, those reads slowed ingest and the log's syncs, which every
 /// answer waits for, more than the memory was worth.
 pub const FILTER_GROWTH: f64 = 2.0;
+const _: () = assert!(FILTER_GROWTH > 1.0, "a filter's sizes must grow");
 
 impl FilterConfig {
-    /// What a partition's filter holding `keys` is rebuilt for: its keys
-    /// grown by [`FILTER_GROWTH`], never less than the configured size. A
-    /// filter at its capacity is half full (its rate's optimum), so below
-    /// a rebuild fill of a half the growth is raised to start the filter
-    /// as far below that fill as it would start below a half: never at a
-    /// fill that would have it rebuilt again at once.
+    /// The sizes partition `partition`'s filter is built at, smallest
+    /// first: the configured size times [`FILTER_GROWTH`] to the power of
+    /// `step` plus the partition's share of a step. Partitions fill at one
+    /// pace (the host's hash spreads URLs evenly), so filters sized alike
+    /// would reach their rebuild fill together: every partition rebuilt in
+    /// one run of store reads, and right after it every filter at the most
+    /// bits a URL it ever has (the growth times its rate's own). Offset by
+    /// a share of a step each, the rebuilds are spread evenly over a
+    /// store's growth and the filters' bits a URL stay near their mean,
+    /// `(growth - 1) / ln growth` times the rate's own, at every size.
     #[must_use]
-    pub fn rebuilt_capacity(&self, keys: u64) -> u64 {
+    pub fn ladder_size(&self, partition: usize, step: u32) -> u64 {
+        let share = partition as f64 / self.partitions.max(1) as f64;
+        let first = self.expected_urls_per_partition.max(1) as f64;
+        (first * FILTER_GROWTH.powf(f64::from(step) + share)).ceil() as u64
+    }
+
+    /// What `partition`'s filter holding `keys` is built for: the smallest
+    /// size of its ladder ([`Self::ladder_size`]) at which the keys are
+    /// at most `1 / sqrt(FILTER_GROWTH)` of what reaches the rebuild fill.
+    /// A filter rebuilt at that fill (its keys about what reaches it) thus
+    /// goes up one step of its ladder, and one built from a store's keys
+    /// (a restart without snapshots) starts between that share and its
+    /// square below the fill. A filter at its capacity is half full (its
+    /// rate's optimum), so below a rebuild fill of a half it holds fewer
+    /// keys at that fill, and its sizes are raised to match: never a start
+    /// at a fill that would have it rebuilt again at once.
+    #[must_use]
+    pub fn rebuilt_capacity(&self, partition: usize, keys: u64) -> u64 {
         let fill = self.rebuild_fill.clamp(f64::MIN_POSITIVE, 0.5);
-        let growth = FILTER_GROWTH * (0.5_f64.ln() / (1.0 - fill).ln());
-        let grown = (keys as f64 * growth).ceil() as u64;
-        grown.max(self.expected_urls_per_partition).max(1)
+        // The share of its capacity a filter holds at the rebuild fill.
+        let held_at_fill = (1.0 - fill).ln() / 0.5_f64.ln();
+        let wanted = keys as f64 * FILTER_GROWTH.sqrt() / held_at_fill;
+        let raise = 1.0 / held_at_fill;
+        let size = |step| (self.ladder_size(partition, step) as f64 * raise).ceil();
+        let mut step = 0;
+        while size(step) < wanted {
+            step += 1;
+        }
+        size(step) as u64
     }
 }
 
@@ -722,7 +752,10 @@ impl Ingest {
                 let keys = self.counters[partition as usize]
                     .stored
                     .load(Ordering::Relaxed);
-                self.rebuild_partition(partition as usize, self.config.rebuilt_capacity(keys))?;
+                self.rebuild_partition(
+                    partition as usize,
+                    self.config.rebuilt_capacity(partition as usize, keys),
+                )?;
             }
         }
         Ok(removed)
@@ -1238,11 +1271,12 @@ mod tests {
 
     proptest::proptest! {
         /// A rebuilt filter starts below the fill that has it rebuilt,
-        /// whatever that fill, so no partition is rebuilt again at once; at
-        /// the default fill it costs at most the growth times the bits its
-        /// rate needs a key.
+        /// whatever that fill and however many keys, so no partition is
+        /// rebuilt again at once; at the default fill it costs at most the
+        /// growth times the bits its rate needs a key, and a little more.
         #[test]
         fn a_rebuilt_filter_starts_below_its_rebuild_fill(
+            partition in 0_usize..64,
             keys in 1_u64..50_000,
             rebuild_fill in 0.05_f64..0.95,
         ) {
@@ -1251,7 +1285,7 @@ mod tests {
                 rebuild_fill,
                 ..FilterConfig::default()
             };
-            let capacity = config.rebuilt_capacity(keys);
+            let capacity = config.rebuilt_capacity(partition, keys);
             proptest::prop_assert!(capacity > keys);
             let filter = bloom_core::BloomFilter::with_layout(config.layout, capacity, config.fp_rate)
                 .unwrap();
@@ -1259,7 +1293,8 @@ mod tests {
                 -(-f64::from(filter.hashes()) * keys as f64 / filter.bits() as f64).exp_m1();
             proptest::prop_assert!(predicted < rebuild_fill.min(0.5), "{predicted}");
             if rebuild_fill >= 0.5 {
-                proptest::prop_assert_eq!(capacity, (keys as f64 * FILTER_GROWTH).ceil() as u64);
+                let most = (keys as f64 * FILTER_GROWTH * FILTER_GROWTH.sqrt()).ceil() as u64 + 1;
+                proptest::prop_assert!(capacity <= most, "{capacity} for {keys} keys");
                 // The rate's own bits a key, -ln p / ln² 2, for the
                 // capacity, up to the filter's rounding to whole blocks.
                 let rate_bits = -config.fp_rate.ln() / std::f64::consts::LN_2.powi(2);
@@ -1267,6 +1302,75 @@ mod tests {
                 proptest::prop_assert!((filter.bits() as f64) <= most, "{} bits", filter.bits());
             }
         }
+
+        /// A filter rebuilt at its rebuild fill (its keys about those that
+        /// reach it) goes exactly one step up its partition's sizes.
+        #[test]
+        fn a_filter_rebuilt_at_its_fill_goes_one_step_up(
+            partition in 0_usize..64,
+            step in 0_u32..20,
+            off_by in 0.8_f64..1.25,
+            rebuild_fill in 0.05_f64..0.95,
+        ) {
+            let config = FilterConfig {
+                expected_urls_per_partition: 1_000,
+                rebuild_fill,
+                ..FilterConfig::default()
+            };
+            let keys_at_fill = |capacity: u64| {
+                let held_at_fill = (1.0 - rebuild_fill.min(0.5)).ln() / 0.5_f64.ln();
+                capacity as f64 * held_at_fill
+            };
+            let mut capacity = config.rebuilt_capacity(partition, 0);
+            for _ in 0..step {
+                capacity = config.rebuilt_capacity(partition, keys_at_fill(capacity) as u64);
+            }
+            let keys = (keys_at_fill(capacity) * off_by) as u64;
+            let rebuilt = config.rebuilt_capacity(partition, keys);
+            let ratio = rebuilt as f64 / capacity as f64;
+            proptest::prop_assert!((ratio - FILTER_GROWTH).abs() < 1e-2, "{capacity} -> {rebuilt}");
+        }
+    }
+
+    /// Partitions fill at one pace; their filters' sizes are offset so that
+    /// they are rebuilt one at a time, spread over the store's growth, and
+    /// the filters' capacity over the keys stays near its mean at every
+    /// size (sized alike, every filter would swing together from 1 to 2).
+    #[test]
+    fn partitions_are_rebuilt_one_at_a_time_at_every_size() {
+        let config = FilterConfig::default();
+        let partitions = config.partitions;
+        let mut capacities: Vec<u64> = (0..partitions)
+            .map(|p| config.rebuilt_capacity(p, 0))
+            .collect();
+        let first = config.expected_urls_per_partition;
+        let mut rebuilt_at = Vec::new();
+        let (mut least, mut most) = (f64::MAX, 0.0_f64);
+        // Each partition holds `keys`, growing 0.1% at a time.
+        let mut keys = first as f64;
+        while keys < (first * 1_000) as f64 {
+            for (partition, capacity) in capacities.iter_mut().enumerate() {
+                if keys >= *capacity as f64 {
+                    *capacity = config.rebuilt_capacity(partition, keys as u64);
+                    rebuilt_at.push(keys as u64);
+                }
+            }
+            let ratio = capacities.iter().sum::<u64>() as f64 / (keys * partitions as f64);
+            least = least.min(ratio);
+            most = most.max(ratio);
+            keys *= 1.001;
+        }
+        let mean = (FILTER_GROWTH - 1.0) / FILTER_GROWTH.ln();
+        assert!(
+            least > mean * 0.97 && most < mean * 1.03,
+            "capacity over keys from {least} to {most}, mean {mean}"
+        );
+        // About ten steps of growth: each partition rebuilt about ten
+        // times, no two at the same size.
+        let per_partition = rebuilt_at.len() as f64 / partitions as f64;
+        assert!((9.0..=11.0).contains(&per_partition), "{per_partition}");
+        rebuilt_at.dedup();
+        assert_eq!(rebuilt_at.len() as f64, per_partition * partitions as f64);
     }
 
     #[test]

@@ -830,7 +830,7 @@ impl Frontier {
             .into_iter()
             .map(|p| {
                 let keys = self.ingest.stored_in_partition(p).unwrap_or(0);
-                let capacity = self.config.filters.rebuilt_capacity(keys);
+                let capacity = self.config.filters.rebuilt_capacity(p, keys);
                 Ok(self.ingest.rebuild_partition(p, capacity)?)
             })
             .collect()

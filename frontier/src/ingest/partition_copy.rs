@@ -316,7 +316,10 @@ impl Ingest {
         self.counters[partition as usize]
             .stored
             .store(0, Ordering::Relaxed);
-        self.rebuild_partition(partition as usize, self.config.expected_urls_per_partition)?;
+        self.rebuild_partition(
+            partition as usize,
+            self.config.rebuilt_capacity(partition as usize, 0),
+        )?;
         Ok(dropped)
     }
 

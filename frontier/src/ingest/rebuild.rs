@@ -43,7 +43,7 @@ pub(super) fn filters_from_store(
                         )?;
                         let filter = BloomFilter::with_layout(
                             config.layout,
-                            config.rebuilt_capacity(count),
+                            config.rebuilt_capacity(partition, count),
                             config.fp_rate,
                         )?;
                         filter.insert_batch_into(&keys, &mut inserted);
@@ -97,8 +97,9 @@ impl Ingest {
             .map(|c| c.stored.load(Ordering::Relaxed))
     }
 
-    /// Rebuilds every partition predicted fuller than `fill_ratio`, each for
-    /// its keys grown by [`super::FILTER_GROWTH`], one after the other.
+    /// Rebuilds every partition predicted fuller than `fill_ratio`, each one
+    /// step up its sizes ([`FilterConfig::rebuilt_capacity`]), one after
+    /// the other.
     pub fn rebuild_full_partitions(
         &self,
         fill_ratio: f64,
@@ -107,7 +108,7 @@ impl Ingest {
             .into_iter()
             .map(|partition| {
                 let keys = self.counters[partition].stored.load(Ordering::Relaxed);
-                self.rebuild_partition(partition, self.config.rebuilt_capacity(keys))
+                self.rebuild_partition(partition, self.config.rebuilt_capacity(partition, keys))
             })
             .collect()
     }
