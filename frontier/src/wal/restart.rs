@@ -131,13 +131,13 @@ fn copy_records(pending: &PendingRestart, range: std::ops::Range<u64>) -> Result
     Ok(())
 }
 
-/// How many times the length of the pass that ends the next one is
-/// allocated for. A log grows while a pass outruns it, under the writer's
+/// The next pass is allocated for this many times the length of the pass
+/// that ends. A log grows while a pass outruns it, under the writer's
 /// lock, which every group waits on: writing and syncing hundreds of
 /// megabytes of zeros there held up every answer for a second and more
 /// once a large store's passes reached that size. Sized at the restart,
 /// the new pass is allocated by the applier's thread, off that lock, and a
-/// pass outgrows it only if it is half again as long as the last one.
+/// pass outgrows it only if it is over half again as long as the last.
 pub(super) const PASS_HEADROOM: f64 = 1.5;
 
 /// The capacity a new pass starts with after one of `ended` bytes in a
