@@ -70,33 +70,30 @@ impl Server {
         }
     }
 
-    /// (resident, peak resident) bytes, from /proc.
-    fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+    /// The numbers of `/proc/PID/FILE` lines starting with each of
+    /// `names` (0 for one not found).
+    fn proc_fields<const N: usize>(&self, file: &str, names: [&str; N]) -> [u64; N] {
+        let text = std::fs::read_to_string(format!("/proc/{}/{file}", self.child.id()))
             .unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
+        names.map(|name| {
+            text.lines()
                 .find_map(|line| line.strip_prefix(name))
                 .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
                 .unwrap_or(0)
-                * 1024
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        })
+    }
+
+    /// (resident, peak resident) bytes, from /proc.
+    fn memory(&self) -> (u64, u64) {
+        let [resident, peak] = self.proc_fields("status", ["VmRSS:", "VmHWM:"]);
+        (resident * 1024, peak * 1024)
     }
 
     /// (bytes read, bytes written) by the server at the block layer, from
     /// /proc: what its files cost the disk, beyond what they hold.
     fn disk_io(&self) -> (u64, u64) {
-        let io =
-            std::fs::read_to_string(format!("/proc/{}/io", self.child.id())).unwrap_or_default();
-        let field = |name: &str| {
-            io.lines()
-                .find_map(|line| line.strip_prefix(name))
-                .and_then(|rest| rest.trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        (field("read_bytes:"), field("write_bytes:"))
+        let [read, written] = self.proc_fields("io", ["read_bytes:", "write_bytes:"]);
+        (read, written)
     }
 
     fn terminate(mut self) -> Duration {

@@ -71,13 +71,10 @@ impl PendingRestart {
     /// Copies the records kept at the restart's beginning into the spare,
     /// after a header, and syncs it. Needs no lock: see the module docs.
     pub fn copy(&mut self) -> Result<(), WalError> {
-        let needed = HEADER_LEN + (self.copied_to - self.from);
-        let capacity = self.capacity.max(INITIAL_CAPACITY).max(self.least_capacity);
-        let capacity = if needed > capacity {
-            needed.max(capacity.saturating_mul(2))
-        } else {
-            capacity
-        };
+        // The kept records are part of the pass that ended, which the
+        // least capacity holds with room to spare.
+        let capacity = self.capacity.max(self.least_capacity);
+        debug_assert!(HEADER_LEN + (self.copied_to - self.from) <= capacity);
         self.grow_spare(capacity)?;
         copy_records(self, self.from..self.copied_to)?;
         self.spare
