@@ -59,6 +59,7 @@ use redb::ReadableDatabase;
 use super::apply::{RecordAccess, RecordKey};
 use super::names::GroupNames;
 use super::pace::Pace;
+use super::record_map::{RecordMap, overlay_sorted};
 use super::{
     APPLIED_LSN_KEY, Applied, META, MainFileChange, SERVING_ORDER, StagedGroup, Store, StoreError,
     URL_RECORDS, URLS_META, WriteOp, open_if_exists,
@@ -76,48 +77,40 @@ const SLOW_GROUP: Duration = Duration::from_millis(250);
 /// The least [`Store::held_limit`] can be, whatever the cache.
 const HELD_LIMIT_MIN: usize = 16 << 20;
 
-/// What a held entry costs in memory: a `url_records` entry beyond its
-/// value's bytes (its key, the value's handle, its share of a map node's
-/// spare room, the allocator's rounding of the value), and a
-/// `serving_order` entry. Measured as what maps of random keys grow the
-/// resident memory by with the server's allocator, so that the held limit
-/// bounds memory as it says: an overestimate makes the applier's turns
-/// smaller than the memory allows, and larger turns are what keep ingest
-/// up once the files outgrow the cache.
-const RECORD_ENTRY: usize = 72;
+/// What a held `serving_order` entry costs in memory: measured as what
+/// maps of such keys grow the resident memory by with the server's
+/// allocator, so that the held limit bounds memory as it says (the
+/// `url_records` entries count their own, module `record_map`). An
+/// overestimate makes the applier's turns smaller than the memory allows,
+/// and larger turns are what keep ingest up once the files outgrow the
+/// cache.
 const ORDER_ENTRY: usize = 54;
 
 /// Held writes of some groups: per key, its newest value (`None`:
 /// removed).
 #[derive(Debug, Default)]
 pub(super) struct Layer {
-    records: BTreeMap<RecordKey, Option<Vec<u8>>>,
+    records: RecordMap,
     order: BTreeMap<OrderKey, Option<u32>>,
     /// The newest group whose writes it holds.
     newest: u64,
-    /// Bytes it holds, roughly.
-    bytes: usize,
+    /// Bytes its `serving_order` entries hold, roughly.
+    order_bytes: usize,
 }
 
 impl Layer {
-    fn record_cost(value: Option<&Vec<u8>>) -> usize {
-        RECORD_ENTRY + value.map_or(0, Vec::len)
-    }
-
-    fn order_cost() -> usize {
-        ORDER_ENTRY
+    /// Bytes it holds, roughly.
+    fn bytes(&self) -> usize {
+        self.records.bytes() + self.order_bytes
     }
 
     fn hold_record(&mut self, key: RecordKey, value: Option<Vec<u8>>) {
-        self.bytes += Self::record_cost(value.as_ref());
-        if let Some(old) = self.records.insert(key, value) {
-            self.bytes = self.bytes.saturating_sub(Self::record_cost(old.as_ref()));
-        }
+        self.records.insert(key, value.map(Vec::into_boxed_slice));
     }
 
     fn hold_order(&mut self, key: OrderKey, value: Option<u32>) {
         if self.order.insert(key, value).is_none() {
-            self.bytes += Self::order_cost();
+            self.order_bytes += ORDER_ENTRY;
         }
     }
 }
@@ -151,25 +144,28 @@ pub(super) struct Held {
 }
 
 impl Held {
-    /// What is held of a `url_records` key: `Some(None)` if removed.
-    pub(super) fn record(&self, key: &RecordKey) -> Option<&Option<Vec<u8>>> {
-        self.fresh
-            .records
-            .get(key)
-            .or_else(|| self.writing.records.get(key))
+    /// What is held of a `url_records` key, copied: `Some(None)` if
+    /// removed.
+    pub(super) fn record(&self, key: &RecordKey) -> Option<Option<Vec<u8>>> {
+        let held = (self.fresh.records.get(key)).or_else(|| self.writing.records.get(key))?;
+        Some(held.as_deref().map(<[u8]>::to_vec))
     }
 
-    /// What is held of `url_records` keys in `range`, in key order.
+    /// What is held of `url_records` keys in `range`, copied; put in key
+    /// order by [`HeldRecordsCopy::in_order`], off the lock.
     pub(super) fn records_in(
         &self,
-        range: impl std::ops::RangeBounds<RecordKey> + Clone,
-    ) -> HeldRecords {
-        overlay(
-            self.fresh.records.range(range.clone()),
-            self.writing.records.range(range),
-        )
-        .map(|(key, value)| (*key, value.clone()))
-        .collect()
+        range: &impl std::ops::RangeBounds<RecordKey>,
+    ) -> HeldRecordsCopy {
+        let copy = |layer: &Layer| -> HeldRecords {
+            (layer.records.entries_in(range))
+                .map(|(key, value)| (key, value.as_deref().map(<[u8]>::to_vec)))
+                .collect()
+        };
+        HeldRecordsCopy {
+            newer: copy(&self.fresh),
+            older: copy(&self.writing),
+        }
     }
 
     /// What is held of `serving_order` keys in `range`, in key order.
@@ -192,7 +188,7 @@ impl Held {
     }
 
     fn bytes(&self) -> usize {
-        self.fresh.bytes + self.writing.bytes
+        self.fresh.bytes() + self.writing.bytes()
     }
 }
 
@@ -297,6 +293,19 @@ pub(super) type RecordsReadTable = redb::ReadOnlyTable<RecordKey, &'static [u8]>
 /// What is held of a range of `url_records` keys (`None`: removed).
 pub(super) type HeldRecords = Vec<(RecordKey, Option<Vec<u8>>)>;
 
+/// What each layer holds of a range of `url_records` keys, in no order.
+pub(super) struct HeldRecordsCopy {
+    newer: HeldRecords,
+    older: HeldRecords,
+}
+
+impl HeldRecordsCopy {
+    /// Each key once, the newer layer's where both have it, in key order.
+    pub(super) fn in_order(self) -> HeldRecords {
+        overlay_sorted(self.newer.into_iter(), self.older.into_iter())
+    }
+}
+
 /// What is held of a range of `serving_order` keys (`None`: removed).
 pub(super) type HeldOrder = Vec<(OrderKey, Option<u32>)>;
 
@@ -340,7 +349,7 @@ impl RecordAccess for HeldView<'_, '_> {
             return Ok(Some(value.clone()));
         }
         if let Some(value) = self.held.record(&key) {
-            return Ok(value.clone());
+            return Ok(value);
         }
         self.files_read.set(self.files_read.get() + 1);
         match self.table {
@@ -358,7 +367,7 @@ impl RecordAccess for HeldView<'_, '_> {
     fn insert_new(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let previous = match self.own.get(&key) {
             Some(value) => Some(value.clone()),
-            None => self.held.record(&key).cloned().flatten(),
+            None => self.held.record(&key).flatten(),
         };
         self.own.insert(key, value.to_vec());
         Ok(previous)
@@ -476,7 +485,7 @@ impl Store {
         }
         let mut waited = None;
         loop {
-            if self.held.read().fresh.bytes < self.held_limit() {
+            if self.held.read().fresh.bytes() < self.held_limit() {
                 if let Some(since) = waited.map(|since: Instant| since.elapsed()) {
                     tracing::debug!(
                         seconds = since.as_secs_f64(),
@@ -488,7 +497,7 @@ impl Store {
             waited.get_or_insert_with(Instant::now);
             self.check_poisoned()?;
             self.held.wait(
-                || self.held.read().fresh.bytes < self.held_limit(),
+                || self.held.read().fresh.bytes() < self.held_limit(),
                 Duration::from_millis(100),
             );
         }
@@ -571,7 +580,7 @@ impl Store {
         {
             let mut held = self.held.write();
             let fresh = &mut held.fresh;
-            let bytes_before = fresh.bytes;
+            let bytes_before = fresh.bytes();
             for (key, value) in records {
                 fresh.hold_record(key, Some(value));
             }
@@ -594,8 +603,8 @@ impl Store {
                 };
                 fresh.hold_order(key, value);
             }
-            let cost = fresh.bytes.saturating_sub(bytes_before);
-            let fresh_bytes = fresh.bytes;
+            let cost = fresh.bytes().saturating_sub(bytes_before);
+            let fresh_bytes = fresh.bytes();
             held.counts.absorb(counts);
             held.newest = lsn;
             self.held
@@ -634,6 +643,7 @@ impl Store {
         held.copied = held.newest;
         let mut layer = std::mem::take(&mut held.fresh);
         layer.newest = held.newest;
+        self.held.lock_pace().taken(layer.bytes(), Instant::now());
         held.writing = Arc::new(layer);
         Some((Arc::clone(&held.writing), self.read_names().mark()))
     }
@@ -654,11 +664,11 @@ impl Store {
         tracing::debug!(
             records = writing.records.len(),
             order = writing.order.len(),
-            bytes = writing.bytes,
+            bytes = writing.bytes(),
             seconds = took.as_secs_f64(),
             "held writes written"
         );
-        self.held.lock_pace().copied(writing.bytes, took);
+        self.held.lock_pace().copied(writing.bytes(), took);
         // Opened after both files hold the layer, and swapped in with its
         // going: groups see the layer or this snapshot, never neither.
         let snapshot = (self.files().ok())
@@ -745,16 +755,14 @@ impl Store {
         write.set_durability(redb::Durability::None)?;
         {
             let mut records = write.open_table(URL_RECORDS)?;
-            for (key, value) in &copied.records {
+            // In key order: descents share the pages they dirty.
+            copied.records.try_for_each_in_order(|key, value| {
                 match value {
-                    Some(value) => {
-                        records.insert(*key, value.as_slice())?;
-                    }
-                    None => {
-                        records.remove(*key)?;
-                    }
-                }
-            }
+                    Some(value) => records.insert(key, &**value)?,
+                    None => records.remove(key)?,
+                };
+                Ok::<_, StoreError>(())
+            })?;
             let mut crawl_names = write.open_table(super::names::CRAWL_NAMES)?;
             for (number, name) in crawls {
                 crawl_names.insert(*number, &**name)?;

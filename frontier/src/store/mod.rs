@@ -15,7 +15,8 @@
 //! - `held`: writes held in memory between a group's answer and the
 //!   files, and the applier that writes them; `merged`: reads that merge
 //!   what is held over a snapshot of the files; `pace`: groups paced to the
-//!   applier's rate as what is held nears its limit; `catch_up`:
+//!   applier's rate as what is held nears its limit; `record_map`: the
+//!   `url_records` writes a layer holds; `catch_up`:
 //!   `frontier.redb` brought up to `urls.redb` after a failed write;
 //! - `open`: opening, creation, the log's replay; `legacy`: the URL tables
 //!   of schemas 1 to 5 and their conversion;
@@ -142,6 +143,7 @@ mod names;
 mod open;
 mod pace;
 mod read;
+mod record_map;
 mod recover;
 mod settings;
 mod types;

@@ -8,6 +8,13 @@
 //! applier takes to write what it adds, at a rate that falls to nothing
 //! as the limit nears, so answers keep coming at the rate the applier
 //! sustains instead of stopping and starting again.
+//!
+//! What is held since the applier's last copy leaves memory only when its
+//! turn in progress ends, so while one is in progress the room left is
+//! also spread over the time the turn is expected to take: in a long turn
+//! (a large store's) the fresh layer otherwise went at full rate to half
+//! the limit, then on at the applier's average rate into it, and groups
+//! waited whole seconds for the turn's end.
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +24,14 @@ const LONGEST_WAIT: Duration = Duration::from_millis(100);
 
 /// Weight of the newest copy in the measured rate.
 const NEWEST_WEIGHT: f64 = 0.5;
+
+/// A turn is expected to take this much longer than its bytes at the
+/// measured rate: each turn writes into a larger store than the last.
+const TURN_MARGIN: f64 = 1.15;
+
+/// Past its expected end, a turn is taken to end within this share of its
+/// expected length: the room left is spread over no less.
+const OVERRUN_SHARE: f64 = 0.1;
 
 /// The applier's measured rate and when the next group may go.
 #[derive(Debug, Default)]
@@ -29,11 +44,23 @@ pub(super) struct Pace {
     checkpoints_since_copy: Duration,
     /// When the next group may be staged.
     next: Option<Instant>,
+    /// The turn in progress: when it is expected to end, and its expected
+    /// length.
+    turn: Option<(Instant, Duration)>,
 }
 
 impl Pace {
+    /// The applier took a copy of `bytes` to write at `now`.
+    pub(super) fn taken(&mut self, bytes: usize, now: Instant) {
+        self.turn = self.rate.filter(|rate| *rate > 0.0).map(|rate| {
+            let length = Duration::from_secs_f64(bytes as f64 / rate * TURN_MARGIN);
+            (now + length, length)
+        });
+    }
+
     /// The applier wrote a copy of `bytes` in `took`.
     pub(super) fn copied(&mut self, bytes: usize, took: Duration) {
+        self.turn = None;
         let busy = took + std::mem::take(&mut self.checkpoints_since_copy);
         if bytes == 0 || busy.is_zero() {
             return;
@@ -64,13 +91,24 @@ impl Pace {
             return;
         };
         let fill = held as f64 / limit.max(1) as f64;
-        if fill < 0.5 {
+        // Twice the applier's rate at half the limit, its rate at three
+        // quarters, nothing at the limit.
+        let mut allowed = if fill < 0.5 {
+            f64::INFINITY
+        } else {
+            rate * 4.0 * (1.0 - fill).max(0.0)
+        };
+        if let Some((end, length)) = self.turn {
+            let remaining = (end.saturating_duration_since(now))
+                .max(length.mul_f64(OVERRUN_SHARE))
+                .max(Duration::from_millis(1));
+            let room = limit.saturating_sub(held) as f64;
+            allowed = allowed.min(room / remaining.as_secs_f64());
+        }
+        if allowed.is_infinite() {
             self.next = None;
             return;
         }
-        // Twice the applier's rate at half the limit, its rate at three
-        // quarters, nothing at the limit.
-        let allowed = rate * 4.0 * (1.0 - fill).max(0.0);
         let wait = if allowed > 0.0 {
             Duration::from_secs_f64((cost as f64 / allowed).min(LONGEST_WAIT.as_secs_f64()))
         } else {
@@ -119,6 +157,65 @@ mod tests {
         pace.held(1 << 20, LIMIT * 3 / 4, LIMIT, now);
         // 10 MiB a second: a MiB takes 0.1 s.
         assert!((pace.wait(now).as_secs_f64() - 0.1).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_turn_in_progress_spreads_the_room_left_over_its_expected_length() {
+        let now = Instant::now();
+        let mut pace = Pace::default();
+        pace.copied(10 << 20, Duration::from_secs(1));
+        // 20 MiB at 10 MiB a second, and the margin.
+        pace.taken(20 << 20, now);
+        let length = 2.0 * TURN_MARGIN;
+        // A quarter held: no wait without a turn in progress; with one,
+        // 48 MiB of room over the turn's length.
+        let cost = 64 << 10;
+        pace.held(cost, LIMIT / 4, LIMIT, now);
+        let wait = pace.wait(now).as_secs_f64();
+        let expected = cost as f64 * length / (LIMIT as f64 * 0.75);
+        assert!((wait - expected).abs() < 1e-6, "{wait} against {expected}");
+        // Its end passed: a tenth of its length left, at least.
+        let mut pace = Pace::default();
+        pace.copied(10 << 20, Duration::from_secs(1));
+        pace.taken(20 << 20, now);
+        let late = now + Duration::from_secs(10);
+        pace.held(cost, LIMIT / 4, LIMIT, late);
+        let wait = pace.wait(late).as_secs_f64();
+        let expected = cost as f64 * length * OVERRUN_SHARE / (LIMIT as f64 * 0.75);
+        assert!((wait - expected).abs() < 1e-6, "{wait} against {expected}");
+        // Once written, no turn: no wait below half the limit.
+        pace.copied(20 << 20, Duration::from_secs(2));
+        pace.held(cost, LIMIT / 4, LIMIT, late);
+        assert_eq!(pace.wait(late + Duration::from_secs(1)), Duration::ZERO);
+    }
+
+    /// Groups staged as fast as the pace lets them, through a turn that
+    /// ends when expected, fill the room it leaves without reaching the
+    /// limit.
+    #[test]
+    fn groups_paced_through_a_turn_stay_under_the_limit() {
+        let start = Instant::now();
+        let mut pace = Pace::default();
+        // 4 MiB a second: a turn of a whole limit takes 16 s.
+        pace.copied(4 << 20, Duration::from_secs(1));
+        pace.taken(LIMIT, start);
+        let end = start + Duration::from_secs_f64(16.0 * TURN_MARGIN);
+        let cost = 256 << 10;
+        let (mut held, mut now) = (0, start);
+        while now < end {
+            held += cost;
+            assert!(
+                held < LIMIT,
+                "the limit reached {:?} into the turn",
+                now - start
+            );
+            pace.held(cost, held, LIMIT, now);
+            now = (now + Duration::from_micros(1)).max(start + (pace.wait(start)));
+        }
+        assert!(
+            held > LIMIT * 3 / 4,
+            "{held} of {LIMIT}: the room went unused"
+        );
     }
 
     proptest! {

@@ -108,7 +108,7 @@ fn held_records_of(
     keys: &[(u64, u64, u32)],
 ) -> Vec<Option<Option<Vec<u8>>>> {
     keys.iter()
-        .map(|&(_, hash, partition)| held.record(&(partition, crawl_number, hash)).cloned())
+        .map(|&(_, hash, partition)| held.record(&(partition, crawl_number, hash)))
         .collect()
 }
 
@@ -263,7 +263,8 @@ impl Store {
         range: impl std::ops::RangeBounds<RecordKey> + Clone,
         mut visit: impl FnMut(RecordKey, &[u8]) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
-        let (held, table) = self.held_and_records(|held| held.records_in(range.clone()))?;
+        let (held, table) = self.held_and_records(|held| held.records_in(&range))?;
+        let held = held.in_order();
         let stored = match table.as_ref() {
             Some(table) => Some(table.range::<RecordKey>(range)?),
             None => None,
@@ -468,7 +469,7 @@ impl Store {
             return Ok(None);
         };
         let key = (partition, number, self.hasher.hash(url));
-        let (held, table) = self.held_and_records(|held| held.record(&key).cloned())?;
+        let (held, table) = self.held_and_records(|held| held.record(&key))?;
         let value = match held {
             Some(value) => value,
             None => match table.as_ref() {
@@ -499,7 +500,7 @@ impl Store {
                 .map(|&(partition, crawl, url)| {
                     names.crawl_number(crawl).map(|number| {
                         let key = (partition, number, self.hasher.hash(url));
-                        let held = held.record(&key).cloned();
+                        let held = held.record(&key);
                         (key, held, crawl, url)
                     })
                 })

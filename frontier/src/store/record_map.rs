@@ -1,0 +1,273 @@
+//! The `url_records` writes one held layer holds (module `held`): a hash
+//! map per filter partition, sorted only when read in key order.
+//!
+//! Every URL a group is offered is looked up in the held layers, and every
+//! URL it stores is held: at scale a layer holds millions of keys, and a
+//! key-ordered map costs a walk of a dozen nodes (each a cache miss) per
+//! lookup, where a hash map costs one or two. Key order is wanted only by
+//! the applier (once a layer) and by range reads, which all lie within one
+//! partition but a whole-store scan: a map per partition keeps their cost
+//! to the partition's keys.
+//!
+//! What the maps cost in memory is counted per key, at the most a key's
+//! share of a table can be (right after the table doubled) plus its
+//! value's bytes as the allocator rounds them: the count bounds what the
+//! maps take, and grows smoothly. Counted by their tables' allocations,
+//! it jumped as the partitions' tables (which fill at one pace) doubled
+//! together, and groups paced by it ran into the held limit.
+
+use std::ops::{Bound, RangeBounds};
+
+use rustc_hash::FxHashMap;
+
+use super::apply::RecordKey;
+
+/// A held value: `None` for a removed key. Boxed, not a `Vec`: a smaller
+/// slot in the table.
+pub(super) type HeldValue = Option<Box<[u8]>>;
+
+/// One partition's keys, by (crawl number, URL hash). The hash is the
+/// store's seeded hash of the URL, so its keys are spread evenly by a
+/// cheap hasher.
+type PartitionMap = FxHashMap<(u32, u64), HeldValue>;
+
+/// Held `url_records` writes, by key.
+#[derive(Debug, Default)]
+pub(super) struct RecordMap {
+    /// Indexed by partition; grown as keys of higher partitions come
+    /// (partitions are few, and fixed when the store is created).
+    partitions: Vec<PartitionMap>,
+    len: usize,
+    /// What its keys cost, as counted (module doc).
+    bytes: usize,
+}
+
+/// The most a key's share of its table can be: a slot and a control byte
+/// per bucket, and a table at least 7 keys in 16 buckets once it holds
+/// more than a few (it doubles when 7 in 8 are full).
+const KEY_SHARE: usize = (std::mem::size_of::<((u32, u64), HeldValue)>() + 1) * 16 / 7 + 1;
+
+/// What a value takes on the heap: its bytes rounded up to the
+/// allocator's size classes (multiples of 16 bound those of small sizes).
+fn value_bytes(value: &HeldValue) -> usize {
+    value
+        .as_ref()
+        .map_or(0, |value| value.len().next_multiple_of(16))
+}
+
+impl RecordMap {
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes of memory it holds, as counted (module doc).
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(super) fn get(&self, &(partition, crawl, hash): &RecordKey) -> Option<&HeldValue> {
+        self.partitions.get(partition as usize)?.get(&(crawl, hash))
+    }
+
+    /// Sets `key`'s value; answers the one it replaces.
+    pub(super) fn insert(
+        &mut self,
+        (partition, crawl, hash): RecordKey,
+        value: HeldValue,
+    ) -> Option<HeldValue> {
+        let index = partition as usize;
+        if index >= self.partitions.len() {
+            self.partitions
+                .resize_with(index + 1, PartitionMap::default);
+        }
+        self.bytes += value_bytes(&value);
+        let replaced = self.partitions[index].insert((crawl, hash), value);
+        match &replaced {
+            Some(old) => self.bytes = self.bytes.saturating_sub(value_bytes(old)),
+            None => {
+                self.len += 1;
+                self.bytes += KEY_SHARE;
+            }
+        }
+        replaced
+    }
+
+    /// The entries whose keys are in `range`, in no order.
+    pub(super) fn entries_in<'a>(
+        &'a self,
+        range: &'a (impl RangeBounds<RecordKey> + 'a),
+    ) -> impl Iterator<Item = (RecordKey, &'a HeldValue)> + 'a {
+        let count = self.partitions.len();
+        let end = match range.end_bound() {
+            Bound::Included(key) | Bound::Excluded(key) => (key.0 as usize + 1).min(count),
+            Bound::Unbounded => count,
+        };
+        let start = match range.start_bound() {
+            Bound::Included(key) | Bound::Excluded(key) => (key.0 as usize).min(end),
+            Bound::Unbounded => 0,
+        };
+        (self.partitions[start..end].iter())
+            .zip(start as u32..)
+            .flat_map(|(map, partition)| {
+                map.iter()
+                    .map(move |(&(crawl, hash), value)| ((partition, crawl, hash), value))
+            })
+            .filter(|(key, _)| range.contains(key))
+    }
+
+    /// Calls `visit` for each entry in key order, a partition at a time.
+    pub(super) fn try_for_each_in_order<E>(
+        &self,
+        mut visit: impl FnMut(RecordKey, &HeldValue) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut sorted = Vec::new();
+        for (map, partition) in self.partitions.iter().zip(0u32..) {
+            sorted.clear();
+            sorted.extend(map.iter());
+            sorted.sort_unstable_by_key(|(key, _)| **key);
+            for &(&(crawl, hash), value) in &sorted {
+                visit((partition, crawl, hash), value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What two layers hold of a range, `newer` over `older`, in key order.
+pub(super) fn overlay_sorted<V>(
+    newer: impl Iterator<Item = (RecordKey, V)>,
+    older: impl Iterator<Item = (RecordKey, V)>,
+) -> Vec<(RecordKey, V)> {
+    // The rank puts a key's newer entry first; `dedup_by_key` keeps it.
+    let mut ranked: Vec<(RecordKey, u8, V)> = newer
+        .map(|(key, value)| (key, 0, value))
+        .chain(older.map(|(key, value)| (key, 1, value)))
+        .collect();
+    ranked.sort_unstable_by_key(|(key, rank, _)| (*key, *rank));
+    ranked.dedup_by_key(|(key, _, _)| *key);
+    ranked
+        .into_iter()
+        .map(|(key, _, value)| (key, value))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn key() -> impl Strategy<Value = RecordKey> {
+        // Few values per field, so that keys repeat and ranges catch some.
+        (0u32..5, 0u32..3, 0u64..20)
+    }
+
+    fn value() -> impl Strategy<Value = HeldValue> {
+        proptest::option::of(
+            proptest::collection::vec(any::<u8>(), 0..3).prop_map(Vec::into_boxed_slice),
+        )
+    }
+
+    fn range() -> impl Strategy<Value = (Bound<RecordKey>, Bound<RecordKey>)> {
+        let bound = || {
+            prop_oneof![
+                key().prop_map(Bound::Included),
+                key().prop_map(Bound::Excluded),
+                Just(Bound::Unbounded),
+            ]
+        };
+        (bound(), bound())
+    }
+
+    fn filled(entries: &[(RecordKey, HeldValue)]) -> (RecordMap, BTreeMap<RecordKey, HeldValue>) {
+        let mut map = RecordMap::default();
+        let mut model = BTreeMap::new();
+        for (key, value) in entries {
+            assert_eq!(
+                map.insert(*key, value.clone()),
+                model.insert(*key, value.clone())
+            );
+        }
+        (map, model)
+    }
+
+    /// The tables never take more than their keys are counted for, past
+    /// their first few keys, as they grow.
+    #[test]
+    fn the_tables_take_no_more_than_their_keys_are_counted_for() {
+        let partitions = 8_u32;
+        let mut map = RecordMap::default();
+        let mut hash = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut values = 0;
+        for count in 1..=200_000_usize {
+            hash = hash.rotate_left(17).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ count as u64;
+            let value: HeldValue = Some(vec![0; count % 90].into_boxed_slice());
+            values += value_bytes(&value);
+            map.insert(((hash % u64::from(partitions)) as u32, 0, hash), value);
+            if count >= 1_000 {
+                let slot = std::mem::size_of::<((u32, u64), HeldValue)>() + 1;
+                let tables: usize = (map.partitions.iter())
+                    .map(|map| map.capacity().div_ceil(7) * 8 * slot)
+                    .sum();
+                assert!(tables <= map.bytes() - values, "{tables} for {count} keys");
+            }
+        }
+    }
+
+    proptest! {
+        /// Lookups, length, ranges and the ordered walk agree with a
+        /// key-ordered map of the same inserts.
+        #[test]
+        fn a_record_map_reads_as_a_key_ordered_map(
+            entries in proptest::collection::vec((key(), value()), 0..60),
+            probes in proptest::collection::vec(key(), 0..20),
+            (start, end) in range(),
+        ) {
+            let (map, model) = filled(&entries);
+            prop_assert_eq!(map.len(), model.len());
+            let counted = model.len() * KEY_SHARE + model.values().map(value_bytes).sum::<usize>();
+            prop_assert_eq!(map.bytes(), counted);
+            for probe in &probes {
+                prop_assert_eq!(map.get(probe), model.get(probe));
+            }
+            let mut walked = Vec::new();
+            map.try_for_each_in_order(|key, value| {
+                walked.push((key, value.clone()));
+                Ok::<_, ()>(())
+            }).unwrap();
+            let ordered: Vec<_> = model.iter().map(|(k, v)| (*k, v.clone())).collect();
+            prop_assert_eq!(walked, ordered);
+            // A range whose start lies past its end is empty (BTreeMap
+            // panics on it, so it is checked against a filter of the walk).
+            let range = (start, end);
+            let mut in_range: Vec<_> = map.entries_in(&range).map(|(k, v)| (k, v.clone())).collect();
+            in_range.sort_unstable_by_key(|(key, _)| *key);
+            let expected: Vec<_> = model.iter()
+                .filter(|(key, _)| range.contains(key))
+                .map(|(k, v)| (*k, v.clone()))
+                .collect();
+            prop_assert_eq!(in_range, expected);
+        }
+
+        /// The overlay of two layers holds each key once, with the newer
+        /// layer's value where both have it, in key order.
+        #[test]
+        fn the_newer_layer_wins_an_overlay(
+            newer in proptest::collection::vec((key(), value()), 0..40),
+            older in proptest::collection::vec((key(), value()), 0..40),
+        ) {
+            let (newer, newer_model) = filled(&newer);
+            let (older, older_model) = filled(&older);
+            let mut model = older_model;
+            model.extend(newer_model);
+            let merged = overlay_sorted(
+                newer.entries_in(&..).map(|(k, v)| (k, v.clone())),
+                older.entries_in(&..).map(|(k, v)| (k, v.clone())),
+            );
+            let expected: Vec<_> = model.into_iter().collect();
+            prop_assert_eq!(merged, expected);
+        }
+    }
+}
