@@ -59,7 +59,7 @@ use redb::ReadableDatabase;
 use super::apply::{RecordAccess, RecordKey};
 use super::names::GroupNames;
 use super::pace::Pace;
-use super::record_map::{RecordMap, overlay_sorted};
+use super::record_map::RecordMap;
 use super::{
     APPLIED_LSN_KEY, Applied, META, MainFileChange, SERVING_ORDER, StagedGroup, Store, StoreError,
     URL_RECORDS, URLS_META, WriteOp, open_if_exists,
@@ -194,10 +194,10 @@ impl Held {
 
 /// Two key-ordered runs merged in key order; where both have a key, the
 /// newer's entry alone.
-fn overlay<'a, K: Ord + 'a, V: 'a>(
-    newer: impl Iterator<Item = (&'a K, &'a V)>,
-    older: impl Iterator<Item = (&'a K, &'a V)>,
-) -> impl Iterator<Item = (&'a K, &'a V)> {
+fn overlay<K: Ord, V>(
+    newer: impl Iterator<Item = (K, V)>,
+    older: impl Iterator<Item = (K, V)>,
+) -> impl Iterator<Item = (K, V)> {
     let mut newer = newer.peekable();
     let mut older = older.peekable();
     std::iter::from_fn(move || match (newer.peek(), older.peek()) {
@@ -295,14 +295,16 @@ pub(super) type HeldRecords = Vec<(RecordKey, Option<Vec<u8>>)>;
 
 /// What each layer holds of a range of `url_records` keys, in no order.
 pub(super) struct HeldRecordsCopy {
-    newer: HeldRecords,
-    older: HeldRecords,
+    pub(super) newer: HeldRecords,
+    pub(super) older: HeldRecords,
 }
 
 impl HeldRecordsCopy {
     /// Each key once, the newer layer's where both have it, in key order.
-    pub(super) fn in_order(self) -> HeldRecords {
-        overlay_sorted(self.newer.into_iter(), self.older.into_iter())
+    pub(super) fn in_order(mut self) -> HeldRecords {
+        self.newer.sort_unstable_by_key(|(key, _)| *key);
+        self.older.sort_unstable_by_key(|(key, _)| *key);
+        overlay(self.newer.into_iter(), self.older.into_iter()).collect()
     }
 }
 

@@ -37,7 +37,6 @@ pub(super) struct RecordMap {
     /// Indexed by partition; grown as keys of higher partitions come
     /// (partitions are few, and fixed when the store is created).
     partitions: Vec<PartitionMap>,
-    len: usize,
     /// What its keys cost, as counted (module doc).
     bytes: usize,
 }
@@ -57,7 +56,7 @@ fn value_bytes(value: &HeldValue) -> usize {
 
 impl RecordMap {
     pub(super) fn len(&self) -> usize {
-        self.len
+        self.partitions.iter().map(PartitionMap::len).sum()
     }
 
     /// Bytes of memory it holds, as counted (module doc).
@@ -84,10 +83,7 @@ impl RecordMap {
         let replaced = self.partitions[index].insert((crawl, hash), value);
         match &replaced {
             Some(old) => self.bytes = self.bytes.saturating_sub(value_bytes(old)),
-            None => {
-                self.len += 1;
-                self.bytes += KEY_SHARE;
-            }
+            None => self.bytes += KEY_SHARE,
         }
         replaced
     }
@@ -133,30 +129,13 @@ impl RecordMap {
     }
 }
 
-/// What two layers hold of a range, `newer` over `older`, in key order.
-pub(super) fn overlay_sorted<V>(
-    newer: impl Iterator<Item = (RecordKey, V)>,
-    older: impl Iterator<Item = (RecordKey, V)>,
-) -> Vec<(RecordKey, V)> {
-    // The rank puts a key's newer entry first; `dedup_by_key` keeps it.
-    let mut ranked: Vec<(RecordKey, u8, V)> = newer
-        .map(|(key, value)| (key, 0, value))
-        .chain(older.map(|(key, value)| (key, 1, value)))
-        .collect();
-    ranked.sort_unstable_by_key(|(key, rank, _)| (*key, *rank));
-    ranked.dedup_by_key(|(key, _, _)| *key);
-    ranked
-        .into_iter()
-        .map(|(key, _, value)| (key, value))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
     use proptest::prelude::*;
 
+    use super::super::held::{HeldRecords, HeldRecordsCopy};
     use super::*;
 
     fn key() -> impl Strategy<Value = RecordKey> {
@@ -262,11 +241,11 @@ mod tests {
             let (older, older_model) = filled(&older);
             let mut model = older_model;
             model.extend(newer_model);
-            let merged = overlay_sorted(
-                newer.entries_in(&..).map(|(k, v)| (k, v.clone())),
-                older.entries_in(&..).map(|(k, v)| (k, v.clone())),
-            );
-            let expected: Vec<_> = model.into_iter().collect();
+            let copy = |map: &RecordMap| -> HeldRecords {
+                map.entries_in(&..).map(|(k, v)| (k, v.as_deref().map(<[u8]>::to_vec))).collect()
+            };
+            let merged = HeldRecordsCopy { newer: copy(&newer), older: copy(&older) }.in_order();
+            let expected: Vec<_> = model.into_iter().map(|(k, v)| (k, v.map(Vec::from))).collect();
             prop_assert_eq!(merged, expected);
         }
     }
