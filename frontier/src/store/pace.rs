@@ -4,17 +4,25 @@
 //! Without a pace, groups go on at full rate until the limit, then all
 //! wait for the applier's copy in progress (at scale its copies and
 //! checkpoints take seconds): whole seconds pass without an answer, then a
-//! burst. Past half the limit each group is held back for the time the
-//! applier takes to write what it adds, at a rate that falls to nothing
-//! as the limit nears, so answers keep coming at the rate the applier
-//! sustains instead of stopping and starting again.
+//! burst. Past three quarters of the limit each group is held back for
+//! the time the applier takes to write what it adds, at a rate that falls
+//! to nothing as the limit nears, so answers keep coming at the rate the
+//! applier sustains instead of stopping and starting again.
 //!
-//! What is held since the applier's last copy leaves memory only when its
-//! turn in progress ends, so while one is in progress the room left is
-//! also spread over the time the turn is expected to take: in a long turn
-//! (a large store's) the fresh layer otherwise went at full rate to half
-//! the limit, then on at the applier's average rate into it, and groups
-//! waited whole seconds for the turn's end.
+//! What is held since the applier's last copy leaves memory only when it
+//! takes its next copy, after the turn in progress and the checkpoint
+//! that may follow it, so from one copy to the next the room left is also
+//! spread over the time until the next is expected: in a long turn (a
+//! large store's) the fresh layer otherwise went at full rate to the
+//! fill where the pace begins, then on at the applier's average rate into
+//! it, and groups waited whole seconds for the turn's end.
+//!
+//! A larger copy shares more of the `url_records` pages it rewrites, and
+//! a turn and its checkpoint have a cost of their own, so a pace that
+//! leaves much of the limit unused at the next copy costs ingest. Hence
+//! the pace by fill begins late and the expected time to the next copy
+//! has a small margin; the pace by fill still bounds what a turn running
+//! late lets in.
 
 use std::time::{Duration, Instant};
 
@@ -25,9 +33,13 @@ const LONGEST_WAIT: Duration = Duration::from_millis(100);
 /// Weight of the newest copy in the measured rate.
 const NEWEST_WEIGHT: f64 = 0.5;
 
-/// A turn is expected to take this much longer than its bytes at the
+/// The next copy is expected this much later than the last's bytes at the
 /// measured rate: each turn writes into a larger store than the last.
-const TURN_MARGIN: f64 = 1.15;
+const TURN_MARGIN: f64 = 1.05;
+
+/// The share of the limit held past which groups are paced by the fill:
+/// twice the applier's rate here, falling to nothing at the limit.
+const PACE_FROM: f64 = 0.75;
 
 /// Past its expected end, a turn is taken to end within this share of its
 /// expected length: the room left is spread over no less.
@@ -44,13 +56,15 @@ pub(super) struct Pace {
     checkpoints_since_copy: Duration,
     /// When the next group may be staged.
     next: Option<Instant>,
-    /// The turn in progress: when it is expected to end, and its expected
-    /// length.
+    /// The applier's last copy: when its next is expected, and the
+    /// expected time between the two.
     turn: Option<(Instant, Duration)>,
 }
 
 impl Pace {
-    /// The applier took a copy of `bytes` to write at `now`.
+    /// The applier took a copy of `bytes` to write at `now`. The rate
+    /// counts checkpoints as busy time, so the copy's bytes at that rate
+    /// are the expected time to the next copy, checkpoint and all.
     pub(super) fn taken(&mut self, bytes: usize, now: Instant) {
         self.turn = self.rate.filter(|rate| *rate > 0.0).map(|rate| {
             let length = Duration::from_secs_f64(bytes as f64 / rate * TURN_MARGIN);
@@ -58,9 +72,9 @@ impl Pace {
         });
     }
 
-    /// The applier wrote a copy of `bytes` in `took`.
+    /// The applier wrote a copy of `bytes` in `took`. The turn's term
+    /// stays: what is held leaves only with the next copy.
     pub(super) fn copied(&mut self, bytes: usize, took: Duration) {
-        self.turn = None;
         let busy = took + std::mem::take(&mut self.checkpoints_since_copy);
         if bytes == 0 || busy.is_zero() {
             return;
@@ -91,12 +105,10 @@ impl Pace {
             return;
         };
         let fill = held as f64 / limit.max(1) as f64;
-        // Twice the applier's rate at half the limit, its rate at three
-        // quarters, nothing at the limit.
-        let mut allowed = if fill < 0.5 {
+        let mut allowed = if fill < PACE_FROM {
             f64::INFINITY
         } else {
-            rate * 4.0 * (1.0 - fill).max(0.0)
+            rate * 2.0 * ((1.0 - fill) / (1.0 - PACE_FROM)).max(0.0)
         };
         if let Some((end, length)) = self.turn {
             let remaining = (end.saturating_duration_since(now))
@@ -127,23 +139,30 @@ mod tests {
 
     const LIMIT: usize = 64 << 20;
 
+    /// Held bytes halfway from where the pace by fill begins to the
+    /// limit: there it lets groups in at the applier's rate.
+    fn halfway_to_the_limit() -> usize {
+        (LIMIT as f64 * (1.0 + PACE_FROM) / 2.0) as usize
+    }
+
     #[test]
-    fn no_group_waits_before_a_copy_is_measured_or_below_half_the_limit() {
+    fn no_group_waits_before_a_copy_is_measured_or_below_the_paced_fill() {
         let now = Instant::now();
         let mut pace = Pace::default();
         pace.held(1 << 20, LIMIT - 1, LIMIT, now);
         assert_eq!(pace.wait(now), Duration::ZERO);
         pace.copied(10 << 20, Duration::from_secs(1));
-        pace.held(1 << 20, LIMIT / 2 - 1, LIMIT, now);
+        let below = (LIMIT as f64 * PACE_FROM) as usize - 1;
+        pace.held(1 << 20, below, LIMIT, now);
         assert_eq!(pace.wait(now), Duration::ZERO);
     }
 
     #[test]
-    fn at_three_quarters_a_group_waits_the_applier_time_for_it() {
+    fn halfway_to_the_limit_a_group_waits_the_applier_time_for_it() {
         let now = Instant::now();
         let mut pace = Pace::default();
         pace.copied(10 << 20, Duration::from_secs(1));
-        pace.held(1 << 20, LIMIT * 3 / 4, LIMIT, now);
+        pace.held(1 << 20, halfway_to_the_limit(), LIMIT, now);
         let wait = pace.wait(now).as_secs_f64();
         assert!((wait - 0.1).abs() < 1e-6, "{wait}");
     }
@@ -154,7 +173,7 @@ mod tests {
         let mut pace = Pace::default();
         pace.checkpointed(Duration::from_secs(3));
         pace.copied(40 << 20, Duration::from_secs(1));
-        pace.held(1 << 20, LIMIT * 3 / 4, LIMIT, now);
+        pace.held(1 << 20, halfway_to_the_limit(), LIMIT, now);
         // 10 MiB a second: a MiB takes 0.1 s.
         assert!((pace.wait(now).as_secs_f64() - 0.1).abs() < 1e-6);
     }
@@ -183,10 +202,20 @@ mod tests {
         let wait = pace.wait(late).as_secs_f64();
         let expected = cost as f64 * length * OVERRUN_SHARE / (LIMIT as f64 * 0.75);
         assert!((wait - expected).abs() < 1e-6, "{wait} against {expected}");
-        // Once written, no turn: no wait below half the limit.
+        // Written (at the same rate), the term stays until the next copy:
+        // what is held leaves only then.
         pace.copied(20 << 20, Duration::from_secs(2));
-        pace.held(cost, LIMIT / 4, LIMIT, late);
-        assert_eq!(pace.wait(late + Duration::from_secs(1)), Duration::ZERO);
+        let later = late + Duration::from_secs(1);
+        pace.held(cost, LIMIT / 4, LIMIT, later);
+        let wait = pace.wait(later).as_secs_f64();
+        assert!((wait - expected).abs() < 1e-6, "{wait} against {expected}");
+        // The next copy sets the next term.
+        pace.taken(40 << 20, later);
+        let after = later + Duration::from_secs(1);
+        pace.held(cost, LIMIT / 4, LIMIT, after);
+        let wait = pace.wait(after).as_secs_f64();
+        let expected = cost as f64 * (4.0 * TURN_MARGIN - 1.0) / (LIMIT as f64 * 0.75);
+        assert!((wait - expected).abs() < 1e-6, "{wait} against {expected}");
     }
 
     /// Groups staged as fast as the pace lets them, through a turn that
@@ -247,7 +276,7 @@ mod tests {
                 let before = pace.wait(now);
                 pace.held(cost, (fill * LIMIT as f64) as usize, LIMIT, now);
                 let after = pace.wait(now);
-                if *fill >= 0.5 {
+                if *fill >= PACE_FROM {
                     prop_assert!(after >= before);
                     total = after;
                 } else {
