@@ -9,13 +9,14 @@
 //! to nothing as the limit nears, so answers keep coming at the rate the
 //! applier sustains instead of stopping and starting again.
 //!
-//! What is held since the applier's last copy leaves memory only when it
-//! takes its next copy, after the turn in progress and the checkpoint
-//! that may follow it, so from one copy to the next the room left is also
-//! spread over the time until the next is expected: in a long turn (a
-//! large store's) the fresh layer otherwise went at full rate to the
-//! fill where the pace begins, then on at the applier's average rate into
-//! it, and groups waited whole seconds for the turn's end.
+//! What is held since the applier's last copy counts against the limit
+//! until it takes its next copy, after the turn in progress and the
+//! checkpoint that may follow it, so from one copy to the next the room
+//! left is also spread over the time until the next is expected: in a
+//! long turn (a large store's) the fresh layer otherwise went at full
+//! rate to the fill where the pace begins, then on at the applier's
+//! average rate into it, and groups waited whole seconds for the turn's
+//! end.
 //!
 //! A larger copy shares more of the `url_records` pages it rewrites, and
 //! a turn and its checkpoint have a cost of their own, so a pace that
@@ -73,7 +74,7 @@ impl Pace {
     }
 
     /// The applier wrote a copy of `bytes` in `took`. The turn's term
-    /// stays: what is held leaves only with the next copy.
+    /// stays: what is held counts against the limit until the next copy.
     pub(super) fn copied(&mut self, bytes: usize, took: Duration) {
         let busy = took + std::mem::take(&mut self.checkpoints_since_copy);
         if bytes == 0 || busy.is_zero() {
