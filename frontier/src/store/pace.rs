@@ -34,8 +34,9 @@ const LONGEST_WAIT: Duration = Duration::from_millis(100);
 /// Weight of the newest copy in the measured rate.
 const NEWEST_WEIGHT: f64 = 0.5;
 
-/// The next copy is expected this much later than the last's bytes at the
-/// measured rate: each turn writes into a larger store than the last.
+/// The next copy is expected this much later than the bytes of the copy
+/// just taken at the measured rate: each turn writes into a larger store
+/// than the last.
 const TURN_MARGIN: f64 = 1.05;
 
 /// The share of the limit held past which groups are paced by the fill:
