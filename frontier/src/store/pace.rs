@@ -43,8 +43,9 @@ const TURN_MARGIN: f64 = 1.05;
 /// twice the applier's rate here, falling to nothing at the limit.
 const PACE_FROM: f64 = 0.75;
 
-/// Past its expected end, a turn is taken to end within this share of its
-/// expected length: the room left is spread over no less.
+/// Once the next copy is late, it is taken to come within this share of
+/// the expected time between copies: the room left is spread over no
+/// less.
 const OVERRUN_SHARE: f64 = 0.1;
 
 /// The applier's measured rate and when the next group may go.
@@ -60,7 +61,7 @@ pub(super) struct Pace {
     next: Option<Instant>,
     /// The applier's last copy: when its next is expected, and the
     /// expected time between the two.
-    turn: Option<(Instant, Duration)>,
+    next_copy: Option<(Instant, Duration)>,
 }
 
 impl Pace {
@@ -68,14 +69,14 @@ impl Pace {
     /// counts checkpoints as busy time, so the copy's bytes at that rate
     /// are the expected time to the next copy, checkpoint and all.
     pub(super) fn taken(&mut self, bytes: usize, now: Instant) {
-        self.turn = self.rate.filter(|rate| *rate > 0.0).map(|rate| {
+        self.next_copy = self.rate.filter(|rate| *rate > 0.0).map(|rate| {
             let length = Duration::from_secs_f64(bytes as f64 / rate * TURN_MARGIN);
             (now + length, length)
         });
     }
 
-    /// The applier wrote a copy of `bytes` in `took`. The turn's term
-    /// stays: what is held counts against the limit until the next copy.
+    /// The applier wrote a copy of `bytes` in `took`. The next copy's
+    /// term stays: what is held counts against the limit until then.
     pub(super) fn copied(&mut self, bytes: usize, took: Duration) {
         let busy = took + std::mem::take(&mut self.checkpoints_since_copy);
         if bytes == 0 || busy.is_zero() {
@@ -112,7 +113,7 @@ impl Pace {
         } else {
             rate * 2.0 * ((1.0 - fill) / (1.0 - PACE_FROM)).max(0.0)
         };
-        if let Some((end, length)) = self.turn {
+        if let Some((end, length)) = self.next_copy {
             let remaining = (end.saturating_duration_since(now))
                 .max(length.mul_f64(OVERRUN_SHARE))
                 .max(Duration::from_millis(1));
