@@ -177,9 +177,8 @@ fn verify_main(data_dir: &Path, report: &mut Report) -> Option<MainSummary> {
             return None;
         }
     };
-    if main.schema == store::PREVIOUS_SCHEMA_VERSION {
-        // Laid out as this schema; only its entries are of the older
-        // version, which this build reads.
+    if (store::OLDEST_SCHEMA_READ_AS_IS..SCHEMA_VERSION).contains(&main.schema) {
+        // Laid out as this schema reads it.
         report.findings.push(format!(
             "{}: schema {}, read as it is; `frontier serve` marks it {SCHEMA_VERSION} at its next start",
             main.path.display(),

@@ -11,13 +11,12 @@
 
 use std::collections::HashMap;
 
-use redb::ReadableTable;
-
 use super::names::GroupNames;
+use super::records::RecordsWrite;
 use super::{
     APPLIED_LSN_KEY, Applied, CRAWL_SETTINGS, Deletion, KnownUrl, META, MainFileChange, NewUrl,
-    PreviousPlace, QUEUES, Removed, SEED_HOSTS, SERVING_ORDER, Store, StoreError, URL_RECORDS,
-    URLS_META, UrlKeys, WriteOp, apply_order, names_under,
+    PreviousPlace, QUEUES, Removed, SEED_HOSTS, SERVING_ORDER, Store, StoreError, URLS_META,
+    UrlKeys, WriteOp, apply_order, names_under,
 };
 
 use crate::queue_counts::{CountDelta, GroupCounts, QueueCounts};
@@ -59,8 +58,6 @@ impl<'a> GroupEffects<'a> {
     }
 }
 
-pub(super) type RecordsTable<'t> = redb::Table<'t, (u32, u32, u64), &'static [u8]>;
-
 /// A `url_records` key: (partition, crawl number, URL hash).
 pub(super) type RecordKey = (u32, u32, u64);
 
@@ -75,16 +72,6 @@ pub(super) trait RecordAccess {
     /// over them need not look there for what it replaced.
     fn insert_new(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.insert(key, value)
-    }
-}
-
-impl RecordAccess for RecordsTable<'_> {
-    fn get(&self, key: RecordKey) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(ReadableTable::get(self, key)?.map(|value| value.value().to_vec()))
-    }
-
-    fn insert(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(redb::Table::insert(self, key, value)?.map(|old| old.value().to_vec()))
     }
 }
 
@@ -147,7 +134,7 @@ impl Store {
     ) -> Result<GroupOutcome, StoreError> {
         write.open_table(URLS_META)?.insert(APPLIED_LSN_KEY, lsn)?;
         let mut names = GroupNames::open(keys.names, write)?;
-        let mut records = write.open_table(URL_RECORDS)?;
+        let mut records = RecordsWrite::open(write)?;
         Self::run_ops(
             &mut records,
             &mut names,
@@ -375,7 +362,7 @@ impl Store {
     }
 
     fn apply_deletion<'a>(
-        records: &mut RecordsTable<'_>,
+        records: &mut RecordsWrite<'_>,
         names: &GroupNames<'_, '_>,
         keys: &UrlKeys<'_>,
         deletion: &'a Deletion,
@@ -478,7 +465,7 @@ impl Store {
     /// Removes a deletion's URLs from `url_records`, and adds the removal
     /// of their `serving_order` entries to `changes`.
     fn delete(
-        records: &mut RecordsTable<'_>,
+        records: &mut RecordsWrite<'_>,
         names: &GroupNames<'_, '_>,
         keys: &UrlKeys<'_>,
         deletion: &Deletion,
@@ -515,14 +502,10 @@ impl Store {
             // Collected first, since a table cannot change under its own
             // iterator.
             let mut doomed: Vec<Doomed> = Vec::new();
-            let range = records.range::<(u32, u32, u64)>((
-                std::ops::Bound::Included((partition, crawl, 0)),
-                end,
-            ))?;
-            for entry in range {
-                let (key, value) = entry?;
-                let (_, _, hash) = key.value();
-                let entries = entries_of(crawl_name, "(a URL being deleted)", value.value())?;
+            let range =
+                records.records_in((std::ops::Bound::Included((partition, crawl, 0)), end))?;
+            for ((_, _, hash), value) in range {
+                let entries = entries_of(crawl_name, "(a URL being deleted)", &value)?;
                 let names = names.read();
                 let mut kept = Vec::new();
                 let mut gone = Vec::new();

@@ -25,9 +25,10 @@ use std::path::Path;
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::names::Names;
+use super::records::RecordsRead;
 use super::{
     APPLIED_LSN_KEY, COUNTS_LSN_KEY, CRAWL_SETTINGS, META, QUEUES, QueueRecord, SEED_HOSTS, Store,
-    StoreError, URL_RECORDS, WriteOp, decode_queue, names_under, open_if_exists,
+    StoreError, WriteOp, decode_queue, names_under,
 };
 use crate::record::StoredEntry;
 use crate::wal::LogRecord;
@@ -137,13 +138,13 @@ impl Store {
         let read = urls_db.begin_read()?;
         let names = Names::load(&read)?;
         let mut counts: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        if let Some(table) = open_if_exists(&read, URL_RECORDS)? {
-            for item in table.iter()? {
-                let (key, value) = item?;
-                let entries = StoredEntry::decode_all(value.value()).map_err(|source| {
+        if let Some(records) = RecordsRead::open(&read)? {
+            for item in records.iter()? {
+                let ((_, crawl, hash), value) = item?;
+                let entries = StoredEntry::decode_all(&value).map_err(|source| {
                     StoreError::CorruptRecord {
-                        crawl: format!("number {}", key.value().1),
-                        url: format!("(the URLs of hash {:016x})", key.value().2),
+                        crawl: format!("number {crawl}"),
+                        url: format!("(the URLs of hash {hash:016x})"),
                         source,
                     }
                 })?;

@@ -60,9 +60,10 @@ use super::apply::{RecordAccess, RecordKey};
 use super::names::GroupNames;
 use super::pace::Pace;
 use super::record_map::RecordMap;
+use super::records::{MergeCursor, RecordsRead, RecordsWrite};
 use super::{
     APPLIED_LSN_KEY, Applied, META, MainFileChange, SERVING_ORDER, StagedGroup, Store, StoreError,
-    URL_RECORDS, URLS_META, WriteOp, open_if_exists,
+    URLS_META, WriteOp,
 };
 use crate::queue_counts::{GroupCounts, QueueCounts};
 use crate::wal::{Restart, WalError};
@@ -232,6 +233,9 @@ pub(super) struct HeldWrites {
     /// locks: one at a time starts the log's new pass, which copies the
     /// kept records into the spare file off the writer's lock.
     checkpointing: Mutex<()>,
+    /// Where the applier's next copy starts merging the recent records
+    /// into the base table (module `records`).
+    merge_cursor: MergeCursor,
     /// Tests: keys groups looked up in `urls.redb` while worked out.
     #[cfg(test)]
     pub(super) files_read: std::sync::atomic::AtomicU64,
@@ -288,7 +292,7 @@ impl HeldWrites {
 #[cfg(test)]
 pub(super) type RaceHook = fn(&Store);
 
-pub(super) type RecordsReadTable = redb::ReadOnlyTable<RecordKey, &'static [u8]>;
+pub(super) type RecordsReadTable = RecordsRead;
 
 /// What is held of a range of `url_records` keys (`None`: removed).
 pub(super) type HeldRecords = Vec<(RecordKey, Option<Vec<u8>>)>;
@@ -355,7 +359,7 @@ impl RecordAccess for HeldView<'_, '_> {
         }
         self.files_read.set(self.files_read.get() + 1);
         match self.table {
-            Some(table) => Ok(table.get(key)?.map(|value| value.value().to_vec())),
+            Some(table) => table.get(key),
             None => Ok(None),
         }
     }
@@ -695,7 +699,7 @@ impl Store {
         files: &super::Files,
     ) -> Result<Option<RecordsReadTable>, StoreError> {
         let read = files.urls_db.begin_read()?;
-        open_if_exists(&read, URL_RECORDS)
+        RecordsRead::open(&read)
     }
 
     /// Lets go of the applier's snapshot: after a write to `urls.redb`
@@ -720,13 +724,18 @@ impl Store {
         let new_names = self.read_names().unpersisted(names_upto);
         let (records, order) = if copied.records.len() + copied.order.len() < PARALLEL_COPY_MIN {
             (
-                Self::write_records(&files.urls_db, copied, &new_names),
+                Self::write_records(&files.urls_db, copied, &new_names, &self.held.merge_cursor),
                 Self::write_order(&files.db, copied),
             )
         } else {
             std::thread::scope(|scope| {
                 let order = scope.spawn(|| Self::write_order(&files.db, copied));
-                let records = Self::write_records(&files.urls_db, copied, &new_names);
+                let records = Self::write_records(
+                    &files.urls_db,
+                    copied,
+                    &new_names,
+                    &self.held.merge_cursor,
+                );
                 let order = order
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -747,24 +756,21 @@ impl Store {
     }
 
     /// The `url_records` part of a copy, and the names it uses, to
-    /// `urls.redb`.
+    /// `urls.redb`: a share of the partitions into the base table, the
+    /// rest into the recent one (module `records`).
     fn write_records(
         urls_db: &redb::Database,
         copied: &Layer,
         (crawls, queues): &super::names::NewNames,
+        cursor: &MergeCursor,
     ) -> Result<(), StoreError> {
         let mut write = urls_db.begin_write()?;
         write.set_durability(redb::Durability::None)?;
         {
-            let mut records = write.open_table(URL_RECORDS)?;
-            // In key order: descents share the pages they dirty.
-            copied.records.try_for_each_in_order(|key, value| {
-                match value {
-                    Some(value) => records.insert(key, &**value)?,
-                    None => records.remove(key)?,
-                };
-                Ok::<_, StoreError>(())
-            })?;
+            let mut records = RecordsWrite::open(&write)?;
+            let span = records.recent_span()?.max(copied.records.partitions());
+            let slice = cursor.next_slice(records.base_len()?, copied.records.len() as u64, span);
+            records.write_copy(&copied.records, &slice)?;
             let mut crawl_names = write.open_table(super::names::CRAWL_NAMES)?;
             for (number, name) in crawls {
                 crawl_names.insert(*number, &**name)?;
@@ -938,7 +944,8 @@ mod tests {
                 assert!(!store.unapplied());
                 let files = store.files().unwrap();
                 let read = files.urls_db.begin_read().unwrap();
-                let records = read.open_table(URL_RECORDS).unwrap().len().unwrap();
+                let records = RecordsRead::open(&read).unwrap().unwrap();
+                let records = records.iter().unwrap().count() as u64;
                 let read = files.db.begin_read().unwrap();
                 let order = read.open_table(SERVING_ORDER).unwrap().len().unwrap();
                 assert_eq!((records, order), (offered as u64, offered as u64));

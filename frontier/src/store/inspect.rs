@@ -38,10 +38,11 @@ use super::error::open_error;
 use super::legacy::{DUE, URLS};
 use super::names::Names;
 use super::open::{STORE_ID_KEY, main_lsns, require_file, urls_lsn};
+use super::records::RecordsRead;
 use super::{
     CRAWL_SETTINGS, FILE_NAME, META, PARTITIONS_KEY, QUEUES, QueueRecord, SCHEMA_VERSION_KEY,
-    SEED_HOSTS, SERVING_ORDER, SERVING_PAUSED_KEY, StoreError, URL_RECORDS, URLS_FILE_NAME,
-    URLS_META, UrlHasher, open_if_exists,
+    SEED_HOSTS, SERVING_ORDER, SERVING_PAUSED_KEY, StoreError, URLS_FILE_NAME, URLS_META,
+    UrlHasher, open_if_exists,
 };
 use crate::record::{RecordError, StoredEntry, UrlRecord};
 
@@ -319,19 +320,18 @@ impl UrlsFile {
             }
             return Ok(scan);
         }
-        let Some(table) = open_if_exists(&read, URL_RECORDS)? else {
+        let Some(records) = RecordsRead::open(&read)? else {
             return Ok(scan);
         };
         let names = Names::load(&read)?;
         let hasher = self.store_id.map(UrlHasher::new);
-        for entry in table.iter()? {
-            let (key, value) = entry?;
-            let (partition, crawl_number, hash) = key.value();
+        for entry in records.iter()? {
+            let ((partition, crawl_number, hash), value) = entry?;
             let crawl = names.crawl_name(crawl_number).map_or_else(
                 || format!("(crawl number {crawl_number}, which has no name)"),
                 str::to_owned,
             );
-            let entries = match StoredEntry::decode_all(value.value()) {
+            let entries = match StoredEntry::decode_all(&value) {
                 Ok(entries) => entries,
                 Err(error) => {
                     visit(

@@ -31,6 +31,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::names::Names;
 use super::open::{STORE_ID_KEY, urls_lsn};
+use super::records::RecordsRead;
 use super::{
     APPLIED_LSN_KEY, META, NewUrl, SERVING_ORDER, Store, StoreError, URL_RECORDS, URLS_META,
     UrlHasher, UrlKeys, WriteOp, decode_record, open_if_exists,
@@ -54,10 +55,10 @@ pub(super) fn converted_urls_file(urls_db: &Database) -> Result<Option<u64>, Sto
     let Some(meta) = open_if_exists(&read, URLS_META)? else {
         return Ok(None);
     };
-    // Schema 6 laid `url_records` out as this one does; its entries read.
+    // Schemas 6 and 7 laid `url_records` out as this one reads it.
     let version = meta.get(super::SCHEMA_VERSION_KEY)?.map(|v| v.value());
     if !version
-        .is_some_and(|v| (super::PREVIOUS_SCHEMA_VERSION..=super::SCHEMA_VERSION).contains(&v))
+        .is_some_and(|v| (super::OLDEST_SCHEMA_READ_AS_IS..=super::SCHEMA_VERSION).contains(&v))
     {
         return Ok(None);
     }
@@ -170,13 +171,12 @@ impl Store {
         write.delete_table(SERVING_ORDER)?;
         let mut entries = 0_u64;
         let mut order = write.open_table(SERVING_ORDER)?;
-        if let Some(records) = open_if_exists(urls_read, URL_RECORDS)? {
+        if let Some(records) = RecordsRead::open(urls_read)? {
             for item in records.iter()? {
-                let (key, value) = item?;
-                let (partition, _, hash) = key.value();
-                let decoded = StoredEntry::decode_all(value.value()).map_err(|source| {
+                let ((partition, crawl, hash), value) = item?;
+                let decoded = StoredEntry::decode_all(&value).map_err(|source| {
                     StoreError::CorruptRecord {
-                        crawl: format!("number {}", key.value().1),
+                        crawl: format!("number {crawl}"),
                         url: format!("(the URLs of hash {hash:016x})"),
                         source,
                     }

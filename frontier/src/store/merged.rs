@@ -90,27 +90,42 @@ impl Store {
     }
 }
 
-/// A table's entries merged with what is held of them, in key order: a
-/// held value replaces the table's, a held removal drops it.
-pub(super) struct Merged<K, V, I: Iterator> {
-    held: std::iter::Peekable<std::vec::IntoIter<(K, Option<V>)>>,
+/// A table's entries merged with a newer run of changes to them, in key
+/// order: a newer value replaces the table's, a newer removal (`None`)
+/// drops it. The newer run is what is held in memory ([`Merged::new`]),
+/// or the recent records over the base table (module `records`).
+pub(super) struct Merged<N: Iterator, I: Iterator> {
+    newer: std::iter::Peekable<N>,
     stored: std::iter::Peekable<I>,
 }
 
-impl<K, V, I> Merged<K, V, I>
+/// A newer run that cannot fail: what is held.
+type HeldRun<K, V> = std::iter::Map<
+    std::vec::IntoIter<(K, Option<V>)>,
+    fn((K, Option<V>)) -> Result<(K, Option<V>), StoreError>,
+>;
+
+impl<K, V, I> Merged<HeldRun<K, V>, I>
 where
     I: Iterator<Item = Result<(K, V), StoreError>>,
 {
     pub(super) fn new(held: Vec<(K, Option<V>)>, stored: I) -> Self {
+        Self::over(held.into_iter().map(Ok as fn(_) -> _), stored)
+    }
+}
+
+impl<N: Iterator, I: Iterator> Merged<N, I> {
+    pub(super) fn over(newer: N, stored: I) -> Self {
         Self {
-            held: held.into_iter().peekable(),
+            newer: newer.peekable(),
             stored: stored.peekable(),
         }
     }
 }
 
-impl<K: Ord + Copy, V, I> Iterator for Merged<K, V, I>
+impl<K: Ord + Copy, V, N, I> Iterator for Merged<N, I>
 where
+    N: Iterator<Item = Result<(K, Option<V>), StoreError>>,
     I: Iterator<Item = Result<(K, V), StoreError>>,
 {
     type Item = Result<(K, V), StoreError>;
@@ -122,17 +137,26 @@ where
                 Some(Err(_)) => return self.stored.next(),
                 None => None,
             };
-            let held_key = self.held.peek().map(|(key, _)| *key);
-            match (held_key, stored_key) {
+            let newer_key = match self.newer.peek() {
+                Some(Ok((key, _))) => Some(*key),
+                Some(Err(_)) => {
+                    return match self.newer.next() {
+                        Some(Err(error)) => Some(Err(error)),
+                        _ => None,
+                    };
+                }
+                None => None,
+            };
+            match (newer_key, stored_key) {
                 (None, None) => return None,
-                (Some(held), stored) if stored.is_none_or(|stored| held <= stored) => {
-                    if stored == Some(held) {
+                (Some(newer), stored) if stored.is_none_or(|stored| newer <= stored) => {
+                    if stored == Some(newer) {
                         self.stored.next();
                     }
-                    let (key, value) = self.held.next()?;
-                    match value {
-                        Some(value) => return Some(Ok((key, value))),
-                        None => continue,
+                    match self.newer.next()? {
+                        Ok((key, Some(value))) => return Some(Ok((key, value))),
+                        Ok((_, None)) => continue,
+                        Err(error) => return Some(Err(error)),
                     }
                 }
                 _ => return self.stored.next(),

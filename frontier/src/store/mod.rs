@@ -144,6 +144,7 @@ mod open;
 mod pace;
 mod read;
 mod record_map;
+mod records;
 mod recover;
 mod settings;
 mod types;
@@ -157,7 +158,7 @@ use redb::{Database, ReadableTable, TableDefinition};
 
 pub use self::error::StoreError;
 use self::names::Names;
-pub use self::open::{PREVIOUS_SCHEMA_VERSION, StoreOptions};
+pub use self::open::{OLDEST_SCHEMA_READ_AS_IS, StoreOptions};
 pub use self::read::{DuePage, DueUrl, PartitionUrls};
 pub use self::types::{
     Applied, Deletion, KnownUrl, NewUrl, PreviousPlace, QueueRecord, Removed, RemovedFromQueue,
@@ -168,7 +169,7 @@ use crate::record::UrlRecord;
 use crate::wal::Wal;
 
 /// The schema this build reads and writes.
-pub const SCHEMA_VERSION: u64 = 7;
+pub const SCHEMA_VERSION: u64 = 8;
 
 /// The store's memory unless configured otherwise ([`StoreOptions`]): a
 /// half-gigabyte third for each of its uses.

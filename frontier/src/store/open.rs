@@ -64,9 +64,11 @@ impl Default for StoreOptions {
     }
 }
 
-/// The schema before [`SCHEMA_VERSION`], whose files this build reads as
-/// they are: only their entries are of an older version.
-pub const PREVIOUS_SCHEMA_VERSION: u64 = 6;
+/// The oldest schema whose files this build reads as they are, up to
+/// [`SCHEMA_VERSION`]: schema 6 wrote entries of version 3, which this
+/// build reads; schema 7 had no `url_records_recent` table, which reads as
+/// empty until the applier makes it.
+pub const OLDEST_SCHEMA_READ_AS_IS: u64 = 6;
 
 /// What `frontier.redb` says of itself before anything else is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,9 +80,8 @@ enum Found {
     /// Version 4 or 5: a store ID and the log of this version; each URL in
     /// two keys (module `legacy`).
     UrlKeyed,
-    /// Version 6: this layout, with entries of version 3 only, which this
-    /// build reads as they are (`crate::record::StoredEntry`).
-    EntriesVersion3,
+    /// Version 6 or 7: read as they are ([`OLDEST_SCHEMA_READ_AS_IS`]).
+    ReadAsIs { version: u64 },
     /// This version.
     Current,
 }
@@ -271,20 +272,22 @@ impl Store {
                     "store upgraded to schema {SCHEMA_VERSION} (each URL kept once, under its hash)"
                 );
             }
-            Found::EntriesVersion3 => {
+            Found::ReadAsIs { version } => {
                 let store_id = Self::check_one_store(&db, &urls_db, &path, &urls_path)?;
-                Self::mark_entries_version_4(&db, &urls_db, store_id)?;
-                tracing::info!(
-                    path = %path.display(),
-                    "store upgraded to schema {SCHEMA_VERSION} (shorter URL entries, written as URLs change)"
-                );
+                Self::mark_read_as_is(&db, &urls_db, store_id)?;
+                let what = if version == 6 {
+                    "shorter URL entries, written as URLs change; new records merged into the rest a share at a time"
+                } else {
+                    "new records merged into the rest a share at a time"
+                };
+                tracing::info!(path = %path.display(), "store upgraded to schema {SCHEMA_VERSION} ({what})");
             }
             Found::TwoFiles => Self::upgrade_two_files(&db, &urls_db, data_dir, true)?,
             Found::OneFile { version } => {
                 Self::upgrade_two_files(&db, &urls_db, data_dir, version >= 2)?;
             }
         }
-        if !matches!(found, Found::Current | Found::EntriesVersion3) {
+        if !matches!(found, Found::Current | Found::ReadAsIs { .. }) {
             // The converted tables took fresh pages; the old ones' are free.
             db.compact()?;
             urls_db.compact()?;
@@ -463,17 +466,14 @@ impl Store {
         Ok(())
     }
 
-    /// Schema 6 to this one: the entries it holds read as they are, and
-    /// entries are written in version 4 from now on, which builds of
-    /// schema 6 cannot read. So both files are marked, `urls.redb` first
-    /// (a crash between the two leaves `frontier.redb` saying 6, and the
-    /// next open marks both again), each durably before anything is
-    /// written in the new version.
-    fn mark_entries_version_4(
-        db: &Database,
-        urls_db: &Database,
-        store_id: u64,
-    ) -> Result<(), StoreError> {
+    /// Schema 6 or 7 to this one: what they hold reads as it is, but from
+    /// now on entries are written in version 4 (which builds of schema 6
+    /// cannot read) and records land in `url_records_recent` first (which
+    /// builds of schema 7 would not read). So both files are marked,
+    /// `urls.redb` first (a crash between the two leaves `frontier.redb`
+    /// saying the old version, and the next open marks both again), each
+    /// durably before anything is written in the new version.
+    fn mark_read_as_is(db: &Database, urls_db: &Database, store_id: u64) -> Result<(), StoreError> {
         let mut write = urls_db.begin_write()?;
         write.set_quick_repair(true);
         write
@@ -495,7 +495,9 @@ impl Store {
                 found: version,
             }),
             Some(SCHEMA_VERSION) => Ok(Found::Current),
-            Some(PREVIOUS_SCHEMA_VERSION) => Ok(Found::EntriesVersion3),
+            Some(version @ OLDEST_SCHEMA_READ_AS_IS..SCHEMA_VERSION) => {
+                Ok(Found::ReadAsIs { version })
+            }
             Some(4..=5) => Ok(Found::UrlKeyed),
             Some(3) => Ok(Found::TwoFiles),
             Some(version @ 1..=2) => Ok(Found::OneFile { version }),
@@ -958,7 +960,7 @@ mod tests {
             report
                 .findings
                 .iter()
-                .any(|line| line.contains("marks it 7 at its next start")),
+                .any(|line| line.contains(&format!("marks it {SCHEMA_VERSION} at its next start"))),
             "{:?}",
             report.findings
         );
@@ -994,6 +996,48 @@ mod tests {
             due,
             [("http://a/".to_owned(), 20), ("http://b/".to_owned(), 10)]
         );
+    }
+
+    /// A store of schema 7 (no `url_records_recent` table) is verified as
+    /// it is, opens with every URL, and is marked with this schema in both
+    /// files.
+    #[test]
+    fn a_schema_7_store_opens_as_it_is_and_is_marked_this_schema() {
+        use super::super::tests::due_urls;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .apply(&[discovered("http://a/"), discovered("http://b/")])
+            .unwrap();
+        store.set_schema_version(7).unwrap();
+        drop(store);
+        let urls_db = Database::open(dir.path().join(URLS_FILE_NAME)).unwrap();
+        let write = urls_db.begin_write().unwrap();
+        write
+            .delete_table(super::super::records::URL_RECORDS_RECENT)
+            .unwrap();
+        write
+            .open_table(URLS_META)
+            .unwrap()
+            .insert(SCHEMA_VERSION_KEY, 7)
+            .unwrap();
+        write.commit().unwrap();
+        drop(urls_db);
+        assert_eq!(urls_schema(dir.path()), Some(7));
+        let report = crate::repair::verify(dir.path());
+        assert!(report.healthy(), "{:?}", report.problems);
+        assert!(
+            report.findings.iter().any(|line| line.contains(&format!(
+                "schema 7, read as it is; `frontier serve` marks it {SCHEMA_VERSION}"
+            ))),
+            "{:?}",
+            report.findings
+        );
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(due_urls(&store), ["http://a/", "http://b/"]);
+        drop(store);
+        assert_eq!(urls_schema(dir.path()), Some(SCHEMA_VERSION));
     }
 
     /// A crash between marking the two files leaves `frontier.redb` at 6

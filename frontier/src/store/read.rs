@@ -15,9 +15,10 @@ use super::apply::RecordKey;
 use super::held::{Held, HeldOrder, OrderKey};
 use super::merged::{Merged, SNAPSHOT_TRIES};
 use super::names::Names;
+use super::records::{RecordsRead, bounds_of};
 use super::{
     CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, QUEUES, QueueRecord, SEED_HOSTS, SERVING_ORDER,
-    SERVING_PAUSED_KEY, Store, StoreError, URL_RECORDS, decode_queue, open_if_exists,
+    SERVING_PAUSED_KEY, Store, StoreError, decode_queue, open_if_exists,
 };
 use crate::record::{StoredEntry, UrlRecord};
 
@@ -129,14 +130,12 @@ fn due_page(
         last: keys.last().map(|&(due, hash, _)| (due, hash)),
         complete: keys.len() < limit,
     };
-    let records = open_if_exists(urls_read, URL_RECORDS)?;
+    let records = RecordsRead::open(urls_read)?;
     for ((due_at, hash, partition), held) in keys.into_iter().zip(held_records) {
         let value = match held {
             Some(value) => value,
             None => match &records {
-                Some(table) => table
-                    .get((partition, crawl_number, hash))?
-                    .map(|value| value.value().to_vec()),
+                Some(table) => table.get((partition, crawl_number, hash))?,
                 None => None,
             },
         };
@@ -266,14 +265,10 @@ impl Store {
         let (held, table) = self.held_and_records(|held| held.records_in(&range))?;
         let held = held.in_order();
         let stored = match table.as_ref() {
-            Some(table) => Some(table.range::<RecordKey>(range)?),
+            Some(table) => Some(table.range(bounds_of(&range))?),
             None => None,
         };
-        let stored = stored.into_iter().flatten().map(|entry| {
-            let (key, value) = entry?;
-            Ok((key.value(), value.value().to_vec()))
-        });
-        for entry in Merged::new(held, stored) {
+        for entry in Merged::new(held, stored.into_iter().flatten()) {
             let (key, value) = entry?;
             if !visit(key, &value)? {
                 break;
@@ -473,7 +468,7 @@ impl Store {
         let value = match held {
             Some(value) => value,
             None => match table.as_ref() {
-                Some(table) => table.get(key)?.map(|value| value.value().to_vec()),
+                Some(table) => table.get(key)?,
                 None => None,
             },
         };
@@ -515,7 +510,7 @@ impl Store {
                 let value = match held {
                     Some(value) => value,
                     None => match table.as_ref() {
-                        Some(table) => table.get(key)?.map(|value| value.value().to_vec()),
+                        Some(table) => table.get(key)?,
                         None => None,
                     },
                 };
