@@ -224,7 +224,7 @@ fn due_from_code(created_at: u64, code: u64, reader: &mut Reader<'_>) -> Result<
 /// key's, back to back: one, but for a hash collision.
 ///
 /// ```text
-/// version 4 (written by schema 7 stores):
+/// version 4 (written by stores of schema 7 and later):
 /// u8  4 + URL form: 0 the whole URL follows; 1 it is "http://", the
 ///     queue key, then what follows; 2 the same with "https://"
 /// var queue number (the store's number for the URL's crawl and queue key)

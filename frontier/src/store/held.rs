@@ -60,7 +60,7 @@ use super::apply::{RecordAccess, RecordKey};
 use super::names::GroupNames;
 use super::pace::Pace;
 use super::record_map::RecordMap;
-use super::records::{MergeCursor, RecordsRead, RecordsWrite};
+use super::records::{MergeCursor, RecordsRead, RecordsWrite, merging_from};
 use super::{
     APPLIED_LSN_KEY, Applied, META, MainFileChange, SERVING_ORDER, StagedGroup, Store, StoreError,
     URLS_META, WriteOp,
@@ -724,18 +724,13 @@ impl Store {
         let new_names = self.read_names().unpersisted(names_upto);
         let (records, order) = if copied.records.len() + copied.order.len() < PARALLEL_COPY_MIN {
             (
-                Self::write_records(&files.urls_db, copied, &new_names, &self.held.merge_cursor),
+                self.write_records(&files.urls_db, copied, &new_names),
                 Self::write_order(&files.db, copied),
             )
         } else {
             std::thread::scope(|scope| {
                 let order = scope.spawn(|| Self::write_order(&files.db, copied));
-                let records = Self::write_records(
-                    &files.urls_db,
-                    copied,
-                    &new_names,
-                    &self.held.merge_cursor,
-                );
+                let records = self.write_records(&files.urls_db, copied, &new_names);
                 let order = order
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -759,17 +754,22 @@ impl Store {
     /// `urls.redb`: a share of the partitions into the base table, the
     /// rest into the recent one (module `records`).
     fn write_records(
+        &self,
         urls_db: &redb::Database,
         copied: &Layer,
         (crawls, queues): &super::names::NewNames,
-        cursor: &MergeCursor,
     ) -> Result<(), StoreError> {
         let mut write = urls_db.begin_write()?;
         write.set_durability(redb::Durability::None)?;
         {
             let mut records = RecordsWrite::open(&write)?;
             let span = records.recent_span()?.max(copied.records.partitions());
-            let slice = cursor.next_slice(records.base_len()?, copied.records.len() as u64, span);
+            let slice = self.held.merge_cursor.next_slice(
+                records.base_len()?,
+                copied.records.len() as u64,
+                span,
+                merging_from(self.cache_bytes),
+            );
             records.write_copy(&copied.records, &slice)?;
             let mut crawl_names = write.open_table(super::names::CRAWL_NAMES)?;
             for (number, name) in crawls {

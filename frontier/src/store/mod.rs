@@ -16,7 +16,8 @@
 //!   files, and the applier that writes them; `merged`: reads that merge
 //!   what is held over a snapshot of the files; `pace`: groups paced to the
 //!   applier's rate as what is held nears its limit; `record_map`: the
-//!   `url_records` writes a layer holds; `catch_up`:
+//!   `url_records` writes a layer holds; `records`: `url_records` as a
+//!   base table and the recent records over it; `catch_up`:
 //!   `frontier.redb` brought up to `urls.redb` after a failed write;
 //! - `open`: opening, creation, the log's replay; `legacy`: the URL tables
 //!   of schemas 1 to 5 and their conversion;
@@ -24,7 +25,7 @@
 //! - [`inspect`]: the files read without changing them, for the repair
 //!   tools.
 //!
-//! # Schema, version 7
+//! # Schema, version 8
 //!
 //! `frontier.redb`:
 //!
@@ -41,7 +42,8 @@
 //! | table | key | value | holds |
 //! |---|---|---|---|
 //! | `meta` | `&str` | `u64` | `store_id`; `schema_version`; `applied_lsn`, the last log record this file holds |
-//! | `url_records` | `(partition, crawl number, URL hash)` | [`crate::record::StoredEntry`]s | every URL a crawl knows, grouped by filter partition so that a rebuild reads only its own |
+//! | `url_records` | `(partition, crawl number, URL hash)` | [`crate::record::StoredEntry`]s | every URL a crawl knows, grouped by filter partition so that a rebuild reads only its own, but those `url_records_recent` holds newer |
+//! | `url_records_recent` | as `url_records` | as `url_records`; empty: removed | records the applier wrote since their partition last merged into `url_records` (module `records`) |
 //! | `crawl_names` | crawl number | crawl ID | module `names` |
 //! | `queue_names` | queue number | `(crawl number, queue key)` | module `names` |
 //!
@@ -114,6 +116,9 @@
 //! recreated. `frontier verify` and `frontier salvage` ([`crate::repair`])
 //! are the operator's tools for a refused store.
 //!
+//! Versions 6 and 7 are read as they are and marked 8 in both files
+//! (`urls.redb` first) before anything is written: 6 wrote entries of
+//! version 3, 7 had no `url_records_recent`, which reads as empty.
 //! Version 1 had no log, version 2 a log; both kept every table in
 //! `frontier.redb`. Opening one moves `urls` into `urls.redb` (made durable
 //! first), then drops it from `frontier.redb` and marks version 3 in one

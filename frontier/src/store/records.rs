@@ -264,12 +264,32 @@ impl MergeSlice {
     }
 }
 
+/// How many times its file's page cache the base table outgrows before
+/// copies go through the recent table: until then most of the leaves a
+/// copy rewrites are cached, and writing each record twice (to the recent
+/// table, then to the base) costs more B-tree work than the rewrites save;
+/// paired runs were slower through it at 10 M URLs and faster past 40 M
+/// (BENCHMARKS.md).
+const CACHES_BEFORE_MERGING: u64 = 8;
+
+/// Bytes of a table's pages a record takes, about (its key, its value,
+/// the B-tree's share and the room left in pages), to size the base table
+/// from its length.
+const RECORD_PAGE_BYTES: u64 = 80;
+
+/// The least base table, in records, whose copies go through the recent
+/// table, with a page cache of `cache_bytes`.
+pub(super) fn merging_from(cache_bytes: usize) -> u64 {
+    (cache_bytes as u64).saturating_mul(CACHES_BEFORE_MERGING) / RECORD_PAGE_BYTES
+}
+
 /// The share of the partitions a copy of `copied` records merges into a
-/// base table of `base` records: `1/k` with `k = √(2·base/copied)` (module
-/// doc), at least one partition, at most all.
-pub(super) fn merge_share(base: u64, copied: u64, span: u32) -> u32 {
-    if span == 0 {
-        return 0;
+/// base table of `base` records: every partition below `merging_from`
+/// records, else `1/k` with `k = √(2·base/copied)` (module doc), at least
+/// one partition.
+pub(super) fn merge_share(base: u64, copied: u64, span: u32, merging_from: u64) -> u32 {
+    if span == 0 || base < merging_from {
+        return span;
     }
     let k = (2.0 * base as f64 / copied.max(1) as f64).sqrt().round();
     let k = (k as u32).clamp(1, span);
@@ -283,8 +303,14 @@ pub(super) struct MergeCursor(AtomicU32);
 impl MergeCursor {
     /// The slice for a copy of `copied` records, and the cursor moved past
     /// it.
-    pub(super) fn next_slice(&self, base: u64, copied: u64, span: u32) -> MergeSlice {
-        let count = merge_share(base, copied, span);
+    pub(super) fn next_slice(
+        &self,
+        base: u64,
+        copied: u64,
+        span: u32,
+        merging_from: u64,
+    ) -> MergeSlice {
+        let count = merge_share(base, copied, span, merging_from);
         let first = if span == 0 {
             0
         } else {
@@ -308,12 +334,15 @@ mod tests {
     #[test]
     fn the_share_merged_follows_the_square_root_of_the_sizes() {
         // Small base: every partition each copy.
-        assert_eq!(merge_share(1_000, 3_000, 64), 64);
+        assert_eq!(merge_share(1_000, 3_000, 64, 0), 64);
         // k = √(2·90M/2.7M) ≈ 8: an eighth of 64.
-        assert_eq!(merge_share(90_000_000, 2_700_000, 64), 8);
+        assert_eq!(merge_share(90_000_000, 2_700_000, 64, 0), 8);
+        // Below the size that merges, every partition whatever k says.
+        assert_eq!(merge_share(90_000_000, 2_700_000, 64, 90_000_001), 64);
+        assert_eq!(merging_from(256 << 20), (256 << 20) * 8 / 80);
         // Never less than one partition.
-        assert_eq!(merge_share(u64::MAX, 1, 64), 1);
-        assert_eq!(merge_share(5, 0, 0), 0);
+        assert_eq!(merge_share(u64::MAX, 1, 64, 0), 1);
+        assert_eq!(merge_share(5, 0, 0, 0), 0);
     }
 
     #[test]
@@ -322,7 +351,7 @@ mod tests {
         let mut merged = vec![0; 10];
         for _ in 0..5 {
             // k = 2 over 10 partitions: halves, alternately.
-            let slice = cursor.next_slice(200, 100, 10);
+            let slice = cursor.next_slice(200, 100, 10, 0);
             for (partition, count) in merged.iter_mut().enumerate() {
                 *count += u32::from(slice.contains(partition as u32));
             }
@@ -375,7 +404,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let total = 432;
         {
-            let store = Store::open(dir.path()).unwrap();
+            // A page cache small enough for a base of 400 records to
+            // outgrow it.
+            let cache = 6 * 2048;
+            assert!(merging_from(cache / 6) <= 400);
+            let store = Store::open_with_cache(dir.path(), cache).unwrap();
             store.hold_writes();
             // Into an empty base, a copy merges every partition; then
             // copies of 8 into a base of 400 merge one partition of the
@@ -422,7 +455,7 @@ mod tests {
                 .unwrap();
             assert!(again.iter().all(|s| *s));
         }
-        let store = Store::open(dir.path()).unwrap();
+        let store = Store::open_with_cache(dir.path(), 6 * 2048).unwrap();
         let mut scanned = 0;
         store.for_each_url(|_, _, _, _| scanned += 1).unwrap();
         assert_eq!(scanned, total + 8);
@@ -499,7 +532,7 @@ mod tests {
                         }
                         let span = records.recent_span().unwrap().max(copy.partitions());
                         // Sizes that make slices of one partition up to all.
-                        let slice = cursor.next_slice(base_size, steps.len() as u64, span);
+                        let slice = cursor.next_slice(base_size, steps.len() as u64, span, 0);
                         records.write_copy(&copy, &slice).unwrap();
                     }
                     for (key, value) in &model {
