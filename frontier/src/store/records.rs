@@ -11,6 +11,9 @@
 //! base, `c` in a copy and `1/k` of the partitions merged a copy, a copy
 //! rewrites about `n/k` records' worth of base leaves and a recent table
 //! of about `k·c/2` records: least at `k = √(2n/c)` ([`merge_share`]).
+//! A base table within a few times its page cache takes copies whole
+//! (`k = 1`): its leaves are mostly cached, and writing each record twice
+//! costs more than it saves.
 //!
 //! A key's value is the recent table's if it has the key (an empty value
 //! there is a removal), else the base's. Writes outside the applier (the
@@ -99,7 +102,7 @@ impl RecordsRead {
     ) -> Result<impl Iterator<Item = Result<(RecordKey, Vec<u8>), StoreError>> + use<>, StoreError>
     {
         let recent = match &self.recent {
-            Some(table) => Some(table.range::<RecordKey>(range.clone())?),
+            Some(table) => Some(table.range::<RecordKey>(range)?),
             None => None,
         };
         let base = match &self.base {
@@ -267,9 +270,8 @@ impl MergeSlice {
 /// How many times its file's page cache the base table outgrows before
 /// copies go through the recent table: until then most of the leaves a
 /// copy rewrites are cached, and writing each record twice (to the recent
-/// table, then to the base) costs more B-tree work than the rewrites save;
-/// paired runs were slower through it at 10 M URLs and faster past 40 M
-/// (BENCHMARKS.md).
+/// table, then to the base) costs more B-tree work than the rewrites save
+/// (BENCHMARKS.md has the paired runs).
 const CACHES_BEFORE_MERGING: u64 = 8;
 
 /// Bytes of a table's pages a record takes, about (its key, its value,
