@@ -131,7 +131,7 @@ pub(super) struct Held {
     /// waits on redb's locks for as long as a large commit of the applier
     /// takes, and a group waited with it; one opened by the applier
     /// spares the groups that wait.
-    pub(super) snapshot: Option<Arc<Option<RecordsReadTable>>>,
+    pub(super) snapshot: Option<Arc<Option<RecordsRead>>>,
     /// Counts the written layers let go: a snapshot of a file opened
     /// while it stays the same holds whatever such a layer held (see
     /// [`Store::held_and_snapshot`]).
@@ -292,8 +292,6 @@ impl HeldWrites {
 #[cfg(test)]
 pub(super) type RaceHook = fn(&Store);
 
-pub(super) type RecordsReadTable = RecordsRead;
-
 /// What is held of a range of `url_records` keys (`None`: removed).
 pub(super) type HeldRecords = Vec<(RecordKey, Option<Vec<u8>>)>;
 
@@ -343,7 +341,7 @@ impl Drop for SlowWorkingOut {
 /// what is held, then `urls.redb`.
 struct HeldView<'h, 't> {
     held: &'h Held,
-    table: Option<&'t RecordsReadTable>,
+    table: Option<&'t RecordsRead>,
     own: BTreeMap<RecordKey, Vec<u8>>,
     /// Keys looked up in `urls.redb`.
     files_read: std::cell::Cell<u64>,
@@ -697,7 +695,7 @@ impl Store {
     /// A snapshot of `url_records` as `urls.redb` holds it now.
     pub(super) fn records_snapshot(
         files: &super::Files,
-    ) -> Result<Option<RecordsReadTable>, StoreError> {
+    ) -> Result<Option<RecordsRead>, StoreError> {
         let read = files.urls_db.begin_read()?;
         RecordsRead::open(&read)
     }

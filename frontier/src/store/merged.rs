@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use redb::ReadableDatabase;
 
-use super::held::{Held, HeldOrder, OrderKey, RecordsReadTable};
+use super::held::{Held, HeldOrder, OrderKey};
+use super::records::RecordsRead;
 use super::{Store, StoreError};
 
 /// How often a read opens its snapshot off the held lock, a layer being
@@ -21,7 +22,7 @@ impl Store {
     pub(super) fn held_and_records<T>(
         &self,
         mut copy: impl FnMut(&Held) -> T,
-    ) -> Result<(T, Arc<Option<RecordsReadTable>>), StoreError> {
+    ) -> Result<(T, Arc<Option<RecordsRead>>), StoreError> {
         {
             let held = self.held.read();
             if let Some(snapshot) = &held.snapshot {

@@ -53,6 +53,48 @@ fn change(
     (key.value(), (!value.is_empty()).then(|| value.to_vec()))
 }
 
+/// A key's value: the recent table's if it has the key (`None` if
+/// removed there), else the base's.
+fn newest_value(
+    recent: Option<&impl ReadableTable<RecordKey, &'static [u8]>>,
+    base: Option<&impl ReadableTable<RecordKey, &'static [u8]>>,
+    key: RecordKey,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    if let Some(recent) = recent
+        && let Some(value) = recent.get(key)?
+    {
+        let value = value.value();
+        return Ok((!value.is_empty()).then(|| value.to_vec()));
+    }
+    match base {
+        Some(base) => Ok(base.get(key)?.map(|value| value.value().to_vec())),
+        None => Ok(None),
+    }
+}
+
+/// The records within `range`, the recent table's over the base's, in key
+/// order.
+fn newest_in<'t>(
+    recent: Option<&'t impl ReadableTable<RecordKey, &'static [u8]>>,
+    base: Option<&'t impl ReadableTable<RecordKey, &'static [u8]>>,
+    range: RecordBounds,
+) -> Result<impl Iterator<Item = Result<(RecordKey, Vec<u8>), StoreError>> + 't, StoreError> {
+    let recent = match recent {
+        Some(table) => Some(table.range::<RecordKey>(range)?),
+        None => None,
+    };
+    let base = match base {
+        Some(table) => Some(table.range::<RecordKey>(range)?),
+        None => None,
+    };
+    let recent = (recent.into_iter().flatten()).map(|entry| Ok(change(entry?)));
+    let base = (base.into_iter().flatten()).map(|entry| {
+        let (key, value) = entry?;
+        Ok((key.value(), value.value().to_vec()))
+    });
+    Ok(Merged::over(recent, base))
+}
+
 /// Every key of one partition.
 pub(super) fn partition_keys(partition: u32) -> std::ops::RangeInclusive<RecordKey> {
     (partition, 0, 0)..=(partition, u32::MAX, u64::MAX)
@@ -83,44 +125,22 @@ impl RecordsRead {
 
     /// The value of a key.
     pub(super) fn get(&self, key: RecordKey) -> Result<Option<Vec<u8>>, StoreError> {
-        if let Some(recent) = &self.recent
-            && let Some(value) = recent.get(key)?
-        {
-            let value = value.value();
-            return Ok((!value.is_empty()).then(|| value.to_vec()));
-        }
-        match &self.base {
-            Some(base) => Ok(base.get(key)?.map(|value| value.value().to_vec())),
-            None => Ok(None),
-        }
+        newest_value(self.recent.as_ref(), self.base.as_ref(), key)
     }
 
     /// The records within `range`, in key order.
     pub(super) fn range(
         &self,
         range: RecordBounds,
-    ) -> Result<impl Iterator<Item = Result<(RecordKey, Vec<u8>), StoreError>> + use<>, StoreError>
+    ) -> Result<impl Iterator<Item = Result<(RecordKey, Vec<u8>), StoreError>> + '_, StoreError>
     {
-        let recent = match &self.recent {
-            Some(table) => Some(table.range::<RecordKey>(range)?),
-            None => None,
-        };
-        let base = match &self.base {
-            Some(table) => Some(table.range::<RecordKey>(range)?),
-            None => None,
-        };
-        let recent = (recent.into_iter().flatten()).map(|entry| Ok(change(entry?)));
-        let base = (base.into_iter().flatten()).map(|entry| {
-            let (key, value) = entry?;
-            Ok((key.value(), value.value().to_vec()))
-        });
-        Ok(Merged::over(recent, base))
+        newest_in(self.recent.as_ref(), self.base.as_ref(), range)
     }
 
     /// Every record, in key order.
     pub(super) fn iter(
         &self,
-    ) -> Result<impl Iterator<Item = Result<(RecordKey, Vec<u8>), StoreError>> + use<>, StoreError>
+    ) -> Result<impl Iterator<Item = Result<(RecordKey, Vec<u8>), StoreError>> + '_, StoreError>
     {
         self.range((Bound::Unbounded, Bound::Unbounded))
     }
@@ -150,15 +170,9 @@ impl<'t> RecordsWrite<'t> {
     /// The records of `range`, in key order.
     pub(super) fn records_in(
         &self,
-        range: impl RangeBounds<RecordKey> + Clone,
+        range: impl RangeBounds<RecordKey>,
     ) -> Result<Vec<(RecordKey, Vec<u8>)>, StoreError> {
-        let recent = (self.recent.range::<RecordKey>(range.clone())?)
-            .map(|entry| Ok::<_, StoreError>(change(entry?)));
-        let base = self.base.range::<RecordKey>(range)?.map(|entry| {
-            let (key, value) = entry?;
-            Ok((key.value(), value.value().to_vec()))
-        });
-        Merged::over(recent, base).collect()
+        newest_in(Some(&self.recent), Some(&self.base), bounds_of(&range))?.collect()
     }
 
     /// Writes an applier's copy of held records: the partitions `merging`
@@ -230,11 +244,7 @@ impl<'t> RecordsWrite<'t> {
 
 impl RecordAccess for RecordsWrite<'_> {
     fn get(&self, key: RecordKey) -> Result<Option<Vec<u8>>, StoreError> {
-        if let Some(value) = self.recent.get(key)? {
-            let value = value.value();
-            return Ok((!value.is_empty()).then(|| value.to_vec()));
-        }
-        Ok(self.base.get(key)?.map(|value| value.value().to_vec()))
+        newest_value(Some(&self.recent), Some(&self.base), key)
     }
 
     fn insert(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
