@@ -445,7 +445,8 @@ impl Store {
         let mut writer = self.lock_writer();
         let locked = started.elapsed();
         let wal = &mut writer.wal;
-        let (lsn, record_start) = self.log_group(wal, ops)?;
+        let logged_group = self.log_group(wal, ops)?;
+        let (lsn, record_start) = (logged_group.lsn, logged_group.record_start);
         let logged = started.elapsed();
         match self.work_out_held(ops, new_keys) {
             Ok((results, records, changes, counts)) => {
@@ -460,6 +461,9 @@ impl Store {
                         waiting_for_room = waited.as_secs_f64(),
                         waiting_for_the_log = (locked - waited).as_secs_f64(),
                         logging = (logged - locked).as_secs_f64(),
+                        checking = logged_group.checking.as_secs_f64(),
+                        appending = logged_group.appending.as_secs_f64(),
+                        syncing = logged_group.syncing.as_secs_f64(),
                         working_out = (worked - logged).as_secs_f64(),
                         holding = (took - worked).as_secs_f64(),
                         "a slow group"

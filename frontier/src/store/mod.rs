@@ -156,6 +156,7 @@ mod types;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 #[cfg(test)]
 use redb::ReadableDatabase;
@@ -335,6 +336,16 @@ struct MainFileProgress {
 }
 
 /// A group applied to `urls.redb` (the first stage of [`Store::apply`]);
+/// A group's record in the log, and where logging it took its time (a
+/// slow group's log line tells the checks, the write and the sync apart).
+struct Logged {
+    lsn: u64,
+    record_start: u64,
+    checking: Duration,
+    appending: Duration,
+    syncing: Duration,
+}
+
 /// [`Store::finish`] applies the rest to `frontier.redb`.
 #[derive(Debug)]
 #[must_use = "a staged group is acknowledged only once finished"]
@@ -459,8 +470,9 @@ impl Store {
 
     /// A group's first step either way it is applied: the store is checked
     /// to take writes, and the group appended to the log and synced.
-    /// Answers its LSN and where its record starts.
-    fn log_group(&self, wal: &mut Wal, ops: &[WriteOp]) -> Result<(u64, u64), StoreError> {
+    /// Answers its LSN, where its record starts and where its time went.
+    fn log_group(&self, wal: &mut Wal, ops: &[WriteOp]) -> Result<Logged, StoreError> {
+        let started = Instant::now();
         wal.check_writable()?;
         Self::check_main_file(&self.lock_main_file())?;
         self.check_poisoned()?;
@@ -470,12 +482,20 @@ impl Store {
             .checked_add(1)
             .ok_or_else(|| StoreError::Halted("the log's sequence numbers are used up".into()))?;
         let record_start = wal.end();
+        let checked = started.elapsed();
         wal.append(lsn, ops)?;
+        let appended = started.elapsed();
         if let Err(error) = wal.sync() {
             wal.unappend(record_start);
             return Err(error.into());
         }
-        Ok((lsn, record_start))
+        Ok(Logged {
+            lsn,
+            record_start,
+            checking: checked,
+            appending: appended - checked,
+            syncing: started.elapsed() - appended,
+        })
     }
 
     /// Takes back the record of a group that failed before it took effect.
@@ -800,7 +820,9 @@ impl Store {
             self.lock_writer()
         };
         let Writer { wal } = &mut *writer;
-        let (lsn, record_start) = self.log_group(wal, ops)?;
+        let Logged {
+            lsn, record_start, ..
+        } = self.log_group(wal, ops)?;
         let committed = Self::commit_urls(&self.files()?.urls_db, &self.url_keys(), ops, lsn);
         self.forget_records_snapshot();
         let (results, changes, counts) = match committed {
