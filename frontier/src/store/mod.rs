@@ -335,7 +335,6 @@ struct MainFileProgress {
     halted: Option<String>,
 }
 
-/// A group applied to `urls.redb` (the first stage of [`Store::apply`]);
 /// A group's record in the log, and where logging it took its time (a
 /// slow group's log line tells the checks, the write and the sync apart).
 struct Logged {
@@ -346,6 +345,7 @@ struct Logged {
     syncing: Duration,
 }
 
+/// A group applied to `urls.redb` (the first stage of [`Store::apply`]);
 /// [`Store::finish`] applies the rest to `frontier.redb`.
 #[derive(Debug)]
 #[must_use = "a staged group is acknowledged only once finished"]
