@@ -351,10 +351,20 @@ mod tests {
         assert_eq!(merge_share(90_000_000, 2_700_000, 64, 0), 8);
         // Below the size that merges, every partition whatever k says.
         assert_eq!(merge_share(90_000_000, 2_700_000, 64, 90_000_001), 64);
-        assert_eq!(merging_from(256 << 20), (256 << 20) * 8 / 80);
         // Never less than one partition.
         assert_eq!(merge_share(u64::MAX, 1, 64, 0), 1);
         assert_eq!(merge_share(5, 0, 0, 0), 0);
+    }
+
+    /// With the default memory budget, a store of 10 M records takes
+    /// copies whole and one of 100 M merges them a share at a time: the
+    /// sizes whose paired runs set the threshold.
+    #[test]
+    fn the_default_budget_merges_at_100_million_records_not_at_10() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = super::super::Store::open(dir.path()).unwrap();
+        let from = merging_from(store.cache_bytes);
+        assert!((10_000_000..100_000_000).contains(&from), "{from}");
     }
 
     #[test]
@@ -415,12 +425,11 @@ mod tests {
         use super::super::Store;
         let dir = tempfile::tempdir().unwrap();
         let total = 432;
+        // A budget whose page caches a base of 400 records outgrows.
+        let budget = 6 * 2048;
         {
-            // A page cache small enough for a base of 400 records to
-            // outgrow it.
-            let cache = 6 * 2048;
-            assert!(merging_from(cache / 6) <= 400);
-            let store = Store::open_with_cache(dir.path(), cache).unwrap();
+            let store = Store::open_with_cache(dir.path(), budget).unwrap();
+            assert!(merging_from(store.cache_bytes) <= 400);
             store.hold_writes();
             // Into an empty base, a copy merges every partition; then
             // copies of 8 into a base of 400 merge one partition of the
@@ -467,7 +476,7 @@ mod tests {
                 .unwrap();
             assert!(again.iter().all(|s| *s));
         }
-        let store = Store::open_with_cache(dir.path(), 6 * 2048).unwrap();
+        let store = Store::open_with_cache(dir.path(), budget).unwrap();
         let mut scanned = 0;
         store.for_each_url(|_, _, _, _| scanned += 1).unwrap();
         assert_eq!(scanned, total + 8);
