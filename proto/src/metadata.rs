@@ -36,3 +36,12 @@ pub const QUEUE_DELAY_MS: &str = "frontier.queue_delay_ms";
 /// as a page. Sitemaps go to the frontier as discovered URLs, so each is
 /// read once per crawl whichever worker finds it.
 pub const SITEMAP: &str = "sitemap";
+
+/// A GetURLs request header (gRPC metadata, not a URL's): with the value
+/// `1`, each queue served is held by the lease until its last URL is
+/// reported or expires, and the queue's delay runs from that moment. This
+/// project's worker sends it, since it spaces a lease's requests to a host
+/// itself. Without it, GetURLs serves as the URL Frontier API says: a
+/// queue's leased URLs count against `max_urls_per_queue` and its delay
+/// runs from each serve.
+pub const HOLD_QUEUES_HEADER: &str = "x-frontier-hold-queues";

@@ -259,6 +259,193 @@ async fn leases_order_and_the_gate() {
     assert_eq!(get(&mut client, one.clone()).await.len(), 1);
 }
 
+/// A GetURLs call with the worker's request header: each queue served is
+/// held by the lease until it is let go.
+async fn get_holding(
+    client: &mut UrlFrontierClient<Channel>,
+    params: uf::GetParams,
+) -> Vec<String> {
+    let mut request = tonic::Request::new(params);
+    request.metadata_mut().insert(
+        proto::metadata::HOLD_QUEUES_HEADER,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    client
+        .get_ur_ls(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .map(|info| info.unwrap().url)
+        .collect()
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leased_urls_count_against_the_per_queue_maximum_and_no_limit_serves_the_rest() {
+    let (frontier, _dir) = frontier().await;
+    let mut client = frontier.client().await;
+    let items: Vec<uf::UrlItem> = (0..6)
+        .map(|i| discovered(&format!("http://m.example/{i}"), "m"))
+        .collect();
+    put(&mut client, items).await;
+    let params = |max_urls_per_queue| uf::GetParams {
+        max_urls_per_queue,
+        delay_requestable: 600,
+        item: crawl("m"),
+        ..Default::default()
+    };
+    let first = get(&mut client, params(2)).await;
+    assert_eq!(first.len(), 2);
+    assert!(
+        get(&mut client, params(2)).await.is_empty(),
+        "2 leased, limit 2"
+    );
+    // No limit: the queue's other due URLs while the 2 are still leased.
+    let rest = get(&mut client, params(0)).await;
+    assert_eq!(rest.len(), 4, "{rest:?}");
+    let all: BTreeSet<&String> = first.iter().chain(&rest).collect();
+    assert_eq!(all.len(), 6, "a URL served twice");
+    // A limit counts what is in flight: one reported frees one slot of 7.
+    put(&mut client, vec![discovered("http://m.example/6", "m")]).await;
+    assert!(get(&mut client, params(6)).await.is_empty(), "6 in flight");
+    put(&mut client, vec![known(&first[0], "m", 0)]).await;
+    assert_eq!(
+        get(&mut client, params(6)).await,
+        vec!["http://m.example/6"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_without_delay_serves_its_next_due_url_while_the_first_is_leased() {
+    let (frontier, _dir) = frontier().await;
+    let mut client = frontier.client().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    put(
+        &mut client,
+        vec![
+            known("http://d.example/third", "d", now - 10),
+            known("http://d.example/first", "d", now - 30),
+            known("http://d.example/second", "d", now - 20),
+        ],
+    )
+    .await;
+    let one = uf::GetParams {
+        max_urls_per_queue: 1,
+        delay_requestable: 600,
+        item: crawl("d"),
+        ..Default::default()
+    };
+    let many = uf::GetParams {
+        max_urls_per_queue: 0,
+        ..one.clone()
+    };
+    assert_eq!(get(&mut client, one).await, vec!["http://d.example/first"]);
+    assert_eq!(
+        get(&mut client, many).await,
+        vec!["http://d.example/second", "http://d.example/third"],
+        "due-date order, the first still leased"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_delay_counts_from_the_serve_and_an_empty_serve_does_not_start_it() {
+    let (frontier, _dir) = frontier().await;
+    let mut client = frontier.client().await;
+    let items: Vec<uf::UrlItem> = (0..4)
+        .map(|i| discovered(&format!("http://s.example/{i}"), "s"))
+        .collect();
+    put(&mut client, items).await;
+    let delay = std::time::Duration::from_secs(2);
+    client
+        .set_delay(uf::QueueDelayParams {
+            key: "s.example".into(),
+            delay_requestable: 2,
+            crawl_id: "s".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let one = uf::GetParams {
+        max_urls_per_queue: 1,
+        delay_requestable: 600,
+        item: crawl("s"),
+        ..Default::default()
+    };
+    let before_serve = std::time::Instant::now();
+    let first = get(&mut client, one.clone()).await;
+    assert_eq!(first.len(), 1);
+    assert!(
+        get(&mut client, one.clone()).await.is_empty(),
+        "within the delay"
+    );
+    // Reported three quarters into the delay: the next serve still comes
+    // a delay after the first serve, not after the report.
+    tokio::time::sleep(delay * 3 / 4).await;
+    put(&mut client, vec![known(&first[0], "s", 0)]).await;
+    let reported = std::time::Instant::now();
+    let second = loop {
+        let got = get(&mut client, one.clone()).await;
+        if !got.is_empty() {
+            break got;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let served_again = std::time::Instant::now();
+    assert_eq!(second.len(), 1);
+    assert!(
+        served_again - before_serve >= delay,
+        "served within the delay"
+    );
+    assert!(
+        served_again - reported < delay * 3 / 4,
+        "the delay ran from the report: served {:?} after it",
+        served_again - reported
+    );
+    // At its per-queue maximum, calls hand out nothing and do not start
+    // the delay: once the lease is reported, a delay after the second
+    // serve, the queue serves again.
+    let at_limit = std::time::Instant::now();
+    while at_limit.elapsed() < delay {
+        assert!(get(&mut client, one.clone()).await.is_empty());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    put(&mut client, vec![known(&second[0], "s", 0)]).await;
+    assert_eq!(get(&mut client, one.clone()).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_asks_to_hold_queues_gets_them_until_it_lets_go() {
+    let (frontier, _dir) = frontier().await;
+    let mut client = frontier.client().await;
+    let items: Vec<uf::UrlItem> = (0..6)
+        .map(|i| discovered(&format!("http://h.example/{i}"), "h"))
+        .collect();
+    put(&mut client, items).await;
+    let params = uf::GetParams {
+        max_urls_per_queue: 2,
+        delay_requestable: 600,
+        item: crawl("h"),
+        ..Default::default()
+    };
+    let held = get_holding(&mut client, params.clone()).await;
+    assert_eq!(held.len(), 2);
+    let any = uf::GetParams {
+        max_urls_per_queue: 0,
+        ..params.clone()
+    };
+    assert!(get(&mut client, any.clone()).await.is_empty(), "held");
+    put(&mut client, vec![known(&held[0], "h", 0)]).await;
+    assert!(
+        get_holding(&mut client, params.clone()).await.is_empty(),
+        "still held"
+    );
+    put(&mut client, vec![known(&held[1], "h", 0)]).await;
+    assert_eq!(get(&mut client, any).await.len(), 4, "let go");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_get_urls_against_one_queue_never_share_a_url() {
     let (frontier, _dir) = frontier().await;

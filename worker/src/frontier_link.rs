@@ -512,9 +512,16 @@ fn clients_over(
     ))
 }
 
-/// One GetURLs call, its answer collected.
+/// One GetURLs call, its answer collected. The worker spaces a lease's
+/// requests to a host itself, so it asks the frontier to hold each queue it
+/// serves until the lease is let go.
 async fn lease_from(mut client: Client, params: GetParams) -> Result<Vec<UrlInfo>, tonic::Status> {
-    let mut stream = client.get_ur_ls(params).await?.into_inner();
+    let mut request = tonic::Request::new(params);
+    request.metadata_mut().insert(
+        proto::metadata::HOLD_QUEUES_HEADER,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    let mut stream = client.get_ur_ls(request).await?.into_inner();
     let mut infos = Vec::new();
     while let Some(info) = stream.message().await? {
         infos.push(info);

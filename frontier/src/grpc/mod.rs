@@ -320,6 +320,10 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         &self,
         request: Request<uf::GetParams>,
     ) -> Result<Response<Self::GetURLsStream>, Status> {
+        let hold_queues = request
+            .metadata()
+            .get(proto::metadata::HOLD_QUEUES_HEADER)
+            .is_some_and(|value| value.as_bytes() == b"1");
         let params = request.into_inner();
         let crawl = match &params.item {
             Some(uf::get_params::Item::CrawlId(crawl)) => Some(crawl.clone()),
@@ -332,6 +336,7 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
             crawl,
             lease_secs: params.delay_requestable,
             max_urls: 0,
+            hold_queues,
         };
         let served = blocking(&self.frontier, move |f| f.lease(serve)).await?;
         // Records are read on a blocking thread and sent as they come, so

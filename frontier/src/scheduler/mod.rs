@@ -38,18 +38,28 @@
 //!
 //! Checked and applied under the queue's lock, so concurrent GetURLs calls
 //! cannot both pass it: not paused, not blocked, under the crawl limit,
-//! none of its URLs leased, and the delay passed since the queue was last
-//! served or last let go (its last lease ended: reported or expired). A
-//! serve that hands out nothing does not count for the delay.
+//! and the delay passed since the queue was last served. A serve that
+//! hands out nothing does not count for the delay. Beyond that, a request
+//! is served in one of two ways:
 //!
-//! A queue is thus held by one lease at a time, and the delay runs from the
-//! moment the holder lets it go, after its last request started: a worker
-//! that fetches a lease's URLs spaced by the delay keeps every gap between
-//! request starts to the host at least the delay, whichever worker holds
-//! the queue next. A lease carries at most as many URLs of a queue as the
-//! lease length allows at that spacing (half of it), so that a holder
-//! spacing them does not outlive its lease.
+//! - **Shared** (the URL Frontier API's semantics, the default): the
+//!   queue's leased URLs count against `max_urls_per_queue`, and its other
+//!   due URLs are served while some are leased, up to that maximum (none
+//!   when it is 0). The delay runs from each serve.
+//! - **Held** (a client that asks for it, as this project's worker does):
+//!   a queue is served only when none of its URLs is leased, and the lease
+//!   holds it until the last of its URLs is reported or expires; the delay
+//!   then runs from that let-go, after the holder's last request started.
+//!   A worker that fetches a lease's URLs spaced by the delay thus keeps
+//!   every gap between request starts to the host at least the delay,
+//!   whichever worker holds the queue next. A held lease carries at most
+//!   as many URLs of a queue as the lease length allows at that spacing
+//!   (half of it), so that a holder spacing them does not outlive its
+//!   lease.
 //!
+//! A queue held by one client serves no other until it is let go; a queue
+//! with shared leases out serves no holder until they end.
+
 //! # The partition gate
 //!
 //! A cluster node serves only the partitions its map gives it and that are
@@ -115,6 +125,9 @@ pub struct ServeRequest {
     /// At most this many URLs in all; 0: no limit. The server sets it, so
     /// that no call leases a whole crawl at once.
     pub max_urls: u32,
+    /// Whether each queue served is held until its lease is let go (the
+    /// module docs: the gate); otherwise the API's shared serving.
+    pub hold_queues: bool,
 }
 
 impl ServeRequest {
@@ -351,6 +364,13 @@ impl Scheduler {
             return; // a settings change wakes it
         }
         let lease_expiry = (!state.leased.is_empty()).then_some(state.earliest_expiry);
+        if state.held && lease_expiry.is_some() {
+            // Its let-go (a report) puts it back, or its leases' expiry.
+            if let Some(expiry) = lease_expiry {
+                self.wake(queue, state, expiry);
+            }
+            return;
+        }
         let mut at = Timestamp::NEVER;
         let head_served = state
             .buffer
@@ -475,6 +495,7 @@ impl Scheduler {
             state.record = QueueRecord::default();
             state.buffer.clear();
             state.leased.clear();
+            state.held = false;
             state.cursor = Cursor::All;
             state.wake = None;
         };
@@ -696,21 +717,30 @@ impl Scheduler {
         if now < state.delay_end(delay) {
             return Ok(());
         }
-        if !state.leased.is_empty() {
-            return Ok(()); // held: one lease at a time
+        let in_flight = state.leased.len();
+        if state.held && in_flight > 0 {
+            return Ok(()); // held by another client's lease
         }
-        let lease = Duration::from_secs(u64::from(request.lease_secs));
-        let spaced = if delay.is_zero() {
-            usize::MAX
-        } else {
-            usize::try_from((lease.as_millis() / (2 * delay.as_millis())).max(1))
-                .unwrap_or(usize::MAX)
-        };
-        let wanted = match request.max_urls_per_queue {
+        let per_queue = match request.max_urls_per_queue {
             0 => usize::MAX,
             max => max as usize,
+        };
+        let lease = Duration::from_secs(u64::from(request.lease_secs));
+        let wanted = if request.hold_queues {
+            if in_flight > 0 {
+                return Ok(()); // shared leases out: a holder waits for their end
+            }
+            let spaced = if delay.is_zero() {
+                usize::MAX
+            } else {
+                usize::try_from((lease.as_millis() / (2 * delay.as_millis())).max(1))
+                    .unwrap_or(usize::MAX)
+            };
+            per_queue.min(spaced)
+        } else {
+            // Leased URLs count against the per-queue maximum.
+            per_queue.saturating_sub(in_flight)
         }
-        .min(spaced)
         .min(request.room(out.len()));
         if wanted == 0 {
             return Ok(());
@@ -751,6 +781,7 @@ impl Scheduler {
         }
         if handed > 0 {
             state.last_serve = Some(now);
+            state.held = request.hold_queues;
         }
         // Know the next due date before rescheduling.
         while state.buffer.is_empty() && state.cursor != Cursor::All {
@@ -1246,6 +1277,7 @@ mod tests {
         let one = ServeRequest {
             max_urls_per_queue: 1,
             lease_secs: 1000,
+            hold_queues: true,
             ..ServeRequest::default()
         };
         f.scheduler.set_delay("c", "a.example", 5).unwrap();
@@ -1285,6 +1317,109 @@ mod tests {
         assert!(f.serve(&many, 200 * SEC).is_empty());
         f.scheduler.set_active(true).unwrap();
         assert_eq!(f.serve(&many, 200 * SEC).len(), 8);
+    }
+
+    #[test]
+    fn shared_serving_counts_leased_urls_against_the_per_queue_maximum() {
+        let f = fixture(8);
+        let order = f.in_hash_order(urls("a.example", 6));
+        f.discover(&order, 10);
+        let two = ServeRequest {
+            max_urls_per_queue: 2,
+            lease_secs: 1000,
+            ..ServeRequest::default()
+        };
+        let first = f.serve(&two, 10 * SEC);
+        assert_eq!(first, order[..2]);
+        assert!(f.serve(&two, 11 * SEC).is_empty(), "2 in flight, limit 2");
+        // One reported: one slot free, while the other is still leased.
+        f.report(&first[0], 0);
+        assert_eq!(f.serve(&two, 12 * SEC), order[2..3]);
+        // No limit: every other due URL, while two are still leased.
+        assert_eq!(f.serve(&all(1000), 13 * SEC), order[3..]);
+        // Leased URLs are not served again, whatever the limit.
+        assert!(f.serve(&all(1000), 14 * SEC).is_empty());
+    }
+
+    #[test]
+    fn shared_serving_hands_out_the_next_due_url_while_the_first_is_leased() {
+        let f = fixture(8);
+        let order = f.in_hash_order(urls("a.example", 3));
+        f.discover(&order[..1], 9);
+        f.discover(&order[1..], 10);
+        let one = ServeRequest {
+            max_urls_per_queue: 1,
+            lease_secs: 1000,
+            ..ServeRequest::default()
+        };
+        assert_eq!(f.serve(&one, 10 * SEC), order[..1]);
+        // Delay 0, no limit: the next due URLs at the next call, in
+        // due-date order, while the first is still leased.
+        assert_eq!(f.serve(&all(1000), 10 * SEC), order[1..]);
+    }
+
+    #[test]
+    fn shared_serving_counts_the_delay_from_each_serve_that_hands_out() {
+        let f = fixture(8);
+        f.discover(&urls("a.example", 4), 10);
+        f.scheduler.set_delay("c", "a.example", 5).unwrap();
+        let one = ServeRequest {
+            max_urls_per_queue: 1,
+            lease_secs: 1000,
+            ..ServeRequest::default()
+        };
+        let first = f.serve(&one, 10 * SEC);
+        assert_eq!(first.len(), 1);
+        assert!(f.serve(&all(1000), 14 * SEC).is_empty(), "within the delay");
+        // A report does not restart the delay: it ran from the serve.
+        f.now_ms.store(14 * SEC, Ordering::SeqCst);
+        f.report(&first[0], 0);
+        let second = f.serve(&one, 15 * SEC);
+        assert_eq!(second.len(), 1, "5 s after the serve, not the report");
+        // A serve that hands out nothing (the queue at its limit) does not
+        // start the delay.
+        let zero_room = ServeRequest {
+            max_urls_per_queue: 1,
+            lease_secs: 1000,
+            ..ServeRequest::default()
+        };
+        assert!(f.serve(&zero_room, 20 * SEC).is_empty(), "1 in flight");
+        assert_eq!(f.serve(&all(1000), 20 * SEC).len(), 2);
+    }
+
+    #[test]
+    fn a_held_queue_serves_no_one_until_let_go_and_shared_leases_hold_off_a_holder() {
+        let f = fixture(8);
+        f.discover(&urls("a.example", 6), 10);
+        let hold = ServeRequest {
+            max_urls_per_queue: 2,
+            lease_secs: 1000,
+            hold_queues: true,
+            ..ServeRequest::default()
+        };
+        let held = f.serve(&hold, 10 * SEC);
+        assert_eq!(held.len(), 2);
+        assert!(
+            f.serve(&all(1000), 10 * SEC).is_empty(),
+            "held by its lease"
+        );
+        f.report(&held[0], 0);
+        assert!(
+            f.serve(&all(1000), 10 * SEC).is_empty(),
+            "one URL still held"
+        );
+        f.report(&held[1], 0);
+        let shared = f.serve(
+            &ServeRequest {
+                max_urls_per_queue: 1,
+                ..all(1000)
+            },
+            11 * SEC,
+        );
+        assert_eq!(shared.len(), 1);
+        assert!(f.serve(&hold, 11 * SEC).is_empty(), "a shared lease is out");
+        f.report(&shared[0], 0);
+        assert_eq!(f.serve(&hold, 11 * SEC).len(), 2);
     }
 
     #[test]
@@ -1456,7 +1591,7 @@ mod tests {
         Discover(u8, u8),
         Complete(u8),
         Reschedule(u8, u8),
-        Serve(u32, u32),
+        Serve(u32, u32, bool),
         Advance(u16),
         Delay(u8, u8),
         Block(u8, u8),
@@ -1467,7 +1602,8 @@ mod tests {
             1 => (0..3_u8, 0..30_u8).prop_map(|(h, n)| Op::Discover(h, n)),
             1 => (0..90_u8).prop_map(Op::Complete),
             1 => (0..90_u8, 0..20_u8).prop_map(|(u, d)| Op::Reschedule(u, d)),
-            3 => (1..15_u32, 0..4_u32).prop_map(|(lease, max)| Op::Serve(lease, max)),
+            3 => (1..15_u32, 0..4_u32, any::<bool>())
+                .prop_map(|(lease, max, hold)| Op::Serve(lease, max, hold)),
             1 => (0..40_000_u16).prop_map(Op::Advance),
             1 => (0..3_u8, 0..3_u8).prop_map(|(h, secs)| Op::Delay(h, secs)),
             1 => (0..3_u8, 0..5_u8).prop_map(|(h, secs)| Op::Block(h, secs)),
@@ -1477,9 +1613,10 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
-        /// Against a model of due dates, leases, delays and blocks: a serve
-        /// hands out, per queue that passes the gate, exactly its oldest
-        /// due URLs not leased, up to the per-queue maximum.
+        /// Against a model of due dates, leases, delays and blocks, with
+        /// shared and held serves mixed: a serve hands out, per queue that
+        /// passes the gate, exactly its oldest due URLs not leased, up to
+        /// what the per-queue maximum leaves.
         #[test]
         fn serving_matches_a_model(ops in proptest::collection::vec(op(), 1..60), refill in 1..6_usize) {
             let f = fixture(refill);
@@ -1488,8 +1625,10 @@ mod tests {
             // url -> due (0: completed); url -> lease end (ms)
             let mut due: BTreeMap<u8, u64> = BTreeMap::new();
             let mut leases: BTreeMap<u8, u64> = BTreeMap::new();
-            // The last serve or let-go of each queue.
+            // The last serve or let-go of each queue, and whether its
+            // leases hold it.
             let mut last_serve: [Option<u64>; 3] = [None; 3];
+            let mut held = [false; 3];
             let mut delay_ms = [0_u64; 3];
             let mut blocked = [0_u64; 3];
             let mut now = 100 * SEC;
@@ -1512,10 +1651,11 @@ mod tests {
                         f.report(&url_of(i), date);
                         due.insert(i, date);
                         let h = host_of(i);
+                        let hu = h as usize;
                         if leases.remove(&i).is_some()
                             && !leases.keys().any(|&j| host_of(j) == h)
+                            && std::mem::take(&mut held[hu])
                         {
-                            let hu = h as usize;
                             // Let go from the millisecond after the report's.
                             let gone = now + 1;
                             last_serve[hu] = Some(last_serve[hu].map_or(gone, |l| l.max(gone)));
@@ -1530,10 +1670,11 @@ mod tests {
                         f.scheduler.block_until("c", &format!("h{h}.example"), until).unwrap();
                         blocked[h as usize] = until;
                     }
-                    Op::Serve(lease, max) => {
+                    Op::Serve(lease, max, hold) => {
                         let request = ServeRequest {
                             max_urls_per_queue: max,
                             lease_secs: lease,
+                            hold_queues: hold,
                             ..ServeRequest::default()
                         };
                         let mut got = f.serve(&request, now);
@@ -1547,17 +1688,20 @@ mod tests {
                             }
                             // Leases run out when the queue is looked at;
                             // all gone at once: let go at the last's end.
-                            let held: Vec<(u8, u64)> = leases
+                            let out: Vec<(u8, u64)> = leases
                                 .iter()
                                 .filter(|(i, _)| host_of(**i) == h)
                                 .map(|(i, until)| (*i, *until))
                                 .collect();
                             let expired: Vec<(u8, u64)> =
-                                held.iter().copied().filter(|(_, until)| *until <= now).collect();
+                                out.iter().copied().filter(|(_, until)| *until <= now).collect();
                             for (i, _) in &expired {
                                 leases.remove(i);
                             }
-                            if !expired.is_empty() && expired.len() == held.len() {
+                            if !expired.is_empty()
+                                && expired.len() == out.len()
+                                && std::mem::take(&mut held[hu])
+                            {
                                 let end = expired.iter().map(|(_, until)| *until).max().unwrap_or(0);
                                 last_serve[hu] = Some(last_serve[hu].map_or(end, |l| l.max(end)));
                             }
@@ -1569,18 +1713,28 @@ mod tests {
                             {
                                 continue;
                             }
-                            if leases.keys().any(|&i| host_of(i) == h) {
-                                continue; // held
-                            }
-                            let spaced = if delay_ms[hu] == 0 {
-                                usize::MAX
+                            let in_flight = leases.keys().filter(|&&i| host_of(i) == h).count();
+                            let per_queue = if max == 0 { usize::MAX } else { max as usize };
+                            let take = if in_flight > 0 && (held[hu] || hold) {
+                                0
+                            } else if hold {
+                                let spaced = if delay_ms[hu] == 0 {
+                                    usize::MAX
+                                } else {
+                                    (u64::from(lease) * SEC / (2 * delay_ms[hu])).max(1) as usize
+                                };
+                                per_queue.min(spaced)
                             } else {
-                                (u64::from(lease) * SEC / (2 * delay_ms[hu])).max(1) as usize
+                                per_queue.saturating_sub(in_flight)
                             };
-                            let take = if max == 0 { usize::MAX } else { max as usize }.min(spaced);
                             let mut servable: Vec<(u64, u64, String, u8)> = due
                                 .iter()
-                                .filter(|(i, d)| host_of(**i) == h && **d != 0 && **d <= now / SEC)
+                                .filter(|(i, d)| {
+                                    host_of(**i) == h
+                                        && **d != 0
+                                        && **d <= now / SEC
+                                        && !leases.contains_key(i)
+                                })
                                 .map(|(i, d)| {
                                     let url = url_of(*i);
                                     (*d, f.scheduler.store.url_hash(&url), url, *i)
@@ -1590,6 +1744,7 @@ mod tests {
                             servable.truncate(take);
                             if !servable.is_empty() {
                                 last_serve[hu] = Some(now);
+                                held[hu] = hold;
                             }
                             for (_, _, _, i) in servable {
                                 leases.insert(i, now + u64::from(lease) * SEC);

@@ -41,6 +41,10 @@ pub(super) struct QueueState {
     pub(super) leased: HashMap<String, Lease>,
     pub(super) earliest_expiry: Timestamp,
     pub(super) last_serve: Option<Timestamp>,
+    /// Whether the leases out now hold the queue (a holding serve handed
+    /// them out): nothing more is served until the last ends, and the
+    /// delay then runs from its end.
+    pub(super) held: bool,
     // The queue's valid entry on its crawl's wake-up list, if any.
     pub(super) wake: Option<WakeKey>,
 }
@@ -55,6 +59,7 @@ impl QueueState {
             leased: HashMap::new(),
             earliest_expiry: Timestamp::NEVER,
             last_serve: None,
+            held: false,
             wake: None,
         }
     }
@@ -148,9 +153,13 @@ impl QueueState {
         }
     }
 
-    /// The holder of the queue let go of it: the delay runs from now.
+    /// The queue's last lease ended at `now`. A holder let go of it: the
+    /// delay runs from then. Leases that did not hold the queue leave the
+    /// delay where their serve started it.
     pub(super) fn let_go(&mut self, now: Timestamp) {
-        self.last_serve = Some(self.last_serve.map_or(now, |last| last.max(now)));
+        if std::mem::take(&mut self.held) {
+            self.last_serve = Some(self.last_serve.map_or(now, |last| last.max(now)));
+        }
     }
 
     pub(super) fn leased_now(&self, now: Timestamp) -> u64 {
