@@ -444,3 +444,59 @@ async fn no_ack_goes_out_before_the_owner_committed() {
     );
     assert!(failed > 0, "the kill came after the last batch");
 }
+
+/// `frontier seed` run the moment the nodes listen, as a user following
+/// the README would: the map does not exist yet, or its epoch climbs as
+/// partitions move to each node that joins. The CLI waits (saying so) and
+/// every seed lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_seeded_the_moment_it_starts_takes_every_seed() {
+    let Some(binary) = etcd_or_skip("a_cluster_seeded_the_moment_it_starts_takes_every_seed")
+    else {
+        return;
+    };
+    for initial_nodes in ["3", "1"] {
+        let etcd = EtcdProcess::start(&binary);
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
+            .iter()
+            .map(|id| {
+                FrontierProcess::start(
+                    &dir.path().join(id),
+                    &node_args(&etcd.endpoint, id, &["--initial-nodes", initial_nodes]),
+                )
+            })
+            .collect();
+        // Hosts enough that every node owns some of them.
+        let seeds: Vec<String> = (0..24)
+            .map(|i| format!("http://seed-{i}.example/"))
+            .collect();
+        let mut args = vec!["seed"];
+        args.extend(seeds.iter().map(String::as_str));
+        let (status, text) = frontier_cli(&nodes[0].endpoint(), &args);
+        assert!(status.success(), "--initial-nodes {initial_nodes}: {text}");
+        assert!(
+            text.contains("added 24, already known 0, refused 0"),
+            "{text}"
+        );
+        // Every seed is stored, at whichever node owns it, once the moves
+        // of the forming cluster are over (a partition in flight is
+        // counted at both ends until its source lets it go).
+        let started = std::time::Instant::now();
+        loop {
+            let (status, text) = frontier_cli(&nodes[1].endpoint(), &["status", "--json"]);
+            assert!(status.success(), "{text}");
+            let json: serde_json::Value =
+                serde_json::from_str(text.lines().next().unwrap_or_default()).expect(&text);
+            if json["discovered"] == 24 {
+                break;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(60),
+                "--initial-nodes {initial_nodes}: {text}"
+            );
+            // Polling an operator's view; nothing here synchronises with it.
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    }
+}

@@ -29,15 +29,19 @@ pub async fn seed(
     if urls.is_empty() {
         bail!("no seed URLs given (pass URLs or --file)");
     }
-    let mut admin = client.admin().await?;
-    let response = admin
-        .add_seeds(proto::admin::AddSeedsRequest {
-            crawl_id: client.crawl,
-            urls,
-            ..proto::admin::AddSeedsRequest::default()
+    let admin = client.admin()?;
+    let request = proto::admin::AddSeedsRequest {
+        crawl_id: client.crawl.clone(),
+        urls,
+        ..proto::admin::AddSeedsRequest::default()
+    };
+    let response = client
+        .retry("seed", || {
+            let mut admin = admin.clone();
+            let request = request.clone();
+            async move { admin.add_seeds(request).await }
         })
-        .await?
-        .into_inner();
+        .await?;
     println!(
         "added {}, already known {}, refused {}",
         response.added,
@@ -68,17 +72,22 @@ pub async fn status(
             print_progress(progress);
         }
     };
-    let admin = client.admin().await?;
-    let progress = |mut admin: AdminClient<Intercepted>, crawl: String| async move {
-        anyhow::Ok(
-            admin
-                .get_progress(proto::admin::GetProgressRequest {
-                    crawl_id: crawl,
-                    local: false,
+    let admin = client.admin()?;
+    let progress = |admin: AdminClient<Intercepted>, crawl: String| {
+        let client = &client;
+        async move {
+            let request = proto::admin::GetProgressRequest {
+                crawl_id: crawl,
+                local: false,
+            };
+            client
+                .retry("status", || {
+                    let mut admin = admin.clone();
+                    let request = request.clone();
+                    async move { admin.get_progress(request).await }
                 })
-                .await?
-                .into_inner(),
-        )
+                .await
+        }
     };
     if !wait {
         show(&progress(admin, client.crawl.clone()).await?);
@@ -87,7 +96,7 @@ pub async fn status(
     // Waiting polls GetStats, which the frontier answers from memory;
     // GetProgress reads the crawl's due index, so it is asked once, at the
     // end.
-    let mut frontier = client.frontier().await?;
+    let mut frontier = client.frontier()?;
     let started = Instant::now();
     let mut away_noted = false;
     loop {
@@ -103,7 +112,7 @@ pub async fn status(
             // A cluster node away: the crawl is not done without it.
             Err(status) if status.code() == tonic::Code::Unavailable => {
                 if !away_noted {
-                    eprintln!("waiting: {}", status.message());
+                    eprintln!("waiting: {}", super::client::waiting_reason(&status));
                     away_noted = true;
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -127,11 +136,17 @@ pub async fn status(
 }
 
 pub async fn health(client: ClientArgs, partitions: bool, json: bool) -> anyhow::Result<ExitCode> {
-    let mut admin = client.admin().await?;
-    let health = admin
-        .get_filter_health(proto::admin::GetFilterHealthRequest { local: false })
-        .await?
-        .into_inner();
+    let admin = client.admin()?;
+    let health = client
+        .retry("health", || {
+            let mut admin = admin.clone();
+            async move {
+                admin
+                    .get_filter_health(proto::admin::GetFilterHealthRequest { local: false })
+                    .await
+            }
+        })
+        .await?;
     if json {
         let value = serde_json::json!({
             "dedup_mode": format!("{:?}", health.dedup_mode()).to_lowercase(),
@@ -187,15 +202,18 @@ pub async fn rebuild(
     partition: Option<u32>,
     no_wait: bool,
 ) -> anyhow::Result<ExitCode> {
-    let mut admin = client.admin().await?;
-    let response = admin
-        .rebuild_filters(proto::admin::RebuildFiltersRequest {
-            partition,
-            no_wait,
-            local: false,
+    let admin = client.admin()?;
+    let request = proto::admin::RebuildFiltersRequest {
+        partition,
+        no_wait,
+        local: false,
+    };
+    let response = client
+        .retry("rebuild", || {
+            let mut admin = admin.clone();
+            async move { admin.rebuild_filters(request).await }
         })
-        .await?
-        .into_inner();
+        .await?;
     println!("started {} partition rebuild(s)", response.started.len());
     for report in response.finished {
         println!(
@@ -211,15 +229,19 @@ pub async fn rebuild(
 }
 
 pub async fn check(client: ClientArgs, url: String) -> anyhow::Result<ExitCode> {
-    let mut admin = client.admin().await?;
-    let response = admin
-        .check_url(proto::admin::CheckUrlRequest {
-            url,
-            crawl_id: client.crawl,
-            queue_key: String::new(),
+    let admin = client.admin()?;
+    let request = proto::admin::CheckUrlRequest {
+        url,
+        crawl_id: client.crawl.clone(),
+        queue_key: String::new(),
+    };
+    let response = client
+        .retry("check", || {
+            let mut admin = admin.clone();
+            let request = request.clone();
+            async move { admin.check_url(request).await }
         })
-        .await?
-        .into_inner();
+        .await?;
     if !response.refused_reason.is_empty() {
         println!("refused: {}", response.refused_reason);
         return Ok(ExitCode::from(3));
@@ -239,19 +261,25 @@ pub async fn check(client: ClientArgs, url: String) -> anyhow::Result<ExitCode> 
 }
 
 pub async fn set_active(client: ClientArgs, active: bool) -> anyhow::Result<ExitCode> {
-    let mut frontier = client.frontier().await?;
-    frontier
-        .set_active(proto::urlfrontier::Active {
-            state: active,
-            local: false,
+    let frontier = client.frontier()?;
+    let request = proto::urlfrontier::Active {
+        state: active,
+        local: false,
+    };
+    client
+        .retry(if active { "resume" } else { "pause" }, || {
+            let mut frontier = frontier.clone();
+            async move { frontier.set_active(request).await }
         })
         .await?;
     println!("{}", if active { "serving" } else { "paused" });
     Ok(ExitCode::SUCCESS)
 }
 
+/// Answers at once, without --retry-secs: a health check asks whether the
+/// frontier serves now.
 pub async fn probe(client: ClientArgs) -> anyhow::Result<ExitCode> {
-    let (channel, _) = client.channel().await?;
+    let (channel, _) = client.channel()?;
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
     let answer = health
         .check(tonic_health::pb::HealthCheckRequest {
@@ -270,13 +298,17 @@ pub async fn probe(client: ClientArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn drain(client: ClientArgs, node: String) -> anyhow::Result<ExitCode> {
-    let mut admin = client.admin().await?;
-    let answer = admin
-        .drain_node(proto::admin::DrainNodeRequest {
-            node_id: node.clone(),
+    let admin = client.admin()?;
+    let request = proto::admin::DrainNodeRequest {
+        node_id: node.clone(),
+    };
+    let answer = client
+        .retry("cluster drain", || {
+            let mut admin = admin.clone();
+            let request = request.clone();
+            async move { admin.drain_node(request).await }
         })
-        .await?
-        .into_inner();
+        .await?;
     println!(
         "draining {node}: its {} partitions move away a few at a time; \
          `frontier cluster` shows the moves, and {node} can stop once it owns none",
@@ -286,11 +318,13 @@ pub async fn drain(client: ClientArgs, node: String) -> anyhow::Result<ExitCode>
 }
 
 pub async fn cluster(client: ClientArgs, json: bool) -> anyhow::Result<ExitCode> {
-    let mut admin = client.admin().await?;
-    let status = admin
-        .get_cluster(proto::admin::GetClusterRequest {})
-        .await?
-        .into_inner();
+    let admin = client.admin()?;
+    let status = client
+        .retry("cluster", || {
+            let mut admin = admin.clone();
+            async move { admin.get_cluster(proto::admin::GetClusterRequest {}).await }
+        })
+        .await?;
     if json {
         println!("{}", super::output::cluster_json(&status));
     } else {

@@ -1,6 +1,7 @@
 //! `frontier export` and `frontier import`: a crawl's URLs as JSON lines,
 //! one URL item per line in the proto3 JSON form of the API's URLItem.
 
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -112,16 +113,22 @@ fn item_of_json(line: &str) -> Result<proto::urlfrontier::UrlItem, String> {
 
 pub async fn export(client: ClientArgs, output: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     use std::io::Write;
-    let mut frontier = client.frontier().await?;
-    let mut stream = frontier
-        .list_ur_ls(proto::urlfrontier::ListUrlParams {
-            start: 0,
-            size: u32::MAX,
-            crawl_id: client.crawl.clone(),
-            ..Default::default()
+    let frontier = client.frontier()?;
+    let request = proto::urlfrontier::ListUrlParams {
+        start: 0,
+        size: u32::MAX,
+        crawl_id: client.crawl.clone(),
+        ..Default::default()
+    };
+    // Only the call's start is tried again: lines written already would be
+    // written twice by a stream started over.
+    let mut stream = client
+        .retry("export", || {
+            let mut frontier = frontier.clone();
+            let request = request.clone();
+            async move { frontier.list_ur_ls(request).await }
         })
-        .await?
-        .into_inner();
+        .await?;
     let mut out: Box<dyn Write> = match &output {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path)
@@ -139,6 +146,20 @@ pub async fn export(client: ClientArgs, output: Option<PathBuf>) -> anyhow::Resu
     drop(out);
     eprintln!("exported {count} URLs");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The ID an item's ack carries: its own, or its URL when it has none.
+fn ack_id(item: &proto::urlfrontier::UrlItem) -> String {
+    use proto::urlfrontier as uf;
+    if !item.id.is_empty() {
+        return item.id.clone();
+    }
+    match &item.item {
+        Some(uf::url_item::Item::Known(known)) => known.info.as_ref(),
+        Some(uf::url_item::Item::Discovered(discovered)) => discovered.info.as_ref(),
+        None => None,
+    }
+    .map_or_else(String::new, |info| info.url.clone())
 }
 
 pub async fn import(
@@ -173,20 +194,55 @@ pub async fn import(
         }
         items.push(item);
     }
-    let mut frontier = client.frontier().await?;
+    let frontier = client.frontier()?;
     let total = items.len();
-    let mut acks = frontier
-        .put_ur_ls(futures::stream::iter(items))
-        .await?
-        .into_inner();
-    let (mut ok, mut skipped, mut failed) = (0, 0, 0);
-    while let Some(ack) = acks.message().await? {
-        match ack.status() {
-            proto::urlfrontier::ack_message::Status::Ok => ok += 1,
-            proto::urlfrontier::ack_message::Status::Skipped => skipped += 1,
-            proto::urlfrontier::ack_message::Status::Fail => failed += 1,
+    // Items acked FAIL may be sent again (the API's word for it), and a
+    // known item overwrites: they go again, with the call itself, until
+    // none fails or --retry-secs have passed.
+    let started = std::time::Instant::now();
+    let (mut ok, mut skipped) = (0, 0);
+    let mut pending = items;
+    loop {
+        let sending = pending.clone();
+        let mut acks = client
+            .retry("import", || {
+                let mut frontier = frontier.clone();
+                let sending = sending.clone();
+                async move { frontier.put_ur_ls(futures::stream::iter(sending)).await }
+            })
+            .await?;
+        // An ack names its item by ID (the URL when the item has none).
+        let mut unanswered: HashMap<String, VecDeque<usize>> = HashMap::new();
+        for (index, item) in sending.iter().enumerate() {
+            unanswered.entry(ack_id(item)).or_default().push_back(index);
         }
+        let mut again = Vec::new();
+        while let Some(ack) = acks.message().await? {
+            let Some(index) = unanswered.get_mut(&ack.id).and_then(VecDeque::pop_front) else {
+                continue;
+            };
+            match ack.status() {
+                proto::urlfrontier::ack_message::Status::Ok => ok += 1,
+                proto::urlfrontier::ack_message::Status::Skipped => skipped += 1,
+                proto::urlfrontier::ack_message::Status::Fail => again.push(index),
+            }
+        }
+        // Items the stream ended without answering go again too.
+        again.extend(unanswered.into_values().flatten());
+        again.sort_unstable();
+        pending = again
+            .into_iter()
+            .map(|index| sending[index].clone())
+            .collect();
+        if pending.is_empty()
+            || started.elapsed() >= std::time::Duration::from_secs(client.retry_secs)
+        {
+            break;
+        }
+        eprintln!("import: {} URLs failed; sending them again", pending.len());
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
+    let failed = pending.len();
     println!("imported {ok} of {total} URLs, skipped {skipped}, failed {failed}");
     Ok(if failed == 0 && ok + skipped == total {
         ExitCode::SUCCESS

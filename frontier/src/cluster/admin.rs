@@ -69,8 +69,11 @@ impl ClusterAdmin {
         F: Fn(Target) -> Fut,
         Fut: std::future::Future<Output = Result<T, Status>>,
     {
-        let targets = self.cluster.targets(&self.local, super::peers::Peer::admin);
-        super::on_nodes(targets, live_only, call).await
+        super::riding_out_map_changes(|| {
+            let targets = self.cluster.targets(&self.local, super::peers::Peer::admin);
+            super::on_nodes(targets, live_only, &call)
+        })
+        .await
     }
 }
 
@@ -183,8 +186,12 @@ impl Admin for ClusterAdmin {
             ..request.into_inner()
         };
         if let Some(partition) = params.partition {
-            let target = self.target(self.cluster.owner_of(partition as usize)?)?;
-            return Ok(Response::new(call!(target, rebuild_filters, params)?));
+            let answer = super::riding_out_map_changes(|| async {
+                let target = self.target(self.cluster.owner_of(partition as usize)?)?;
+                call!(target, rebuild_filters, params)
+            })
+            .await?;
+            return Ok(Response::new(answer));
         }
         let answers = fan_out!(self, false, rebuild_filters, params)?;
         let mut merged = adm::RebuildFiltersResponse::default();
@@ -295,8 +302,12 @@ impl Admin for ClusterAdmin {
         let Some(partition) = self.cluster.partition_of_url(&params.crawl_id, &params.url) else {
             return self.local.check_url(Request::new(params)).await;
         };
-        let target = self.target(self.cluster.owner_of(partition)?)?;
-        Ok(Response::new(call!(target, check_url, params)?))
+        let answer = super::riding_out_map_changes(|| async {
+            let target = self.target(self.cluster.owner_of(partition)?)?;
+            call!(target, check_url, params.clone())
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     async fn get_cluster(
@@ -394,8 +405,12 @@ impl Admin for ClusterAdmin {
                 .cluster
                 .partition_of_host(&params.crawl_id, &params.key)])
             .await;
-        let target = self.queue_owner(&params.crawl_id, &params.key)?;
-        Ok(Response::new(call!(target, set_queue_delay, params)?))
+        let answer = super::riding_out_map_changes(|| async {
+            let target = self.queue_owner(&params.crawl_id, &params.key)?;
+            call!(target, set_queue_delay, params.clone())
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     async fn get_robots(
@@ -410,8 +425,12 @@ impl Admin for ClusterAdmin {
             ..request.into_inner()
         };
         let place = params.place.clone().unwrap_or_default();
-        let target = self.queue_owner(&place.crawl_id, &place.key)?;
-        Ok(Response::new(call!(target, get_robots, params)?))
+        let answer = super::riding_out_map_changes(|| async {
+            let target = self.queue_owner(&place.crawl_id, &place.key)?;
+            call!(target, get_robots, params.clone())
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     async fn put_robots(
@@ -426,8 +445,12 @@ impl Admin for ClusterAdmin {
             ..request.into_inner()
         };
         let place = params.place.clone().unwrap_or_default();
-        let target = self.queue_owner(&place.crawl_id, &place.key)?;
-        Ok(Response::new(call!(target, put_robots, params)?))
+        let answer = super::riding_out_map_changes(|| async {
+            let target = self.queue_owner(&place.crawl_id, &place.key)?;
+            call!(target, put_robots, params.clone())
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     /// A copy reads this node's store: never fanned out or forwarded.

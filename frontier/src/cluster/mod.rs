@@ -79,6 +79,42 @@ use crate::service::{SharedFrontier, crawl_or_default};
 /// when its own epoch differs.
 pub const EPOCH_HEADER: &str = "x-frontier-epoch";
 
+/// How long a node tries a forwarded call again while another node holds
+/// a different partition map: maps change at every node within moments of
+/// each other (the watch), so a disagreement this long is not transient
+/// and the caller hears of it.
+const EPOCH_RETRY: Duration = Duration::from_secs(10);
+
+/// What a node answers when a forwarded call's epoch is not its own.
+const EPOCHS_DIFFER: &str = "partition map epochs differ";
+
+/// Calls `call` again, pausing longer each time, while it fails because
+/// two nodes held different partition maps, for at most [`EPOCH_RETRY`].
+/// `call` resolves its targets anew each time, so a map that changed
+/// sends it where the new map says.
+async fn riding_out_map_changes<T, F, Fut>(mut call: F) -> Result<T, Status>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Status>>,
+{
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match call().await {
+            Err(status)
+                if status.code() == tonic::Code::Unavailable
+                    && status.message().contains(EPOCHS_DIFFER)
+                    && started.elapsed() + pause < EPOCH_RETRY =>
+            {
+                tracing::debug!(%status, "forwarded call met another map; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            answer => return answer,
+        }
+    }
+}
+
 /// How a node joins a cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
@@ -443,8 +479,8 @@ impl Cluster {
             Ok(())
         } else {
             Err(Status::unavailable(format!(
-                "partition map epochs differ: the sender routed with epoch {sent}, \
-                 node {} holds epoch {ours}; the sender retries once both agree",
+                "{EPOCHS_DIFFER}: the sender routed with epoch {sent}, node {} holds \
+                 epoch {ours}; the sender tries again once both agree",
                 self.options.node_id
             )))
         }

@@ -48,8 +48,12 @@ macro_rules! at_queue_owner {
             local: true,
             ..$request.into_inner()
         };
-        let target = $self.queue_owner(&params.crawl_id, &params.key).await?;
-        Ok(Response::new(call!(target, $method, params)?))
+        let answer = super::riding_out_map_changes(|| async {
+            let target = $self.queue_owner(&params.crawl_id, &params.key).await?;
+            call!(target, $method, params.clone())
+        })
+        .await?;
+        Ok(Response::new(answer))
     }};
 }
 
@@ -99,10 +103,13 @@ impl ClusterRouter {
         F: Fn(Target) -> Fut,
         Fut: std::future::Future<Output = Result<T, Status>>,
     {
-        let targets = self
-            .cluster
-            .targets(&self.local, super::peers::Peer::frontier);
-        super::on_nodes(targets, live_only, call).await
+        super::riding_out_map_changes(|| {
+            let targets = self
+                .cluster
+                .targets(&self.local, super::peers::Peer::frontier);
+            super::on_nodes(targets, live_only, &call)
+        })
+        .await
     }
 }
 
@@ -556,8 +563,12 @@ impl UrlFrontier for ClusterRouter {
             fan_out!(self, true, set_delay, params)?;
             return Ok(Response::new(uf::Empty {}));
         }
-        let target = self.queue_owner(&params.crawl_id, &params.key).await?;
-        Ok(Response::new(call!(target, set_delay, params)?))
+        let answer = super::riding_out_map_changes(|| async {
+            let target = self.queue_owner(&params.crawl_id, &params.key).await?;
+            call!(target, set_delay, params.clone())
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     async fn set_log_level(
@@ -593,8 +604,12 @@ impl UrlFrontier for ClusterRouter {
         let Some(partition) = self.cluster.partition_of_url(&params.crawl_id, &params.url) else {
             return self.local.get_url_status(Request::new(params)).await;
         };
-        let target = self.target(self.cluster.owner_of(partition)?)?;
-        Ok(Response::new(call!(target, get_url_status, params)?))
+        let answer = super::riding_out_map_changes(|| async {
+            let target = self.target(self.cluster.owner_of(partition)?)?;
+            call!(target, get_url_status, params.clone())
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     type ListURLsStream = BoxStream<uf::UrlItem>;
