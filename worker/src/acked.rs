@@ -183,7 +183,19 @@ async fn keep_stream<C: AckedCall>(
                 continue;
             }
             Some(status) => tracing::warn!(%status, call = C::NAME, "stream broken; resending"),
-            None => tracing::warn!(call = C::NAME, "stream ended; resending"),
+            // A frontier ends its write streams when it stops: with every
+            // item answered, that loses nothing, and the next item opens a
+            // new stream.
+            None if pending.is_empty() => {
+                tracing::debug!(call = C::NAME, "stream ended with every item answered");
+                attempt = 0;
+                continue;
+            }
+            None => tracing::warn!(
+                call = C::NAME,
+                unanswered = pending.len(),
+                "stream ended; resending"
+            ),
         }
         metrics::counter!("worker_report_retries_total", "call" => C::NAME).increment(1);
         tokio::time::sleep(retry_delay(attempt)).await;

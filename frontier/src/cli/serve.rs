@@ -174,7 +174,13 @@ pub fn init_logging() -> frontier::grpc::LogControl {
     let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
     tracing_subscriber::registry()
         .with(filter)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                // Colour codes only for a person at a terminal, not in a
+                // log file.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+        )
         .init();
     Arc::new(move |module: &str, level: &str| {
         let directive = if module.is_empty() {
