@@ -124,7 +124,7 @@ impl Access {
 /// the loop runs over the expected token whatever is presented, so the
 /// time says nothing of the presented token's length or of where it first
 /// differs.
-fn constant_time_eq(presented: &[u8], expected: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(presented: &[u8], expected: &[u8]) -> bool {
     let mut difference = u8::from(presented.len() != expected.len());
     for (i, byte) in expected.iter().enumerate() {
         difference |= presented.get(i).map_or(0xff, |p| p ^ byte);

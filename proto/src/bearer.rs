@@ -1,12 +1,22 @@
 //! The admin token on the client side: an interceptor that adds
 //! `authorization: Bearer TOKEN` to every call (the CLI's `--token`, the
-//! worker's `--token`).
+//! worker's `--token`), and, on the calls of one cluster node to another,
+//! the cluster's node secret.
 
 use tonic::metadata::{Ascii, MetadataValue};
 
-/// Adds the token to every call, when there is one.
+/// The header that proves a call comes from a node of the cluster: the
+/// secret its nodes share (kept in etcd). A call forwarded from node to
+/// node means something only with it.
+pub const NODE_SECRET_HEADER: &str = "x-frontier-node-secret";
+
+/// Adds the token to every call, when there is one (and the node secret,
+/// on a node's calls to its peers).
 #[derive(Debug, Clone, Default)]
-pub struct Bearer(Option<MetadataValue<Ascii>>);
+pub struct Bearer {
+    token: Option<MetadataValue<Ascii>>,
+    node_secret: Option<MetadataValue<Ascii>>,
+}
 
 /// A token that cannot travel in a header.
 #[derive(Debug, thiserror::Error)]
@@ -16,10 +26,21 @@ pub struct InvalidToken;
 impl Bearer {
     /// An interceptor sending `token`, or nothing.
     pub fn new(token: Option<&str>) -> Result<Self, InvalidToken> {
-        token
+        let token = token
             .map(|token| format!("Bearer {token}").parse().map_err(|_| InvalidToken))
-            .transpose()
-            .map(Self)
+            .transpose()?;
+        Ok(Self {
+            token,
+            node_secret: None,
+        })
+    }
+
+    /// The same, also sending a cluster's node secret.
+    pub fn with_node_secret(self, secret: &str) -> Result<Self, InvalidToken> {
+        Ok(Self {
+            node_secret: Some(secret.parse().map_err(|_| InvalidToken)?),
+            ..self
+        })
     }
 }
 
@@ -28,10 +49,15 @@ impl tonic::service::Interceptor for Bearer {
         &mut self,
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(value) = &self.0 {
+        if let Some(value) = &self.token {
             request
                 .metadata_mut()
                 .insert("authorization", value.clone());
+        }
+        if let Some(value) = &self.node_secret {
+            request
+                .metadata_mut()
+                .insert(NODE_SECRET_HEADER, value.clone());
         }
         Ok(request)
     }
@@ -60,5 +86,9 @@ mod tests {
                 .is_none()
         );
         assert!(Bearer::new(Some("new\nline")).is_err());
+        let mut node = Bearer::new(None).unwrap().with_node_secret("n0de").unwrap();
+        let request = node.call(tonic::Request::new(())).unwrap();
+        assert_eq!(request.metadata().get(NODE_SECRET_HEADER).unwrap(), "n0de");
+        assert!(request.metadata().get("authorization").is_none());
     }
 }

@@ -703,6 +703,28 @@ impl EtcdProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// The value of one key, through etcd's JSON gateway (what an operator
+    /// with access to etcd can read), or `None` when it has none.
+    pub async fn get(&self, key: &str) -> Option<Vec<u8>> {
+        use data_encoding::BASE64;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let host = self.endpoint.strip_prefix("http://").expect("http");
+        let body = serde_json::json!({ "key": BASE64.encode(key.as_bytes()) }).to_string();
+        let mut stream = tokio::net::TcpStream::connect(host).await.expect("etcd");
+        let request = format!(
+            "POST /v3/kv/range HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.expect("etcd");
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.expect("etcd");
+        let json = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let json: serde_json::Value = serde_json::from_str(json).expect(&text);
+        let value = json["kvs"][0]["value"].as_str()?;
+        Some(BASE64.decode(value.as_bytes()).expect("base64"))
+    }
 }
 
 impl Drop for EtcdProcess {

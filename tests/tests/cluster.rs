@@ -299,9 +299,131 @@ async fn refusals_are_clear() {
     request
         .metadata_mut()
         .insert("x-frontier-epoch", "999".parse().unwrap());
+    let secret = etcd
+        .get("/crawl-frontier/test/node-secret")
+        .await
+        .expect("the cluster's node secret");
+    request.metadata_mut().insert(
+        proto::bearer::NODE_SECRET_HEADER,
+        String::from_utf8(secret).unwrap().parse().unwrap(),
+    );
     let refused = client.set_delay(request).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unavailable);
     assert!(refused.message().contains("epochs differ"), "{refused:?}");
+}
+
+/// The probe's finding: a client with no token sent PutURLs with the
+/// current epoch in the forwarding header (GetCluster tells it to anyone),
+/// every item was acked OK, and those of partitions the node does not own
+/// were later deleted as stray copies. A forwarding header without the
+/// cluster's node secret is refused; and even from a node, a write for a
+/// partition the receiver does not own is answered FAIL, never acked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_forwarding_header_gets_nothing_acked() {
+    let Some(binary) = etcd_or_skip("a_forged_forwarding_header_gets_nothing_acked") else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = three_nodes(&etcd, dir.path()).await;
+    let mut admin = nodes[0].admin().await;
+    let epoch = admin
+        .get_cluster(proto::admin::GetClusterRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .epoch;
+    let theirs = urls_owned_by(&nodes[0], "n2", 20).await;
+    let ours = urls_owned_by(&nodes[0], "n1", 20).await;
+    let items = |urls: &[String]| -> Vec<uf::UrlItem> {
+        urls.iter()
+            .map(|url| uf::UrlItem {
+                item: Some(uf::url_item::Item::Discovered(uf::DiscoveredUrlItem {
+                    info: Some(uf::UrlInfo {
+                        url: url.clone(),
+                        crawl_id: "acks".into(),
+                        ..uf::UrlInfo::default()
+                    }),
+                })),
+                ..uf::UrlItem::default()
+            })
+            .collect()
+    };
+    let put = |urls: Vec<uf::UrlItem>, secret: Option<String>| {
+        let mut client = futures::executor::block_on(nodes[0].client());
+        async move {
+            let mut request = tonic::Request::new(futures::stream::iter(urls));
+            request
+                .metadata_mut()
+                .insert("x-frontier-epoch", epoch.to_string().parse().unwrap());
+            if let Some(secret) = secret {
+                request
+                    .metadata_mut()
+                    .insert(proto::bearer::NODE_SECRET_HEADER, secret.parse().unwrap());
+            }
+            let mut acks = client.put_ur_ls(request).await?.into_inner();
+            let mut statuses = Vec::new();
+            while let Some(ack) = acks.message().await? {
+                statuses.push(ack.status());
+            }
+            Ok::<_, tonic::Status>(statuses)
+        }
+    };
+    let mut all = theirs.clone();
+    all.extend(ours.iter().cloned());
+    // A client's forwarding header: refused before anything is stored.
+    let refused = put(items(&all), None).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    let forged = put(items(&all), Some("0".repeat(64))).await.unwrap_err();
+    assert_eq!(forged.code(), tonic::Code::PermissionDenied, "{forged:?}");
+    // From a node (the secret, as etcd holds it): n1 stores its own
+    // partitions' URLs and answers FAIL for n2's, so the sender routes
+    // them again.
+    let secret = String::from_utf8(
+        etcd.get("/crawl-frontier/test/node-secret")
+            .await
+            .expect("the cluster's node secret"),
+    )
+    .unwrap();
+    let statuses = put(items(&all), Some(secret)).await.unwrap();
+    let (fail, ok) = statuses.split_at(theirs.len());
+    assert!(
+        fail.iter().all(|s| *s == uf::ack_message::Status::Fail),
+        "{statuses:?}"
+    );
+    assert!(
+        ok.iter().all(|s| *s == uf::ack_message::Status::Ok),
+        "{statuses:?}"
+    );
+    // Nothing of n2's partitions is stored at n1, and n1 has its own.
+    let count = |node: &FrontierProcess| {
+        let node = node.endpoint();
+        async move {
+            let mut client = uf::url_frontier_client::UrlFrontierClient::connect(node)
+                .await
+                .unwrap();
+            client
+                .count_ur_ls(uf::CountUrlParams {
+                    crawl_id: "acks".into(),
+                    local: Some(true),
+                    ..uf::CountUrlParams::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .value
+        }
+    };
+    assert_eq!(count(&nodes[0]).await, 20);
+    assert_eq!(count(&nodes[1]).await, 0);
+    // A node's own partitions are not open to forged copies either: the
+    // move protocol's calls need the secret.
+    let mut admin = nodes[1].admin().await;
+    let sealed = admin
+        .seal_partition(proto::admin::SealPartitionRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(sealed.code(), tonic::Code::PermissionDenied, "{sealed:?}");
 }
 
 /// URLs whose partitions node `owner` holds, in a crawl of its own.

@@ -453,18 +453,22 @@ impl Admin for ClusterAdmin {
         Ok(Response::new(answer))
     }
 
-    /// A copy reads this node's store: never fanned out or forwarded.
+    /// A copy reads this node's store: never fanned out or forwarded. Only
+    /// a node moving a partition here asks for it.
     async fn copy_partition(
         &self,
         request: Request<adm::CopyPartitionRequest>,
     ) -> Result<Response<adm::CopyPartitionPage>, Status> {
+        self.cluster.check_from_node(&request)?;
         self.local.copy_partition(request).await
     }
 
+    /// Only a node taking a partition over seals it.
     async fn seal_partition(
         &self,
         request: Request<adm::SealPartitionRequest>,
     ) -> Result<Response<adm::SealedPartition>, Status> {
+        self.cluster.check_from_node(&request)?;
         super::moves::seal(&self.cluster, request.into_inner())
             .await
             .map(Response::new)

@@ -115,6 +115,10 @@ pub async fn join(
     if let Some(reason) = facts.mismatch(&ours) {
         return Err(refused(reason));
     }
+    let node_secret = create_or_read_node_secret(&mut etcd, &prefix)
+        .await
+        .map_err(unreachable)?
+        .map_err(|reason| corrupt(&format!("{prefix}node-secret"), reason))?;
     let member = Member {
         id: options.node_id.clone(),
         address: options.advertise.clone(),
@@ -130,7 +134,13 @@ pub async fn join(
         .scheduler()
         .set_served_partitions(Some(vec![false; facts.partitions as usize]));
     let cluster = Arc::new(Cluster {
-        peers: super::peers::Peers::new(options.token.clone(), options.tls.clone(), options.secure),
+        peers: super::peers::Peers::new(
+            options.token.clone(),
+            node_secret.clone(),
+            options.tls.clone(),
+            options.secure,
+        ),
+        node_secret,
         options,
         facts,
         frontier,
@@ -195,6 +205,46 @@ async fn create_or_read_facts(
         })
         .unwrap_or_default();
     Ok(serde_json::from_slice(&stored))
+}
+
+/// The secret the cluster's nodes prove themselves to each other with:
+/// made at random by the first node that finds none (also in a cluster
+/// created before nodes had one), read by every other.
+async fn create_or_read_node_secret(
+    etcd: &mut Client,
+    prefix: &str,
+) -> Result<Result<String, String>, etcd_client::Error> {
+    let key = format!("{prefix}node-secret");
+    let mut bytes = [0_u8; 32];
+    if let Err(error) = getrandom::fill(&mut bytes) {
+        return Ok(Err(format!("no random bytes for a node secret: {error}")));
+    }
+    let ours: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+    let answer = etcd
+        .txn(
+            Txn::new()
+                .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key.clone(), ours.clone(), None)])
+                .or_else([TxnOp::get(key.clone(), None)]),
+        )
+        .await?;
+    if answer.succeeded() {
+        return Ok(Ok(ours));
+    }
+    let stored = answer
+        .op_responses()
+        .into_iter()
+        .find_map(|op| match op {
+            etcd_client::TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.value().to_vec()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    Ok(match String::from_utf8(stored) {
+        Ok(secret) if secret.len() == 64 && secret.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Ok(secret)
+        }
+        _ => Err("not 64 hex digits".to_owned()),
+    })
 }
 
 /// Registers the node under a new lease. A registration of the same ID

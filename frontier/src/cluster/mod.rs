@@ -261,6 +261,8 @@ pub struct Cluster {
     changes: tokio::sync::watch::Sender<u64>,
     etcd: etcd_client::Client,
     peers: peers::Peers,
+    // Proves this node's calls to its peers (`proto::bearer::NODE_SECRET_HEADER`).
+    node_secret: String,
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     moves: tokio::sync::Mutex<moves::MoveState>,
 }
@@ -311,6 +313,13 @@ impl Cluster {
     pub fn partition_of_url(&self, crawl: &str, url: &str) -> Option<usize> {
         let canonical = crate::canonical::canonicalise(url, self.facts.max_url_length).ok()?;
         Some(self.partition_of_host(crawl, canonical.host()))
+    }
+
+    /// Whether this node's map gives it the partition of `url`; a URL
+    /// without one (not a URL) is left to the store, which refuses it.
+    pub fn owns_url(&self, crawl: &str, url: &str) -> bool {
+        self.partition_of_url(crawl, url)
+            .is_none_or(|partition| matches!(self.owner_of(partition), Ok(Owner::Local)))
     }
 
     /// Waits while a move of one of `partitions` is at its cutover (its old
@@ -464,11 +473,38 @@ impl Cluster {
     }
 
     /// Whether a call was forwarded by another node (and is to be served
-    /// here alone); one forwarded under another epoch is refused.
+    /// here alone); one forwarded under another epoch is refused, and so
+    /// is one that does not prove it comes from a node: a client's
+    /// forwarding header would have this node take writes for partitions
+    /// it does not own.
     fn accept_forwarded<T>(&self, request: &tonic::Request<T>) -> Result<bool, Status> {
         match forwarded_epoch(request.metadata()) {
-            Some(epoch) => self.check_epoch(epoch).map(|()| true),
+            Some(epoch) => {
+                self.check_from_node(request)?;
+                self.check_epoch(epoch).map(|()| true)
+            }
             None => Ok(false),
+        }
+    }
+
+    /// Refuses a call that only a node of the cluster may make, unless it
+    /// carries the cluster's node secret.
+    fn check_from_node<T>(&self, request: &tonic::Request<T>) -> Result<(), Status> {
+        let presented = request
+            .metadata()
+            .get(proto::bearer::NODE_SECRET_HEADER)
+            .map(tonic::metadata::MetadataValue::as_bytes);
+        match presented {
+            Some(presented)
+                if crate::auth::constant_time_eq(presented, self.node_secret.as_bytes()) =>
+            {
+                Ok(())
+            }
+            _ => Err(Status::permission_denied(format!(
+                "only the nodes of cluster {:?} may make this call (it is one node's \
+                 call to another, and carries none of the cluster's node secret)",
+                self.options.name
+            ))),
         }
     }
 

@@ -49,6 +49,7 @@ macro_rules! put_link {
 /// The clients of every peer this node has talked to, by endpoint.
 pub struct Peers {
     token: Option<String>,
+    node_secret: String,
     tls: ClientTls,
     // Whether the nodes serve TLS (this one does): their `host:port`
     // addresses are then dialled as `https://`.
@@ -66,9 +67,10 @@ pub struct Peer {
 }
 
 impl Peers {
-    pub fn new(token: Option<String>, tls: ClientTls, secure: bool) -> Self {
+    pub fn new(token: Option<String>, node_secret: String, tls: ClientTls, secure: bool) -> Self {
         Self {
             token,
+            node_secret,
             tls,
             secure,
             peers: Mutex::new(HashMap::new()),
@@ -83,6 +85,7 @@ impl Peers {
             return Ok(Arc::clone(peer));
         }
         let bearer = Bearer::new(self.token.as_deref())
+            .and_then(|bearer| bearer.with_node_secret(&self.node_secret))
             .map_err(|e| Status::internal(format!("cannot send the token to peers: {e}")))?;
         let channel = self
             .tls

@@ -61,6 +61,9 @@ macro_rules! at_queue_owner {
 #[derive(Clone)]
 pub struct ClusterRouter {
     local: UrlFrontierService,
+    // The local service for writes forwarded by other nodes: it stores only
+    // what this node owns under its map.
+    forwarded: UrlFrontierService,
     cluster: Arc<Cluster>,
 }
 
@@ -76,7 +79,17 @@ impl ClusterRouter {
     /// The service of a node whose own partitions `local` serves.
     #[must_use]
     pub fn new(local: UrlFrontierService, cluster: Arc<Cluster>) -> Self {
-        Self { local, cluster }
+        let owner = Arc::clone(&cluster);
+        let forwarded = local
+            .clone()
+            .writing_only(Arc::new(move |info: &uf::UrlInfo| {
+                owner.owns_url(&info.crawl_id, &info.url)
+            }));
+        Self {
+            local,
+            forwarded,
+            cluster,
+        }
     }
 
     fn target(&self, owner: Owner) -> Result<Target, Status> {
@@ -421,7 +434,7 @@ impl UrlFrontier for ClusterRouter {
         request: Request<Streaming<uf::UrlItem>>,
     ) -> Result<Response<Self::PutURLsStream>, Status> {
         if self.cluster.accept_forwarded(&request)? {
-            return self.local.put_ur_ls(request).await;
+            return self.forwarded.put_ur_ls(request).await;
         }
         let local = self.local.clone();
         let cluster = Arc::clone(&self.cluster);
@@ -454,7 +467,7 @@ impl UrlFrontier for ClusterRouter {
         request: Request<Streaming<uf::DiscoveredBatch>>,
     ) -> Result<Response<Self::PutDiscoveredStream>, Status> {
         if self.cluster.accept_forwarded(&request)? {
-            return self.local.put_discovered(request).await;
+            return self.forwarded.put_discovered(request).await;
         }
         let local = self.local.clone();
         let cluster = Arc::clone(&self.cluster);

@@ -210,8 +210,12 @@ impl ServerOptions {
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
+/// Whether this node owns a URL's partition (a cluster node's writes
+/// forwarded by another node are taken only for its own partitions).
+pub type OwnsUrl = Arc<dyn Fn(&uf::UrlInfo) -> bool + Send + Sync>;
+
 /// The URL Frontier API v2.6.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct UrlFrontierService {
     frontier: SharedFrontier,
     options: ServerOptions,
@@ -219,6 +223,18 @@ pub struct UrlFrontierService {
     write_slots: Arc<Semaphore>,
     /// Turns true when the server begins to shut down.
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// When set, written items of URLs it does not own are answered FAIL
+    /// instead of stored.
+    owns: Option<OwnsUrl>,
+}
+
+impl std::fmt::Debug for UrlFrontierService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlFrontierService")
+            .field("options", &self.options)
+            .field("owned_only", &self.owns.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl UrlFrontierService {
@@ -231,7 +247,16 @@ impl UrlFrontierService {
             options,
             write_slots: Arc::new(Semaphore::new(writes::WRITE_SLOTS)),
             stopping: tokio::sync::watch::channel(false).1,
+            owns: None,
         }
+    }
+
+    /// The service storing only the URLs `owns` answers true for; the
+    /// others are answered FAIL (sent again, they reach their owner).
+    #[must_use]
+    pub fn writing_only(mut self, owns: OwnsUrl) -> Self {
+        self.owns = Some(owns);
+        self
     }
 
     /// The service whose write streams end once `stopping` turns true.

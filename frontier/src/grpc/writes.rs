@@ -164,6 +164,7 @@ impl UrlFrontierService {
     ) -> BoxStream<uf::AckMessage> {
         let frontier = Arc::clone(&self.frontier);
         let slots = Arc::clone(&self.write_slots);
+        let owns = self.owns.clone();
         let mut previous = None;
         let acks = items
             .take_until(self.shutting_down())
@@ -171,6 +172,7 @@ impl UrlFrontierService {
             .map(move |chunk| {
                 let frontier = Arc::clone(&frontier);
                 let slots = Arc::clone(&slots);
+                let owns = owns.clone();
                 let (turn, next) = SubmitTurn::after(previous.take());
                 previous = Some(next);
                 async move {
@@ -178,17 +180,45 @@ impl UrlFrontierService {
                     // large) are stored and acked; the failure ends the
                     // stream after them.
                     let (items, failure) = until_failure(chunk);
-                    let items: Vec<_> = items.iter().map(put_item_of).collect();
-                    let mut acks = Vec::with_capacity(items.len() + 1);
+                    let owned = owned_mask(owns.as_ref(), &items, info_of_item);
+                    let not_owned: Vec<String> = items
+                        .iter()
+                        .zip(&owned)
+                        .filter(|(_, owned)| !**owned)
+                        .map(|(item, _)| put_item_of(item).0)
+                        .collect();
+                    let items: Vec<_> = items
+                        .iter()
+                        .zip(&owned)
+                        .filter(|(_, owned)| **owned)
+                        .map(|(item, _)| put_item_of(item))
+                        .collect();
+                    let mut stored = Vec::new();
                     if !items.is_empty() {
                         let written = detached_write(slots, async move {
                             put_chunk(&frontier, items, Some(turn)).await
                         });
                         match written.await {
-                            Ok(stored) => acks.extend(stored.into_iter().map(Ok)),
-                            Err(status) => acks.push(Err(status)),
+                            Ok(acks) => stored = acks,
+                            Err(status) => return vec![Err(status)],
                         }
                     }
+                    let mut not_owned = not_owned.into_iter().map(|id| uf::AckMessage {
+                        id,
+                        status: uf::ack_message::Status::Fail as i32,
+                    });
+                    let mut stored = stored.into_iter();
+                    let mut acks: Vec<Result<uf::AckMessage, Status>> = owned
+                        .iter()
+                        .filter_map(|&owned| {
+                            if owned {
+                                stored.next()
+                            } else {
+                                not_owned.next()
+                            }
+                        })
+                        .map(Ok)
+                        .collect();
                     acks.extend(failure.map(Err));
                     acks
                 }
@@ -209,11 +239,13 @@ impl UrlFrontierService {
     ) -> BoxStream<uf::BatchAck> {
         let frontier = Arc::clone(&self.frontier);
         let slots = Arc::clone(&self.write_slots);
+        let owns = self.owns.clone();
         let acks = batches.take_until(self.shutting_down()).map(move |batch| {
             let frontier = Arc::clone(&frontier);
             let slots = Arc::clone(&slots);
+            let owns = owns.clone();
             async move {
-                let batch = batch.map_err(super::incoming_error)?;
+                let mut batch = batch.map_err(super::incoming_error)?;
                 if batch.items.is_empty() {
                     return Ok(uf::BatchAck {
                         id: batch.id,
@@ -221,16 +253,63 @@ impl UrlFrontierService {
                     });
                 }
                 let id = batch.id.clone();
-                let statuses =
+                let owned = owned_mask(owns.as_ref(), &batch.items, |info| Some(info));
+                batch.items = std::mem::take(&mut batch.items)
+                    .into_iter()
+                    .zip(&owned)
+                    .filter_map(|(item, owned)| owned.then_some(item))
+                    .collect();
+                let stored = if batch.items.is_empty() {
+                    Vec::new()
+                } else {
                     detached_write(
                         slots,
                         async move { batch_statuses(&frontier, &batch).await },
                     )
-                    .await?;
+                    .await?
+                };
+                let mut stored = stored.into_iter();
+                let statuses = owned
+                    .iter()
+                    .map(|&owned| {
+                        if owned {
+                            stored
+                                .next()
+                                .unwrap_or(uf::ack_message::Status::Fail as i32)
+                        } else {
+                            uf::ack_message::Status::Fail as i32
+                        }
+                    })
+                    .collect();
                 Ok(uf::BatchAck { id, statuses })
             }
         });
         Box::pin(acks.buffered(DISCOVERED_BATCHES_IN_FLIGHT))
+    }
+}
+
+/// Per item, whether this node stores it: all when `owns` is unset.
+/// Those it does not own are answered FAIL, which tells their sender to
+/// send them again (to the owner its map names then).
+fn owned_mask<T>(
+    owns: Option<&super::OwnsUrl>,
+    items: &[T],
+    info: impl Fn(&T) -> Option<&uf::UrlInfo>,
+) -> Vec<bool> {
+    items
+        .iter()
+        .map(|item| match (owns, info(item)) {
+            (Some(owns), Some(info)) => owns(info),
+            _ => true,
+        })
+        .collect()
+}
+
+fn info_of_item(item: &uf::UrlItem) -> Option<&uf::UrlInfo> {
+    match &item.item {
+        Some(uf::url_item::Item::Discovered(d)) => d.info.as_ref(),
+        Some(uf::url_item::Item::Known(k)) => k.info.as_ref(),
+        None => None,
     }
 }
 
