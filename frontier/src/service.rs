@@ -203,6 +203,18 @@ impl CrawlActivity {
 /// Outcome names counted apart per crawl; more are counted as "other".
 const MAX_OUTCOME_NAMES: usize = 32;
 
+/// Whether a report's outcome can be counted under its own name: a short
+/// word of lower-case letters, digits and `_`, `-`, `.` (what a crawler
+/// names a fetch's end). Anything else, which only a client up to no good
+/// sends, counts as "other", so that no client text reaches an operator's
+/// screen as a class name.
+fn is_outcome_name(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-.".contains(&b))
+}
+
 /// A crawl's progress.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Progress {
@@ -567,7 +579,9 @@ impl Frontier {
                     continue;
                 }
                 let known = activity.reported.contains_key(name);
-                let key = if known || activity.reported.len() < MAX_OUTCOME_NAMES {
+                let key = if !is_outcome_name(name) {
+                    "other"
+                } else if known || activity.reported.len() < MAX_OUTCOME_NAMES {
                     name.as_str()
                 } else {
                     "other"
@@ -848,5 +862,27 @@ impl Frontier {
         let ingest = Arc::try_unwrap(self.ingest).map_err(|_| FrontierError::ShuttingDown)?;
         ingest.shutdown()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_classes_are_short_plain_words_or_other() {
+        for name in ["fetched", "server_error", "robots", "http-429", "tls.error"] {
+            assert!(is_outcome_name(name), "{name}");
+        }
+        let long = "x".repeat(33);
+        for name in [
+            "",
+            "<img src=x onerror=alert(1)>",
+            "Server Error",
+            "é",
+            long.as_str(),
+        ] {
+            assert!(!is_outcome_name(name), "{name}");
+        }
     }
 }

@@ -193,3 +193,188 @@ async fn with_an_admin_token_the_dashboard_shows_nothing_without_it() {
     assert!(!dom.contains("data-loaded=\"yes\""), "{dom}");
     assert!(!dom.contains("data-crawl="), "{dom}");
 }
+
+/// Markup a client (or an operator's flag) can put in what the page shows
+/// stays text: a crawl ID, a queue key, an outcome class, a node ID. Were
+/// it to become an element, a script there could read the admin token the
+/// page keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markup_in_every_field_the_page_shows_stays_text() {
+    let Some(chromium) = chromium_or_skip("markup_in_every_field_the_page_shows_stays_text") else {
+        return;
+    };
+    use futures::StreamExt;
+    use proto::urlfrontier as uf;
+    const CRAWL: &str = "<img src=x id=xss-crawl onerror=document.title='xss'>";
+    const QUEUE: &str = "<svg id=xss-queue onload=document.title='xss'>";
+    const OUTCOME: &str = "<b id=xss-outcome>x</b>";
+    const NODE: &str = "<img src=x id=xss-node>";
+    let dir = tempfile::tempdir().unwrap();
+    // In a cluster when etcd is here, so that a node ID is shown too.
+    let etcd = crawl_tests::etcd_binary().map(|binary| crawl_tests::EtcdProcess::start(&binary));
+    let mut args = vec!["--http-listen", "127.0.0.1:0", "--default-delay-ms", "0"];
+    if let Some(etcd) = &etcd {
+        args.extend([
+            "--etcd",
+            &etcd.endpoint,
+            "--cluster",
+            "xss",
+            "--node-id",
+            NODE,
+        ]);
+    } else {
+        eprintln!("no etcd: the node ID is not checked (.ci/run installs etcd)");
+    }
+    let frontier = FrontierProcess::start(&dir.path().join("data"), &args);
+    if etcd.is_some() {
+        crawl_tests::wait_for_cluster(&mut frontier.admin().await, 1).await;
+    }
+    let mut client = frontier.client().await;
+    let info = |url: &str, key: &str| uf::UrlInfo {
+        url: url.to_owned(),
+        key: key.to_owned(),
+        crawl_id: CRAWL.to_owned(),
+        ..uf::UrlInfo::default()
+    };
+    let mut reported = info("http://x.example/done", QUEUE);
+    reported.metadata.insert(
+        proto::metadata::OUTCOME.to_owned(),
+        uf::StringList {
+            values: vec![OUTCOME.to_owned()],
+        },
+    );
+    let items = vec![
+        uf::UrlItem {
+            item: Some(uf::url_item::Item::Discovered(uf::DiscoveredUrlItem {
+                info: Some(info("http://x.example/queued", QUEUE)),
+            })),
+            ..uf::UrlItem::default()
+        },
+        uf::UrlItem {
+            item: Some(uf::url_item::Item::Known(uf::KnownUrlItem {
+                info: Some(reported),
+                refetchable_from_date: 0,
+            })),
+            ..uf::UrlItem::default()
+        },
+    ];
+    let acks: Vec<_> = client
+        .put_ur_ls(futures::stream::iter(items))
+        .await
+        .unwrap()
+        .into_inner()
+        .map(|ack| ack.unwrap().status())
+        .collect()
+        .await;
+    assert!(
+        acks.iter().all(|a| *a == uf::ack_message::Status::Ok),
+        "{acks:?}"
+    );
+    let page = frontier
+        .metrics
+        .as_deref()
+        .expect("the web endpoint")
+        .replace("/metrics", "/");
+    // Errors by class appear once two samples (five seconds apart) exist.
+    let state = format!("{page}api/state");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !http_get(&state).await.contains("\"errors_by_class\":{\"") {
+        assert!(std::time::Instant::now() < deadline, "no error class");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let dom = rendered_dom(&chromium, &page);
+    assert!(dom.contains("data-loaded=\"yes\""), "{dom}");
+    // Shown, as text.
+    let escaped = |text: &str| {
+        text.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    assert!(
+        dom.contains(&escaped(CRAWL)),
+        "the crawl ID is not shown:\n{dom}"
+    );
+    assert!(
+        dom.contains(&escaped(QUEUE)),
+        "the queue key is not shown:\n{dom}"
+    );
+    if etcd.is_some() {
+        assert!(
+            dom.contains(&escaped(NODE)),
+            "the node ID is not shown:\n{dom}"
+        );
+    }
+    // The frontier counts an outcome that is no plain word as "other".
+    assert!(dom.contains("data-class=\"other\""), "{dom}");
+    // None became an element, and no script ran.
+    assert!(
+        !dom.contains("id=\"xss-"),
+        "markup became an element:\n{dom}"
+    );
+    assert!(!dom.contains("<title>xss</title>"), "{dom}");
+    // The page's policy runs no inline script and no sniffed type.
+    let answer = http_get(&page).await.to_lowercase();
+    assert!(
+        answer.contains("content-security-policy: default-src 'none'; script-src 'self';"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("x-content-type-options: nosniff"),
+        "{answer}"
+    );
+    assert!(!answer.contains("<script>"), "an inline script: {answer}");
+    let head = http_request("HEAD", &page, &[]).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
+
+/// Connections that never send a request (slowloris) neither take every
+/// descriptor nor keep the dashboard from others: past its cap a new one is
+/// closed at once, and each idle one is closed after the header timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_to_the_dashboard_are_capped_and_closed() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let frontier =
+        FrontierProcess::start(&dir.path().join("data"), &["--http-listen", "127.0.0.1:0"]);
+    let metrics = frontier.metrics.clone().expect("the web endpoint");
+    let host = metrics
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .unwrap()
+        .to_owned();
+    let started = std::time::Instant::now();
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(tokio::net::TcpStream::connect(&host).await.unwrap());
+    }
+    // The gRPC port answers meanwhile.
+    let mut admin = frontier.admin().await;
+    admin
+        .get_progress(proto::admin::GetProgressRequest::default())
+        .await
+        .unwrap();
+    // Every idle connection ends: the ones past the cap at once, the
+    // others once the header timeout passed.
+    let mut ended: Vec<std::time::Duration> =
+        futures::future::join_all(idle.into_iter().map(|mut stream| async move {
+            let mut byte = [0_u8; 1];
+            let read =
+                tokio::time::timeout(std::time::Duration::from_secs(60), stream.read(&mut byte))
+                    .await
+                    .expect("an idle connection held past a minute");
+            assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+            started.elapsed()
+        }))
+        .await;
+    ended.sort();
+    assert!(
+        ended[ended.len() - 1] >= std::time::Duration::from_secs(5),
+        "idle connections closed before the header timeout: {ended:?}"
+    );
+    assert!(
+        ended[0] < std::time::Duration::from_secs(5),
+        "none closed at once past the cap"
+    );
+    // And a client that sends its request is answered.
+    assert!(http_get(&metrics).await.starts_with("HTTP/1.1 200"));
+}

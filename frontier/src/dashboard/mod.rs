@@ -1,6 +1,9 @@
 //! The web endpoint of `--http-listen`: Prometheus metrics on `/metrics`,
-//! and a live, read-only dashboard on `/` whose page (one file, no
-//! external script, so it works offline) polls `/api/state`.
+//! and a live, read-only dashboard on `/` whose page (its script and style
+//! served beside it, nothing from elsewhere, so it works offline) polls
+//! `/api/state`. The page writes every value it shows as text, under a
+//! policy that runs no inline script; the endpoint holds a bounded number
+//! of connections, each closed when it sends no request in time.
 //!
 //! `/api/state` answers this node's figures as JSON: per crawl, pages
 //! done, queued, in flight and URLs known; the rates of the last fifteen
@@ -28,8 +31,28 @@ use crate::handback::Handback;
 use crate::service::{DEFAULT_CRAWL, Frontier, SharedFrontier};
 use crate::time::Timestamp;
 
-/// The page, served as is.
+/// The page, its script and its style, served as they are. The script is
+/// a file of its own so that the page's policy allows no inline script.
 const PAGE: &str = include_str!("page.html");
+const SCRIPT: &str = include_str!("dashboard.js");
+const STYLE: &str = include_str!("dashboard.css");
+
+/// What the browser may load and run for the page: its own script and
+/// style, its own data, nothing inline, nothing framing it. Markup that
+/// reached the page from a client's data (a crawl ID, a queue key, an
+/// outcome class) could thus run nothing, on top of the page writing
+/// every value as text.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; \
+     frame-ancestors 'none'";
+
+/// Connections of the web endpoint at once; one past it is closed at once.
+const MAX_CONNECTIONS: usize = 256;
+
+/// How long a connection may take to send a request's headers, and how
+/// long it may sit idle between requests: a client that holds a connection
+/// open without a request (slowloris) loses it after this.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often totals are sampled for the rate chart.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
@@ -318,12 +341,25 @@ pub async fn serve(
         })
     };
     tokio::pin!(shutdown);
+    static REFUSED: crate::throttle::Throttle =
+        crate::throttle::Throttle::new(Duration::from_secs(10));
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => accepted,
         };
         let Ok((stream, _)) = accepted else { continue };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            if let Some(suppressed) = REFUSED.admit() {
+                tracing::warn!(
+                    limit = MAX_CONNECTIONS,
+                    suppressed,
+                    "too many web connections; closing a new one"
+                );
+            }
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let dashboard = Arc::clone(&dashboard);
         let handle = handle.clone();
@@ -331,10 +367,14 @@ pub async fn serve(
             let service = hyper::service::service_fn(move |request| {
                 answer(request, Arc::clone(&dashboard), handle.clone())
             });
-            let _ =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
+            // HTTP/1.1 only: a browser and a scraper need no more, and its
+            // header timeout also closes a connection idle between requests.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+            drop(slot);
         });
     }
     sampler.abort();
@@ -350,10 +390,15 @@ async fn answer(
             .status(status)
             .header("content-type", kind)
             .header("cache-control", "no-store")
+            .header("content-security-policy", CONTENT_SECURITY_POLICY)
+            .header("x-content-type-options", "nosniff")
+            .header("x-frame-options", "DENY")
+            .header("referrer-policy", "no-referrer")
             .body(Full::new(body))
             .unwrap_or_default()
     };
-    if request.method() != hyper::Method::GET {
+    // HEAD answers as GET does; hyper leaves the body out.
+    if request.method() != hyper::Method::GET && request.method() != hyper::Method::HEAD {
         return Ok(response(
             405,
             "text/plain",
@@ -377,6 +422,16 @@ async fn answer(
             200,
             "text/html; charset=utf-8",
             Bytes::from_static(PAGE.as_bytes()),
+        ),
+        "/dashboard.js" => response(
+            200,
+            "text/javascript; charset=utf-8",
+            Bytes::from_static(SCRIPT.as_bytes()),
+        ),
+        "/dashboard.css" => response(
+            200,
+            "text/css; charset=utf-8",
+            Bytes::from_static(STYLE.as_bytes()),
         ),
         "/api/state" if !dashboard.access.holds_token(request.headers()) => response(
             401,
