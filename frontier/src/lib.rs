@@ -36,6 +36,8 @@
 //! - [`grpc`]: the URL Frontier v2.6 and admin services, errors to statuses
 //!   in one place, the admin token.
 //! - [`server`]: both services with health and reflection on a listener.
+//! - `admission`: which connections the server takes and for how long
+//!   (a limit, a share per address, closed when they send nothing).
 //! - [`cluster`]: partitions spread over several nodes through etcd:
 //!   membership, the partition map and its epoch, routing of every call
 //!   to the nodes that hold its partitions.
@@ -50,6 +52,7 @@
 //!
 //! `src/main.rs` is the `frontier` binary: `serve` and the admin client.
 
+mod admission;
 pub mod auth;
 pub use canon as canonical;
 pub mod cluster;

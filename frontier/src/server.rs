@@ -6,7 +6,6 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::grpc::{AdminService, ServerOptions, UrlFrontierService};
 use crate::service::SharedFrontier;
@@ -25,7 +24,7 @@ pub enum ServeError {
 
 /// Connections served at once unless configured otherwise; more are closed
 /// as they arrive (each holds HTTP/2 buffers, up to its streams times their
-/// window).
+/// window). One address may hold a quarter of them (`admission`).
 pub const MAX_CONNECTIONS: usize = 512;
 
 /// Calls open at once on one connection. A worker needs a handful (its
@@ -49,105 +48,6 @@ const STREAM_WINDOW: u32 = 256 << 10;
 /// connection can be backed up at once (32 streams x 256 KiB = 8 MiB)
 /// within the budget (32 MiB) for messages down to about 52 bytes.
 const CONNECTION_WINDOW: u32 = 64 << 20;
-
-/// An accepted connection and its place among those served at once.
-struct Admitted {
-    stream: tokio::net::TcpStream,
-    _permit: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl tonic::transport::server::Connected for Admitted {
-    type ConnectInfo = <tokio::net::TcpStream as tonic::transport::server::Connected>::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
-    }
-}
-
-impl tokio::io::AsyncRead for Admitted {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for Admitted {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-}
-
-/// Accepted connections with Nagle's algorithm off (calls are small
-/// request/answer exchanges, and Nagle's wait for an ACK, which the peer
-/// delays, would add tens of milliseconds to each one), at most
-/// `limit` at once: one past it is closed at once.
-fn incoming(
-    listener: TcpListener,
-    limit: usize,
-) -> impl futures::Stream<Item = std::io::Result<Admitted>> {
-    use futures::StreamExt;
-    static REFUSED: crate::throttle::Throttle =
-        crate::throttle::Throttle::new(std::time::Duration::from_secs(10));
-    let slots = Arc::new(tokio::sync::Semaphore::new(limit));
-    TcpListenerStream::new(listener).filter_map(move |accepted| {
-        let admitted = match accepted {
-            Ok(stream) => match Arc::clone(&slots).try_acquire_owned() {
-                Ok(permit) => {
-                    let _ = stream.set_nodelay(true);
-                    Some(Ok(Admitted {
-                        stream,
-                        _permit: permit,
-                    }))
-                }
-                Err(_) => {
-                    if let Some(suppressed) = REFUSED.admit() {
-                        tracing::warn!(
-                            limit,
-                            suppressed,
-                            "too many connections; closing a new one"
-                        );
-                    }
-                    None
-                }
-            },
-            Err(error) => Some(Err(error)),
-        };
-        std::future::ready(admitted)
-    })
-}
 
 /// Serves until `shutdown` completes, then stops taking calls and waits for
 /// the ones in flight (so their acks go out after their commits). The
@@ -204,7 +104,10 @@ pub async fn run(
         let _ = stopping.send(true);
         let _ = grace_starts.send(());
     };
-    let serving = router.serve_with_incoming_shutdown(incoming(listener, max_connections), signal);
+    let serving = router.serve_with_incoming_shutdown(
+        crate::admission::incoming(listener, max_connections),
+        signal,
+    );
     // Write streams end at the signal (workers would keep them open for as
     // long as they run); any other call still open after a grace is
     // dropped (an ack not sent is a write the client sends again; nothing

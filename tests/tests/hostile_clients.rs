@@ -225,3 +225,67 @@ async fn connections_past_the_limit_are_closed() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// Connections that never send a byte cannot lock clients out, also when
+/// every call needs the token: one address holds at most a quarter of
+/// `--max-connections`, and a connection that sends no HTTP/2 preface is
+/// closed after a few seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_neither_lock_clients_out_nor_stay() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(
+        &dir.path().join("data"),
+        &[
+            "--max-connections",
+            "64",
+            "--admin-token",
+            "s3cret",
+            "--token-for-all",
+        ],
+    );
+    let started = std::time::Instant::now();
+    let mut idle = Vec::new();
+    for _ in 0..64 {
+        idle.push(tokio::net::TcpStream::connect(frontier.addr).await.unwrap());
+    }
+    // A client from another address is answered at once.
+    let channel = tonic::transport::Endpoint::from_shared(frontier.endpoint())
+        .unwrap()
+        .local_address(Some("127.0.0.2".parse().unwrap()))
+        .connect()
+        .await
+        .expect("room for another address");
+    let bearer = proto::bearer::Bearer::new(Some("s3cret")).unwrap();
+    let mut client = proto::urlfrontier::url_frontier_client::UrlFrontierClient::with_interceptor(
+        channel, bearer,
+    );
+    client
+        .get_active(proto::urlfrontier::Local::default())
+        .await
+        .expect("a call beside 64 idle connections");
+    // Every idle connection ends: past the address's share at once, the
+    // rest once the preface timeout passed.
+    let ended: Vec<std::time::Duration> =
+        futures::future::join_all(idle.into_iter().map(|mut stream| async move {
+            // The server's own settings may come first; then the end.
+            let mut whatever = Vec::new();
+            let _ = tokio::time::timeout(
+                std::time::Duration::from_secs(60),
+                stream.read_to_end(&mut whatever),
+            )
+            .await
+            .expect("an idle connection held past a minute");
+            started.elapsed()
+        }))
+        .await;
+    let at_once = ended
+        .iter()
+        .filter(|t| **t < std::time::Duration::from_secs(4))
+        .count();
+    assert_eq!(at_once, 64 - 16, "closed at once past the share: {ended:?}");
+    // And a client from the same address as the idle ones is served.
+    served_connection(&frontier)
+        .await
+        .expect("served once the idle connections are gone");
+}

@@ -489,9 +489,13 @@ fn clients_of(
         address: address.to_owned(),
         reason: e.to_string(),
     })?;
+    // Pings while idle: a frontier closes a connection on which nothing
+    // arrives for long, and a worker's streams may be quiet that long.
     let channel = endpoint
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(60))
+        .keep_alive_while_idle(true)
         .connect_lazy();
     clients_over(address, Transport::Network(channel), token)
 }

@@ -74,7 +74,9 @@ pub struct ServeArgs {
     /// limit"; a call still never leases more than this).
     #[arg(long, env = "FRONTIER_MAX_URLS_PER_GET", default_value_t = frontier::service::DEFAULT_MAX_URLS_PER_GET, value_parser = clap::value_parser!(u32).range(1..))]
     max_urls_per_get: u32,
-    /// Connections served at once; one more is closed as it arrives.
+    /// Connections served at once, a quarter of them (at least 16) from
+    /// one address; one more is closed as it arrives, and so is one that
+    /// sends nothing in time.
     #[arg(long, env = "FRONTIER_MAX_CONNECTIONS", default_value_t = frontier::server::MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..))]
     max_connections: u64,
     /// The address other nodes and clients reach this one by (ListNodes;

@@ -95,6 +95,8 @@ impl Peers {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(10))
+            // A node closes a connection on which nothing arrives for long.
+            .keep_alive_while_idle(true)
             .connect_lazy();
         let frontier = UrlFrontierClient::with_interceptor(channel.clone(), bearer.clone())
             .max_decoding_message_size(64 << 20);
