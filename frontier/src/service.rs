@@ -4,7 +4,7 @@
 //! blocking threads, except puts, which they may take in steps that never
 //! block (`prepare_*`, then [`Ingest::submit`] and [`Ingest::committed`]).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -70,6 +70,9 @@ pub struct FrontierConfig {
     pub min_free_bytes: u64,
     /// Bytes of robots.txt answers kept for the workers.
     pub robots_shelf_bytes: usize,
+    /// Most crawls held at once: a write that would start one more is
+    /// refused (each crawl costs memory whatever its size).
+    pub max_crawls: usize,
 }
 
 /// Longest lease unless configured otherwise: an hour, far beyond any
@@ -82,6 +85,12 @@ pub const DEFAULT_MAX_URLS_PER_GET: u32 = 10_000;
 /// Bytes of robots.txt answers kept unless configured otherwise: some
 /// tens of thousands of hosts' robots.txt at their usual few kilobytes.
 pub const DEFAULT_ROBOTS_SHELF_BYTES: usize = 64 << 20;
+
+/// Crawls held at once unless configured otherwise: each costs some
+/// kilobytes of memory (its queues' index, its activity, its settings), so
+/// a client inventing crawl IDs would otherwise grow the frontier without
+/// bound.
+pub const DEFAULT_MAX_CRAWLS: usize = 10_000;
 
 /// Free disk below which writes are refused unless configured otherwise:
 /// room for redb to finish the transactions in flight and a checkpoint.
@@ -105,6 +114,7 @@ impl FrontierConfig {
             cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
             robots_shelf_bytes: DEFAULT_ROBOTS_SHELF_BYTES,
+            max_crawls: DEFAULT_MAX_CRAWLS,
         }
     }
 }
@@ -128,6 +138,17 @@ pub enum FrontierError {
     /// A thread of the frontier could not start.
     #[error("cannot start the filter rebuild thread: {0}")]
     Thread(std::io::Error),
+    /// A write would start a crawl past the frontier's limit.
+    #[error(
+        "crawl {crawl:?} cannot be started: this frontier holds its limit of {limit} crawls \
+         (--max-crawls); nothing of it was stored. Delete a crawl (DeleteCrawl) or raise the limit"
+    )]
+    TooManyCrawls {
+        /// The crawl refused.
+        crawl: String,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl From<StoreError> for FrontierError {
@@ -329,6 +350,9 @@ pub struct Frontier {
     // Rebuilds run one at a time: triggered ones and asked-for ones.
     rebuild_lock: Arc<Mutex<()>>,
     robots: RobotsShelf,
+    // The crawls held, or admitted by a write not yet committed (the
+    // scheduler knows a crawl once its first URL is).
+    crawl_names: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for Frontier {
@@ -402,6 +426,7 @@ impl Frontier {
                 .map_err(FrontierError::Thread)?
         };
         let frontier = Self {
+            crawl_names: Mutex::new(scheduler.crawls().into_iter().collect()),
             robots: RobotsShelf::new(config.robots_shelf_bytes),
             ingest,
             scheduler,
@@ -511,6 +536,35 @@ impl Frontier {
         Ok(outcomes)
     }
 
+    /// Refuses a write to `crawl` that would start one crawl more than
+    /// `max_crawls`. Crawls whose URLs all went since they were counted
+    /// are forgotten first, so a deleted crawl makes room.
+    pub fn admit_crawl(&self, crawl: &str) -> Result<(), FrontierError> {
+        let crawl = crawl_or_default(crawl);
+        let mut names = self
+            .crawl_names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if names.contains(crawl) {
+            return Ok(());
+        }
+        if names.len() >= self.config.max_crawls {
+            // Those admitted by writes still in flight are recounted once
+            // they commit; until then the limit may be passed by as many
+            // crawls as there are writes in flight, never more.
+            *names = self.scheduler.crawls().into_iter().collect();
+        }
+        if names.len() >= self.config.max_crawls {
+            metrics::counter!("frontier_crawls_refused_total").increment(1);
+            return Err(FrontierError::TooManyCrawls {
+                crawl: crawl.to_owned(),
+                limit: self.config.max_crawls,
+            });
+        }
+        names.insert(crawl.to_owned());
+        Ok(())
+    }
+
     /// The first step of [`Self::put_discovered`], for callers that take
     /// the steps themselves (see [`Ingest::prepare_discovered`]); the
     /// outcomes go to [`Self::discovered_settled`].
@@ -519,6 +573,7 @@ impl Frontier {
         crawl: &str,
         items: &[Discovered],
     ) -> Result<PreparedWrite, FrontierError> {
+        self.admit_crawl(crawl)?;
         Ok(self.ingest.prepare_discovered(
             crawl_or_default(crawl),
             items,
@@ -550,6 +605,7 @@ impl Frontier {
         crawl: &str,
         items: &[Known],
     ) -> Result<PreparedWrite, FrontierError> {
+        self.admit_crawl(crawl)?;
         Ok(self.ingest.prepare_known(
             crawl_or_default(crawl),
             items,
@@ -607,6 +663,7 @@ impl Frontier {
     /// stored at depth 0.
     pub fn add_seeds(&self, crawl: &str, urls: &[String]) -> Result<Vec<Outcome>, FrontierError> {
         let crawl = crawl_or_default(crawl);
+        self.admit_crawl(crawl)?;
         let outcomes = self.ingest.add_seeds(
             crawl,
             urls,
@@ -754,6 +811,12 @@ impl Frontier {
         let removed = self
             .ingest
             .delete(crawl_or_default(crawl), queue, created_before)?;
+        if queue.is_none() && created_before.is_none() {
+            self.crawl_names
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(crawl_or_default(crawl));
+        }
         Ok(removed.urls)
     }
 

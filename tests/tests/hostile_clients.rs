@@ -289,3 +289,112 @@ async fn idle_connections_neither_lock_clients_out_nor_stay() {
         .await
         .expect("served once the idle connections are gone");
 }
+
+/// Crawl IDs cannot be invented without bound: past `--max-crawls` a write
+/// that would start one more ends with RESOURCE_EXHAUSTED and stores
+/// nothing of it, while the crawls held take writes as before; deleting a
+/// crawl makes room. The dashboard's data lists a bounded number of crawls
+/// whatever their number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crawls_are_bounded_and_the_dashboard_data_with_them() {
+    use proto::urlfrontier as uf;
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(
+        &dir.path().join("data"),
+        &[
+            "--scope",
+            "any",
+            "--max-crawls",
+            "60",
+            "--http-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let mut client = frontier.client().await;
+    let putter = client.clone();
+    let put = |crawl: String| {
+        let mut client = putter.clone();
+        async move {
+            let item = uf::UrlItem {
+                item: Some(uf::url_item::Item::Discovered(uf::DiscoveredUrlItem {
+                    info: Some(UrlInfo {
+                        url: format!("http://{crawl}.example/"),
+                        crawl_id: crawl,
+                        ..UrlInfo::default()
+                    }),
+                })),
+                ..uf::UrlItem::default()
+            };
+            let mut acks = client
+                .put_ur_ls(futures::stream::iter(vec![item]))
+                .await?
+                .into_inner();
+            let mut statuses = Vec::new();
+            while let Some(ack) = acks.message().await? {
+                statuses.push(ack.status());
+            }
+            Ok::<_, tonic::Status>(statuses)
+        }
+    };
+    for n in 0..60 {
+        assert_eq!(
+            put(format!("c{n}")).await.unwrap(),
+            vec![uf::ack_message::Status::Ok]
+        );
+    }
+    let refused = put("c60".to_owned()).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("--max-crawls"), "{refused:?}");
+    let mut admin = frontier.admin().await;
+    let seeded = admin
+        .add_seeds(proto::admin::AddSeedsRequest {
+            crawl_id: "c61".into(),
+            urls: vec!["http://c61.example/".into()],
+            ..proto::admin::AddSeedsRequest::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(seeded.code(), tonic::Code::ResourceExhausted, "{seeded:?}");
+    // A crawl held still takes writes.
+    assert_eq!(
+        put("c7".to_owned()).await.unwrap(),
+        vec![uf::ack_message::Status::Skipped],
+        "already known"
+    );
+    // Nothing of the refused crawls was stored.
+    let crawls = client
+        .list_crawls(uf::Local::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .values;
+    assert_eq!(crawls.len(), 60, "{crawls:?}");
+    // The dashboard lists the 50 crawls with the most URLs and says how
+    // many there are.
+    let state = frontier
+        .metrics
+        .as_deref()
+        .unwrap()
+        .replace("/metrics", "/api/state");
+    let answer = crawl_tests::http_get(&state).await;
+    let body = answer.split_once("\r\n\r\n").unwrap().1;
+    let json: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(json["crawls"].as_array().unwrap().len(), 50, "{body}");
+    assert_eq!(json["crawl_count"], 60, "{body}");
+    // Deleting a crawl makes room.
+    client
+        .delete_crawl(uf::DeleteCrawlMessage {
+            value: "c0".into(),
+            local: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        put("c60".to_owned()).await.unwrap(),
+        vec![uf::ack_message::Status::Ok]
+    );
+}

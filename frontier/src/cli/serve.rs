@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// limit"; a call still never leases more than this).
     #[arg(long, env = "FRONTIER_MAX_URLS_PER_GET", default_value_t = frontier::service::DEFAULT_MAX_URLS_PER_GET, value_parser = clap::value_parser!(u32).range(1..))]
     max_urls_per_get: u32,
+    /// Most crawls held at once; a write that would start one more is
+    /// refused with RESOURCE_EXHAUSTED (DeleteCrawl makes room).
+    #[arg(long, env = "FRONTIER_MAX_CRAWLS", default_value_t = frontier::service::DEFAULT_MAX_CRAWLS as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_crawls: u64,
     /// Connections served at once, a quarter of them (at least 16) from
     /// one address; one more is closed as it arrives, and so is one that
     /// sends nothing in time.
@@ -252,6 +256,7 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
         min_free_bytes: args.min_free_mb.saturating_mul(1 << 20),
         robots_shelf_bytes: usize::try_from(args.robots_cache_mb.saturating_mul(1 << 20))
             .unwrap_or(usize::MAX),
+        max_crawls: usize::try_from(args.max_crawls).unwrap_or(usize::MAX),
     })
 }
 

@@ -14,6 +14,8 @@ function row(cells, attrs) {
 function fill(id, rows) { const body = $(id); body.replaceChildren(...rows); }
 
 function crawls(state) {
+  const shown = state.crawls.length, all = state.crawl_count || shown;
+  $("crawls-note").textContent = all > shown ? `(the ${shown} with the most URLs of ${fmt(all)})` : "";
   fill("crawls", state.crawls.map((c) => row([
     cell(c.id), cell(fmt(c.done), "done"), cell(fmt(c.queued), "queued"), cell(fmt(c.in_flight), "in-flight"),
     cell(fmt(c.known), "known"), cell(fmt(c.queues) + " (" + fmt(c.active_queues) + ")", "queues")], { "data-crawl": c.id })));

@@ -63,6 +63,13 @@ const SAMPLES: usize = 180;
 /// Queues listed, busiest first.
 const TOP_QUEUES: usize = 25;
 
+/// Crawls listed, those with the most URLs first: the page's data stays
+/// small whatever the number of crawls.
+const TOP_CRAWLS: usize = 50;
+
+/// Error classes shown, over every crawl; the rest count as "other".
+const TOP_CLASSES: usize = 32;
+
 /// Outcomes reports name that are not errors: a page fetched, or a
 /// redirect followed.
 const SUCCESSES: [&str; 2] = ["fetched", "redirect"];
@@ -146,6 +153,12 @@ impl Dashboard {
             sample.completed += counts.completed;
             sample.known += counts.urls;
             for (name, count) in frontier.reported_outcomes(&crawl) {
+                let name =
+                    if sample.outcomes.len() < TOP_CLASSES || sample.outcomes.contains_key(&name) {
+                        name
+                    } else {
+                        "other".to_owned()
+                    };
                 *sample.outcomes.entry(name).or_default() += count;
             }
             for (reason, count) in frontier.skipped(&crawl) {
@@ -175,10 +188,21 @@ impl Dashboard {
         if crawls.is_empty() {
             crawls.push(DEFAULT_CRAWL.to_owned());
         }
-        let crawl_rows: Vec<Value> = crawls
+        let mut counted: Vec<(&String, crate::scheduler::QueueCounts)> = crawls
             .iter()
-            .map(|crawl| {
-                let counts = scheduler.counts(crawl, None, now);
+            .map(|crawl| (crawl, scheduler.counts(crawl, None, now)))
+            .collect();
+        let crawl_count = counted.len();
+        if counted.len() > TOP_CRAWLS {
+            counted.select_nth_unstable_by_key(TOP_CRAWLS - 1, |(_, counts)| {
+                std::cmp::Reverse(counts.urls)
+            });
+            counted.truncate(TOP_CRAWLS);
+            counted.sort_by_key(|(crawl, _)| *crawl);
+        }
+        let crawl_rows: Vec<Value> = counted
+            .into_iter()
+            .map(|(crawl, counts)| {
                 json!({
                     "id": crawl,
                     "done": counts.completed,
@@ -196,6 +220,7 @@ impl Dashboard {
             "node": cluster.as_ref().map_or("", |c| c.node_id()),
             "uptime_secs": self.started.elapsed().as_secs(),
             "crawls": crawl_rows,
+            "crawl_count": crawl_count,
             "rates": self.rates(),
             "filters": filter_state(&frontier, cluster.as_ref()),
             "queues": {

@@ -215,6 +215,7 @@ impl adm::admin_server::Admin for AdminService {
         let (outcomes, urls, scope_hosts) = {
             let crawl = crawl.clone();
             blocking(&self.frontier, move |f| {
+                f.admit_crawl(&crawl)?;
                 f.ingest().add_scope_hosts(&crawl, &extra_hosts)?;
                 let outcomes = f.add_seeds(&crawl, &urls)?;
                 let hosts = f

@@ -36,6 +36,7 @@ pub fn status_of(error: FrontierError) -> Status {
         FrontierError::NotFound(message) => Status::not_found(message),
         FrontierError::ShuttingDown => Status::unavailable(error.to_string()),
         FrontierError::Thread(_) => Status::internal(error.to_string()),
+        FrontierError::TooManyCrawls { .. } => Status::resource_exhausted(error.to_string()),
         FrontierError::Ingest(error @ IngestError::PartitionMoving(_)) => {
             Status::unavailable(error.to_string())
         }

@@ -127,6 +127,11 @@ impl UrlFrontierService {
         if batch.items.is_empty() {
             return Ok(Vec::new());
         }
+        if let (_, Some(status)) = admitted(&self.frontier, batch.items.iter().collect(), |info| {
+            info.crawl_id.as_str()
+        }) {
+            return Err(status);
+        }
         let frontier = Arc::clone(&self.frontier);
         detached_write(Arc::clone(&self.write_slots), async move {
             batch_statuses(&frontier, &batch).await
@@ -142,6 +147,12 @@ impl UrlFrontierService {
     ) -> Result<Vec<uf::AckMessage>, Status> {
         if items.is_empty() {
             return Ok(Vec::new());
+        }
+        let (items, refused) = admitted(&self.frontier, items, |item| {
+            info_of_item(item).map_or("", |info| info.crawl_id.as_str())
+        });
+        if let Some(status) = refused {
+            return Err(status);
         }
         let frontier = Arc::clone(&self.frontier);
         let items: Vec<_> = items.iter().map(put_item_of).collect();
@@ -180,6 +191,10 @@ impl UrlFrontierService {
                     // large) are stored and acked; the failure ends the
                     // stream after them.
                     let (items, failure) = until_failure(chunk);
+                    let (items, refused) = admitted(&frontier, items, |item| {
+                        info_of_item(item).map_or("", |info| info.crawl_id.as_str())
+                    });
+                    let failure = refused.or(failure);
                     let owned = owned_mask(owns.as_ref(), &items, info_of_item);
                     let not_owned: Vec<String> = items
                         .iter()
@@ -253,6 +268,12 @@ impl UrlFrontierService {
                     });
                 }
                 let id = batch.id.clone();
+                let (_, refused) = admitted(&frontier, batch.items.iter().collect(), |info| {
+                    info.crawl_id.as_str()
+                });
+                if let Some(status) = refused {
+                    return Err(status);
+                }
                 let owned = owned_mask(owns.as_ref(), &batch.items, |info| Some(info));
                 batch.items = std::mem::take(&mut batch.items)
                     .into_iter()
@@ -285,6 +306,36 @@ impl UrlFrontierService {
             }
         });
         Box::pin(acks.buffered(DISCOVERED_BATCHES_IN_FLIGHT))
+    }
+}
+
+/// The items before the first whose crawl the frontier will not start
+/// (`--max-crawls`), and the refusal, which ends the call: SKIPPED would
+/// drop the URLs unseen and FAIL would have them sent forever.
+fn admitted<T>(
+    frontier: &SharedFrontier,
+    mut items: Vec<T>,
+    crawl_of: impl Fn(&T) -> &str,
+) -> (Vec<T>, Option<Status>) {
+    let mut checked: Option<&str> = None;
+    let mut refused = None;
+    for (index, item) in items.iter().enumerate() {
+        let crawl = crawl_of(item);
+        if checked == Some(crawl) {
+            continue;
+        }
+        if let Err(error) = frontier.admit_crawl(crawl) {
+            refused = Some((index, super::status_of(error)));
+            break;
+        }
+        checked = Some(crawl);
+    }
+    match refused {
+        Some((index, status)) => {
+            items.truncate(index);
+            (items, Some(status))
+        }
+        None => (items, None),
     }
 }
 
