@@ -502,3 +502,95 @@ async fn a_disk_filled_under_redb_is_recovered_without_a_restart() {
     drop(frontier);
     drop(mount);
 }
+
+/// The probe's case: `--min-free-mb 8` on a small disk. The floor holds
+/// (writes are refused for the floor, never by ENOSPC with room left, the
+/// log's allocations included); once room is freed writes resume without
+/// a restart and go on; after a kill -9, a start with a floor above what
+/// is free comes up read-only (reads served, health NOT_SERVING) with
+/// every acknowledged URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_disk_floor_holds_and_a_start_below_it_comes_up_read_only() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let root = tempfile::tempdir().unwrap();
+    let Some(mount) = Mount::tmpfs(&root.path().join("disk"), 96) else {
+        eprintln!("SKIPPED: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let data = mount.0.join("data");
+    let args = [
+        "--partitions",
+        "8",
+        "--min-free-mb",
+        "8",
+        "--cache-mb",
+        "16",
+    ];
+    let frontier = FrontierProcess::start(&data, &args);
+    // Room the test frees later.
+    let filler = mount.0.join("filler");
+    std::fs::write(&filler, vec![1_u8; 32 << 20]).unwrap();
+    // Writes until they are refused for good: a refusal while writes held
+    // in memory are promised to the files lifts once they are written, if
+    // the floor is still there.
+    let mut acked = Vec::new();
+    let mut next = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    loop {
+        let batch: Vec<String> = (next..next + 500).map(url).collect();
+        next += 500;
+        let (ok, failed) = put_discovered(&frontier, &batch).await;
+        acked.extend(ok);
+        // The health service looks at the store every second.
+        if failed > 0 && health(&frontier).await == ServingStatus::NotServing as i32 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the disk never filled"
+        );
+    }
+    let free_at_refusal = free_bytes(&mount.0);
+    let log = frontier.log_text();
+    assert!(
+        !log.contains("No space left") && !log.contains("halted"),
+        "a write met the full disk instead of the floor ({} MiB free):\n{log}",
+        free_at_refusal >> 20
+    );
+    assert!(
+        free_at_refusal >= 7 << 20,
+        "{} MiB free",
+        free_at_refusal >> 20
+    );
+    // Room again: writes resume without a restart, and go on.
+    std::fs::remove_file(&filler).unwrap();
+    wait_for_health(&frontier, ServingStatus::Serving as i32).await;
+    for _ in 0..6 {
+        let batch: Vec<String> = (next..next + 500).map(url).collect();
+        next += 500;
+        let (ok, failed) = put_discovered(&frontier, &batch).await;
+        assert_eq!(failed, 0, "writes stopped again:\n{}", frontier.log_text());
+        acked.extend(ok);
+    }
+    // Killed, and started with a floor above what the disk can free: it
+    // comes up read-only, with every acknowledged URL.
+    frontier.kill();
+    let high_floor = [
+        "--partitions",
+        "8",
+        "--min-free-mb",
+        "4000",
+        "--cache-mb",
+        "16",
+    ];
+    let frontier = FrontierProcess::try_start(&data, &high_floor)
+        .unwrap_or_else(|log| panic!("a start below the floor exited:\n{log}"));
+    wait_for_health(&frontier, ServingStatus::NotServing as i32).await;
+    assert_eq!(count_urls(&frontier).await, acked.len() as u64);
+    frontier.kill();
+    let frontier = FrontierProcess::start(&data, &args);
+    assert_eq!(count_urls(&frontier).await, acked.len() as u64);
+    assert_stored(&frontier, &acked).await;
+    drop(frontier);
+    drop(mount);
+}

@@ -260,6 +260,14 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
     })
 }
 
+/// Whether opening failed for want of disk room.
+fn opening_needs_room(error: &frontier::service::FrontierError) -> bool {
+    use frontier::service::FrontierError;
+    matches!(error, FrontierError::Ingest(ingest) if ingest.is_disk_full())
+        // redb reports some I/O failures as text only.
+        || error.to_string().contains("No space left on device")
+}
+
 /// How long a clean shutdown waits for the last calls to let go of the
 /// frontier before giving up on writing the filter snapshots.
 const HOLDERS_GRACE: Duration = Duration::from_secs(5);
@@ -284,9 +292,23 @@ pub async fn serve(
     }
     let cluster_options = cluster_options(&args, args.listen)?;
     let started = Instant::now();
-    let frontier = tokio::task::spawn_blocking(move || Frontier::open(config))
-        .await?
-        .with_context(|| format!("cannot open the frontier in {}", args.data_dir.display()))?;
+    let frontier = match tokio::task::spawn_blocking(move || Frontier::open(config)).await? {
+        Ok(frontier) => frontier,
+        // Below the floor the store opens read-only; only a disk too full
+        // for the log's replay keeps it from opening at all.
+        Err(error) if opening_needs_room(&error) => bail!(
+            "cannot open the frontier in {}: the disk is too full to replay the write-ahead \
+             log into the store's files ({error}). Nothing acknowledged is lost: free some \
+             space, then start it again",
+            args.data_dir.display()
+        ),
+        Err(error) => {
+            return Err(anyhow::Error::from(error).context(format!(
+                "cannot open the frontier in {}",
+                args.data_dir.display()
+            )));
+        }
+    };
     match &frontier.ingest().startup().filters_from {
         FiltersFrom::Snapshots => tracing::info!("filters loaded from snapshots"),
         FiltersFrom::Store { keys, reason } => {
@@ -297,12 +319,6 @@ pub async fn serve(
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let address = listener.local_addr()?;
-    tracing::info!(
-        %address,
-        startup_ms = started.elapsed().as_millis() as u64,
-        data_dir = %args.data_dir.display(),
-        "frontier listening"
-    );
     let (frontier, returned) = Handback::share(frontier);
     let http_listen = match args.http_listen {
         Some(address) => Some(address),
@@ -328,6 +344,14 @@ pub async fn serve(
         }),
         None => None,
     };
+    // Said once the node may serve: a node whose join is refused exits
+    // without having claimed to listen.
+    tracing::info!(
+        %address,
+        startup_ms = started.elapsed().as_millis() as u64,
+        data_dir = %args.data_dir.display(),
+        "frontier listening"
+    );
     // Scripts and tests read the chosen addresses from this line.
     println!("listening on {address}{metrics_note}");
     let options = frontier::grpc::ServerOptions {

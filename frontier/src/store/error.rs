@@ -98,7 +98,7 @@ pub enum StoreError {
     },
     /// Writes are refused while the disk holding the store is nearly full.
     #[error(
-        "the disk holding {path} is full: {available_mb} MiB free, writes need at least {needed_mb} MiB (--min-free-mb); nothing was stored. Free some space: writes resume by themselves"
+        "the disk holding {path} is full: {available_mb} MiB free, writes need at least {needed_mb} MiB (--min-free-mb, and twice what is held in memory for the files); nothing was stored. Free some space: writes resume by themselves"
     )]
     DiskFull {
         /// The data directory.

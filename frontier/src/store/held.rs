@@ -50,7 +50,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -236,6 +236,10 @@ pub(super) struct HeldWrites {
     /// Where the applier's next copy starts merging the recent records
     /// into the base table (module `records`).
     merge_cursor: MergeCursor,
+    /// Bytes held that the files lack (the fresh layer and the one being
+    /// written), kept apart from the state's lock so that the disk floor's
+    /// check under the writer's lock reads it without taking that lock.
+    pub(super) unwritten_bytes: AtomicU64,
     /// Tests: keys groups looked up in `urls.redb` while worked out.
     #[cfg(test)]
     pub(super) files_read: std::sync::atomic::AtomicU64,
@@ -616,6 +620,9 @@ impl Store {
             held.counts.absorb(counts);
             held.newest = lsn;
             self.held
+                .unwritten_bytes
+                .store(held.bytes() as u64, Ordering::Release);
+            self.held
                 .lock_pace()
                 .held(cost, fresh_bytes, self.held_limit(), Instant::now());
         }
@@ -688,6 +695,9 @@ impl Store {
             held.released += 1;
             let written = std::mem::take(&mut held.writing);
             metrics::gauge!("frontier_held_bytes").set(held.bytes() as f64);
+            self.held
+                .unwritten_bytes
+                .store(held.bytes() as u64, Ordering::Release);
             written
         };
         self.held.notify();

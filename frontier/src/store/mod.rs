@@ -506,9 +506,13 @@ impl Store {
     }
 
     /// Fails while the store's file system has less than the configured
-    /// room left. A file system that cannot say is taken to have room: the
-    /// check only keeps redb away from a full disk, it is not what keeps
-    /// the store consistent.
+    /// room left, counting what is already promised to the disk: the
+    /// writes held in memory, which the applier will write to redb (twice
+    /// their bytes: a copy-on-write B-tree holds a page's old and new
+    /// copies until its commit). The log's own growth checks the floor as
+    /// it allocates (`Wal::keep_free`). A file system that cannot say is
+    /// taken to have room: the check only keeps redb away from a full
+    /// disk, it is not what keeps the store consistent.
     fn check_space(&self) -> Result<(), StoreError> {
         if self.min_free_bytes == 0 {
             return Ok(());
@@ -517,13 +521,19 @@ impl Store {
             return Ok(());
         };
         let available = stats.f_bavail.saturating_mul(stats.f_frsize);
-        if available >= self.min_free_bytes {
+        let promised = self
+            .held
+            .unwritten_bytes
+            .load(std::sync::atomic::Ordering::Acquire)
+            .saturating_mul(2);
+        let needed = self.min_free_bytes.saturating_add(promised);
+        if available >= needed {
             return Ok(());
         }
         Err(StoreError::DiskFull {
             path: self.data_dir().to_owned(),
             available_mb: available >> 20,
-            needed_mb: self.min_free_bytes.div_ceil(1 << 20),
+            needed_mb: needed.div_ceil(1 << 20),
         })
     }
 

@@ -313,6 +313,7 @@ impl Store {
         let last = Self::replay(&db, &urls_db, &keys, &path, wal.path(), &recovered.records)?;
         wal.set_last_lsn(last);
         wal.checkpointed();
+        wal.keep_free(options.min_free_bytes);
         Ok(Self {
             files: std::sync::RwLock::new(Some(Files { db, urls_db })),
             poisoned: Mutex::new(None),

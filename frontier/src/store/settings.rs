@@ -106,8 +106,25 @@ impl Store {
     }
 
     /// The partition count URL keys were made with; recorded on first use.
+    /// Read without a write once recorded, so that a store opens on a disk
+    /// too full for writes (read-only until there is room).
     pub fn partitions(&self, configured: u32) -> Result<u32, StoreError> {
-        let recorded = self.write_durably(|write| {
+        let read = {
+            let read = self.files()?.db.begin_read()?;
+            let meta = read.open_table(META)?;
+            meta.get(PARTITIONS_KEY)?.map(|v| v.value())
+        };
+        let recorded = match read {
+            Some(recorded) => recorded,
+            None => self.write_partitions(configured)?,
+        };
+        u32::try_from(recorded).map_err(|_| StoreError::NotAFrontierStore {
+            path: self.path.clone(),
+        })
+    }
+
+    fn write_partitions(&self, configured: u32) -> Result<u64, StoreError> {
+        self.write_durably(|write| {
             let mut meta = write.open_table(META)?;
             let recorded = meta.get(PARTITIONS_KEY)?.map(|v| v.value());
             Ok(match recorded {
@@ -117,9 +134,6 @@ impl Store {
                     u64::from(configured)
                 }
             })
-        })?;
-        u32::try_from(recorded).map_err(|_| StoreError::NotAFrontierStore {
-            path: self.path.clone(),
         })
     }
 }

@@ -283,6 +283,8 @@ pub struct Wal {
     /// Counts the passes: a restart prepared in one is not finished in
     /// another (module `restart`).
     pass: u64,
+    /// Bytes its allocations leave free on the disk ([`Self::keep_free`]).
+    floor: u64,
 }
 
 /// The path of the log in `data_dir`.
@@ -292,7 +294,8 @@ pub fn path_in(data_dir: &Path) -> PathBuf {
 }
 
 fn io_error(path: &Path, source: std::io::Error) -> WalError {
-    if source.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) {
+    // ENOSPC, or a growth the floor refused (`beyond_floor`).
+    if source.kind() == std::io::ErrorKind::StorageFull {
         WalError::DiskFull {
             path: path.to_owned(),
             source,
@@ -340,6 +343,38 @@ fn allocate(file: &File, from: u64, to: u64) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Bytes that may still be allocated beside `path` while `floor` bytes
+/// stay free; all of them when there is no floor or the file system cannot
+/// say.
+fn room_above_floor(path: &Path, floor: u64) -> u64 {
+    if floor == 0 {
+        return u64::MAX;
+    }
+    let dir = path.parent().unwrap_or(path);
+    match rustix::fs::statvfs(dir) {
+        Ok(stats) => stats
+            .f_bavail
+            .saturating_mul(stats.f_frsize)
+            .saturating_sub(floor),
+        Err(_) => u64::MAX,
+    }
+}
+
+/// The error of an allocation of `bytes` the floor does not leave room
+/// for: a full disk, as ENOSPC would be, so that writes stop and resume
+/// alike, but met before the disk is.
+fn beyond_floor(bytes: u64, floor: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::StorageFull,
+        format!(
+            "growing the log by {} MiB would leave less than the {} MiB kept free \
+             (--min-free-mb)",
+            bytes.div_ceil(1 << 20),
+            floor.div_ceil(1 << 20)
+        ),
+    )
 }
 
 /// Syncs a directory, so that a file created or renamed in it stays.
@@ -422,6 +457,7 @@ impl Wal {
             offsets: VecDeque::new(),
             spare: None,
             pass: 0,
+            floor: 0,
         };
         // A spare left by an earlier run holds nothing needed (this start
         // replays the log alone) but records whose LSNs nothing vouches
@@ -449,6 +485,13 @@ impl Wal {
             Some(reason) => Err(WalError::Halted(reason.clone())),
             None => Ok(()),
         }
+    }
+
+    /// Keeps `bytes` free on the log's disk: a growth that would leave
+    /// less fails as a full disk would, before the disk is full, so that
+    /// the store's other files keep the room they need.
+    pub fn keep_free(&mut self, bytes: u64) {
+        self.floor = bytes;
     }
 
     /// Fails while the log could not grow for lack of room the last time
@@ -519,7 +562,21 @@ impl Wal {
     /// file has.
     fn grow(&mut self, needed: u64) -> Result<(), WalError> {
         let started = Instant::now();
-        let capacity = needed.max(self.capacity.saturating_mul(2));
+        // Doubling, as far as the floor allows: a full doubling that does
+        // not fit must not stop writes that fit.
+        let room = room_above_floor(&self.path, self.floor);
+        let doubled = needed.max(self.capacity.saturating_mul(2));
+        let capacity = if doubled - self.capacity <= room {
+            doubled
+        } else if needed.saturating_sub(self.capacity) <= room {
+            needed.max(self.capacity + room / 2)
+        } else {
+            self.out_of_room = Some(needed);
+            return Err(io_error(
+                &self.path,
+                beyond_floor(needed - self.capacity, self.floor),
+            ));
+        };
         let allocated = allocate(&self.file, self.capacity, capacity)
             .and_then(|()| self.file.sync_all())
             .map_err(|source| io_error(&self.path, source));

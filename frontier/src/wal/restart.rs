@@ -57,6 +57,8 @@ pub struct PendingRestart {
     /// The least capacity the new pass may have: the log's own, grown by
     /// doubling to [`PASS_HEADROOM`] times the pass that ends.
     least_capacity: u64,
+    /// Bytes left free on the disk (`Wal::keep_free`).
+    floor: u64,
     store_id: u64,
     durable: u64,
     /// Where the first kept record starts in the log.
@@ -89,6 +91,9 @@ impl PendingRestart {
             let length = self.spare.metadata()?.len();
             if length < capacity {
                 let started = Instant::now();
+                if capacity - length > super::room_above_floor(&self.spare_path, self.floor) {
+                    return Err(super::beyond_floor(capacity - length, self.floor));
+                }
                 allocate(&self.spare, length, capacity)?;
                 tracing::debug!(
                     from = length,
@@ -213,6 +218,7 @@ impl Wal {
             spare_path,
             capacity,
             least_capacity: capacity_for_next_pass(self.capacity, self.len),
+            floor: self.floor,
             store_id: self.store_id,
             durable,
             from: self.offsets[first].1,
