@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::StreamExt;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use url::Url;
@@ -291,7 +291,10 @@ impl Fetcher {
             .await
             .map_err(|_| FetchError::Other("the fetcher is shutting down".into()))?;
         let mut reserved = first as usize * 1024;
-        let mut body = BytesMut::new();
+        // Allocated as the budget is reserved, exactly: a buffer that
+        // doubled as it grew would hold up to twice what the budget counts.
+        let mut body: Vec<u8> = Vec::new();
+        body.reserve_exact(reserved.min(cap));
         let mut truncated = false;
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
@@ -303,6 +306,7 @@ impl Fetcher {
                     Ok(extra) => {
                         permit.merge(extra);
                         reserved += more as usize * 1024;
+                        body.reserve_exact(reserved.min(cap) - body.len());
                     }
                     Err(_) => {
                         metrics::counter!("worker_bodies_cut_for_memory_total").increment(1);
@@ -320,7 +324,7 @@ impl Fetcher {
             status,
             version,
             headers,
-            body: body.freeze(),
+            body: Bytes::from(body),
             truncated,
             peer,
             duration: started.elapsed(),

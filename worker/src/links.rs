@@ -7,7 +7,9 @@
 //! `<meta name=robots content=nofollow>`, all links are left out unless
 //! the caller ignores nofollow; `noindex` is recorded. Non-fetchable
 //! schemes (javascript:, mailto:, tel:, data:, ...) are dropped, fragments
-//! removed, and at most `max_outlinks` distinct links are kept.
+//! removed, and at most `max_outlinks` distinct links are kept, from at
+//! most four times as many hrefs read (a page of a million tiny links
+//! costs what one of twenty thousand does).
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -45,13 +47,22 @@ pub struct PageLinks {
     pub nofollow: bool,
     /// Links left out because they were nofollow.
     pub nofollow_skipped: usize,
-    /// Links beyond `max_outlinks`, left out.
+    /// Links beyond `max_outlinks`, left out: the distinct ones among
+    /// the hrefs collected, and every href past the collection bound
+    /// (four times `max_outlinks`), which is not read.
     pub truncated: usize,
 }
+
+/// Raw hrefs collected per page, as a multiple of `max_outlinks`: room
+/// for duplicates and nofollow links among them, while a page of a million
+/// tiny links holds a bounded number in memory.
+const HREFS_PER_OUTLINK: usize = 4;
 
 #[derive(Default)]
 struct Found {
     hrefs: Vec<(String, bool)>,
+    // Hrefs past the collection bound, left out unread.
+    uncollected: usize,
     base: Option<String>,
     noindex: bool,
     nofollow: bool,
@@ -75,10 +86,15 @@ pub fn extract_links(
     options: LinkOptions,
 ) -> Result<PageLinks, ParseError> {
     let found = Rc::new(RefCell::new(Found::default()));
+    let collect_at_most = options.max_outlinks.saturating_mul(HREFS_PER_OUTLINK);
     {
         let on_link = {
             let found = Rc::clone(&found);
             move |el: &mut lol_html::html_content::Element<'_, '_>| {
+                if found.borrow().hrefs.len() >= collect_at_most {
+                    found.borrow_mut().uncollected += 1;
+                    return Ok(());
+                }
                 if let Some(href) = el.get_attribute("href") {
                     let nofollow = el
                         .get_attribute("rel")
@@ -147,6 +163,7 @@ pub fn extract_links(
     let mut result = PageLinks {
         noindex: found.noindex,
         nofollow: found.nofollow,
+        truncated: found.uncollected,
         ..PageLinks::default()
     };
     let mut seen = HashSet::new();
@@ -298,7 +315,28 @@ mod tests {
         )
         .unwrap();
         assert_eq!(found.links.len(), 4);
-        assert_eq!(found.truncated, 6);
+        // p4 to p7 among the 16 hrefs collected (four per link kept), and
+        // the 4 hrefs after those, unread.
+        assert_eq!(found.truncated, 8);
+    }
+
+    #[test]
+    fn a_page_of_a_hundred_thousand_links_keeps_the_cap_and_counts_the_rest() {
+        let html: String = (0..100_000)
+            .map(|i| format!(r#"<a href="/{i}">x</a>"#))
+            .collect();
+        let found = extract_links(
+            html.as_bytes(),
+            &Url::parse("http://site.example/").unwrap(),
+            LinkOptions {
+                max_outlinks: 10,
+                ..LinkOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(found.links.len(), 10);
+        assert_eq!(found.links[9], "http://site.example/9");
+        assert_eq!(found.truncated, 100_000 - 10);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 use sha1::{Digest, Sha1};
-use warc::{RawRecordHeader, WarcHeader, WarcWriter};
+use warc::{RawRecordHeader, WarcHeader};
 
 use crate::fetch::Fetched;
 
@@ -25,6 +25,15 @@ pub fn digest(bytes: &[u8]) -> String {
         "sha1:{}",
         data_encoding::BASE32.encode(&Sha1::digest(bytes))
     )
+}
+
+/// [`digest`] of `parts` one after the other, without joining them.
+fn digest_of_parts(parts: &[&[u8]]) -> String {
+    let mut sha1 = Sha1::new();
+    for part in parts {
+        sha1.update(part);
+    }
+    format!("sha1:{}", data_encoding::BASE32.encode(&sha1.finalize()))
 }
 
 fn warc_date() -> String {
@@ -83,14 +92,113 @@ thread_local! {
 }
 
 /// A WARC record as one gzip member, ready to append.
-fn record_member(mut header: RawRecordHeader, body: &[u8]) -> io::Result<Vec<u8>> {
-    header.headers.insert(
-        WarcHeader::ContentLength,
-        body.len().to_string().into_bytes(),
-    );
-    let mut record = Vec::with_capacity(body.len() + 512);
-    WarcWriter::new(&mut record).write_raw(header, &body)?;
-    DEFLATE.with(|deflate| gzip_member(&mut deflate.borrow_mut(), &record))
+fn record_member(header: RawRecordHeader, body: &[u8]) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    append_record_member(&mut out, header, &[body])?;
+    Ok(out)
+}
+
+/// Appends to `out` a WARC record whose block is `parts` one after the
+/// other, as one gzip member. The record is compressed as it is laid out:
+/// its block is never copied whole (a page's body would otherwise be held
+/// several times over while its record is made: once as the HTTP message,
+/// once as the record, once compressed), so what a page costs beyond its
+/// body is its compressed record alone.
+fn append_record_member(
+    out: &mut Vec<u8>,
+    mut header: RawRecordHeader,
+    parts: &[&[u8]],
+) -> io::Result<()> {
+    let length: usize = parts.iter().map(|part| part.len()).sum();
+    header
+        .headers
+        .insert(WarcHeader::ContentLength, length.to_string().into_bytes());
+    let mut head = Vec::with_capacity(512);
+    head.extend_from_slice(b"WARC/");
+    head.extend_from_slice(header.version.as_bytes());
+    head.extend_from_slice(b"\r\n");
+    for (name, value) in header.as_ref() {
+        head.extend_from_slice(name.to_string().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value);
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    DEFLATE.with(|deflate| {
+        let mut deflate = deflate.borrow_mut();
+        let mut member = GzipMember::start(&mut deflate, out, length / 4);
+        member.feed(&head)?;
+        for part in parts {
+            member.feed(part)?;
+        }
+        member.feed(b"\r\n\r\n")?;
+        member.finish()
+    })
+}
+
+/// One gzip member (RFC 1952) being appended to a buffer, compressed as
+/// its data is fed.
+struct GzipMember<'a> {
+    deflate: &'a mut flate2::Compress,
+    out: &'a mut Vec<u8>,
+    crc: flate2::Crc,
+}
+
+impl<'a> GzipMember<'a> {
+    fn start(deflate: &'a mut flate2::Compress, out: &'a mut Vec<u8>, expected: usize) -> Self {
+        deflate.reset();
+        out.reserve(expected + 64);
+        // Magic, deflate, no flags, no time, fastest level, unknown OS.
+        out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255]);
+        Self {
+            deflate,
+            out,
+            crc: flate2::Crc::new(),
+        }
+    }
+
+    /// Compresses `data` into the member, growing the buffer as needed.
+    fn feed(&mut self, data: &[u8]) -> io::Result<()> {
+        self.crc.update(data);
+        let start = self.deflate.total_in();
+        loop {
+            let done =
+                usize::try_from(self.deflate.total_in() - start).map_err(io::Error::other)?;
+            if done == data.len() {
+                return Ok(());
+            }
+            spare_room(self.out);
+            self.deflate
+                .compress_vec(&data[done..], self.out, flate2::FlushCompress::None)
+                .map_err(io::Error::other)?;
+        }
+    }
+
+    /// Ends the deflate stream and writes the trailer.
+    fn finish(self) -> io::Result<()> {
+        loop {
+            spare_room(self.out);
+            let status = self
+                .deflate
+                .compress_vec(&[], self.out, flate2::FlushCompress::Finish)
+                .map_err(io::Error::other)?;
+            if status == flate2::Status::StreamEnd {
+                break;
+            }
+        }
+        self.out.extend_from_slice(&self.crc.sum().to_le_bytes());
+        // ISIZE: the length modulo 2^32, as RFC 1952 has it.
+        self.out.extend_from_slice(&self.crc.amount().to_le_bytes());
+        Ok(())
+    }
+}
+
+/// Spare capacity for the compressor to write into (it fills what is
+/// there and never grows the buffer), doubling what the member took.
+fn spare_room(out: &mut Vec<u8>) {
+    if out.capacity() - out.len() < 64 {
+        out.reserve(out.len().max(4096));
+    }
 }
 
 impl WarcFile {
@@ -155,32 +263,6 @@ impl WarcFile {
         self.written += members.len() as u64;
         Ok(())
     }
-}
-
-/// `data` as one gzip member (RFC 1952), through a reused compressor.
-fn gzip_member(deflate: &mut flate2::Compress, data: &[u8]) -> io::Result<Vec<u8>> {
-    deflate.reset();
-    let mut member = Vec::with_capacity(data.len() / 2 + 64);
-    // Magic, deflate, no flags, no time, fastest level, unknown OS.
-    member.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255]);
-    loop {
-        if member.capacity() - member.len() < 64 {
-            member.reserve(member.capacity().max(4096));
-        }
-        let read = usize::try_from(deflate.total_in()).map_err(io::Error::other)?;
-        let status = deflate
-            .compress_vec(&data[read..], &mut member, flate2::FlushCompress::Finish)
-            .map_err(io::Error::other)?;
-        if status == flate2::Status::StreamEnd {
-            break;
-        }
-    }
-    let mut crc = flate2::Crc::new();
-    crc.update(data);
-    member.extend_from_slice(&crc.sum().to_le_bytes());
-    // ISIZE: the length modulo 2^32, as RFC 1952 has it.
-    member.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    Ok(member)
 }
 
 fn record_header(fields: &[(WarcHeader, String)]) -> RawRecordHeader {
@@ -254,7 +336,8 @@ impl Output {
         fetched: &Fetched,
     ) -> io::Result<String> {
         let payload_digest = digest(&fetched.body);
-        let mut http = Vec::with_capacity(fetched.body.len() + 1024);
+        // The HTTP message's head; its body is the page's, not copied.
+        let mut http = Vec::with_capacity(1024);
         let version = match fetched.version.as_str() {
             "HTTP/2.0" => "HTTP/2",
             other => other,
@@ -279,7 +362,7 @@ impl Output {
         http.extend_from_slice(
             format!("content-length: {}\r\n\r\n", fetched.body.len()).as_bytes(),
         );
-        http.extend_from_slice(&fetched.body);
+        let block = [http.as_slice(), &fetched.body];
 
         let mut response_fields = vec![
             (WarcHeader::WarcType, "response".to_owned()),
@@ -289,7 +372,7 @@ impl Output {
                 "application/http; msgtype=response".to_owned(),
             ),
             (WarcHeader::PayloadDigest, payload_digest.clone()),
-            (WarcHeader::BlockDigest, digest(&http)),
+            (WarcHeader::BlockDigest, digest_of_parts(&block)),
         ];
         if let Some(peer) = fetched.peer {
             response_fields.push((WarcHeader::IPAddress, peer.ip().to_string()));
@@ -316,7 +399,7 @@ impl Output {
         // pair stays together and concurrent fetches only queue for the
         // write itself.
         let mut members = record_member(request, request_head)?;
-        members.extend_from_slice(&record_member(response, &http)?);
+        append_record_member(&mut members, response, &block)?;
         let mut warc = self.warc.lock().unwrap_or_else(PoisonError::into_inner);
         warc.writer()?;
         warc.append(&members)?;
@@ -455,6 +538,18 @@ mod tests {
             }
         }
         assert_eq!(responses, 10);
+    }
+
+    /// `data` as one gzip member, through a reused compressor.
+    fn gzip_member(deflate: &mut flate2::Compress, data: &[u8]) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut member = GzipMember::start(deflate, &mut out, data.len() / 2);
+        // In pieces, as a record's parts are fed.
+        for piece in data.chunks(7_001) {
+            member.feed(piece)?;
+        }
+        member.finish()?;
+        Ok(out)
     }
 
     proptest::proptest! {
