@@ -272,6 +272,8 @@ async fn refusals_are_clear() {
         log.contains("the cluster has 8 partitions and this node's store has 16"),
         "{log}"
     );
+    // A node refused never said it was listening.
+    assert!(!log.contains("listening"), "{log}");
     // Other admission rules than the cluster's.
     let log = FrontierProcess::try_start(
         &dir.path().join("n5"),

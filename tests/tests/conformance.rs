@@ -50,8 +50,16 @@ fn known(url: &str, crawl: &str, refetchable_from_date: u64) -> uf::UrlItem {
 }
 
 async fn get(client: &mut UrlFrontierClient<Channel>, params: uf::GetParams) -> Vec<String> {
+    urls_of(client, tonic::Request::new(params)).await
+}
+
+/// The URLs a GetURLs call hands out.
+async fn urls_of(
+    client: &mut UrlFrontierClient<Channel>,
+    request: tonic::Request<uf::GetParams>,
+) -> Vec<String> {
     client
-        .get_ur_ls(params)
+        .get_ur_ls(request)
         .await
         .unwrap()
         .into_inner()
@@ -270,14 +278,7 @@ async fn get_holding(
         proto::metadata::HOLD_QUEUES_HEADER,
         tonic::metadata::MetadataValue::from_static("1"),
     );
-    client
-        .get_ur_ls(request)
-        .await
-        .unwrap()
-        .into_inner()
-        .map(|info| info.unwrap().url)
-        .collect()
-        .await
+    urls_of(client, request).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -175,26 +175,23 @@ pub async fn join(
     Ok(cluster)
 }
 
-/// The cluster's facts: ours when the cluster is new (written only if
-/// still absent), else what it was created with.
-async fn create_or_read_facts(
+/// Puts `ours` at `key` unless the key holds a value already; answers
+/// the value the key holds then, and whether it is ours.
+async fn put_if_absent(
     etcd: &mut Client,
-    prefix: &str,
-    ours: &ClusterFacts,
-) -> Result<Result<ClusterFacts, serde_json::Error>, etcd_client::Error> {
-    let key = format!("{prefix}facts");
-    let value = serde_json::to_vec(ours).unwrap_or_default();
+    key: String,
+    ours: Vec<u8>,
+) -> Result<(Vec<u8>, bool), etcd_client::Error> {
     let answer = etcd
         .txn(
             Txn::new()
                 .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(key.clone(), value, None)])
-                .or_else([TxnOp::get(key.clone(), None)]),
+                .and_then([TxnOp::put(key.clone(), ours.clone(), None)])
+                .or_else([TxnOp::get(key, None)]),
         )
         .await?;
     if answer.succeeded() {
-        tracing::info!(partitions = ours.partitions, "created the cluster");
-        return Ok(Ok(ours.clone()));
+        return Ok((ours, true));
     }
     let stored = answer
         .op_responses()
@@ -204,6 +201,24 @@ async fn create_or_read_facts(
             _ => None,
         })
         .unwrap_or_default();
+    Ok((stored, false))
+}
+
+/// The cluster's facts: ours when the cluster is new (written only if
+/// still absent), else what it was created with.
+async fn create_or_read_facts(
+    etcd: &mut Client,
+    prefix: &str,
+    ours: &ClusterFacts,
+) -> Result<Result<ClusterFacts, serde_json::Error>, etcd_client::Error> {
+    let value = match serde_json::to_vec(ours) {
+        Ok(value) => value,
+        Err(error) => return Ok(Err(error)),
+    };
+    let (stored, created) = put_if_absent(etcd, format!("{prefix}facts"), value).await?;
+    if created {
+        tracing::info!(partitions = ours.partitions, "created the cluster");
+    }
     Ok(serde_json::from_slice(&stored))
 }
 
@@ -214,31 +229,13 @@ async fn create_or_read_node_secret(
     etcd: &mut Client,
     prefix: &str,
 ) -> Result<Result<String, String>, etcd_client::Error> {
-    let key = format!("{prefix}node-secret");
     let mut bytes = [0_u8; 32];
     if let Err(error) = getrandom::fill(&mut bytes) {
         return Ok(Err(format!("no random bytes for a node secret: {error}")));
     }
     let ours: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
-    let answer = etcd
-        .txn(
-            Txn::new()
-                .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(key.clone(), ours.clone(), None)])
-                .or_else([TxnOp::get(key.clone(), None)]),
-        )
-        .await?;
-    if answer.succeeded() {
-        return Ok(Ok(ours));
-    }
-    let stored = answer
-        .op_responses()
-        .into_iter()
-        .find_map(|op| match op {
-            etcd_client::TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.value().to_vec()),
-            _ => None,
-        })
-        .unwrap_or_default();
+    let (stored, _) =
+        put_if_absent(etcd, format!("{prefix}node-secret"), ours.into_bytes()).await?;
     Ok(match String::from_utf8(stored) {
         Ok(secret) if secret.len() == 64 && secret.bytes().all(|b| b.is_ascii_hexdigit()) => {
             Ok(secret)
