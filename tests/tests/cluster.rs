@@ -569,8 +569,8 @@ async fn no_ack_goes_out_before_the_owner_committed() {
     assert!(failed > 0, "the kill came after the last batch");
 }
 
-/// `frontier seed` run the moment the nodes listen, as a user following
-/// the README would: the map does not exist yet, or its epoch climbs as
+/// `frontier seed` run while the nodes start, as a user following the
+/// README would: the map does not exist yet, or its epoch climbs as
 /// partitions move to each node that joins. The CLI waits (saying so) and
 /// every seed lands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -582,22 +582,28 @@ async fn a_cluster_seeded_the_moment_it_starts_takes_every_seed() {
     for initial_nodes in ["3", "1"] {
         let etcd = EtcdProcess::start(&binary);
         let dir = tempfile::tempdir().unwrap();
-        let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
-            .iter()
-            .map(|id| {
-                FrontierProcess::start(
-                    &dir.path().join(id),
-                    &node_args(&etcd.endpoint, id, &["--initial-nodes", initial_nodes]),
-                )
-            })
-            .collect();
-        // Hosts enough that every node owns some of them.
-        let seeds: Vec<String> = (0..24)
-            .map(|i| format!("http://seed-{i}.example/"))
-            .collect();
-        let mut args = vec!["seed"];
-        args.extend(seeds.iter().map(String::as_str));
-        let (status, text) = frontier_cli(&nodes[0].endpoint(), &args);
+        let start = |id: &str| {
+            FrontierProcess::start(
+                &dir.path().join(id),
+                &node_args(&etcd.endpoint, id, &["--initial-nodes", initial_nodes]),
+            )
+        };
+        let mut nodes = vec![start("n1"), start("n2")];
+        // Seeded before the third node starts: with --initial-nodes 3 there
+        // is no partition map yet; with 1, partitions are moving to n2 and
+        // then to n3 as it joins.
+        let endpoint = nodes[0].endpoint();
+        let seeding = std::thread::spawn(move || {
+            // Hosts enough that every node owns some of them.
+            let seeds: Vec<String> = (0..24)
+                .map(|i| format!("http://seed-{i}.example/"))
+                .collect();
+            let mut args = vec!["seed"];
+            args.extend(seeds.iter().map(String::as_str));
+            frontier_cli(&endpoint, &args)
+        });
+        nodes.push(start("n3"));
+        let (status, text) = seeding.join().unwrap();
         assert!(status.success(), "--initial-nodes {initial_nodes}: {text}");
         assert!(
             text.contains("added 24, already known 0, refused 0"),
