@@ -41,6 +41,29 @@ pub mod admin {
     tonic::include_proto!("frontier.admin.v1");
 }
 
+impl urlfrontier::UrlItem {
+    /// The URL the item carries, whichever its kind.
+    #[must_use]
+    pub fn info(&self) -> Option<&urlfrontier::UrlInfo> {
+        match &self.item {
+            Some(urlfrontier::url_item::Item::Discovered(d)) => d.info.as_ref(),
+            Some(urlfrontier::url_item::Item::Known(k)) => k.info.as_ref(),
+            None => None,
+        }
+    }
+
+    /// The ID its ack carries: its own, or its URL when it has none.
+    #[must_use]
+    pub fn ack_id(&self) -> String {
+        if self.id.is_empty() {
+            self.info()
+                .map_or_else(String::new, |info| info.url.clone())
+        } else {
+            self.id.clone()
+        }
+    }
+}
+
 /// Every compiled .proto file as an encoded `FileDescriptorSet`.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
 

@@ -148,20 +148,6 @@ pub async fn export(client: ClientArgs, output: Option<PathBuf>) -> anyhow::Resu
     Ok(ExitCode::SUCCESS)
 }
 
-/// The ID an item's ack carries: its own, or its URL when it has none.
-fn ack_id(item: &proto::urlfrontier::UrlItem) -> String {
-    use proto::urlfrontier as uf;
-    if !item.id.is_empty() {
-        return item.id.clone();
-    }
-    match &item.item {
-        Some(uf::url_item::Item::Known(known)) => known.info.as_ref(),
-        Some(uf::url_item::Item::Discovered(discovered)) => discovered.info.as_ref(),
-        None => None,
-    }
-    .map_or_else(String::new, |info| info.url.clone())
-}
-
 pub async fn import(
     client: ClientArgs,
     into_crawl: bool,
@@ -214,7 +200,10 @@ pub async fn import(
         // An ack names its item by ID (the URL when the item has none).
         let mut unanswered: HashMap<String, VecDeque<usize>> = HashMap::new();
         for (index, item) in sending.iter().enumerate() {
-            unanswered.entry(ack_id(item)).or_default().push_back(index);
+            unanswered
+                .entry(item.ack_id())
+                .or_default()
+                .push_back(index);
         }
         let mut again = Vec::new();
         while let Some(ack) = acks.message().await? {

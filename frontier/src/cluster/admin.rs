@@ -186,11 +186,11 @@ impl Admin for ClusterAdmin {
             ..request.into_inner()
         };
         if let Some(partition) = params.partition {
-            let answer = super::riding_out_map_changes(|| async {
-                let target = self.target(self.cluster.owner_of(partition as usize)?)?;
-                call!(target, rebuild_filters, params)
-            })
-            .await?;
+            let answer = call_at!(
+                self.target(self.cluster.owner_of(partition as usize)?)?,
+                rebuild_filters,
+                params
+            )?;
             return Ok(Response::new(answer));
         }
         let answers = fan_out!(self, false, rebuild_filters, params)?;
@@ -302,11 +302,11 @@ impl Admin for ClusterAdmin {
         let Some(partition) = self.cluster.partition_of_url(&params.crawl_id, &params.url) else {
             return self.local.check_url(Request::new(params)).await;
         };
-        let answer = super::riding_out_map_changes(|| async {
-            let target = self.target(self.cluster.owner_of(partition)?)?;
-            call!(target, check_url, params.clone())
-        })
-        .await?;
+        let answer = call_at!(
+            self.target(self.cluster.owner_of(partition)?)?,
+            check_url,
+            params
+        )?;
         Ok(Response::new(answer))
     }
 
@@ -405,11 +405,11 @@ impl Admin for ClusterAdmin {
                 .cluster
                 .partition_of_host(&params.crawl_id, &params.key)])
             .await;
-        let answer = super::riding_out_map_changes(|| async {
-            let target = self.queue_owner(&params.crawl_id, &params.key)?;
-            call!(target, set_queue_delay, params.clone())
-        })
-        .await?;
+        let answer = call_at!(
+            self.queue_owner(&params.crawl_id, &params.key)?,
+            set_queue_delay,
+            params
+        )?;
         Ok(Response::new(answer))
     }
 
@@ -425,11 +425,11 @@ impl Admin for ClusterAdmin {
             ..request.into_inner()
         };
         let place = params.place.clone().unwrap_or_default();
-        let answer = super::riding_out_map_changes(|| async {
-            let target = self.queue_owner(&place.crawl_id, &place.key)?;
-            call!(target, get_robots, params.clone())
-        })
-        .await?;
+        let answer = call_at!(
+            self.queue_owner(&place.crawl_id, &place.key)?,
+            get_robots,
+            params
+        )?;
         Ok(Response::new(answer))
     }
 
@@ -445,11 +445,11 @@ impl Admin for ClusterAdmin {
             ..request.into_inner()
         };
         let place = params.place.clone().unwrap_or_default();
-        let answer = super::riding_out_map_changes(|| async {
-            let target = self.queue_owner(&place.crawl_id, &place.key)?;
-            call!(target, put_robots, params.clone())
-        })
-        .await?;
+        let answer = call_at!(
+            self.queue_owner(&place.crawl_id, &place.key)?,
+            put_robots,
+            params
+        )?;
         Ok(Response::new(answer))
     }
 

@@ -36,6 +36,19 @@ macro_rules! call {
     };
 }
 
+/// Calls a method on the node `$resolve` names (an expression that may
+/// use `?`), resolving it anew and calling again while the nodes' maps
+/// disagree ([`riding_out_map_changes`]); answers the call's answer.
+macro_rules! call_at {
+    ($resolve:expr, $method:ident, $params:expr) => {
+        $crate::cluster::riding_out_map_changes(|| async {
+            let target = $resolve;
+            call!(target, $method, ::std::clone::Clone::clone(&$params))
+        })
+        .await
+    };
+}
+
 /// Calls a method with the same parameters on every node (`live_only`:
 /// every live one) through the service's `on_nodes`; answers (node ID,
 /// answer) pairs or the first failure, naming its node.

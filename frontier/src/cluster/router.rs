@@ -48,11 +48,11 @@ macro_rules! at_queue_owner {
             local: true,
             ..$request.into_inner()
         };
-        let answer = super::riding_out_map_changes(|| async {
-            let target = $self.queue_owner(&params.crawl_id, &params.key).await?;
-            call!(target, $method, params.clone())
-        })
-        .await?;
+        let answer = call_at!(
+            $self.queue_owner(&params.crawl_id, &params.key).await?,
+            $method,
+            params
+        )?;
         Ok(Response::new(answer))
     }};
 }
@@ -212,24 +212,18 @@ async fn route_items(
     cluster: Arc<Cluster>,
     items: Vec<uf::UrlItem>,
 ) -> Result<Vec<uf::AckMessage>, Status> {
-    let ack_id = |item: &uf::UrlItem| {
-        if item.id.is_empty() {
-            info_of(item).map_or_else(String::new, |info| info.url.clone())
-        } else {
-            item.id.clone()
-        }
-    };
     let mut acks: Vec<uf::AckMessage> = items
         .iter()
         .map(|item| uf::AckMessage {
-            id: ack_id(item),
+            id: item.ack_id(),
             status: uf::ack_message::Status::Fail as i32,
         })
         .collect();
     let partitions = items
         .iter()
         .map(|item| {
-            info_of(item).and_then(|info| cluster.partition_of_url(&info.crawl_id, &info.url))
+            item.info()
+                .and_then(|info| cluster.partition_of_url(&info.crawl_id, &info.url))
         })
         .collect();
     let (epoch, split) = split_past_cutovers(&cluster, partitions).await;
@@ -261,14 +255,6 @@ async fn route_items(
         }
     }
     Ok(acks)
-}
-
-fn info_of(item: &uf::UrlItem) -> Option<&uf::UrlInfo> {
-    match &item.item {
-        Some(uf::url_item::Item::Discovered(discovered)) => discovered.info.as_ref(),
-        Some(uf::url_item::Item::Known(known)) => known.info.as_ref(),
-        None => None,
-    }
 }
 
 fn log_unrouted(status: &Status) {
@@ -576,11 +562,11 @@ impl UrlFrontier for ClusterRouter {
             fan_out!(self, true, set_delay, params)?;
             return Ok(Response::new(uf::Empty {}));
         }
-        let answer = super::riding_out_map_changes(|| async {
-            let target = self.queue_owner(&params.crawl_id, &params.key).await?;
-            call!(target, set_delay, params.clone())
-        })
-        .await?;
+        let answer = call_at!(
+            self.queue_owner(&params.crawl_id, &params.key).await?,
+            set_delay,
+            params
+        )?;
         Ok(Response::new(answer))
     }
 
@@ -617,11 +603,11 @@ impl UrlFrontier for ClusterRouter {
         let Some(partition) = self.cluster.partition_of_url(&params.crawl_id, &params.url) else {
             return self.local.get_url_status(Request::new(params)).await;
         };
-        let answer = super::riding_out_map_changes(|| async {
-            let target = self.target(self.cluster.owner_of(partition)?)?;
-            call!(target, get_url_status, params.clone())
-        })
-        .await?;
+        let answer = call_at!(
+            self.target(self.cluster.owner_of(partition)?)?,
+            get_url_status,
+            params
+        )?;
         Ok(Response::new(answer))
     }
 

@@ -149,7 +149,7 @@ impl UrlFrontierService {
             return Ok(Vec::new());
         }
         let (items, refused) = admitted(&self.frontier, items, |item| {
-            info_of_item(item).map_or("", |info| info.crawl_id.as_str())
+            item.info().map_or("", |info| info.crawl_id.as_str())
         });
         if let Some(status) = refused {
             return Err(status);
@@ -192,15 +192,15 @@ impl UrlFrontierService {
                     // stream after them.
                     let (items, failure) = until_failure(chunk);
                     let (items, refused) = admitted(&frontier, items, |item| {
-                        info_of_item(item).map_or("", |info| info.crawl_id.as_str())
+                        item.info().map_or("", |info| info.crawl_id.as_str())
                     });
                     let failure = refused.or(failure);
-                    let owned = owned_mask(owns.as_ref(), &items, info_of_item);
+                    let owned = owned_mask(owns.as_ref(), &items, uf::UrlItem::info);
                     let not_owned: Vec<String> = items
                         .iter()
                         .zip(&owned)
                         .filter(|(_, owned)| !**owned)
-                        .map(|(item, _)| put_item_of(item).0)
+                        .map(|(item, _)| item.ack_id())
                         .collect();
                     let items: Vec<_> = items
                         .iter()
@@ -356,14 +356,6 @@ fn owned_mask<T>(
         .collect()
 }
 
-fn info_of_item(item: &uf::UrlItem) -> Option<&uf::UrlInfo> {
-    match &item.item {
-        Some(uf::url_item::Item::Discovered(d)) => d.info.as_ref(),
-        Some(uf::url_item::Item::Known(k)) => k.info.as_ref(),
-        None => None,
-    }
-}
-
 /// One item of a PutURLs stream, sorted into its kind.
 enum PutItem {
     Discovered(String, Discovered),
@@ -377,13 +369,9 @@ fn put_item_of(item: &uf::UrlItem) -> (String, PutItem) {
         Some(uf::url_item::Item::Known(k)) => (k.info.as_ref(), Some(k.refetchable_from_date)),
         None => (None, None),
     };
+    let id = item.ack_id();
     let Some(info) = info else {
-        return (item.id.clone(), PutItem::Invalid);
-    };
-    let id = if item.id.is_empty() {
-        info.url.clone()
-    } else {
-        item.id.clone()
+        return (id, PutItem::Invalid);
     };
     let crawl = crawl_or_default(&info.crawl_id).to_owned();
     match kind {

@@ -44,8 +44,8 @@
 //!
 //! - **Shared** (the URL Frontier API's semantics, the default): the
 //!   queue's leased URLs count against `max_urls_per_queue`, and its other
-//!   due URLs are served while some are leased, up to that maximum (none
-//!   when it is 0). The delay runs from each serve.
+//!   due URLs are served while some are leased, up to that maximum (no
+//!   limit when it is 0). The delay runs from each serve.
 //! - **Held** (a client that asks for it, as this project's worker does):
 //!   a queue is served only when none of its URLs is leased, and the lease
 //!   holds it until the last of its URLs is reported or expires; the delay
@@ -59,7 +59,7 @@
 //!
 //! A queue held by one client serves no other until it is let go; a queue
 //! with shared leases out serves no holder until they end.
-
+//!
 //! # The partition gate
 //!
 //! A cluster node serves only the partitions its map gives it and that are
@@ -364,11 +364,9 @@ impl Scheduler {
             return; // a settings change wakes it
         }
         let lease_expiry = (!state.leased.is_empty()).then_some(state.earliest_expiry);
-        if state.held && lease_expiry.is_some() {
-            // Its let-go (a report) puts it back, or its leases' expiry.
-            if let Some(expiry) = lease_expiry {
-                self.wake(queue, state, expiry);
-            }
+        if let Some(expiry) = lease_expiry.filter(|_| state.held) {
+            // Held: its let-go (a report) puts it back, or its leases' expiry.
+            self.wake(queue, state, expiry);
             return;
         }
         let mut at = Timestamp::NEVER;

@@ -239,7 +239,8 @@ pub(super) struct HeldWrites {
     /// Bytes held that the files lack (the fresh layer and the one being
     /// written), kept apart from the state's lock so that the disk floor's
     /// check under the writer's lock reads it without taking that lock.
-    pub(super) unwritten_bytes: AtomicU64,
+    /// Set by [`Self::note_unwritten`] wherever the state changes size.
+    unwritten_bytes: AtomicU64,
     /// Tests: keys groups looked up in `urls.redb` while worked out.
     #[cfg(test)]
     pub(super) files_read: std::sync::atomic::AtomicU64,
@@ -259,6 +260,18 @@ impl HeldWrites {
         self.state
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records what `held` (this state, under its lock) holds that the
+    /// files lack.
+    pub(super) fn note_unwritten(&self, held: &Held) {
+        self.unwritten_bytes
+            .store(held.bytes() as u64, Ordering::Release);
+    }
+
+    /// Bytes held that the files lack, as last noted.
+    pub(super) fn unwritten_bytes(&self) -> u64 {
+        self.unwritten_bytes.load(Ordering::Acquire)
     }
 
     pub(super) fn lock_applying(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -619,9 +632,7 @@ impl Store {
             let fresh_bytes = fresh.bytes();
             held.counts.absorb(counts);
             held.newest = lsn;
-            self.held
-                .unwritten_bytes
-                .store(held.bytes() as u64, Ordering::Release);
+            self.held.note_unwritten(&held);
             self.held
                 .lock_pace()
                 .held(cost, fresh_bytes, self.held_limit(), Instant::now());
@@ -695,9 +706,7 @@ impl Store {
             held.released += 1;
             let written = std::mem::take(&mut held.writing);
             metrics::gauge!("frontier_held_bytes").set(held.bytes() as f64);
-            self.held
-                .unwritten_bytes
-                .store(held.bytes() as u64, Ordering::Release);
+            self.held.note_unwritten(&held);
             written
         };
         self.held.notify();

@@ -517,15 +517,10 @@ impl Store {
         if self.min_free_bytes == 0 {
             return Ok(());
         }
-        let Ok(stats) = rustix::fs::statvfs(self.data_dir()) else {
+        let Some(available) = crate::wal::available_bytes(self.data_dir()) else {
             return Ok(());
         };
-        let available = stats.f_bavail.saturating_mul(stats.f_frsize);
-        let promised = self
-            .held
-            .unwritten_bytes
-            .load(std::sync::atomic::Ordering::Acquire)
-            .saturating_mul(2);
+        let promised = self.held.unwritten_bytes().saturating_mul(2);
         let needed = self.min_free_bytes.saturating_add(promised);
         if available >= needed {
             return Ok(());

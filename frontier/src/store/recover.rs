@@ -92,7 +92,11 @@ impl Store {
         drop(files);
         // The files hold every group now. (Readers take what is held
         // before the files: it goes after they are released.)
-        *self.held.write() = super::held::Held::default();
+        {
+            let mut held = self.held.write();
+            *held = super::held::Held::default();
+            self.held.note_unwritten(&held);
+        }
         *self
             .names
             .write()

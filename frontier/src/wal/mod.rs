@@ -345,6 +345,14 @@ fn allocate(file: &File, from: u64, to: u64) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Bytes free for unprivileged use on the file system holding `dir`, if
+/// it can say.
+#[must_use]
+pub fn available_bytes(dir: &Path) -> Option<u64> {
+    let stats = rustix::fs::statvfs(dir).ok()?;
+    Some(stats.f_bavail.saturating_mul(stats.f_frsize))
+}
+
 /// Bytes that may still be allocated beside `path` while `floor` bytes
 /// stay free; all of them when there is no floor or the file system cannot
 /// say.
@@ -352,14 +360,8 @@ fn room_above_floor(path: &Path, floor: u64) -> u64 {
     if floor == 0 {
         return u64::MAX;
     }
-    let dir = path.parent().unwrap_or(path);
-    match rustix::fs::statvfs(dir) {
-        Ok(stats) => stats
-            .f_bavail
-            .saturating_mul(stats.f_frsize)
-            .saturating_sub(floor),
-        Err(_) => u64::MAX,
-    }
+    available_bytes(path.parent().unwrap_or(path))
+        .map_or(u64::MAX, |free| free.saturating_sub(floor))
 }
 
 /// The error of an allocation of `bytes` the floor does not leave room
