@@ -19,10 +19,10 @@
 //! - [`store`]: the redb store: single-opener lock, schema version checks,
 //!   URLs in `urls.redb`, the due index, queues and crawl settings in
 //!   `frontier.redb`, a group applied to one then the other.
+//! - [`write_ops`]: the writes a group holds, which the log records and
+//!   the store applies.
 //! - [`wal`]: the write-ahead log that makes a group durable between redb
 //!   checkpoints, and its replay after a crash.
-//! - `queue_counts`: queue count changes summed in memory and written by
-//!   the next checkpoint.
 //! - [`commit`]: group commit, so concurrent writers share transactions;
 //!   two threads, one per store file, so that consecutive groups overlap.
 //! - [`ingest`]: discovered and known URLs in: canonicalise, admit, exact
@@ -62,7 +62,6 @@ pub mod grpc;
 pub mod handback;
 pub mod ingest;
 pub mod metrics;
-mod queue_counts;
 pub mod record;
 pub mod repair;
 pub mod robots_shelf;
@@ -75,3 +74,4 @@ pub mod store;
 mod throttle;
 pub mod time;
 pub mod wal;
+pub mod write_ops;

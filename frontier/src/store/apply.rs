@@ -19,7 +19,7 @@ use super::{
     UrlKeys, WriteOp, apply_order, names_under,
 };
 
-use crate::queue_counts::{CountDelta, GroupCounts, QueueCounts};
+use super::queue_counts::{CountDelta, GroupCounts, QueueCounts};
 use crate::record::{StoredEntry, UrlRecord};
 
 /// What a group's first stage answers: what each write did, the changes
@@ -58,8 +58,7 @@ impl<'a> GroupEffects<'a> {
     }
 }
 
-/// A `url_records` key: (partition, crawl number, URL hash).
-pub(super) type RecordKey = (u32, u32, u64);
+pub(super) use super::schema::RecordKey;
 
 /// Where a group's first stage reads and writes URL records: the table
 /// itself, or (writes held in memory, module `held`) a view over it.

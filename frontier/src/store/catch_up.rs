@@ -26,10 +26,8 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::names::Names;
 use super::records::RecordsRead;
-use super::{
-    APPLIED_LSN_KEY, COUNTS_LSN_KEY, CRAWL_SETTINGS, META, QUEUES, QueueRecord, SEED_HOSTS, Store,
-    StoreError, WriteOp, decode_queue, names_under,
-};
+use super::schema::{APPLIED_LSN_KEY, COUNTS_LSN_KEY, CRAWL_SETTINGS, META, QUEUES, SEED_HOSTS};
+use super::{QueueRecord, Store, StoreError, WriteOp, decode_queue, names_under};
 use crate::record::StoredEntry;
 use crate::wal::LogRecord;
 

@@ -14,6 +14,7 @@ use proptest::prelude::*;
 
 use redb::ReadableTableMetadata;
 
+use super::schema::{SERVING_ORDER, open_if_exists};
 use super::*;
 
 const QUEUES: [&str; 2] = ["q0", "q1"];

@@ -56,16 +56,16 @@ use std::time::{Duration, Instant};
 
 use redb::ReadableDatabase;
 
-use super::apply::{RecordAccess, RecordKey};
+use super::apply::RecordAccess;
 use super::names::GroupNames;
 use super::pace::Pace;
+use super::queue_counts::{GroupCounts, QueueCounts};
 use super::record_map::RecordMap;
 use super::records::{MergeCursor, RecordsRead, RecordsWrite, merging_from};
-use super::{
-    APPLIED_LSN_KEY, Applied, META, MainFileChange, SERVING_ORDER, StagedGroup, Store, StoreError,
-    URLS_META, WriteOp,
+use super::schema::{
+    APPLIED_LSN_KEY, CRAWL_NAMES, META, QUEUE_NAMES, RecordKey, SERVING_ORDER, URLS_META,
 };
-use crate::queue_counts::{GroupCounts, QueueCounts};
+use super::{Applied, MainFileChange, StagedGroup, Store, StoreError, WriteOp};
 use crate::wal::{Restart, WalError};
 
 /// A `serving_order` key: (queue number, due date, URL hash).
@@ -792,11 +792,11 @@ impl Store {
                 merging_from(self.cache_bytes),
             );
             records.write_copy(&copied.records, &slice)?;
-            let mut crawl_names = write.open_table(super::names::CRAWL_NAMES)?;
+            let mut crawl_names = write.open_table(CRAWL_NAMES)?;
             for (number, name) in crawls {
                 crawl_names.insert(*number, &**name)?;
             }
-            let mut queue_names = write.open_table(super::names::QUEUE_NAMES)?;
+            let mut queue_names = write.open_table(QUEUE_NAMES)?;
             for (number, crawl, key) in queues {
                 queue_names.insert(*number, (*crawl, &**key))?;
             }

@@ -35,15 +35,15 @@ impl Handle {
 }
 
 use super::error::open_error;
-use super::legacy::{DUE, URLS};
 use super::names::Names;
-use super::open::{STORE_ID_KEY, main_lsns, require_file, urls_lsn};
+use super::open::require_file;
 use super::records::RecordsRead;
-use super::{
-    CRAWL_SETTINGS, FILE_NAME, META, PARTITIONS_KEY, QUEUES, QueueRecord, SCHEMA_VERSION_KEY,
-    SEED_HOSTS, SERVING_ORDER, SERVING_PAUSED_KEY, StoreError, URLS_FILE_NAME, URLS_META,
-    UrlHasher, open_if_exists,
+use super::schema::{
+    CRAWL_SETTINGS, DUE, META, PARTITIONS_KEY, QUEUES, SCHEMA_VERSION_KEY, SEED_HOSTS,
+    SERVING_ORDER, SERVING_PAUSED_KEY, STORE_ID_KEY, URLS, URLS_META, main_lsns, open_if_exists,
+    urls_lsn,
 };
+use super::{FILE_NAME, QueueRecord, StoreError, URLS_FILE_NAME, UrlHasher};
 use crate::record::{RecordError, StoredEntry, UrlRecord};
 
 /// `frontier.redb`, opened read-only.

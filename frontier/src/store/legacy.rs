@@ -27,22 +27,16 @@
 //! size of the old ones, and a redb file keeps freed pages for later
 //! writes unless compacted.
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::names::Names;
-use super::open::{STORE_ID_KEY, urls_lsn};
 use super::records::RecordsRead;
-use super::{
-    APPLIED_LSN_KEY, META, NewUrl, SERVING_ORDER, Store, StoreError, URL_RECORDS, URLS_META,
-    UrlHasher, UrlKeys, WriteOp, decode_record, open_if_exists,
+use super::schema::{
+    APPLIED_LSN_KEY, DUE, META, SERVING_ORDER, STORE_ID_KEY, URL_RECORDS, URLS, URLS_META,
+    open_if_exists, urls_lsn,
 };
+use super::{NewUrl, Store, StoreError, UrlHasher, UrlKeys, WriteOp, decode_record};
 use crate::record::StoredEntry;
-
-/// Schemas 1 to 5: (partition, crawl ID, URL) → record.
-pub(super) const URLS: TableDefinition<'_, (u32, &str, &str), &[u8]> = TableDefinition::new("urls");
-/// Schemas 1 to 5: (crawl ID, queue key, due date, URL) → partition.
-pub(super) const DUE: TableDefinition<'_, (&str, &str, u64, &str), u32> =
-    TableDefinition::new("due");
 
 /// Legacy records converted per call of the apply step (the transaction
 /// is one; this bounds what is held in memory).
@@ -195,11 +189,9 @@ impl Store {
 mod tests {
     use std::path::Path;
 
+    use super::super::schema::{COUNTS_LSN_KEY, PARTITIONS_KEY, QUEUES};
     use super::super::tests::{discovered, due_urls, known, leave_in_log, queue_counts};
-    use super::super::{
-        COUNTS_LSN_KEY, FILE_NAME, PARTITIONS_KEY, QUEUES, QueueRecord, SCHEMA_VERSION,
-        URLS_FILE_NAME,
-    };
+    use super::super::{FILE_NAME, QueueRecord, SCHEMA_VERSION, URLS_FILE_NAME};
     use super::*;
     use crate::record::UrlRecord;
     use crate::wal::Wal;

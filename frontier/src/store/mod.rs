@@ -5,7 +5,11 @@
 //!
 //! - this file: the [`Store`], its locks, the group's two stages and
 //!   checkpoints;
-//! - `types`: the writes a group holds, what each did, the queue record;
+//! - `schema`: every table and `meta` key of both files;
+//! - `types`: what each write of a group did, the queue record (the
+//!   writes themselves are [`crate::write_ops`]);
+//! - `queue_counts`: queue count changes summed in memory and written by
+//!   the next checkpoint;
 //! - `error`: [`StoreError`];
 //! - `apply`: a group applied to `urls.redb`, and the changes worked out
 //!   from it applied to `frontier.redb`;
@@ -24,28 +28,6 @@
 //! - `recover`: the files reopened in place after a failed write;
 //! - [`inspect`]: the files read without changing them, for the repair
 //!   tools.
-//!
-//! # Schema, version 8
-//!
-//! `frontier.redb`:
-//!
-//! | table | key | value | holds |
-//! |---|---|---|---|
-//! | `meta` | `&str` | `u64` | `schema_version`; `store_id` (random, drawn at creation; also in `urls.redb` and the log's header); `partitions` (fixed at creation: URL keys embed it); `clean_shutdown_token` while filter snapshots match the store; `serving_paused` (1 while SetActive(false) holds); `applied_lsn`, the last write-ahead log record this file holds; `counts_lsn`, the last whose queue counts `queues` holds |
-//! | `seed_hosts` | `(crawl ID, host)` | `()` | the hosts of a crawl's seeds: its scope |
-//! | `serving_order` | `(queue number, due_at, URL hash)` | partition | every URL not completed, in serving order per queue (completed URLs have no entry) |
-//! | `queues` | `(crawl ID, queue key)` | [`QueueRecord`] bytes | per queue: URL and completed counts (as of the last checkpoint), delay, block, crawl limit |
-//! | `crawl_settings` | crawl ID | default delay (seconds) | the delay of queues without their own |
-//!
-//! `urls.redb`:
-//!
-//! | table | key | value | holds |
-//! |---|---|---|---|
-//! | `meta` | `&str` | `u64` | `store_id`; `schema_version`; `applied_lsn`, the last log record this file holds |
-//! | `url_records` | `(partition, crawl number, URL hash)` | [`crate::record::StoredEntry`]s | every URL a crawl knows, grouped by filter partition so that a rebuild reads only its own, but those `url_records_recent` holds newer |
-//! | `url_records_recent` | as `url_records` | as `url_records`; empty: removed | records the applier wrote since their partition last merged into `url_records` (module `records`) |
-//! | `crawl_names` | crawl number | crawl ID | module `names` |
-//! | `queue_names` | queue number | `(crawl number, queue key)` | module `names` |
 //!
 //! # Each URL once
 //!
@@ -147,10 +129,12 @@ mod merged;
 mod names;
 mod open;
 mod pace;
+mod queue_counts;
 mod read;
 mod record_map;
 mod records;
 mod recover;
+mod schema;
 mod settings;
 mod types;
 
@@ -160,19 +144,21 @@ use std::time::{Duration, Instant};
 
 #[cfg(test)]
 use redb::ReadableDatabase;
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{Database, ReadableTable};
 
 pub use self::error::StoreError;
 use self::names::Names;
 pub use self::open::{OLDEST_SCHEMA_READ_AS_IS, StoreOptions};
+use self::queue_counts::{GroupCounts, QueueCounts};
 pub use self::read::{DuePage, DueUrl, PartitionUrls};
-pub use self::types::{
-    Applied, Deletion, KnownUrl, NewUrl, PreviousPlace, QueueRecord, Removed, RemovedFromQueue,
-    WriteOp,
+use self::schema::{
+    APPLIED_LSN_KEY, COUNTS_LSN_KEY, CRAWL_SETTINGS, META, QUEUES, SCHEMA_VERSION_KEY, SEED_HOSTS,
+    SERVING_ORDER, URLS_META,
 };
-use crate::queue_counts::{self, GroupCounts, QueueCounts};
+pub use self::types::{Applied, PreviousPlace, QueueRecord, Removed, RemovedFromQueue};
 use crate::record::UrlRecord;
 use crate::wal::Wal;
+pub use crate::write_ops::{Deletion, KnownUrl, NewUrl, WriteOp};
 
 /// The schema this build reads and writes.
 pub const SCHEMA_VERSION: u64 = 8;
@@ -186,30 +172,6 @@ pub const FILE_NAME: &str = "frontier.redb";
 
 /// The file of the `urls` table, beside [`FILE_NAME`].
 pub const URLS_FILE_NAME: &str = "urls.redb";
-
-const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
-const SCHEMA_VERSION_KEY: &str = "schema_version";
-const CLEAN_TOKEN_KEY: &str = "clean_shutdown_token";
-const PARTITIONS_KEY: &str = "partitions";
-/// `urls.redb`'s own `meta`: `applied_lsn` only.
-const URLS_META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
-/// `urls.redb`: (partition, crawl number, URL hash) → the entries of the
-/// crawl's URLs of that hash ([`crate::record::StoredEntry`]).
-const URL_RECORDS: TableDefinition<'_, (u32, u32, u64), &[u8]> =
-    TableDefinition::new("url_records");
-const SEED_HOSTS: TableDefinition<'_, (&str, &str), ()> = TableDefinition::new("seed_hosts");
-/// `frontier.redb`: (queue number, due date, URL hash) → partition.
-const SERVING_ORDER: TableDefinition<'_, (u32, u64, u64), u32> =
-    TableDefinition::new("serving_order");
-const QUEUES: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("queues");
-const CRAWL_SETTINGS: TableDefinition<'_, &str, u32> = TableDefinition::new("crawl_settings");
-const SERVING_PAUSED_KEY: &str = "serving_paused";
-/// Epoch milliseconds no lease handed out from this store outlives.
-const LEASES_UNTIL_KEY: &str = "leases_until_ms";
-/// The LSN of the last write-ahead log record applied (see [`crate::wal`]).
-const APPLIED_LSN_KEY: &str = "applied_lsn";
-/// The LSN of the last group whose queue counts the `queues` table holds.
-const COUNTS_LSN_KEY: &str = "counts_lsn";
 
 /// The second parts of a (crawl, name) table's keys for one crawl: its
 /// queue keys, or its seed hosts.
@@ -247,18 +209,6 @@ fn decode_queue(crawl: &str, queue: &str, bytes: &[u8]) -> Result<QueueRecord, S
     })
 }
 
-/// Opens a table for reading; a table never written yet reads as absent.
-fn open_if_exists<K: redb::Key + 'static, V: redb::Value + 'static>(
-    read: &redb::ReadTransaction,
-    table: TableDefinition<'_, K, V>,
-) -> Result<Option<redb::ReadOnlyTable<K, V>>, StoreError> {
-    match read.open_table(table) {
-        Ok(table) => Ok(Some(table)),
-        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
-        Err(error) => Err(error.into()),
-    }
-}
-
 /// An open store.
 pub struct Store {
     /// The two redb files; `None` only while a recovery that failed left
@@ -286,7 +236,7 @@ pub struct Store {
     hasher: UrlHasher,
     /// Queue count changes of the groups in the files since the last
     /// checkpoint, not yet in the `queues` table (see
-    /// [`crate::queue_counts`]). Taken after `writer` or `held` when both
+    /// `queue_counts`). Taken after `writer` or `held` when both
     /// are.
     applied_counts: Mutex<QueueCounts>,
     /// Groups answered but not yet in the files (module `held`).
@@ -984,7 +934,7 @@ impl Store {
     /// The last log record `urls.redb` holds.
     #[cfg(test)]
     fn applied_lsn(&self) -> Result<u64, StoreError> {
-        open::urls_lsn(&self.files()?.urls_db.begin_read()?)
+        schema::urls_lsn(&self.files()?.urls_db.begin_read()?)
     }
 
     #[cfg(test)]
@@ -1000,9 +950,10 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::legacy::{DUE, URLS};
+    use super::schema::{DUE, PARTITIONS_KEY, URLS, open_if_exists};
     use super::*;
     use crate::wal::WalError;
+    use redb::TableDefinition;
 
     proptest::proptest! {
         /// The apply order is a permutation that leaves barriers in place,

@@ -16,15 +16,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use redb::{ReadableTable, TableDefinition};
+use redb::ReadableTable;
 
-use super::{StoreError, open_if_exists};
-
-/// Crawl number → crawl ID.
-pub(super) const CRAWL_NAMES: TableDefinition<'_, u32, &str> = TableDefinition::new("crawl_names");
-/// Queue number → (crawl number, queue key).
-pub(super) const QUEUE_NAMES: TableDefinition<'_, u32, (u32, &str)> =
-    TableDefinition::new("queue_names");
+use super::StoreError;
+use super::schema::{CRAWL_NAMES, QUEUE_NAMES, open_if_exists};
 
 /// The numbers of a store's crawls and queues, both ways.
 #[derive(Debug, Default)]

@@ -13,20 +13,18 @@ use std::sync::{Condvar, Mutex};
 
 use redb::{Database, ReadableDatabase, ReadableTable};
 
-use super::legacy::{URLS, converted_urls_file};
+use super::legacy::converted_urls_file;
 use super::names::Names;
-use super::{
-    APPLIED_LSN_KEY, COUNTS_LSN_KEY, DEFAULT_CACHE_BYTES, FILE_NAME, Files, META, MainFileProgress,
-    SCHEMA_VERSION, SCHEMA_VERSION_KEY, Store, StoreError, URL_RECORDS, URLS_FILE_NAME, URLS_META,
-    UrlHasher, UrlKeys, Writer, open_if_exists,
+use super::queue_counts::QueueCounts;
+use super::schema::{
+    APPLIED_LSN_KEY, COUNTS_LSN_KEY, META, SCHEMA_VERSION_KEY, STORE_ID_KEY, URL_RECORDS, URLS,
+    URLS_META, main_lsns, open_if_exists, urls_lsn,
 };
-use crate::queue_counts::QueueCounts;
+use super::{
+    DEFAULT_CACHE_BYTES, FILE_NAME, Files, MainFileProgress, SCHEMA_VERSION, Store, StoreError,
+    URLS_FILE_NAME, UrlHasher, UrlKeys, Writer,
+};
 use crate::wal::{self, LogRecord, Wal, WalError};
-
-/// The key of the store ID in both files' `meta`: a random number drawn at
-/// creation, also in the log's header, so files of different stores are
-/// never taken for one.
-pub(super) const STORE_ID_KEY: &str = "store_id";
 
 /// Present while a store is being created: written before its first file,
 /// removed after its last.
@@ -151,24 +149,6 @@ fn store_id_in(
         Some(meta) => meta.get(STORE_ID_KEY)?.map(|v| v.value()),
         None => None,
     })
-}
-
-/// The LSN of the last log record `urls.redb` holds.
-pub(super) fn urls_lsn(read: &redb::ReadTransaction) -> Result<u64, StoreError> {
-    Ok(match open_if_exists(read, URLS_META)? {
-        Some(meta) => meta.get(APPLIED_LSN_KEY)?.map_or(0, |v| v.value()),
-        None => 0,
-    })
-}
-
-/// What `frontier.redb` holds: (the last log record applied, the last
-/// whose queue counts the `queues` table holds).
-pub(super) fn main_lsns(read: &redb::ReadTransaction) -> Result<(u64, u64), StoreError> {
-    let Some(meta) = open_if_exists(read, META)? else {
-        return Ok((0, 0));
-    };
-    let lsn_of = |key| -> Result<u64, StoreError> { Ok(meta.get(key)?.map_or(0, |v| v.value())) };
-    Ok((lsn_of(APPLIED_LSN_KEY)?, lsn_of(COUNTS_LSN_KEY)?))
 }
 
 /// The records a start replays: those after `urls.redb`'s, which must
@@ -1015,7 +995,7 @@ mod tests {
         let urls_db = Database::open(dir.path().join(URLS_FILE_NAME)).unwrap();
         let write = urls_db.begin_write().unwrap();
         write
-            .delete_table(super::super::records::URL_RECORDS_RECENT)
+            .delete_table(super::super::schema::URL_RECORDS_RECENT)
             .unwrap();
         write
             .open_table(URLS_META)

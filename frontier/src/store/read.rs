@@ -11,15 +11,15 @@ use std::ops::Bound;
 
 use redb::{ReadableDatabase, ReadableTable};
 
-use super::apply::RecordKey;
 use super::held::{Held, HeldOrder, OrderKey};
 use super::merged::{Merged, SNAPSHOT_TRIES};
 use super::names::Names;
 use super::records::{RecordsRead, bounds_of};
-use super::{
-    CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, QUEUES, QueueRecord, SEED_HOSTS, SERVING_ORDER,
-    SERVING_PAUSED_KEY, Store, StoreError, decode_queue, open_if_exists,
+use super::schema::{
+    CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, QUEUES, RecordKey, SEED_HOSTS, SERVING_ORDER,
+    SERVING_PAUSED_KEY, open_if_exists,
 };
+use super::{QueueRecord, Store, StoreError, decode_queue};
 use crate::record::{StoredEntry, UrlRecord};
 
 /// URLs of a partition as (crawl, URL, record).

@@ -24,17 +24,13 @@
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{ReadableTable, ReadableTableMetadata};
 
-use super::apply::{RecordAccess, RecordKey};
+use super::StoreError;
+use super::apply::RecordAccess;
 use super::merged::Merged;
 use super::record_map::RecordMap;
-use super::{StoreError, URL_RECORDS, open_if_exists};
-
-/// `urls.redb`: records newer than the base table's, by the same keys; an
-/// empty value marks a removal.
-pub(super) const URL_RECORDS_RECENT: TableDefinition<'_, RecordKey, &[u8]> =
-    TableDefinition::new("url_records_recent");
+use super::schema::{RecordKey, URL_RECORDS, URL_RECORDS_RECENT, open_if_exists};
 
 type ReadTable = redb::ReadOnlyTable<RecordKey, &'static [u8]>;
 type WriteTable<'t> = redb::Table<'t, RecordKey, &'static [u8]>;

@@ -15,7 +15,7 @@
 use redb::ReadableDatabase;
 
 use super::names::Names;
-use super::open::urls_lsn;
+use super::schema::urls_lsn;
 use super::{Files, QueueCounts, Store, StoreError, URLS_FILE_NAME, UrlKeys};
 use crate::wal;
 

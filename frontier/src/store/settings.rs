@@ -5,10 +5,11 @@
 
 use redb::{ReadableDatabase, ReadableTable};
 
-use super::{
-    CLEAN_TOKEN_KEY, CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, PARTITIONS_KEY, QUEUES, QueueRecord,
-    SCHEMA_VERSION_KEY, SEED_HOSTS, SERVING_PAUSED_KEY, Store, StoreError, decode_queue,
+use super::schema::{
+    CLEAN_TOKEN_KEY, CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, PARTITIONS_KEY, QUEUES,
+    SCHEMA_VERSION_KEY, SEED_HOSTS, SERVING_PAUSED_KEY,
 };
+use super::{QueueRecord, Store, StoreError, decode_queue};
 
 impl Store {
     /// The schema version recorded in the file.

@@ -5,7 +5,7 @@
 //! panic or a huge allocation.
 
 use crate::record::{Reader, RecordError, UrlRecord, put_str};
-use crate::store::{Deletion, KnownUrl, NewUrl, WriteOp};
+use crate::write_ops::{Deletion, KnownUrl, NewUrl, WriteOp};
 
 const TAG_DISCOVER: u8 = 1;
 const TAG_KNOWN: u8 = 2;

@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 pub use codec::{decode_ops, encode_ops};
 pub use restart::{PendingRestart, Restart};
 
-use crate::store::WriteOp;
+use crate::write_ops::WriteOp;
 
 /// The log's file name inside the data directory.
 pub const FILE_NAME: &str = "frontier.wal";
@@ -910,7 +910,7 @@ mod tests {
 
     use super::*;
     use crate::record::UrlRecord;
-    use crate::store::{Deletion, KnownUrl, NewUrl};
+    use crate::write_ops::{Deletion, KnownUrl, NewUrl};
 
     const STORE: u64 = 0x5eed;
 

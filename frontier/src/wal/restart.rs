@@ -292,7 +292,7 @@ mod tests {
     use super::super::tests::deletion;
     use super::super::{FILE_NAME, read_records};
     use super::*;
-    use crate::store::WriteOp;
+    use crate::write_ops::WriteOp;
 
     const STORE: u64 = 0x5eed;
 

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::store::QueueRecord;
+use super::QueueRecord;
 
 /// A change to one queue's counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
