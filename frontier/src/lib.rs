@@ -41,6 +41,8 @@
 //! - [`cluster`]: partitions spread over several nodes through etcd:
 //!   membership, the partition map and its epoch, routing of every call
 //!   to the nodes that hold its partitions.
+//! - [`partition_page`]: a partition's URLs as pages between nodes.
+//! - [`failpoint`]: faults injected on purpose in move tests.
 //! - [`handback`]: the frontier shared by the server's tasks, handed back
 //!   for a clean shutdown when the last of them lets go.
 //! - [`metrics`]: Prometheus metrics.
@@ -58,10 +60,12 @@ pub use canon as canonical;
 pub mod cluster;
 pub mod commit;
 pub mod dashboard;
+pub mod failpoint;
 pub mod grpc;
 pub mod handback;
 pub mod ingest;
 pub mod metrics;
+pub mod partition_page;
 pub mod record;
 pub mod repair;
 pub mod robots_shelf;

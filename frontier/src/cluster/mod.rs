@@ -80,7 +80,6 @@ use tonic::Status;
 
 pub use admin::ClusterAdmin;
 pub use coordinator::join;
-pub(crate) use moves::failpoint_hit;
 pub use router::ClusterRouter;
 
 use map::{ClusterFacts, CrawlSettings, Member, PartitionMap};

@@ -401,7 +401,7 @@ pub(super) async fn run(cluster: Arc<Cluster>) {
 /// The receiver, once the old owner deleted its copy and the old leases
 /// ended: the move is over.
 async fn finish(cluster: &Cluster, partition: u32, revision: i64) -> Result<(), Status> {
-    fail::fail_point!("move-before-finish", |_| Err(failpoint_hit(
+    fail::fail_point!("move-before-finish", |_| Err(crate::failpoint::hit(
         "move-before-finish"
     )));
     let key = move_key(cluster, partition);
@@ -410,17 +410,6 @@ async fn finish(cluster: &Cluster, partition: u32, revision: i64) -> Result<(), 
         .await
         .map_err(|e| Status::unavailable(format!("etcd: {e}")))?;
     Ok(())
-}
-
-/// A fault injected on purpose (by the `FAILPOINTS` variable, in tests of
-/// moves interrupted at a chosen step): logged, so the test sees the step
-/// reached. The step fails and is tried again, so the move waits there.
-pub(crate) fn failpoint_hit(name: &str) -> Status {
-    tracing::warn!(
-        failpoint = name,
-        "failpoint hit: this step fails on purpose"
-    );
-    Status::unavailable(format!("failpoint {name}"))
 }
 
 /// The old owner after the flip: deletes its copy, lets writes reach the
@@ -432,7 +421,7 @@ async fn hand_over_done(
     revision: i64,
 ) -> Result<(), String> {
     let partition = record.partition;
-    fail::fail_point!("move-before-delete", |_| Err(failpoint_hit(
+    fail::fail_point!("move-before-delete", |_| Err(crate::failpoint::hit(
         "move-before-delete"
     )
     .message()
@@ -591,7 +580,7 @@ async fn cut_over(
         progress.record.copied
     };
     take_queue_settings(cluster, queues).await?;
-    fail::fail_point!("move-before-flip", |_| Err(failpoint_hit(
+    fail::fail_point!("move-before-flip", |_| Err(crate::failpoint::hit(
         "move-before-flip"
     )));
     // The map as etcd holds it now (the view may lag behind another
@@ -764,7 +753,7 @@ pub(super) async fn seal(
                 .set_served_partitions(Some(served.clone()));
         }
     }
-    let limit = crate::grpc::admin::copy_page_limit(request.limit);
+    let limit = crate::partition_page::copy_page_limit(request.limit);
     let frontier = Arc::clone(&cluster.frontier);
     let sealed = tokio::task::spawn_blocking(move || {
         let tail = frontier.ingest().seal_partition(partition);
@@ -786,7 +775,7 @@ pub(super) async fn seal(
             None => None,
         };
         if let Some((urls, end)) = page {
-            let (urls, cut) = crate::grpc::admin::wire_page(urls);
+            let (urls, cut) = crate::partition_page::wire_page(urls);
             sealed.tracked = true;
             sealed.end = end && !cut;
             sealed.urls = urls;
@@ -795,7 +784,7 @@ pub(super) async fn seal(
     })
     .await
     .map_err(|e| Status::internal(e.to_string()))??;
-    fail::fail_point!("seal-partition-answer", |_| Err(failpoint_hit(
+    fail::fail_point!("seal-partition-answer", |_| Err(crate::failpoint::hit(
         "seal-partition-answer"
     )));
     Ok(sealed)

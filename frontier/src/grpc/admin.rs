@@ -438,11 +438,11 @@ impl adm::admin_server::Admin for AdminService {
         }
         if request.after.is_some() {
             // Tests of a move whose owner dies mid-copy hold the copy here.
-            fail::fail_point!("copy-partition-later-page", |_| Err(
-                crate::cluster::failpoint_hit("copy-partition-later-page")
-            ));
+            fail::fail_point!("copy-partition-later-page", |_| Err(crate::failpoint::hit(
+                "copy-partition-later-page"
+            )));
         }
-        let limit = copy_page_limit(request.limit);
+        let limit = crate::partition_page::copy_page_limit(request.limit);
         let catch_up = request.catch_up;
         let (page, end, round) = blocking(&self.frontier, move |f| {
             if request.track {
@@ -475,7 +475,7 @@ impl adm::admin_server::Admin for AdminService {
             Ok((page, end, Some(0)))
         })
         .await?;
-        let (urls, cut) = wire_page(page);
+        let (urls, cut) = crate::partition_page::wire_page(page);
         let end = end && !cut;
         Ok(Response::new(adm::CopyPartitionPage {
             urls,
@@ -505,44 +505,4 @@ fn not_in_a_cluster(method: &str) -> Status {
     Status::failed_precondition(format!(
         "{method} is a cluster call and this frontier is not in a cluster (start it with --etcd)"
     ))
-}
-
-/// URLs in a CopyPartition or SealPartition answer unless the caller asks
-/// for fewer, and the most it may ask for.
-const COPY_PAGE: usize = 4096;
-pub(crate) const MAX_COPY_PAGE: usize = 16 * 1024;
-/// A CopyPartition or SealPartition answer ends once its URLs pass this
-/// many bytes (URLs may carry up to 16 KiB of metadata each), well under a
-/// message's limit.
-const COPY_PAGE_BYTES: usize = 2 << 20;
-
-/// The URLs a page asked for `asked` holds at most.
-pub(crate) fn copy_page_limit(asked: u32) -> usize {
-    match asked {
-        0 => COPY_PAGE,
-        limit => (limit as usize).min(MAX_COPY_PAGE),
-    }
-}
-
-/// A page of a partition's URLs as they travel, cut once it passes
-/// [`COPY_PAGE_BYTES`]; answers whether it was cut (the next page then
-/// goes on after its last key).
-pub(crate) fn wire_page(page: Vec<crate::ingest::PartitionUrl>) -> (Vec<adm::PartitionUrl>, bool) {
-    let read = page.len();
-    let mut urls = Vec::with_capacity(read);
-    let mut bytes = 0;
-    for moved in page {
-        if bytes >= COPY_PAGE_BYTES {
-            break;
-        }
-        let record = moved.record.encode();
-        bytes += moved.crawl.len() + moved.url.len() + record.len();
-        urls.push(adm::PartitionUrl {
-            crawl_id: moved.crawl,
-            url: moved.url,
-            record,
-        });
-    }
-    let cut = urls.len() < read;
-    (urls, cut)
 }

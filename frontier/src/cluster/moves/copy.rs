@@ -8,7 +8,7 @@ use std::time::Duration;
 use etcd_client::Client;
 use tonic::Status;
 
-use super::{MoveRecord, failpoint_hit, put_if_unchanged};
+use super::{MoveRecord, put_if_unchanged};
 use crate::cluster::Cluster;
 use crate::ingest::PartitionUrl;
 use crate::record::UrlRecord;
@@ -100,7 +100,9 @@ pub(super) async fn copy_whole(
         let count = urls.len() as u64;
         take(cluster, partition, urls).await?;
         progress.copied(count, bytes as u64).await?;
-        fail::fail_point!("move-copy-page", |_| Err(failpoint_hit("move-copy-page")));
+        fail::fail_point!("move-copy-page", |_| Err(crate::failpoint::hit(
+            "move-copy-page"
+        )));
         if end || after.is_none() {
             return Ok(());
         }
