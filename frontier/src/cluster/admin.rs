@@ -472,6 +472,7 @@ impl Admin for ClusterAdmin {
         super::moves::seal(&self.cluster, request.into_inner())
             .await
             .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn drain_node(

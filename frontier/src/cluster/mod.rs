@@ -3,16 +3,24 @@
 //!
 //! - [`map`]: what etcd holds, as plain data (facts fixed at creation,
 //!   members, the partition map with its epoch, crawl-wide settings).
+//! - [`coordination`]: the calls the cluster makes to etcd, as a trait
+//!   with an etcd implementation and an in-memory twin.
+//! - `protocol`: the protocol's decisions without I/O (the keys, the view
+//!   read from them, the leader's plan, each move step's transaction, seals
+//!   and stray copies), shared by the nodes and the simulation tests.
 //! - `coordinator`: joining (facts checked, registration under a lease),
-//!   the leader's election and its compare-and-swap of the map, and the
-//!   watch that keeps this node's [`View`] current and applies crawl-wide
-//!   settings.
+//!   the leader's election and its writes, and the watch that keeps this
+//!   node's [`View`] current and applies crawl-wide settings.
+//! - [`moves`]: partition moves, each node's part of them.
+//! - `error`: [`ClusterError`] and its one mapping to gRPC statuses.
 //! - `peers`: clients of the other nodes, with one long-lived put stream
 //!   per peer and call kind.
 //! - `router`: the URL Frontier service of a node: puts split by owning
 //!   partition, owner-only calls sent to the owner, the rest fanned out and
 //!   merged.
 //! - `admin`: the admin service of a node, over the whole cluster.
+//! - `sim` (tests): seeded step-by-step simulation of the protocol over the
+//!   in-memory twin, with faults, checking its invariants after each step.
 //!
 //! Fencing: a node takes writes for a partition only while its map gives
 //! it that partition, and a forwarded call carries the sender's map epoch
@@ -65,11 +73,16 @@ macro_rules! fan_out {
 }
 
 mod admin;
+pub mod coordination;
 mod coordinator;
+mod error;
 pub mod map;
 pub mod moves;
 mod peers;
+mod protocol;
 mod router;
+#[cfg(test)]
+mod sim;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -80,6 +93,8 @@ use tonic::Status;
 
 pub use admin::ClusterAdmin;
 pub use coordinator::join;
+pub use error::ClusterError;
+use error::EPOCHS_DIFFER;
 pub use router::ClusterRouter;
 
 use map::{ClusterFacts, CrawlSettings, Member, PartitionMap};
@@ -96,9 +111,6 @@ pub const EPOCH_HEADER: &str = "x-frontier-epoch";
 /// each other (the watch), so a disagreement this long is not transient
 /// and the caller hears of it.
 const EPOCH_RETRY: Duration = Duration::from_secs(10);
-
-/// What a node answers when a forwarded call's epoch is not its own.
-const EPOCHS_DIFFER: &str = "partition map epochs differ";
 
 /// Calls `call` again, pausing longer each time, while it fails because
 /// two nodes held different partition maps, for at most [`EPOCH_RETRY`].
@@ -157,30 +169,13 @@ pub struct ClusterOptions {
     pub secure: bool,
 }
 
-/// Why a node cannot join.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClusterError {
-    /// etcd did not answer within the join timeout.
-    #[error("cannot reach etcd at {endpoints} after {waited:?}: {reason}")]
-    Unreachable {
-        endpoints: String,
-        waited: Duration,
-        reason: String,
-    },
-    /// The cluster refuses this node (partition count, rules, node ID).
-    #[error("cannot join cluster {cluster:?}: {reason}")]
-    Refused { cluster: String, reason: String },
-    /// etcd answered something that is not ours.
-    #[error("etcd key {key} holds something unreadable: {reason}")]
-    Corrupt { key: String, reason: String },
-}
-
 /// What this node knows of the cluster, replaced whole on every change.
 #[derive(Debug, Clone, Default)]
 pub struct View {
     /// The partition map; `None` while the cluster forms.
     pub map: Option<PartitionMap>,
+    /// The etcd revision of the map's last change.
+    pub map_revision: i64,
     /// Live members by node ID.
     pub members: BTreeMap<String, Member>,
     /// The elected leader's node ID.
@@ -271,7 +266,8 @@ pub struct Cluster {
     frontier: SharedFrontier,
     view: ArcSwap<View>,
     changes: tokio::sync::watch::Sender<u64>,
-    etcd: etcd_client::Client,
+    keys: protocol::Keys,
+    etcd: Arc<dyn coordination::Coordination>,
     peers: peers::Peers,
     // Proves this node's calls to its peers (`proto::bearer::NODE_SECRET_HEADER`).
     node_secret: String,
@@ -372,18 +368,19 @@ impl Cluster {
     pub fn owner_of(&self, partition: usize) -> Result<Owner, Status> {
         let view = self.view();
         let Some(map) = &view.map else {
-            return Err(Status::unavailable(format!(
-                "cluster {:?} is forming: {} of {} nodes registered, no partition map yet",
-                self.options.name,
-                view.members.len(),
-                self.options.initial_nodes
-            )));
+            return Err(ClusterError::Forming {
+                cluster: self.options.name.clone(),
+                registered: view.members.len(),
+                initial: self.options.initial_nodes,
+            }
+            .into());
         };
         let Some(owner) = map.owners.get(partition) else {
-            return Err(Status::internal(format!(
-                "partition {partition} is not in the map of epoch {}",
-                map.epoch
-            )));
+            return Err(ClusterError::NotInMap {
+                partition,
+                epoch: map.epoch,
+            }
+            .into());
         };
         if owner == &self.options.node_id {
             return Ok(Owner::Local);
@@ -512,11 +509,10 @@ impl Cluster {
             {
                 Ok(())
             }
-            _ => Err(Status::permission_denied(format!(
-                "only the nodes of cluster {:?} may make this call (it is one node's \
-                 call to another, and carries none of the cluster's node secret)",
-                self.options.name
-            ))),
+            _ => Err(ClusterError::NotANode {
+                cluster: self.options.name.clone(),
+            }
+            .into()),
         }
     }
 
@@ -526,11 +522,12 @@ impl Cluster {
         if sent == ours {
             Ok(())
         } else {
-            Err(Status::unavailable(format!(
-                "{EPOCHS_DIFFER}: the sender routed with epoch {sent}, node {} holds \
-                 epoch {ours}; the sender tries again once both agree",
-                self.options.node_id
-            )))
+            Err(ClusterError::EpochsDiffer {
+                sent,
+                ours,
+                node: self.options.node_id.clone(),
+            }
+            .into())
         }
     }
 
@@ -553,14 +550,11 @@ impl Cluster {
 /// UNAVAILABLE for a node that is away (and the partition that needed
 /// it, when one did).
 fn node_away(node: &str, partition: Option<usize>) -> Status {
-    let subject = match partition {
-        Some(p) => format!("partition {p} is owned by frontier node {node}, which"),
-        None => format!("frontier node {node}"),
-    };
-    Status::unavailable(format!(
-        "{subject} is not alive (no registration in etcd); retry: it takes its \
-         partitions up again when it restarts on its data directory"
-    ))
+    ClusterError::NodeAway {
+        node: node.to_owned(),
+        partition,
+    }
+    .into()
 }
 
 /// A node's failure, with the node named. A peer call cancelled under us

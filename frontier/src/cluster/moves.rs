@@ -5,7 +5,8 @@
 //! nodes under `draining/ID`, and the map. The leader plans: it rebalances
 //! the map over the live nodes that are not draining and starts the moves
 //! that take a partition from a live node to a live node, rolling back a
-//! move whose receiver is gone before its flip. The receiver drives a move:
+//! move whose receiver is gone before its flip; a move starts only while
+//! the map is the one the plan read. The receiver drives a move:
 //!
 //! 1. copy: it empties its own copy of the partition, then pages through
 //!    the owner's (CopyPartition), which notes the partition's writes from
@@ -15,7 +16,9 @@
 //!    began, or says it has none (it restarted, or a deletion reached the
 //!    partition: the receiver then copies it whole again, under the seal);
 //! 3. flip: one etcd transaction, conditional on the map and the move being
-//!    as read, gives the partition to the receiver in a new epoch and
+//!    as read (and refused, the move rolled back, when that map does not
+//!    give the partition to the move's sender), gives the partition to the
+//!    receiver in a new epoch and
 //!    records until when the old owner's leases on it may run; the
 //!    receiver serves it once they have;
 //! 4. the old owner deletes its copy and says so; the receiver then removes
@@ -24,15 +27,18 @@
 //! Every step is safe to repeat after a crash of either node: a copy starts
 //! over, a seal answers all writes since the copy began, the flip happens
 //! once, and a node reads its part (sealing, serving, deleting) from etcd
-//! when it starts.
+//! when it starts. A node drops a copy of a partition the map gives another
+//! node only on a view at least as recent as the end of its own receive
+//! task for it: an older view cannot show the flip that made it the owner.
+//!
+//! The decisions are `protocol`'s; this file does their I/O (etcd, the
+//! other node, the local store), and `sim` checks them under faults.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
-use tonic::Status;
 
 mod copy;
 
@@ -40,12 +46,13 @@ use copy::{
     AdminPeer, Progress, catch_up, copy_whole, decode_page, drop_local, take, take_queue_settings,
 };
 
+use super::coordination::{Coordination, Txn, Write};
 use super::map::PartitionMap;
-use super::{Cluster, View};
+use super::protocol::{self, Duty, Keys};
+use super::{Cluster, ClusterError, View};
 use crate::time::Timestamp;
 
-/// Moves in flight at once, cluster-wide: each costs its two nodes a copy.
-const MOVES_IN_FLIGHT: usize = 2;
+pub(super) use protocol::served_partitions;
 /// Pause before a move step that failed is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -107,51 +114,8 @@ pub struct MoveRecord {
     pub from_done: bool,
 }
 
-pub(super) fn move_key(cluster: &Cluster, partition: u32) -> String {
-    format!(
-        "{}moves/{partition}",
-        super::coordinator::prefix(&cluster.options.name)
-    )
-}
-
-fn map_key(cluster: &Cluster) -> String {
-    format!("{}map", super::coordinator::prefix(&cluster.options.name))
-}
-
 fn now_ms() -> u64 {
     Timestamp::now().unix_millis()
-}
-
-/// The partitions this node serves in `view`: those the map gives it, less
-/// one it is handing over (at its cutover) and one it received whose old
-/// owner's leases may still run.
-pub(super) fn served_partitions(
-    view: &View,
-    node: &str,
-    partitions: usize,
-    now_ms: u64,
-) -> Vec<bool> {
-    let mut served = vec![false; partitions];
-    let Some(map) = &view.map else {
-        return served;
-    };
-    for partition in map.owned_by(node) {
-        if let Some(slot) = served.get_mut(partition as usize) {
-            *slot = true;
-        }
-    }
-    for (partition, (record, _)) in &view.moves {
-        let handing_over = record.phase == MovePhase::Cutover && record.from == node;
-        let held = record.phase == MovePhase::Flipped
-            && record.to == node
-            && now_ms < record.hold_until_ms;
-        if (handing_over || held)
-            && let Some(slot) = served.get_mut(*partition as usize)
-        {
-            *slot = false;
-        }
-    }
-    served
 }
 
 /// Brings this node in step with the moves of a new view: seals the
@@ -159,29 +123,15 @@ pub(super) fn served_partitions(
 /// what [`served_partitions`] says. Runs before the view is used.
 pub(super) async fn settle(cluster: &Cluster, view: &View) {
     let me = cluster.options.node_id.as_str();
-    let sealing: BTreeSet<u32> = view
-        .moves
-        .iter()
-        .filter(|(_, (r, _))| r.from == me && r.phase == MovePhase::Cutover)
-        .map(|(p, _)| *p)
-        .collect();
     let mut state = cluster.moves.lock().await;
     // A seal ends with its move: rolled back (gone from a view read after
     // the seal), or handed over (the partition deleted first, by
     // `hand_over_done`). Not on a view that predates the seal.
-    let opened: Vec<u32> = state
-        .sealed
-        .iter()
-        .filter(|(partition, sealed_at)| {
-            !view.moves.contains_key(partition) && view.revision > **sealed_at
-        })
-        .map(|(partition, _)| *partition)
-        .collect();
-    let newly: Vec<u32> = sealing
-        .iter()
-        .filter(|partition| !state.sealed.contains_key(partition))
-        .copied()
-        .collect();
+    let protocol::SealChanges {
+        newly,
+        opened,
+        sealing,
+    } = protocol::seal_changes(view, me, &state.sealed);
     if !opened.is_empty() || !newly.is_empty() {
         let frontier = Arc::clone(&cluster.frontier);
         let unsealing = opened.clone();
@@ -215,9 +165,10 @@ pub(super) async fn settle(cluster: &Cluster, view: &View) {
             .set_served_partitions(Some(served.clone()));
         state.served = Some(served);
     }
-    let receiving = state.running.clone();
+    state.receipts.seen(view.revision);
+    let receipts = state.receipts.clone();
     drop(state);
-    drop_strays(cluster, view, &receiving).await;
+    drop_strays(cluster, view, &receipts).await;
 }
 
 /// Drops what this node holds of partitions the map gives another node,
@@ -228,30 +179,14 @@ pub(super) async fn settle(cluster: &Cluster, view: &View) {
 /// partition (a map changes only at a move's flip, after the copy), so
 /// nothing is lost. Done before the view is used, so a later move of the
 /// partition here starts after the drop.
-async fn drop_strays(cluster: &Cluster, view: &View, receiving: &BTreeSet<u32>) {
-    let Some(map) = &view.map else {
-        return;
-    };
+async fn drop_strays(cluster: &Cluster, view: &View, receipts: &protocol::Receipts) {
     let me = cluster.options.node_id.as_str();
-    let strays: Vec<(u32, String)> = map
-        .owners
-        .iter()
-        .enumerate()
-        .filter_map(|(partition, owner)| {
-            let partition = u32::try_from(partition).ok()?;
-            let moving_here_or_away = view
-                .moves
-                .get(&partition)
-                .is_some_and(|(record, _)| record.from == me || record.to == me);
-            let held = cluster
-                .frontier
-                .ingest()
-                .stored_in_partition(partition as usize)
-                .is_some_and(|stored| stored > 0);
-            (owner != me && !moving_here_or_away && !receiving.contains(&partition) && held)
-                .then(|| (partition, owner.clone()))
-        })
-        .collect();
+    let ingest = cluster.frontier.ingest();
+    let strays = protocol::strays(view, me, receipts, |partition| {
+        ingest
+            .stored_in_partition(partition as usize)
+            .is_some_and(|stored| stored > 0)
+    });
     for (partition, owner) in strays {
         let frontier = Arc::clone(&cluster.frontier);
         let dropped =
@@ -277,81 +212,9 @@ pub(super) struct MoveState {
     /// Partitions sealed here, with the etcd revision the seal was read at.
     sealed: BTreeMap<u32, i64>,
     served: Option<Vec<bool>>,
-    /// Partitions this node is receiving now (a task each).
-    running: BTreeSet<u32>,
-}
-
-/// The leader's part: roll back moves whose receiver is gone, then start
-/// moves toward a balanced map, a few at a time.
-pub(super) async fn plan(cluster: &Cluster, etcd: &mut Client) -> Result<(), etcd_client::Error> {
-    let view = cluster.view();
-    let Some(map) = &view.map else {
-        return Ok(());
-    };
-    let live: BTreeSet<String> = view.members.keys().cloned().collect();
-    let mut in_flight = 0;
-    for (partition, (record, revision)) in &view.moves {
-        let receiver_gone = !live.contains(&record.to) || view.draining.contains(&record.to);
-        if record.phase != MovePhase::Flipped && receiver_gone {
-            let key = move_key(cluster, *partition);
-            if delete_if_unchanged(etcd, key, *revision).await? {
-                tracing::warn!(
-                    partition,
-                    from = record.from,
-                    to = record.to,
-                    "move rolled back: its receiver is gone"
-                );
-            }
-            continue;
-        }
-        // A flipped move only waits (for leases, for the old copy to go).
-        if record.phase != MovePhase::Flipped {
-            in_flight += 1;
-        }
-    }
-    let eligible: BTreeSet<String> = live.difference(&view.draining).cloned().collect();
-    let Some(target) = map.rebalanced(&eligible) else {
-        return Ok(());
-    };
-    for (partition, from, to) in map.moves_to(&target) {
-        if in_flight >= MOVES_IN_FLIGHT {
-            break;
-        }
-        if view.moves.contains_key(&partition) || !live.contains(from) {
-            continue; // moving already, or its data is on a node that is away
-        }
-        let record = MoveRecord {
-            partition,
-            from: from.to_owned(),
-            to: to.to_owned(),
-            phase: MovePhase::Copy,
-            copied: 0,
-            copied_bytes: 0,
-            started_at_ms: now_ms(),
-            cutover_at_ms: 0,
-            cutover_ms: 0,
-            leased: 0,
-            hold_until_ms: 0,
-            from_done: false,
-        };
-        let key = move_key(cluster, partition);
-        let started = etcd
-            .txn(
-                Txn::new()
-                    .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(
-                        key,
-                        serde_json::to_vec(&record).unwrap_or_default(),
-                        None,
-                    )]),
-            )
-            .await?;
-        if started.succeeded() {
-            tracing::info!(partition, from, to, "partition move started");
-            in_flight += 1;
-        }
-    }
-    Ok(())
+    /// The moves this node receives (a task each) and where ended ones
+    /// ended.
+    receipts: protocol::Receipts,
 }
 
 /// Every node's part, on each change of the view and at least every
@@ -365,26 +228,24 @@ pub(super) async fn run(cluster: Arc<Cluster>) {
         settle(&cluster, &view).await;
         let me = cluster.options.node_id.clone();
         for (&partition, (record, revision)) in &view.moves {
-            match record.phase {
-                MovePhase::Copy | MovePhase::Cutover if record.to == me => {
+            match protocol::duty(record, &me, now_ms()) {
+                Some(Duty::Receive) => {
                     let mut state = cluster.moves.lock().await;
-                    if state.running.insert(partition) {
+                    if state.receipts.running.insert(partition) {
                         tokio::spawn(receive(Arc::clone(&cluster), partition));
                     }
                 }
-                MovePhase::Flipped if record.from == me && !record.from_done => {
+                Some(Duty::HandOver) => {
                     if let Err(error) = hand_over_done(&cluster, record, *revision).await {
                         tracing::warn!(partition, %error, "cannot delete the handed-over partition yet");
                     }
                 }
-                MovePhase::Flipped
-                    if record.to == me && record.from_done && now_ms() >= record.hold_until_ms =>
-                {
+                Some(Duty::Finish) => {
                     if let Err(error) = finish(&cluster, partition, *revision).await {
                         tracing::warn!(partition, %error, "cannot end the move yet");
                     }
                 }
-                _ => {}
+                None => {}
             }
         }
         tokio::select! {
@@ -400,16 +261,34 @@ pub(super) async fn run(cluster: Arc<Cluster>) {
 
 /// The receiver, once the old owner deleted its copy and the old leases
 /// ended: the move is over.
-async fn finish(cluster: &Cluster, partition: u32, revision: i64) -> Result<(), Status> {
+async fn finish(cluster: &Cluster, partition: u32, revision: i64) -> Result<(), ClusterError> {
     fail::fail_point!("move-before-finish", |_| Err(crate::failpoint::hit(
         "move-before-finish"
-    )));
-    let key = move_key(cluster, partition);
-    let mut etcd = cluster.etcd.clone();
-    delete_if_unchanged(&mut etcd, key, revision)
-        .await
-        .map_err(|e| Status::unavailable(format!("etcd: {e}")))?;
+    )
+    .into()));
+    cluster
+        .etcd
+        .txn(protocol::end_move(&cluster.keys, partition, revision))
+        .await?;
     Ok(())
+}
+
+/// Writes a conditional transaction about a move; answers the revision it
+/// wrote at, or [`ClusterError::Raced`] when its conditions no longer held.
+pub(super) async fn written(
+    etcd: &dyn Coordination,
+    txn: Txn,
+    keys: &Keys,
+    partition: u32,
+) -> Result<i64, ClusterError> {
+    let answer = etcd.txn(txn).await?;
+    if answer.succeeded {
+        Ok(answer.revision)
+    } else {
+        Err(ClusterError::Raced {
+            key: keys.move_of(partition),
+        })
+    }
 }
 
 /// The old owner after the flip: deletes its copy, lets writes reach the
@@ -419,13 +298,12 @@ async fn hand_over_done(
     cluster: &Cluster,
     record: &MoveRecord,
     revision: i64,
-) -> Result<(), String> {
+) -> Result<(), ClusterError> {
     let partition = record.partition;
     fail::fail_point!("move-before-delete", |_| Err(crate::failpoint::hit(
         "move-before-delete"
     )
-    .message()
-    .to_owned()));
+    .into()));
     let frontier = Arc::clone(&cluster.frontier);
     let started = std::time::Instant::now();
     let dropped = tokio::task::spawn_blocking(move || {
@@ -434,17 +312,12 @@ async fn hand_over_done(
         frontier.ingest().unseal_partition(partition);
         dropped
     })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())?;
+    .await?
+    .map_err(|e| ClusterError::Local(e.to_string()))?;
     cluster.moves.lock().await.sealed.remove(&partition);
-    let done = MoveRecord {
-        from_done: true,
-        ..record.clone()
-    };
-    let key = move_key(cluster, partition);
-    let mut etcd = cluster.etcd.clone();
-    match put_if_unchanged(&mut etcd, &key, revision, &done, None).await {
+    let done = protocol::handed_over(record);
+    let txn = protocol::update_move(&cluster.keys, revision, &done);
+    match written(&*cluster.etcd, txn, &cluster.keys, partition).await {
         Ok(_) => tracing::info!(
             partition,
             to = record.to,
@@ -453,22 +326,22 @@ async fn hand_over_done(
             "handed-over partition deleted here"
         ),
         // Recorded already by an earlier turn: nothing more to say.
-        Err(status) if status.code() == tonic::Code::Aborted => {}
-        Err(status) => return Err(status.message().to_owned()),
+        Err(ClusterError::Raced { .. }) => {}
+        Err(error) => return Err(error),
     }
     Ok(())
 }
 
 /// The receiver's task for one move, until the move is flipped or gone.
 async fn receive(cluster: Arc<Cluster>, partition: u32) {
-    loop {
+    let ended_at = loop {
         match receive_step(&cluster, partition).await {
-            Ok(true) => break,
-            Ok(false) => {}
+            Ok(Some(revision)) => break revision,
+            Ok(None) => {}
             // Another step (such as another move's flip) changed etcd
             // meanwhile: read again at once rather than after a pause that
             // would lengthen the cutover.
-            Err(error) if error.code() == tonic::Code::Aborted => {
+            Err(error @ ClusterError::Raced { .. }) => {
                 tracing::debug!(partition, %error, "partition move step raced; again");
             }
             Err(error) => {
@@ -476,50 +349,66 @@ async fn receive(cluster: Arc<Cluster>, partition: u32) {
                 tokio::time::sleep(RETRY).await;
             }
         }
-    }
-    let receiving = {
+    };
+    let receipts = {
         let mut state = cluster.moves.lock().await;
-        state.running.remove(&partition);
-        state.running.clone()
+        state.receipts.ended(partition, ended_at);
+        state.receipts.clone()
     };
     // A move rolled back mid-copy leaves what was copied: dropped now,
     // not at the next change of the cluster's view, which may be long.
-    drop_strays(&cluster, &cluster.view(), &receiving).await;
+    drop_strays(&cluster, &cluster.view(), &receipts).await;
 }
 
-/// One step of a move as etcd holds it now; `Ok(true)` once there is
-/// nothing left for the receiver.
-async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<bool, Status> {
-    let mut etcd = cluster.etcd.clone();
-    let key = move_key(cluster, partition);
-    let unavailable = |e: etcd_client::Error| Status::unavailable(format!("etcd: {e}"));
-    let answer = etcd.get(key.clone(), None).await.map_err(unavailable)?;
-    let Some(kv) = answer.kvs().first() else {
-        return Ok(true); // rolled back or finished
+/// A move as etcd holds it now: its record and the record's revision if
+/// it exists, and the store's revision at the read.
+async fn read_move(
+    cluster: &Cluster,
+    partition: u32,
+) -> Result<(Option<(MoveRecord, i64)>, i64), ClusterError> {
+    let key = cluster.keys.move_of(partition);
+    let snapshot = cluster.etcd.range(&key).await?;
+    let Some(entry) = snapshot.entries.iter().find(|entry| entry.key == key) else {
+        return Ok((None, snapshot.revision));
     };
-    let revision = kv.mod_revision();
-    let record: MoveRecord = serde_json::from_slice(kv.value())
-        .map_err(|e| Status::internal(format!("{key} is unreadable: {e}")))?;
-    if record.to != cluster.options.node_id || record.phase == MovePhase::Flipped {
-        return Ok(true);
+    let record = serde_json::from_slice(&entry.value).map_err(|e| ClusterError::Corrupt {
+        key: key.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok((Some((record, entry.mod_revision)), snapshot.revision))
+}
+
+/// One step of a move as etcd holds it now; once there is nothing left
+/// for the receiver, the store's revision it ended at.
+async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<Option<i64>, ClusterError> {
+    let (found, read_at) = read_move(cluster, partition).await?;
+    let Some((record, revision)) = found else {
+        return Ok(Some(read_at)); // rolled back or finished
+    };
+    if protocol::duty(&record, &cluster.options.node_id, now_ms()) != Some(Duty::Receive) {
+        return Ok(Some(read_at));
     }
     let view = cluster.view();
     let Some(owner) = view.members.get(&record.from) else {
-        return Err(Status::unavailable(format!(
-            "node {} (the partition's owner) is away",
-            record.from
-        )));
+        return Err(ClusterError::NodeAway {
+            node: record.from.clone(),
+            partition: Some(partition as usize),
+        });
     };
     let mut admin = cluster.peers.get(&owner.endpoint())?.admin();
-    let mut progress = Progress::new(etcd, key, revision, record);
+    let mut progress = Progress::new(
+        Arc::clone(&cluster.etcd),
+        cluster.keys.clone(),
+        revision,
+        record,
+    );
     match progress.record.phase {
         MovePhase::Copy => {
             drop_local(cluster, partition).await?;
             progress.restart();
             copy_whole(cluster, &mut admin, partition, true, &mut progress).await?;
             let caught_up = catch_up(cluster, &mut admin, partition).await?;
-            progress.record.phase = MovePhase::Cutover;
-            progress.record.cutover_at_ms = now_ms();
+            progress.record = protocol::to_cutover(&progress.record, now_ms());
             progress.write().await?;
             tracing::info!(
                 partition,
@@ -529,24 +418,23 @@ async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<bool, St
                 from = progress.record.from,
                 "partition copied; cutover"
             );
-            Ok(false)
+            Ok(None)
         }
-        MovePhase::Cutover => {
-            cut_over(cluster, &mut admin, progress).await?;
-            Ok(true)
-        }
-        MovePhase::Flipped => Ok(true),
+        MovePhase::Cutover => cut_over(cluster, &mut admin, progress).await.map(Some),
+        MovePhase::Flipped => Ok(Some(read_at)),
     }
 }
 
 /// The cutover: seals the partition at its owner, takes the tail (or the
 /// whole partition again when the owner cannot say what changed), the
-/// queue settings, and flips the map.
+/// queue settings, and flips the map. Answers the revision of the flip (or
+/// of the rollback, when the map no longer gives the partition to its
+/// sender).
 async fn cut_over(
     cluster: &Arc<Cluster>,
     admin: &mut AdminPeer,
     mut progress: Progress,
-) -> Result<(), Status> {
+) -> Result<i64, ClusterError> {
     let partition = progress.record.partition;
     let page = cluster.options.move_page_urls;
     let first = seal_page(admin, partition, None, page).await?;
@@ -568,9 +456,7 @@ async fn cut_over(
             }
             sealed = seal_page(admin, partition, after, page).await?;
             if !sealed.tracked {
-                return Err(Status::unavailable(
-                    "the partition's owner restarted during the cutover; starting it again",
-                ));
+                return Err(ClusterError::OwnerRestarted);
             }
         }
     } else {
@@ -582,29 +468,37 @@ async fn cut_over(
     take_queue_settings(cluster, queues).await?;
     fail::fail_point!("move-before-flip", |_| Err(crate::failpoint::hit(
         "move-before-flip"
-    )));
+    )
+    .into()));
     // The map as etcd holds it now (the view may lag behind another
     // move's flip): the flip is conditional on it.
     let (map, map_revision) = current_map(cluster).await?;
-    let mut next_map = map.clone();
-    if let Some(owner) = next_map.owners.get_mut(partition as usize) {
-        owner.clone_from(&progress.record.to);
-    }
-    next_map.epoch += 1;
-    let record = &mut progress.record;
-    record.phase = MovePhase::Flipped;
-    record.leased = leased;
-    record.hold_until_ms = leases_until_ms;
-    record.cutover_ms = now_ms().saturating_sub(record.cutover_at_ms);
-    let flipped = record.clone();
-    put_if_unchanged(
-        &mut progress.etcd,
-        &progress.key,
+    let flip = protocol::flip(
+        &cluster.keys,
         progress.revision,
-        &flipped,
-        Some((map_key(cluster), map_revision, &next_map)),
-    )
-    .await?;
+        &progress.record,
+        (&map, map_revision),
+        (leased, leases_until_ms),
+        now_ms(),
+    );
+    let (flipped, next_map, txn) = match flip {
+        Ok(flip) => flip,
+        Err(refused) => {
+            // Planned from an older map: the partition's data is not
+            // where the move says. Rolled back; the leader plans again.
+            tracing::warn!(partition, %refused, "move rolled back");
+            let ended = cluster
+                .etcd
+                .txn(protocol::end_move(
+                    &cluster.keys,
+                    partition,
+                    progress.revision,
+                ))
+                .await?;
+            return Ok(ended.revision);
+        }
+    };
+    let flipped_at = written(&*cluster.etcd, txn, &cluster.keys, partition).await?;
     tracing::info!(
         partition,
         from = flipped.from,
@@ -614,23 +508,26 @@ async fn cut_over(
         cutover_ms = flipped.cutover_ms,
         "partition moved here"
     );
-    Ok(())
+    Ok(flipped_at)
 }
 
 /// The partition map and its revision, read from etcd.
-async fn current_map(cluster: &Cluster) -> Result<(PartitionMap, i64), Status> {
-    let mut etcd = cluster.etcd.clone();
-    let answer = etcd
-        .get(map_key(cluster), None)
-        .await
-        .map_err(|e| Status::unavailable(format!("etcd: {e}")))?;
-    let kv = answer
-        .kvs()
-        .first()
-        .ok_or_else(|| Status::unavailable("no partition map yet"))?;
-    let map = serde_json::from_slice(kv.value())
-        .map_err(|e| Status::internal(format!("the partition map is unreadable: {e}")))?;
-    Ok((map, kv.mod_revision()))
+async fn current_map(cluster: &Cluster) -> Result<(PartitionMap, i64), ClusterError> {
+    let key = cluster.keys.map();
+    let entry = cluster
+        .etcd
+        .get(&key)
+        .await?
+        .ok_or_else(|| ClusterError::Forming {
+            cluster: cluster.options.name.clone(),
+            registered: cluster.view().members.len(),
+            initial: cluster.options.initial_nodes,
+        })?;
+    let map = serde_json::from_slice(&entry.value).map_err(|e| ClusterError::Corrupt {
+        key,
+        reason: e.to_string(),
+    })?;
+    Ok((map, entry.mod_revision))
 }
 
 async fn seal_page(
@@ -638,7 +535,7 @@ async fn seal_page(
     partition: u32,
     after: Option<proto::admin::PartitionKey>,
     limit: u32,
-) -> Result<proto::admin::SealedPartition, Status> {
+) -> Result<proto::admin::SealedPartition, ClusterError> {
     Ok(admin
         .seal_partition(proto::admin::SealPartitionRequest {
             partition,
@@ -649,95 +546,24 @@ async fn seal_page(
         .into_inner())
 }
 
-/// Deletes a key if it is as read; answers whether it was.
-async fn delete_if_unchanged(
-    etcd: &mut Client,
-    key: String,
-    revision: i64,
-) -> Result<bool, etcd_client::Error> {
-    let deleted = etcd
-        .txn(
-            Txn::new()
-                .when([Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    revision,
-                )])
-                .and_then([TxnOp::delete(key, None)]),
-        )
-        .await?;
-    Ok(deleted.succeeded())
-}
-
-/// Writes a move's next state (and with it, for the flip, the map) if
-/// neither changed since read; answers the key's new revision.
-async fn put_if_unchanged(
-    etcd: &mut Client,
-    key: &str,
-    revision: i64,
-    record: &MoveRecord,
-    map: Option<(String, i64, &PartitionMap)>,
-) -> Result<i64, Status> {
-    let mut when = vec![Compare::mod_revision(key, CompareOp::Equal, revision)];
-    let mut then = vec![TxnOp::put(
-        key,
-        serde_json::to_vec(record).unwrap_or_default(),
-        None,
-    )];
-    if let Some((map_key, map_revision, map)) = map {
-        when.push(Compare::mod_revision(
-            map_key.clone(),
-            CompareOp::Equal,
-            map_revision,
-        ));
-        then.push(TxnOp::put(
-            map_key,
-            serde_json::to_vec(map).unwrap_or_default(),
-            None,
-        ));
-    }
-    let written = etcd
-        .txn(Txn::new().when(when).and_then(then))
-        .await
-        .map_err(|e| Status::unavailable(format!("etcd: {e}")))?;
-    if written.succeeded() {
-        // The transaction's revision is the key's new mod revision.
-        Ok(written.header().map_or(0, |h| h.revision()))
-    } else {
-        Err(Status::aborted(format!(
-            "{key} or the map changed meanwhile; reading again"
-        )))
-    }
-}
-
 /// The owner's answer to SealPartition: only for a move etcd holds at its
 /// cutover from this node. The first page (no `after`) seals and carries
 /// the leases and queue settings; each page carries the tail's next URLs.
 pub(super) async fn seal(
     cluster: &Cluster,
     request: proto::admin::SealPartitionRequest,
-) -> Result<proto::admin::SealedPartition, Status> {
+) -> Result<proto::admin::SealedPartition, ClusterError> {
     let partition = request.partition;
-    let mut etcd = cluster.etcd.clone();
-    let key = move_key(cluster, partition);
-    let answer = etcd
-        .get(key.clone(), None)
-        .await
-        .map_err(|e| Status::unavailable(format!("etcd: {e}")))?;
-    let record: Option<MoveRecord> = answer
-        .kvs()
-        .first()
-        .and_then(|kv| serde_json::from_slice(kv.value()).ok());
-    match &record {
-        Some(r) if r.phase == MovePhase::Cutover && r.from == cluster.options.node_id => {}
-        _ => {
-            return Err(Status::failed_precondition(format!(
-                "partition {partition} is not at the cutover of a move from node {}",
-                cluster.options.node_id
-            )));
-        }
+    // Read with the store's revision: a view read after it that lacks the
+    // move unseals (the move was rolled back).
+    let (found, revision) = read_move(cluster, partition).await?;
+    let record = found.map(|(record, _)| record);
+    if !protocol::may_seal(record.as_ref(), &cluster.options.node_id) {
+        return Err(ClusterError::NotAtCutover {
+            partition,
+            node: cluster.options.node_id.clone(),
+        });
     }
-    let revision = answer.header().map_or(0, |h| h.revision());
     let first = request.after.is_none();
     if first {
         // Not served from here on, before its leases are counted.
@@ -771,7 +597,7 @@ pub(super) async fn seal(
             Some(_) => frontier
                 .ingest()
                 .sealed_tail_page(partition, after.as_ref(), limit)
-                .map_err(|e| Status::unavailable(e.to_string()))?,
+                .map_err(|e| ClusterError::Local(e.to_string()))?,
             None => None,
         };
         if let Some((urls, end)) = page {
@@ -780,13 +606,13 @@ pub(super) async fn seal(
             sealed.end = end && !cut;
             sealed.urls = urls;
         }
-        Ok::<_, Status>(sealed)
+        Ok::<_, ClusterError>(sealed)
     })
-    .await
-    .map_err(|e| Status::internal(e.to_string()))??;
+    .await??;
     fail::fail_point!("seal-partition-answer", |_| Err(crate::failpoint::hit(
         "seal-partition-answer"
-    )));
+    )
+    .into()));
     Ok(sealed)
 }
 
@@ -794,7 +620,7 @@ pub(super) async fn seal(
 fn queues_with_settings(
     frontier: &crate::service::Frontier,
     partition: u32,
-) -> Result<Vec<proto::admin::MovedQueue>, Status> {
+) -> Result<Vec<proto::admin::MovedQueue>, ClusterError> {
     let partitions = frontier.ingest().filters().partition_count();
     let mut queues = Vec::new();
     frontier
@@ -815,12 +641,12 @@ fn queues_with_settings(
                 });
             }
         })
-        .map_err(|e| Status::unavailable(e.to_string()))?;
+        .map_err(|e| ClusterError::Local(e.to_string()))?;
     Ok(queues)
 }
 
 /// Marks a node as draining: the leader moves its partitions away.
-pub(super) async fn drain(cluster: &Cluster, node: &str) -> Result<u32, Status> {
+pub(super) async fn drain(cluster: &Cluster, node: &str) -> Result<u32, ClusterError> {
     let view = cluster.view();
     let known = view.members.contains_key(node)
         || view
@@ -828,29 +654,32 @@ pub(super) async fn drain(cluster: &Cluster, node: &str) -> Result<u32, Status> 
             .as_ref()
             .is_some_and(|map| map.owners.iter().any(|o| o == node));
     if !known {
-        return Err(Status::not_found(format!(
-            "no node {node:?} in cluster {:?}",
-            cluster.options.name
-        )));
+        return Err(ClusterError::UnknownNode {
+            node: node.to_owned(),
+            cluster: cluster.options.name.clone(),
+        });
     }
-    let others: BTreeSet<&String> = view
+    let others = view
         .members
         .keys()
         .filter(|id| *id != node && !view.draining.contains(*id))
-        .collect();
-    if others.is_empty() {
-        return Err(Status::failed_precondition(format!(
-            "node {node:?} is the only node left to own partitions: start another before draining it"
-        )));
+        .count();
+    if others == 0 {
+        return Err(ClusterError::LastOwner {
+            node: node.to_owned(),
+        });
     }
-    let key = format!(
-        "{}draining/{node}",
-        super::coordinator::prefix(&cluster.options.name)
-    );
-    let mut etcd = cluster.etcd.clone();
-    etcd.put(key, b"{}".to_vec(), None).await.map_err(|e| {
-        Status::unavailable(format!("cannot record the drain in etcd ({e}); retry"))
-    })?;
+    cluster
+        .etcd
+        .txn(Txn::writes(vec![Write::put(
+            cluster.keys.draining(node),
+            b"{}".to_vec(),
+        )]))
+        .await
+        .map_err(|error| ClusterError::NotRecorded {
+            what: "the drain",
+            reason: error.to_string(),
+        })?;
     Ok(view
         .map
         .as_ref()
@@ -870,12 +699,11 @@ pub(super) async fn end_finished_drain(cluster: &Cluster) {
     if !view.draining.contains(me) || owns || view.moves.values().any(|(r, _)| &r.from == me) {
         return;
     }
-    let key = format!(
-        "{}draining/{me}",
-        super::coordinator::prefix(&cluster.options.name)
-    );
-    let mut etcd = cluster.etcd.clone();
-    match etcd.delete(key, None).await {
+    let cleared = cluster
+        .etcd
+        .txn(Txn::writes(vec![Write::Delete(cluster.keys.draining(me))]))
+        .await;
+    match cleared {
         Ok(_) => tracing::info!("this node was drained and is back: it takes partitions again"),
         Err(error) => tracing::warn!(%error, "cannot clear this node's finished drain"),
     }

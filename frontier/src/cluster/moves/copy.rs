@@ -5,19 +5,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::Client;
-use tonic::Status;
-
-use super::{MoveRecord, put_if_unchanged};
-use crate::cluster::Cluster;
+use super::MoveRecord;
+use crate::cluster::coordination::Coordination;
+use crate::cluster::protocol::{self, Keys};
+use crate::cluster::{Cluster, ClusterError};
 use crate::ingest::PartitionUrl;
 use crate::record::UrlRecord;
 
 /// A move's record as the receiver advances it, written back to etcd
 /// conditionally on the revision it last wrote or read.
 pub(super) struct Progress {
-    pub(super) etcd: Client,
-    pub(super) key: String,
+    pub(super) etcd: Arc<dyn Coordination>,
+    pub(super) keys: Keys,
     pub(super) revision: i64,
     pub(super) record: MoveRecord,
     written: std::time::Instant,
@@ -27,10 +26,15 @@ pub(super) struct Progress {
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 impl Progress {
-    pub(super) fn new(etcd: Client, key: String, revision: i64, record: MoveRecord) -> Self {
+    pub(super) fn new(
+        etcd: Arc<dyn Coordination>,
+        keys: Keys,
+        revision: i64,
+        record: MoveRecord,
+    ) -> Self {
         Self {
             etcd,
-            key,
+            keys,
             revision,
             record,
             written: std::time::Instant::now(),
@@ -46,7 +50,7 @@ impl Progress {
     /// Counts a copied page; writes the counts about every second, so
     /// `frontier cluster` shows them (and a move rolled back meanwhile
     /// stops its copy).
-    async fn copied(&mut self, urls: u64, bytes: u64) -> Result<(), Status> {
+    async fn copied(&mut self, urls: u64, bytes: u64) -> Result<(), ClusterError> {
         self.record.copied += urls;
         self.record.copied_bytes += bytes;
         if self.written.elapsed() >= PROGRESS_EVERY {
@@ -55,9 +59,9 @@ impl Progress {
         Ok(())
     }
 
-    pub(super) async fn write(&mut self) -> Result<(), Status> {
-        self.revision =
-            put_if_unchanged(&mut self.etcd, &self.key, self.revision, &self.record, None).await?;
+    pub(super) async fn write(&mut self) -> Result<(), ClusterError> {
+        let txn = protocol::update_move(&self.keys, self.revision, &self.record);
+        self.revision = super::written(&*self.etcd, txn, &self.keys, self.record.partition).await?;
         self.written = std::time::Instant::now();
         Ok(())
     }
@@ -78,7 +82,7 @@ pub(super) async fn copy_whole(
     partition: u32,
     track: bool,
     progress: &mut Progress,
-) -> Result<(), Status> {
+) -> Result<(), ClusterError> {
     let mut after: Option<proto::admin::PartitionKey> = None;
     loop {
         let request = proto::admin::CopyPartitionRequest {
@@ -102,7 +106,8 @@ pub(super) async fn copy_whole(
         progress.copied(count, bytes as u64).await?;
         fail::fail_point!("move-copy-page", |_| Err(crate::failpoint::hit(
             "move-copy-page"
-        )));
+        )
+        .into()));
         if end || after.is_none() {
             return Ok(());
         }
@@ -121,7 +126,7 @@ pub(super) async fn catch_up(
     cluster: &Cluster,
     admin: &mut AdminPeer,
     partition: u32,
-) -> Result<u64, Status> {
+) -> Result<u64, ClusterError> {
     let mut taken = 0;
     for _ in 0..CATCH_UP_ROUNDS {
         let mut after: Option<proto::admin::PartitionKey> = None;
@@ -176,12 +181,14 @@ fn page_request(
 
 pub(super) fn decode_page(
     urls: Vec<proto::admin::PartitionUrl>,
-) -> Result<Vec<PartitionUrl>, Status> {
+) -> Result<Vec<PartitionUrl>, ClusterError> {
     urls.into_iter()
         .map(|moved| {
-            let record = UrlRecord::decode(&moved.record).map_err(|e| {
-                Status::data_loss(format!("the record of {} came unreadable: {e}", moved.url))
-            })?;
+            let record =
+                UrlRecord::decode(&moved.record).map_err(|e| ClusterError::UnreadableRecord {
+                    url: moved.url.clone(),
+                    reason: e.to_string(),
+                })?;
             Ok(PartitionUrl {
                 crawl: moved.crawl_id,
                 url: moved.url,
@@ -195,13 +202,12 @@ pub(super) async fn take(
     cluster: &Cluster,
     partition: u32,
     urls: Vec<PartitionUrl>,
-) -> Result<(), Status> {
+) -> Result<(), ClusterError> {
     let frontier = Arc::clone(&cluster.frontier);
     tokio::task::spawn_blocking(move || frontier.ingest().take_partition_urls(partition, urls))
-        .await
-        .map_err(|e| Status::internal(e.to_string()))?
+        .await?
         .map(|_| ())
-        .map_err(|e| Status::unavailable(format!("cannot store the moved URLs: {e}")))
+        .map_err(|e| ClusterError::Local(format!("cannot store the moved URLs: {e}")))
 }
 
 /// The moved queues' settings, before the flip: serving under the new
@@ -209,7 +215,7 @@ pub(super) async fn take(
 pub(super) async fn take_queue_settings(
     cluster: &Cluster,
     queues: Vec<proto::admin::MovedQueue>,
-) -> Result<(), Status> {
+) -> Result<(), ClusterError> {
     if queues.is_empty() {
         return Ok(());
     }
@@ -228,16 +234,14 @@ pub(super) async fn take_queue_settings(
         }
         Ok::<(), crate::store::StoreError>(())
     })
-    .await
-    .map_err(|e| Status::internal(e.to_string()))?
-    .map_err(|e| Status::unavailable(format!("cannot keep the moved queues' settings: {e}")))
+    .await?
+    .map_err(|e| ClusterError::Local(format!("cannot keep the moved queues' settings: {e}")))
 }
 
-pub(super) async fn drop_local(cluster: &Cluster, partition: u32) -> Result<(), Status> {
+pub(super) async fn drop_local(cluster: &Cluster, partition: u32) -> Result<(), ClusterError> {
     let frontier = Arc::clone(&cluster.frontier);
     tokio::task::spawn_blocking(move || frontier.ingest().drop_partition(partition))
-        .await
-        .map_err(|e| Status::internal(e.to_string()))?
+        .await?
         .map(|_| ())
-        .map_err(|e| Status::unavailable(format!("cannot empty the partition here: {e}")))
+        .map_err(|e| ClusterError::Local(format!("cannot empty the partition here: {e}")))
 }

@@ -1,0 +1,555 @@
+//! The cluster's protocol as decisions without I/O: from what a node knows
+//! (its [`View`], a move's record as read) to the transaction it writes to
+//! the coordination store, or the local change it makes. The coordinator
+//! and the move tasks call these and do the I/O; the simulation tests
+//! (`sim`) call the same functions over the in-memory store, so what they
+//! check is what runs.
+//!
+//! Keys, all under `/crawl-frontier/NAME/` ([`Keys`]): `facts`,
+//! `node-secret`, `map`, `nodes/ID` (under the node's lease), `election`,
+//! `moves/P`, `draining/ID`, `settings/active`, `settings/delay/HEX(CRAWL)`
+//! and `seeds/HEX(CRAWL)/HOST`. Values are JSON.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::View;
+use super::coordination::{Condition, Entry, Snapshot, Txn, Write};
+use super::map::{Member, PartitionMap};
+use super::moves::{MovePhase, MoveRecord};
+
+/// Moves in flight at once, cluster-wide: each costs its two nodes a copy.
+pub(super) const MOVES_IN_FLIGHT: usize = 2;
+
+/// The keys of one cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Keys {
+    prefix: String,
+}
+
+fn hex(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Keys {
+    pub(super) fn new(cluster: &str) -> Self {
+        Self {
+            prefix: format!("/crawl-frontier/{cluster}/"),
+        }
+    }
+
+    pub(super) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub(super) fn facts(&self) -> String {
+        format!("{}facts", self.prefix)
+    }
+
+    pub(super) fn node_secret(&self) -> String {
+        format!("{}node-secret", self.prefix)
+    }
+
+    pub(super) fn map(&self) -> String {
+        format!("{}map", self.prefix)
+    }
+
+    pub(super) fn member(&self, node: &str) -> String {
+        format!("{}nodes/{node}", self.prefix)
+    }
+
+    pub(super) fn election(&self) -> String {
+        format!("{}election", self.prefix)
+    }
+
+    pub(super) fn move_of(&self, partition: u32) -> String {
+        format!("{}moves/{partition}", self.prefix)
+    }
+
+    pub(super) fn draining(&self, node: &str) -> String {
+        format!("{}draining/{node}", self.prefix)
+    }
+
+    pub(super) fn active(&self) -> String {
+        format!("{}settings/active", self.prefix)
+    }
+
+    pub(super) fn delay(&self, crawl: &str) -> String {
+        format!("{}settings/delay/{}", self.prefix, hex(crawl))
+    }
+
+    pub(super) fn seeds(&self, crawl: &str) -> String {
+        format!("{}seeds/{}/", self.prefix, hex(crawl))
+    }
+}
+
+/// A crawl's default delay as etcd holds it.
+#[derive(Serialize, Deserialize)]
+pub(super) struct DelaySetting {
+    pub(super) crawl: String,
+    pub(super) secs: u32,
+}
+
+/// A seed host of a crawl as etcd holds it.
+#[derive(Serialize, Deserialize)]
+pub(super) struct SeedSetting {
+    pub(super) crawl: String,
+    pub(super) host: String,
+}
+
+/// JSON for etcd. Our types have string keys only, so encoding cannot fail;
+/// an empty value is never written in its place.
+pub(super) fn json(value: &impl Serialize) -> Vec<u8> {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => bytes,
+        Err(error) => unreachable!("cluster records encode as JSON: {error}"),
+    }
+}
+
+/// The view the keys under the cluster's prefix make, and the keys left
+/// out as unreadable (key, reason).
+pub(super) fn read_view(
+    keys: &Keys,
+    snapshot: &Snapshot,
+    leader: Option<String>,
+) -> (View, Vec<(String, String)>) {
+    let mut view = View {
+        revision: snapshot.revision,
+        leader,
+        ..View::default()
+    };
+    let mut unreadable = Vec::new();
+    for Entry {
+        key: full_key,
+        value,
+        mod_revision,
+    } in &snapshot.entries
+    {
+        let Some(key) = full_key.strip_prefix(keys.prefix()) else {
+            continue;
+        };
+        let parsed = if key == "map" {
+            serde_json::from_slice(value).map(|map: PartitionMap| {
+                view.map = Some(map);
+                view.map_revision = *mod_revision;
+            })
+        } else if let Some(partition) = key.strip_prefix("moves/") {
+            serde_json::from_slice(value).map(|record: MoveRecord| {
+                if partition == record.partition.to_string() {
+                    view.moves.insert(record.partition, (record, *mod_revision));
+                }
+            })
+        } else if let Some(id) = key.strip_prefix("draining/") {
+            view.draining.insert(id.to_owned());
+            Ok(())
+        } else if let Some(id) = key.strip_prefix("nodes/") {
+            serde_json::from_slice(value).map(|member: Member| {
+                view.members.insert(id.to_owned(), member);
+            })
+        } else if key == "settings/active" {
+            serde_json::from_slice(value).map(|active: bool| view.settings.active = Some(active))
+        } else if key.starts_with("settings/delay/") {
+            serde_json::from_slice(value).map(|delay: DelaySetting| {
+                view.settings.delays.insert(delay.crawl, delay.secs);
+            })
+        } else if key.starts_with("seeds/") {
+            serde_json::from_slice(value).map(|seed: SeedSetting| {
+                view.settings
+                    .seeds
+                    .entry(seed.crawl)
+                    .or_default()
+                    .insert(seed.host);
+            })
+        } else {
+            Ok(())
+        };
+        if let Err(error) = parsed {
+            unreadable.push((full_key.clone(), error.to_string()));
+        }
+    }
+    (view, unreadable)
+}
+
+/// The leader's first map, once the initial nodes have registered: written
+/// only while no map exists.
+pub(super) fn first_map(
+    view: &View,
+    keys: &Keys,
+    partitions: u32,
+    initial_nodes: usize,
+) -> Option<(PartitionMap, Txn)> {
+    if view.map.is_some() || view.members.len() < initial_nodes {
+        return None;
+    }
+    let nodes: BTreeSet<String> = view.members.keys().cloned().collect();
+    let map = PartitionMap::first(partitions, &nodes)?;
+    let txn = Txn::when(
+        vec![Condition::Absent(keys.map())],
+        vec![Write::put(keys.map(), json(&map))],
+    );
+    Some((map, txn))
+}
+
+/// One step the leader plans.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Planned {
+    /// A move whose receiver is gone before its flip, undone.
+    RollBack {
+        partition: u32,
+        from: String,
+        to: String,
+    },
+    /// A move toward the balanced map, started.
+    Start {
+        partition: u32,
+        from: String,
+        to: String,
+    },
+}
+
+/// The leader's part: roll back moves whose receiver is gone, then start
+/// moves toward a balanced map over the live nodes that are not draining,
+/// a few at a time. A start holds only while the map is the one the view
+/// read: planned from an older map, a move could name a node that no
+/// longer holds the partition.
+pub(super) fn plan(view: &View, keys: &Keys, now_ms: u64) -> Vec<(Planned, Txn)> {
+    let Some(map) = &view.map else {
+        return Vec::new();
+    };
+    let mut planned = Vec::new();
+    let live: BTreeSet<String> = view.members.keys().cloned().collect();
+    let mut in_flight = 0;
+    for (partition, (record, revision)) in &view.moves {
+        let receiver_gone = !live.contains(&record.to) || view.draining.contains(&record.to);
+        if record.phase != MovePhase::Flipped && receiver_gone {
+            let key = keys.move_of(*partition);
+            planned.push((
+                Planned::RollBack {
+                    partition: *partition,
+                    from: record.from.clone(),
+                    to: record.to.clone(),
+                },
+                Txn::when(
+                    vec![Condition::ModRevision(key.clone(), *revision)],
+                    vec![Write::Delete(key)],
+                ),
+            ));
+            continue;
+        }
+        // A flipped move only waits (for leases, for the old copy to go).
+        if record.phase != MovePhase::Flipped {
+            in_flight += 1;
+        }
+    }
+    let eligible: BTreeSet<String> = live.difference(&view.draining).cloned().collect();
+    let Some(target) = map.rebalanced(&eligible) else {
+        return planned;
+    };
+    for (partition, from, to) in map.moves_to(&target) {
+        if in_flight >= MOVES_IN_FLIGHT {
+            break;
+        }
+        if view.moves.contains_key(&partition) || !live.contains(from) {
+            continue; // moving already, or its data is on a node that is away
+        }
+        let record = MoveRecord {
+            partition,
+            from: from.to_owned(),
+            to: to.to_owned(),
+            phase: MovePhase::Copy,
+            copied: 0,
+            copied_bytes: 0,
+            started_at_ms: now_ms,
+            cutover_at_ms: 0,
+            cutover_ms: 0,
+            leased: 0,
+            hold_until_ms: 0,
+            from_done: false,
+        };
+        let key = keys.move_of(partition);
+        planned.push((
+            Planned::Start {
+                partition,
+                from: from.to_owned(),
+                to: to.to_owned(),
+            },
+            Txn::when(
+                vec![
+                    Condition::Absent(key.clone()),
+                    Condition::ModRevision(keys.map(), view.map_revision),
+                ],
+                vec![Write::put(key, json(&record))],
+            ),
+        ));
+        in_flight += 1;
+    }
+    planned
+}
+
+/// What a node has to do for one move in its view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Duty {
+    /// Copy, then cut over and flip: this node receives the partition.
+    Receive,
+    /// Delete the handed-over copy and record it: this node gave it.
+    HandOver,
+    /// End the move: received, the old copy gone and its leases over.
+    Finish,
+}
+
+/// This node's duty for a move as its view shows it, if any.
+pub(super) fn duty(record: &MoveRecord, me: &str, now_ms: u64) -> Option<Duty> {
+    match record.phase {
+        MovePhase::Copy | MovePhase::Cutover if record.to == me => Some(Duty::Receive),
+        MovePhase::Flipped if record.from == me && !record.from_done => Some(Duty::HandOver),
+        MovePhase::Flipped
+            if record.to == me && record.from_done && now_ms >= record.hold_until_ms =>
+        {
+            Some(Duty::Finish)
+        }
+        _ => None,
+    }
+}
+
+/// A move's record written back if unchanged since read (at `revision`).
+pub(super) fn update_move(keys: &Keys, revision: i64, record: &MoveRecord) -> Txn {
+    let key = keys.move_of(record.partition);
+    Txn::when(
+        vec![Condition::ModRevision(key.clone(), revision)],
+        vec![Write::put(key, json(record))],
+    )
+}
+
+/// The move's end (or its rollback), if unchanged since read.
+pub(super) fn end_move(keys: &Keys, partition: u32, revision: i64) -> Txn {
+    let key = keys.move_of(partition);
+    Txn::when(
+        vec![Condition::ModRevision(key.clone(), revision)],
+        vec![Write::Delete(key)],
+    )
+}
+
+/// The copy done: the move enters its cutover.
+#[must_use]
+pub(super) fn to_cutover(record: &MoveRecord, now_ms: u64) -> MoveRecord {
+    MoveRecord {
+        phase: MovePhase::Cutover,
+        cutover_at_ms: now_ms,
+        ..record.clone()
+    }
+}
+
+/// Why a flip cannot happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum FlipRefused {
+    /// The map no longer gives the partition to the move's sender (it was
+    /// planned from an older map): the move must be rolled back.
+    #[error("partition {partition} is node {owner}'s in the map now, not {from}'s")]
+    NotTheOwner {
+        partition: u32,
+        owner: String,
+        from: String,
+    },
+}
+
+/// The flip: one transaction, conditional on the move and the map being as
+/// read, gives the partition to the receiver in the next epoch and records
+/// until when the old owner's leases may run.
+pub(super) fn flip(
+    keys: &Keys,
+    revision: i64,
+    record: &MoveRecord,
+    (map, map_revision): (&PartitionMap, i64),
+    (leased, leases_until_ms): (u64, u64),
+    now_ms: u64,
+) -> Result<(MoveRecord, PartitionMap, Txn), FlipRefused> {
+    let partition = record.partition;
+    let owner = map
+        .owners
+        .get(partition as usize)
+        .cloned()
+        .unwrap_or_default();
+    if owner != record.from {
+        return Err(FlipRefused::NotTheOwner {
+            partition,
+            owner,
+            from: record.from.clone(),
+        });
+    }
+    let mut next_map = map.clone();
+    if let Some(owner) = next_map.owners.get_mut(partition as usize) {
+        owner.clone_from(&record.to);
+    }
+    next_map.epoch += 1;
+    let flipped = MoveRecord {
+        phase: MovePhase::Flipped,
+        leased,
+        hold_until_ms: leases_until_ms,
+        cutover_ms: now_ms.saturating_sub(record.cutover_at_ms),
+        ..record.clone()
+    };
+    let key = keys.move_of(partition);
+    let txn = Txn::when(
+        vec![
+            Condition::ModRevision(key.clone(), revision),
+            Condition::ModRevision(keys.map(), map_revision),
+        ],
+        vec![
+            Write::put(key, json(&flipped)),
+            Write::put(keys.map(), json(&next_map)),
+        ],
+    );
+    Ok((flipped, next_map, txn))
+}
+
+/// The old owner's copy is gone.
+#[must_use]
+pub(super) fn handed_over(record: &MoveRecord) -> MoveRecord {
+    MoveRecord {
+        from_done: true,
+        ..record.clone()
+    }
+}
+
+/// Whether a SealPartition may seal: only for a move at its cutover from
+/// this node.
+pub(super) fn may_seal(record: Option<&MoveRecord>, me: &str) -> bool {
+    record.is_some_and(|r| r.phase == MovePhase::Cutover && r.from == me)
+}
+
+/// The partitions this node serves in `view`: those the map gives it, less
+/// one it is handing over (at its cutover) and one it received whose old
+/// owner's leases may still run.
+pub(super) fn served_partitions(
+    view: &View,
+    node: &str,
+    partitions: usize,
+    now_ms: u64,
+) -> Vec<bool> {
+    let mut served = vec![false; partitions];
+    let Some(map) = &view.map else {
+        return served;
+    };
+    for partition in map.owned_by(node) {
+        if let Some(slot) = served.get_mut(partition as usize) {
+            *slot = true;
+        }
+    }
+    for (partition, (record, _)) in &view.moves {
+        let handing_over = record.phase == MovePhase::Cutover && record.from == node;
+        let held = record.phase == MovePhase::Flipped
+            && record.to == node
+            && now_ms < record.hold_until_ms;
+        if (handing_over || held)
+            && let Some(slot) = served.get_mut(*partition as usize)
+        {
+            *slot = false;
+        }
+    }
+    served
+}
+
+/// How a node's seals change with a new view.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct SealChanges {
+    /// Partitions this view says to seal that are not sealed yet.
+    pub(super) newly: Vec<u32>,
+    /// Seals whose move is gone from a view read after the seal (rolled
+    /// back); a handed-over partition is unsealed by its hand-over.
+    pub(super) opened: Vec<u32>,
+    /// Every partition the view has at its cutover from this node.
+    pub(super) sealing: BTreeSet<u32>,
+}
+
+/// The seals a view asks of this node, against those it holds (partition
+/// to the revision the seal was read at).
+pub(super) fn seal_changes(view: &View, me: &str, sealed: &BTreeMap<u32, i64>) -> SealChanges {
+    let sealing: BTreeSet<u32> = view
+        .moves
+        .iter()
+        .filter(|(_, (r, _))| r.from == me && r.phase == MovePhase::Cutover)
+        .map(|(p, _)| *p)
+        .collect();
+    let opened = sealed
+        .iter()
+        .filter(|(partition, sealed_at)| {
+            !view.moves.contains_key(partition) && view.revision > **sealed_at
+        })
+        .map(|(partition, _)| *partition)
+        .collect();
+    let newly = sealing
+        .iter()
+        .filter(|partition| !sealed.contains_key(partition))
+        .copied()
+        .collect();
+    SealChanges {
+        newly,
+        opened,
+        sealing,
+    }
+}
+
+/// What a node knows of the moves it receives, beyond its view: the
+/// partitions it is receiving now, and for each whose task ended, the
+/// store's revision it ended at (a flip, a rollback, the move found gone).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Receipts {
+    pub(super) running: BTreeSet<u32>,
+    pub(super) ended_at: BTreeMap<u32, i64>,
+}
+
+impl Receipts {
+    /// A task ended at `revision`.
+    pub(super) fn ended(&mut self, partition: u32, revision: i64) {
+        self.running.remove(&partition);
+        let at = self.ended_at.entry(partition).or_insert(revision);
+        *at = (*at).max(revision);
+    }
+
+    /// A view this recent tells all the ended tasks told: they are
+    /// forgotten.
+    pub(super) fn seen(&mut self, revision: i64) {
+        self.ended_at.retain(|_, at| *at > revision);
+    }
+}
+
+/// Partitions this node holds URLs of (`holds`) that the map gives another
+/// node, with no move of them to or from here in flight and none being
+/// received here: a receiver killed mid-copy keeps them after its move is
+/// rolled back. The map's owner holds every URL of its partition (a map
+/// changes only at a flip, after the copy), so they can go. A view older
+/// than the end of a receive task here says nothing of its partition: the
+/// task may have flipped it to this node after the view was read. Answers
+/// (partition, owner).
+pub(super) fn strays(
+    view: &View,
+    me: &str,
+    receipts: &Receipts,
+    holds: impl Fn(u32) -> bool,
+) -> Vec<(u32, String)> {
+    let Some(map) = &view.map else {
+        return Vec::new();
+    };
+    map.owners
+        .iter()
+        .enumerate()
+        .filter_map(|(partition, owner)| {
+            let partition = u32::try_from(partition).ok()?;
+            let moving_here_or_away = view
+                .moves
+                .get(&partition)
+                .is_some_and(|(record, _)| record.from == me || record.to == me);
+            let view_too_old = receipts
+                .ended_at
+                .get(&partition)
+                .is_some_and(|ended| view.revision < *ended);
+            (owner != me
+                && !moving_here_or_away
+                && !receipts.running.contains(&partition)
+                && !view_too_old
+                && holds(partition))
+            .then(|| (partition, owner.clone()))
+        })
+        .collect()
+}
