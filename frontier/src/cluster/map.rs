@@ -1,6 +1,6 @@
 //! What etcd holds for a cluster, as plain data: the cluster's fixed facts,
-//! its members, the partition map and the crawl-wide settings, and how a
-//! first map is laid out. Nothing here talks to etcd.
+//! its members, the partition map, the moves and the crawl-wide settings,
+//! and how a first map is laid out. Nothing here talks to etcd.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -193,6 +193,67 @@ pub struct CrawlSettings {
     /// The seed hosts (the scope) of each crawl.
     pub seeds: BTreeMap<String, BTreeSet<String>>,
 }
+
+/// Where a move is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MovePhase {
+    /// The receiver copies while the owner serves.
+    Copy,
+    /// The owner is sealed; the receiver takes the tail and flips.
+    Cutover,
+    /// The map gives the partition to the receiver.
+    Flipped,
+}
+
+impl MovePhase {
+    /// The name etcd and GetCluster use.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Copy => "copy",
+            Self::Cutover => "cutover",
+            Self::Flipped => "flipped",
+        }
+    }
+}
+
+/// A move as etcd holds it under `moves/P`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveRecord {
+    pub partition: u32,
+    pub from: String,
+    pub to: String,
+    pub phase: MovePhase,
+    /// URLs copied so far.
+    #[serde(default)]
+    pub copied: u64,
+    /// Bytes of the URLs and records copied so far.
+    #[serde(default)]
+    pub copied_bytes: u64,
+    /// When the leader started the move (UTC ms).
+    #[serde(default)]
+    pub started_at_ms: u64,
+    /// When the cutover began (UTC ms).
+    #[serde(default)]
+    pub cutover_at_ms: u64,
+    /// From the cutover's start to the flip.
+    #[serde(default)]
+    pub cutover_ms: u64,
+    /// URLs the old owner had leased at the cutover.
+    #[serde(default)]
+    pub leased: u64,
+    /// The receiver serves the partition from then on (UTC ms): the last
+    /// of those leases has ended.
+    #[serde(default)]
+    pub hold_until_ms: u64,
+    /// The old owner has deleted its copy.
+    #[serde(default)]
+    pub from_done: bool,
+}
+
+/// Moves as a view lists them: partition to (record, etcd mod revision).
+pub type Moves = BTreeMap<u32, (MoveRecord, i64)>;
 
 #[cfg(test)]
 mod tests {

@@ -16,8 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::View;
 use super::coordination::{Condition, Entry, Snapshot, Txn, Write};
-use super::map::{Member, PartitionMap};
-use super::moves::{MovePhase, MoveRecord};
+use super::map::{Member, MovePhase, MoveRecord, PartitionMap};
 
 /// Moves in flight at once, cluster-wide: each costs its two nodes a copy.
 pub(super) const MOVES_IN_FLIGHT: usize = 2;

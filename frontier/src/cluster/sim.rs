@@ -26,8 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::View;
 use super::coordination::{Condition, LeaseId, MemCoordination, Txn, TxnFault, Write};
-use super::map::{Member, PartitionMap};
-use super::moves::{MovePhase, MoveRecord};
+use super::map::{Member, MovePhase, MoveRecord, PartitionMap};
 use super::protocol::{self, Duty, Keys};
 
 const PARTITIONS: u32 = 8;

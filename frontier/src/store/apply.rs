@@ -58,21 +58,7 @@ impl<'a> GroupEffects<'a> {
     }
 }
 
-pub(super) use super::schema::RecordKey;
-
-/// Where a group's first stage reads and writes URL records: the table
-/// itself, or (writes held in memory, module `held`) a view over it.
-pub(super) trait RecordAccess {
-    /// The value of a key.
-    fn get(&self, key: RecordKey) -> Result<Option<Vec<u8>>, StoreError>;
-    /// Sets a key's value; answers the one it replaced.
-    fn insert(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
-    /// [`Self::insert`] of a key the files are known not to hold: a view
-    /// over them need not look there for what it replaced.
-    fn insert_new(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.insert(key, value)
-    }
-}
+use super::record_access::RecordAccess;
 
 /// The URLs of one hash a deletion removes.
 struct Doomed {

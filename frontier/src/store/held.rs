@@ -56,10 +56,10 @@ use std::time::{Duration, Instant};
 
 use redb::ReadableDatabase;
 
-use super::apply::RecordAccess;
 use super::names::GroupNames;
 use super::pace::Pace;
 use super::queue_counts::{GroupCounts, QueueCounts};
+use super::record_access::RecordAccess;
 use super::record_map::RecordMap;
 use super::records::{MergeCursor, RecordsRead, RecordsWrite, merging_from};
 use super::schema::{

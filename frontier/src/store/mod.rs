@@ -18,7 +18,9 @@
 //! - `compact`: the clean close, which compacts the files while small;
 //! - `held`: writes held in memory between a group's answer and the
 //!   files, and the applier that writes them; `merged`: reads that merge
-//!   what is held over a snapshot of the files; `pace`: groups paced to the
+//!   what is held over a snapshot of the files, with `merge`'s iterator;
+//!   `record_access`: the trait a group's first stage reaches records
+//!   through; `pace`: groups paced to the
 //!   applier's rate as what is held nears its limit; `record_map`: the
 //!   `url_records` writes a layer holds; `records`: `url_records` as a
 //!   base table and the recent records over it; `catch_up`:
@@ -125,12 +127,14 @@ mod error;
 mod held;
 pub mod inspect;
 mod legacy;
+mod merge;
 mod merged;
 mod names;
 mod open;
 mod pace;
 mod queue_counts;
 mod read;
+mod record_access;
 mod record_map;
 mod records;
 mod recover;

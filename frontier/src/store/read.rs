@@ -12,7 +12,8 @@ use std::ops::Bound;
 use redb::{ReadableDatabase, ReadableTable};
 
 use super::held::{Held, HeldOrder, OrderKey};
-use super::merged::{Merged, SNAPSHOT_TRIES};
+use super::merge::Merged;
+use super::merged::SNAPSHOT_TRIES;
 use super::names::Names;
 use super::records::{RecordsRead, bounds_of};
 use super::schema::{

@@ -20,7 +20,7 @@ use std::ops::{Bound, RangeBounds};
 
 use rustc_hash::FxHashMap;
 
-use super::apply::RecordKey;
+use super::schema::RecordKey;
 
 /// A held value: `None` for a removed key. Boxed, not a `Vec`: a smaller
 /// slot in the table.

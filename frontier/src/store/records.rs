@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::StoreError;
-use super::apply::RecordAccess;
-use super::merged::Merged;
+use super::merge::Merged;
+use super::record_access::RecordAccess;
 use super::record_map::RecordMap;
 use super::schema::{RecordKey, URL_RECORDS, URL_RECORDS_RECENT, open_if_exists};
 
