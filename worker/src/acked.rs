@@ -15,7 +15,7 @@ use std::time::Instant;
 use proto::urlfrontier::{self as uf, ack_message::Status as Ack};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::frontier_link::{Client, retry_delay};
+use crate::client::{Client, retry_delay};
 
 /// One kind of acknowledged call.
 pub(crate) trait AckedCall: Send + 'static {

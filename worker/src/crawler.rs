@@ -19,9 +19,8 @@
 //! reason. 429 and 503 with Retry-After also block the queue until then.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use proto::metadata;
@@ -30,200 +29,19 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use url::Url;
 
-use crate::fetch::{FetchConfig, FetchError, Fetched, Fetcher};
-use crate::frontier_link::{FrontierLink, LinkError, meta_first, meta_value};
-use crate::links::{LinkOptions, extract_links, resolve};
+pub use crate::config::{WorkerConfig, default_user_agent, product_token};
+pub use crate::error::WorkerError;
+use crate::fetch::{Fetched, Fetcher};
+use crate::frontier_link::{FrontierLink, meta_first, meta_value};
+use crate::links::{extract_links, resolve};
 use crate::output::Output;
+use crate::pacing::{HostPace, HostTurn};
 use crate::report::{CrawlLogEntry, Outcome, Reason};
 use crate::robots::{Lookup, RobotsCache, Verdict};
 use crate::seen::SeenCache;
 use crate::sitemap::parse_sitemap;
+pub use crate::stats::WorkerStats;
 use proto::urlfrontier::ack_message::Status as Ack;
-
-/// Everything a worker is told.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// The frontier's gRPC address.
-    pub frontier: String,
-    /// Calls go through this instead, to a frontier in this process
-    /// (`frontier` then only names it).
-    pub in_process: Option<proto::transport::Transport>,
-    /// Sent as `authorization: Bearer TOKEN` on every call, for a frontier
-    /// that requires its token on every call.
-    pub token: Option<String>,
-    /// TLS for `https://` frontier addresses: the CA to check the
-    /// frontier's certificate against, and this worker's own certificate
-    /// for a frontier that asks for one.
-    pub tls: proto::tls::ClientTls,
-    /// Lease from this crawl only; `None`: any crawl.
-    pub crawl: Option<String>,
-    /// Most fetches in flight.
-    pub concurrency: usize,
-    /// Most queues (hosts) held at once, each with its leased URLs.
-    pub max_queues: usize,
-    /// URLs of one queue asked for in one lease (the frontier may give
-    /// fewer: no more than its lease has room for at the host's delay).
-    pub lease_per_queue: u32,
-    /// Most URLs of one queue (host) in flight.
-    pub per_host: u32,
-    /// Most pages of one host started and not yet reported, per
-    /// `per_host` (at least 1: with 1 a fetch waits for the previous
-    /// report).
-    pub unacked_per_host: u32,
-    /// Lease length asked for, seconds.
-    pub lease_secs: u32,
-    /// WARC files and crawl log go here, when set.
-    pub output: Option<PathBuf>,
-    /// Names this worker's output files.
-    pub worker_id: String,
-    /// HTTP settings.
-    pub fetch: FetchConfig,
-    /// Transient failures retried this many times before giving up.
-    pub max_retries: u32,
-    /// Most redirects followed in a row: the target of one more is not
-    /// sent (a chain of ever new URLs would otherwise run on).
-    pub max_redirects: u32,
-    /// First retry after this long; doubling after.
-    pub retry_base: Duration,
-    /// Crawl-delay values above this are capped.
-    pub max_crawl_delay_secs: u32,
-    /// robots.txt kept this long.
-    pub robots_ttl: Duration,
-    /// An unavailable robots.txt is asked again after this long.
-    pub robots_unavailable_ttl: Duration,
-    /// Link extraction rules.
-    pub links: LinkOptions,
-    /// Longest URL sent (the frontier's limit; longer ones it refuses).
-    pub max_url_length: usize,
-    /// Links deeper than this are not sent, for a frontier with no depth
-    /// limit of its own; `None`: the frontier decides.
-    pub max_depth: Option<u32>,
-    /// URLs the seen cache holds (0: none): links the frontier already
-    /// acknowledged are not sent again.
-    pub seen_cache: usize,
-    /// WARC files rotate past this size.
-    pub warc_max_bytes: u64,
-    /// In-flight fetches get this long to finish at shutdown.
-    pub shutdown_grace: Duration,
-    /// Read sitemaps (robots.txt Sitemap lines, else /sitemap.xml).
-    pub sitemaps: bool,
-    /// Sitemap index levels followed.
-    pub max_sitemap_depth: u32,
-}
-
-impl WorkerConfig {
-    /// Defaults for a frontier address.
-    #[must_use]
-    pub fn new(frontier: &str) -> Self {
-        Self {
-            frontier: frontier.to_owned(),
-            in_process: None,
-            token: None,
-            tls: proto::tls::ClientTls::default(),
-            crawl: None,
-            concurrency: 64,
-            max_queues: 256,
-            lease_per_queue: 1024,
-            per_host: 1,
-            unacked_per_host: 16,
-            lease_secs: 60,
-            output: None,
-            worker_id: format!("worker-{}", std::process::id()),
-            fetch: FetchConfig {
-                user_agent: default_user_agent(),
-                timeout: Duration::from_secs(30),
-                max_body_bytes: 10 * 1024 * 1024,
-                max_inflight_bytes: 256 * 1024 * 1024,
-                allow_private: false,
-                proxy: None,
-            },
-            max_retries: 3,
-            max_redirects: 10,
-            retry_base: Duration::from_secs(30),
-            max_crawl_delay_secs: 30,
-            robots_ttl: Duration::from_secs(24 * 3600),
-            robots_unavailable_ttl: Duration::from_secs(600),
-            links: LinkOptions::default(),
-            max_url_length: 2048,
-            max_depth: None,
-            seen_cache: 65_536,
-            warc_max_bytes: 1 << 30,
-            shutdown_grace: Duration::from_secs(10),
-            sitemaps: true,
-            max_sitemap_depth: 2,
-        }
-    }
-}
-
-/// The default User-Agent.
-#[must_use]
-pub fn default_user_agent() -> String {
-    format!(
-        "frontierbot/{} (+https://example.invalid/crawl-frontier)",
-        env!("CARGO_PKG_VERSION")
-    )
-}
-
-/// The robots.txt product token of a User-Agent: its first word, before
-/// any `/` version.
-#[must_use]
-pub fn product_token(user_agent: &str) -> &str {
-    user_agent
-        .split(|c: char| c == '/' || c.is_whitespace())
-        .next()
-        .unwrap_or(user_agent)
-}
-
-/// Why a worker cannot run.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum WorkerError {
-    /// The frontier address is unusable.
-    #[error(transparent)]
-    Link(#[from] LinkError),
-    /// The HTTP client could not be built.
-    #[error("cannot set up HTTP: {0}")]
-    Fetch(#[from] FetchError),
-    /// The output directory cannot be written.
-    #[error("cannot write output in {path}: {source}")]
-    Output {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A configuration value is out of range.
-    #[error("invalid configuration: {0}")]
-    Config(String),
-}
-
-/// Counters of a worker's work, for progress lines and summaries.
-#[derive(Debug, Default)]
-pub struct WorkerStats {
-    /// Fetches answered, by status class (index 1..=5).
-    pub by_class: [AtomicU64; 6],
-    /// Fetches that got no answer.
-    pub failures: AtomicU64,
-    /// Body bytes read.
-    pub bytes: AtomicU64,
-    /// URLs reported done.
-    pub done: AtomicU64,
-    /// URLs rescheduled after a transient failure.
-    pub retries: AtomicU64,
-    /// URLs refused by robots.txt.
-    pub robots_refused: AtomicU64,
-    /// Outlinks the frontier took as new.
-    pub new_outlinks: AtomicU64,
-    /// Fetches in flight now.
-    pub in_flight: AtomicU64,
-    /// Links sent to the frontier.
-    pub links_sent: AtomicU64,
-    /// Links not sent: the seen cache knew the frontier has them.
-    pub links_cached: AtomicU64,
-    /// Signalled when the frontier has taken a report, so whoever waits
-    /// for a crawl's end looks at once instead of at its next tick.
-    pub reported: tokio::sync::Notify,
-}
 
 pub(crate) fn now_secs() -> u64 {
     SystemTime::now()
@@ -244,18 +62,7 @@ pub(crate) struct Context {
 
 impl Context {
     pub(crate) fn open(config: WorkerConfig, stats: Arc<WorkerStats>) -> Result<Self, WorkerError> {
-        if config.concurrency == 0
-            || config.per_host == 0
-            || config.unacked_per_host == 0
-            || config.max_queues == 0
-            || config.lease_per_queue == 0
-        {
-            return Err(WorkerError::Config(
-                "--concurrency, --max-queues, --lease-per-queue, --per-host and \
-                 --unacked-per-host must be at least 1"
-                    .into(),
-            ));
-        }
+        config.validate()?;
         let output = match &config.output {
             Some(dir) => Some(Arc::new(
                 Output::open(dir, &config.worker_id, config.warc_max_bytes).map_err(|source| {
@@ -325,11 +132,7 @@ pub(crate) struct Prepared {
 /// Everything before the fetch: the URL parsed, robots.txt asked (read
 /// first if the origin is new to the deployment; that read counts as a
 /// request to the host).
-pub(crate) async fn prepare(
-    context: &Context,
-    info: &UrlInfo,
-    pace: &crate::pipeline::HostPace,
-) -> Prepared {
+pub(crate) async fn prepare(context: &Context, info: &UrlInfo, pace: &HostPace) -> Prepared {
     let depth: u32 = meta_first(&info.metadata, metadata::DEPTH)
         .and_then(|d| d.parse().ok())
         .unwrap_or(0);
@@ -373,7 +176,11 @@ pub(crate) async fn finish(
     status: Option<u16>,
     mut log: CrawlLogEntry,
 ) {
-    let (reason, due, mut metadata) = settle(context, &info, outcome);
+    let Settled {
+        reason,
+        due,
+        mut metadata,
+    } = settle(context, &info, outcome);
     metadata.remove(metadata::QUEUE_DELAY_MS);
     metadata.insert(metadata::OUTCOME.into(), meta_value(reason.as_str()));
     if let Some(status) = status {
@@ -392,13 +199,18 @@ pub(crate) async fn finish(
     context.stats.reported.notify_one();
 }
 
-/// What to report for an outcome: the reason, the next fetch date (0:
-/// done) and the URL's metadata; a retry past the limit is given up.
-fn settle(
-    context: &Context,
-    info: &UrlInfo,
-    outcome: Outcome,
-) -> (Reason, u64, HashMap<String, proto::urlfrontier::StringList>) {
+/// What a URL's report says.
+struct Settled {
+    /// Why it ended (or is tried again).
+    reason: Reason,
+    /// When it is due again, UTC epoch seconds; 0: done.
+    due: u64,
+    /// Its metadata, with the retry count or the failure given up on.
+    metadata: HashMap<String, proto::urlfrontier::StringList>,
+}
+
+/// What to report for an outcome; a retry past the limit is given up.
+fn settle(context: &Context, info: &UrlInfo, outcome: Outcome) -> Settled {
     let retries: u32 = meta_first(&info.metadata, metadata::RETRIES)
         .and_then(|d| d.parse().ok())
         .unwrap_or(0);
@@ -407,7 +219,11 @@ fn settle(
     match outcome {
         Outcome::Done(reason) => {
             stats.done.fetch_add(1, Ordering::Relaxed);
-            (reason, 0, metadata)
+            Settled {
+                reason,
+                due: 0,
+                metadata,
+            }
         }
         Outcome::Retry(reason, at) if retries < context.config.max_retries => {
             stats.retries.fetch_add(1, Ordering::Relaxed);
@@ -417,12 +233,20 @@ fn settle(
                 metadata::RETRIES.into(),
                 meta_value((retries + 1).to_string()),
             );
-            (reason, due, metadata)
+            Settled {
+                reason,
+                due,
+                metadata,
+            }
         }
         Outcome::Retry(reason, _) => {
             stats.done.fetch_add(1, Ordering::Relaxed);
             metadata.insert(metadata::FAILURE.into(), meta_value(reason.as_str()));
-            (Reason::GaveUp, 0, metadata)
+            Settled {
+                reason: Reason::GaveUp,
+                due: 0,
+                metadata,
+            }
         }
     }
 }
@@ -453,6 +277,24 @@ fn request_head(url: &Url, user_agent: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// What a fetch came to.
+pub(crate) struct Fetch {
+    pub(crate) outcome: Outcome,
+    /// The HTTP status, when the host answered.
+    pub(crate) status: Option<u16>,
+    /// The crawl log's line so far.
+    pub(crate) log: CrawlLogEntry,
+}
+
+/// A leased URL about to be fetched, as the answer's handling needs it.
+struct Page<'a> {
+    info: &'a UrlInfo,
+    url: &'a Url,
+    depth: u32,
+    /// For a URL marked as a sitemap, its level in the sitemap tree.
+    sitemap_level: Option<u32>,
+}
+
 /// The fetch and what it gives: WARC records, outlinks (a sitemap's URLs
 /// for a URL marked as a sitemap), the outcome. The fetch slot is let go
 /// once the body is read and parsed.
@@ -461,9 +303,9 @@ pub(crate) async fn fetch_leased(
     info: &UrlInfo,
     url: &Url,
     mut log: CrawlLogEntry,
-    turn: crate::pipeline::HostTurn,
+    turn: HostTurn,
     slot: OwnedSemaphorePermit,
-) -> (Outcome, Option<u16>, CrawlLogEntry) {
+) -> Fetch {
     let depth = log.depth;
     context.stats.in_flight.fetch_add(1, Ordering::Relaxed);
     metrics::gauge!("worker_in_flight").increment(1.0);
@@ -481,19 +323,14 @@ pub(crate) async fn fetch_leased(
     context.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
     let (outcome, status) = match fetched {
         Ok(fetched) => {
-            let sitemap_level = meta_first(&info.metadata, metadata::SITEMAP)
-                .and_then(|level| level.parse::<u32>().ok());
-            answered(
-                context,
+            let page = Page {
                 info,
                 url,
                 depth,
-                fetched,
-                sitemap_level,
-                &mut log,
-                slot,
-            )
-            .await
+                sitemap_level: meta_first(&info.metadata, metadata::SITEMAP)
+                    .and_then(|level| level.parse::<u32>().ok()),
+            };
+            answered(context, &page, fetched, &mut log, slot).await
         }
         Err(error) => {
             drop(slot);
@@ -510,21 +347,27 @@ pub(crate) async fn fetch_leased(
         }
     };
     log.duration_ms = fetch_started.elapsed().as_millis() as u64;
-    (outcome, status, log)
+    Fetch {
+        outcome,
+        status,
+        log,
+    }
 }
 
-/// What an answer leads to.
-#[allow(clippy::too_many_arguments)]
+/// What an answer leads to, and its status.
 async fn answered(
     context: &Context,
-    info: &UrlInfo,
-    url: &Url,
-    depth: u32,
+    page: &Page<'_>,
     fetched: Fetched,
-    sitemap_level: Option<u32>,
     log: &mut CrawlLogEntry,
     slot: OwnedSemaphorePermit,
 ) -> (Outcome, Option<u16>) {
+    let Page {
+        info,
+        url,
+        depth,
+        sitemap_level,
+    } = *page;
     record_answer(context, url, &fetched, log).await;
     let outcome = match fetched.status {
         200..=299 if sitemap_level.is_some() => {
@@ -594,12 +437,7 @@ fn read_sitemap(
 /// another worker shelved at the frontier while current, else read from
 /// the origin (and shelved for the others; the read is a request to the
 /// host, so the pacer counts it).
-async fn lookup_robots(
-    context: &Context,
-    info: &UrlInfo,
-    url: &Url,
-    pace: &crate::pipeline::HostPace,
-) -> Lookup {
+async fn lookup_robots(context: &Context, info: &UrlInfo, url: &Url, pace: &HostPace) -> Lookup {
     let lookup = context
         .robots
         .get_or_load(url, |origin| async move {

@@ -25,8 +25,7 @@ pub struct LinkError {
     reason: String,
 }
 
-/// The client the link calls through.
-pub type Client = UrlFrontierClient<InterceptedService<Transport, Bearer>>;
+pub use crate::client::{Client, retry_delay};
 
 /// The client of our frontier's admin extensions.
 type Admin = AdminClient<InterceptedService<Transport, Bearer>>;
@@ -77,12 +76,6 @@ struct Nodes {
     /// Where the next lease goes (0: the entry).
     next: usize,
     refreshed: Option<std::time::Instant>,
-}
-
-/// Delay before the `attempt`-th retry: doubling from 100 ms, at most 10 s.
-#[must_use]
-pub fn retry_delay(attempt: u32) -> Duration {
-    Duration::from_millis(100_u64.saturating_mul(1 << attempt.min(7)).min(10_000))
 }
 
 impl FrontierLink {

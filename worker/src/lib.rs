@@ -14,17 +14,25 @@
 //!   and our frontier's extensions (robots.txt shelf, millisecond delays).
 //! - `acked`: the long-lived report and outlink streams under it.
 //! - [`seen`]: links the frontier already acknowledged, not sent again.
-//! - [`pipeline`]: the lease loop and each leased host's paced pipeline.
+//! - [`config`]: what a worker is told, and the one check of it;
+//!   [`error`]: why a worker cannot run; [`stats`]: its counters.
+//! - [`pacing`]: politeness per host: when a host's next request may start.
+//! - [`pipeline`]: the lease loop and each leased host's pipeline.
 //! - [`crawler`]: the steps of one leased URL.
 mod acked;
+mod client;
+pub mod config;
 pub mod crawler;
+pub mod error;
 pub mod fetch;
 pub mod frontier_link;
 pub mod links;
 pub mod output;
+pub mod pacing;
 pub mod pipeline;
 pub mod report;
 pub mod robots;
 pub mod seen;
 pub mod sitemap;
 pub mod ssrf;
+pub mod stats;
