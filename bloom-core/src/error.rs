@@ -66,7 +66,7 @@ pub enum SnapshotError {
     #[error("not a bloom-core snapshot (bad magic)")]
     BadMagic,
     /// Written by a format version this build does not read.
-    #[error("snapshot format version {0} is not supported (this build reads version {supported})", supported = crate::snapshot::FORMAT_VERSION)]
+    #[error("snapshot format version {0} is not supported (this build reads version {supported})", supported = crate::format::FORMAT_VERSION)]
     UnsupportedVersion(u16),
     /// A snapshot of another filter type (e.g. a counting filter read as a
     /// plain one).

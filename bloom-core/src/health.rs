@@ -1,6 +1,6 @@
 //! Health figures: what an operator reads to judge a filter.
 
-use crate::filter::Layout;
+use crate::layout::Layout;
 
 /// One filter's figures at one moment.
 #[derive(Debug, Clone, Copy, PartialEq)]

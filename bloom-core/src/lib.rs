@@ -5,14 +5,14 @@
 //! - [`hash`]: the one stable 128-bit key hash ([`KeyHash`], xxh3-128 with a
 //!   fixed seed) and the probe sequences derived from it.
 //! - [`filter`]: [`BloomFilter`], lock-free on atomic words, in the standard,
-//!   the cache-line-blocked or the split-block [`Layout`]; health figures,
-//!   union, batch queries and inserts, snapshots.
+//!   the cache-line-blocked or the split-block [`Layout`] ([`layout`]);
+//!   health figures, union, batch queries and inserts, snapshots.
 //! - [`frozen`]: [`FrozenBloomFilter`], a filter that takes no more inserts,
 //!   over plain words, for the fastest queries.
 //! - `probe` (private): where a key's bits are and whether they are set,
 //!   written once for atomic and plain words; `kernels` (private): the
 //!   probe functions each filter calls through, chosen when it is made for
-//!   its layout, hash count and CPU; `accel` (private): the split-block
+//!   its layout, hash count and CPU (`kernel_choice`); `accel` (private): the split-block
 //!   kernels and batches compiled for AVX2 and BMI2; `bits`: the
 //!   cache-line-aligned word array.
 //! - [`counting`]: [`CountingBloomFilter`], 4-bit saturating counters, for
@@ -21,7 +21,8 @@
 //!   total health, and the online rebuild of one partition.
 //! - [`model`]: sizing from (n, p) and the false-positive models of every
 //!   layout.
-//! - [`snapshot`]: the versioned, checksummed binary format.
+//! - [`snapshot`]: the versioned, checksummed binary format (its version
+//!   in `format`).
 //! - [`error`]: the typed errors.
 //!
 //! No I/O beyond the `Read`/`Write` a caller hands to the snapshot methods,
@@ -40,6 +41,8 @@
 
 mod accel;
 mod bits;
+mod format;
+mod kernel_choice;
 mod kernels;
 mod probe;
 mod sync;
@@ -51,6 +54,7 @@ pub mod filter;
 pub mod frozen;
 pub mod hash;
 pub mod health;
+pub mod layout;
 pub mod model;
 pub mod partitioned;
 pub mod snapshot;

@@ -6,9 +6,9 @@
 //! into it).
 
 use crate::bits::{Lines, WORDS_PER_BLOCK};
-use crate::filter::Layout;
 use crate::hash::{BlockPositions, KeyHash, Probes, SplitPositions, reduce};
 use crate::health::FilterHealth;
+use crate::layout::Layout;
 use crate::model::{
     self, BLOCK_BITS, SPLIT_256_BUCKET_BITS, SPLIT_256_WORD_BITS, SPLIT_WORD_BITS, SPLIT_WORDS,
 };

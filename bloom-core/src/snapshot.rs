@@ -30,11 +30,10 @@ use std::io::{Read, Write};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::SnapshotError;
-use crate::filter::Layout;
 use crate::hash::{HASH_ID, HASH_SEED};
+use crate::layout::Layout;
 
-/// The snapshot format this build writes and reads.
-pub const FORMAT_VERSION: u16 = 1;
+pub use crate::format::FORMAT_VERSION;
 
 const MAGIC: [u8; 8] = *b"BLMCORE\0";
 const HEADER_LEN: usize = 48;

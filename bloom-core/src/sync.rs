@@ -159,7 +159,7 @@ pub(crate) fn set_bit_exclusive(word: &mut AtomicU64, bit: u32) -> bool {
 
 /// Asks the CPU to start loading the cache line holding `word`.
 ///
-/// This is the crate's one use of `unsafe`, and it pays by measurement: a
+/// The hint is `unsafe` (an intrinsic), and it pays by measurement: a
 /// batch query that merely *loads* a word of each upcoming key cannot run
 /// ahead, because each such load blocks retirement until its miss is served
 /// and the reorder buffer fills with the current keys' probe arithmetic. A
