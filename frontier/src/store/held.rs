@@ -51,11 +51,14 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar};
 use std::time::{Duration, Instant};
 
 use redb::ReadableDatabase;
 
+use super::locks::{
+    OrderedMutex, OrderedMutexGuard, OrderedReadGuard, OrderedRwLock, OrderedWriteGuard, Rank,
+};
 use super::names::GroupNames;
 use super::pace::Pace;
 use super::queue_counts::{GroupCounts, QueueCounts};
@@ -216,23 +219,23 @@ fn overlay<K: Ord, V>(
 }
 
 /// Held writes and what coordinates them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct HeldWrites {
-    pub(super) state: RwLock<Held>,
+    pub(super) state: OrderedRwLock<Held>,
     /// Wakes the applier (something to write) and writers waiting for room.
-    signal: Mutex<()>,
+    signal: OrderedMutex<()>,
     changed: Condvar,
     /// Whether groups are held: an applier runs.
     on: AtomicBool,
     /// Held by whoever writes what is held to the files (the applier, or a
     /// drain), and by a reopening of the files.
-    pub(super) applying: Mutex<()>,
+    pub(super) applying: OrderedMutex<()>,
     /// The applier's rate, and when the next group may go.
-    pace: Mutex<Pace>,
+    pace: OrderedMutex<Pace>,
     /// Held through a checkpoint of held writes, taken before the other
     /// locks: one at a time starts the log's new pass, which copies the
     /// kept records into the spare file off the writer's lock.
-    checkpointing: Mutex<()>,
+    checkpointing: OrderedMutex<()>,
     /// Where the applier's next copy starts merging the recent records
     /// into the base table (module `records`).
     merge_cursor: MergeCursor,
@@ -246,20 +249,36 @@ pub(super) struct HeldWrites {
     pub(super) files_read: std::sync::atomic::AtomicU64,
     /// Tests: what to run at a named point of a read, once.
     #[cfg(test)]
-    pub(super) race: Mutex<Option<(&'static str, RaceHook)>>,
+    pub(super) race: OrderedMutex<Option<(&'static str, RaceHook)>>,
+}
+
+impl Default for HeldWrites {
+    fn default() -> Self {
+        Self {
+            state: OrderedRwLock::with_default(Rank::Held),
+            signal: OrderedMutex::new(Rank::Signal, ()),
+            changed: Condvar::new(),
+            on: AtomicBool::new(false),
+            applying: OrderedMutex::new(Rank::Applying, ()),
+            pace: OrderedMutex::with_default(Rank::Pace),
+            checkpointing: OrderedMutex::new(Rank::Checkpointing, ()),
+            merge_cursor: MergeCursor::default(),
+            unwritten_bytes: AtomicU64::new(0),
+            #[cfg(test)]
+            files_read: std::sync::atomic::AtomicU64::new(0),
+            #[cfg(test)]
+            race: OrderedMutex::new(Rank::TestHook, None),
+        }
+    }
 }
 
 impl HeldWrites {
-    pub(super) fn read(&self) -> std::sync::RwLockReadGuard<'_, Held> {
-        self.state
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(super) fn read(&self) -> OrderedReadGuard<'_, Held> {
+        self.state.read()
     }
 
-    pub(super) fn write(&self) -> std::sync::RwLockWriteGuard<'_, Held> {
-        self.state
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(super) fn write(&self) -> OrderedWriteGuard<'_, Held> {
+        self.state.write()
     }
 
     /// Records what `held` (this state, under its lock) holds that the
@@ -274,33 +293,23 @@ impl HeldWrites {
         self.unwritten_bytes.load(Ordering::Acquire)
     }
 
-    pub(super) fn lock_applying(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.applying
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(super) fn lock_applying(&self) -> OrderedMutexGuard<'_, ()> {
+        self.applying.lock()
     }
 
-    fn lock_pace(&self) -> std::sync::MutexGuard<'_, Pace> {
-        self.pace
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock_pace(&self) -> OrderedMutexGuard<'_, Pace> {
+        self.pace.lock()
     }
 
     fn notify(&self) {
-        let _signal = self
-            .signal
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _signal = self.signal.lock();
         self.changed.notify_all();
     }
 
     fn wait(&self, until: impl Fn() -> bool, timeout: Duration) {
-        let signal = self
-            .signal
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let signal = self.signal.lock();
         if !until() {
-            let _ = self.changed.wait_timeout(signal, timeout);
+            let _ = signal.wait_on_timeout(&self.changed, timeout);
         }
     }
 }
@@ -586,10 +595,7 @@ impl Store {
             Ok((results, view.own, changes, counts))
         })();
         if worked.is_err() {
-            self.names
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .roll_back(mark);
+            self.names.write().roll_back(mark);
         }
         worked
     }
@@ -759,10 +765,7 @@ impl Store {
             })
         };
         records?;
-        self.names
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .persisted_up_to(names_upto);
+        self.names.write().persisted_up_to(names_upto);
         order?;
         drop(files);
         let mut main_file = self.lock_main_file();
@@ -860,11 +863,7 @@ impl Store {
     /// The applier's checkpoint, due or not.
     pub(super) fn checkpoint_held(&self) -> Result<(), StoreError> {
         let started = Instant::now();
-        let _checkpointing = self
-            .held
-            .checkpointing
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _checkpointing = self.held.checkpointing.lock();
         let applying = self.held.lock_applying();
         self.check_poisoned()?;
         let upto = self.lock_main_file().lsn;
@@ -1057,7 +1056,7 @@ mod tests {
             assert!(store.insert_if_absent(&urls).unwrap().iter().all(|s| *s));
             inserted += 5;
             store.forget_records_snapshot();
-            *store.held.race.lock().unwrap() = Some((at, let_go));
+            *store.held.race.lock() = Some((at, let_go));
             inserted
         };
         // The serving order's snapshots, opened before the layer goes.

@@ -65,7 +65,7 @@ impl Store {
     /// records were converted.
     pub(super) fn convert_urls_file(urls_db: &Database, store_id: u64) -> Result<u64, StoreError> {
         let lsn = urls_lsn(&urls_db.begin_read()?)?;
-        let names = std::sync::RwLock::new(Names::default());
+        let names = super::locks::OrderedRwLock::new(super::locks::Rank::Names, Names::default());
         let keys = UrlKeys {
             names: &names,
             hasher: UrlHasher::new(store_id),

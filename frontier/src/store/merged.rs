@@ -49,7 +49,7 @@ impl Store {
     #[cfg(test)]
     pub(super) fn race_point(&self, point: &str) {
         let hook = {
-            let mut race = self.held.race.lock().unwrap();
+            let mut race = self.held.race.lock();
             match *race {
                 Some((at, _)) if at == point => race.take(),
                 _ => None,

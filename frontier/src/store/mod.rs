@@ -6,6 +6,8 @@
 //! - this file: the [`Store`], its locks, the group's two stages and
 //!   checkpoints;
 //! - `schema`: every table and `meta` key of both files;
+//! - `locks`: the store's locks and the one order they are taken in,
+//!   checked in debug builds;
 //! - `types`: what each write of a group did, the queue record (the
 //!   writes themselves are [`crate::write_ops`]);
 //! - `queue_counts`: queue count changes summed in memory and written by
@@ -127,6 +129,7 @@ mod error;
 mod held;
 pub mod inspect;
 mod legacy;
+mod locks;
 mod merge;
 mod merged;
 mod names;
@@ -143,7 +146,7 @@ mod settings;
 mod types;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
+use std::sync::Condvar;
 use std::time::{Duration, Instant};
 
 #[cfg(test)]
@@ -151,6 +154,7 @@ use redb::ReadableDatabase;
 use redb::{Database, ReadableTable};
 
 pub use self::error::StoreError;
+use self::locks::{OrderedMutex, OrderedMutexGuard, OrderedReadGuard, OrderedRwLock};
 use self::names::Names;
 pub use self::open::{OLDEST_SCHEMA_READ_AS_IS, StoreOptions};
 use self::queue_counts::{GroupCounts, QueueCounts};
@@ -214,13 +218,24 @@ fn decode_queue(crawl: &str, queue: &str, bytes: &[u8]) -> Result<QueueRecord, S
 }
 
 /// An open store.
+///
+/// # Locks
+///
+/// Each part of the store owns its lock: the log and the urls file
+/// (`writer`), the main file's progress (`main_file`), the files
+/// themselves (`files`), the numbers (`names`), the counts
+/// (`applied_counts`), the held layer's own (module `held`). A thread takes
+/// them only in the order of `locks::Rank`: checkpointing, writer,
+/// applying, signal, held, main file, files, names, counts, pace, poison.
+/// Debug builds check every acquisition against it and panic, naming both
+/// locks, at the first out of order.
 pub struct Store {
     /// The two redb files; `None` only while a recovery that failed left
     /// them closed (module `recover`).
-    files: std::sync::RwLock<Option<Files>>,
+    files: OrderedRwLock<Option<Files>>,
     /// Set when a write to the files failed: redb then refuses every call
     /// until they are reopened ([`Store::recover`]).
-    poisoned: std::sync::Mutex<Option<Poison>>,
+    poisoned: OrderedMutex<Option<Poison>>,
     /// redb's page cache per file, for a reopening.
     cache_bytes: usize,
     path: PathBuf,
@@ -228,21 +243,18 @@ pub struct Store {
     min_free_bytes: u64,
     /// Groups are logged and applied to `urls.redb` under this lock, so the
     /// log's records and the urls file's transactions happen in one order.
-    writer: Mutex<Writer>,
-    /// Transactions on `frontier.redb` run under this lock (after `writer`
-    /// when both are taken); `main_file_applied` wakes whoever waits for a group's
-    /// second stage.
-    main_file: Mutex<MainFileProgress>,
+    writer: OrderedMutex<Writer>,
+    /// Transactions on `frontier.redb` run under this lock;
+    /// `main_file_applied` wakes whoever waits for a group's second stage.
+    main_file: OrderedMutex<MainFileProgress>,
     main_file_applied: Condvar,
     /// The numbers of crawls and queues (module `names`): given by first
     /// stages, read by everyone.
-    names: std::sync::RwLock<Names>,
+    names: OrderedRwLock<Names>,
     hasher: UrlHasher,
     /// Queue count changes of the groups in the files since the last
-    /// checkpoint, not yet in the `queues` table (see
-    /// `queue_counts`). Taken after `writer` or `held` when both
-    /// are.
-    applied_counts: Mutex<QueueCounts>,
+    /// checkpoint, not yet in the `queues` table (module `queue_counts`).
+    applied_counts: OrderedMutex<QueueCounts>,
     /// Groups answered but not yet in the files (module `held`).
     held: held::HeldWrites,
 }
@@ -263,7 +275,7 @@ struct Files {
 }
 
 /// The files, read-locked for a call (a recovery takes them whole).
-struct FilesGuard<'a>(std::sync::RwLockReadGuard<'a, Option<Files>>);
+struct FilesGuard<'a>(OrderedReadGuard<'a, Option<Files>>);
 
 impl std::ops::Deref for FilesGuard<'_> {
     type Target = Files;
@@ -362,7 +374,7 @@ impl UrlHasher {
 
 /// What turns a URL into its keys: the store's names and its hash.
 pub(super) struct UrlKeys<'a> {
-    names: &'a std::sync::RwLock<Names>,
+    names: &'a OrderedRwLock<Names>,
     hasher: UrlHasher,
 }
 
@@ -401,25 +413,16 @@ impl Drop for Store {
 }
 
 impl Store {
-    fn lock_writer(&self) -> std::sync::MutexGuard<'_, Writer> {
-        // A panic while holding the lock leaves the log as consistent as any
-        // failed write does: its `len` only moves past complete records; the
-        // held queue counts change only after a commit.
-        self.writer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock_writer(&self) -> OrderedMutexGuard<'_, Writer> {
+        self.writer.lock()
     }
 
-    fn lock_counts(&self) -> std::sync::MutexGuard<'_, QueueCounts> {
-        self.applied_counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock_counts(&self) -> OrderedMutexGuard<'_, QueueCounts> {
+        self.applied_counts.lock()
     }
 
-    fn lock_main_file(&self) -> std::sync::MutexGuard<'_, MainFileProgress> {
-        self.main_file
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock_main_file(&self) -> OrderedMutexGuard<'_, MainFileProgress> {
+        self.main_file.lock()
     }
 
     /// A group's first step either way it is applied: the store is checked
@@ -501,10 +504,7 @@ impl Store {
 
     /// The files, for one call.
     fn files(&self) -> Result<FilesGuard<'_>, StoreError> {
-        let files = self
-            .files
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let files = self.files.read();
         if files.is_none() {
             return Err(StoreError::Closed(
                 "closed at shutdown, or an earlier reopening failed".to_owned(),
@@ -515,11 +515,7 @@ impl Store {
 
     /// Fails while a failed write keeps the files unusable.
     fn check_poisoned(&self) -> Result<(), StoreError> {
-        match &*self
-            .poisoned
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-        {
+        match &*self.poisoned.lock() {
             Some(poison) => Err(StoreError::Poisoned {
                 reason: poison.reason.clone(),
                 disk_full: poison.disk_full,
@@ -536,10 +532,7 @@ impl Store {
                 disk_full: error.is_disk_full(),
             };
             tracing::error!(%error, "a write to the store's files failed; writes refused until they are reopened");
-            self.poisoned
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get_or_insert(poison);
+            self.poisoned.lock().get_or_insert(poison);
         }
     }
 
@@ -628,10 +621,7 @@ impl Store {
         let mut main_file = self.lock_main_file();
         while main_file.lsn < lsn {
             Self::check_main_file(&main_file)?;
-            main_file = self
-                .main_file_applied
-                .wait(main_file)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            main_file = main_file.wait_on(&self.main_file_applied);
         }
         Self::check_main_file(&main_file)
     }
@@ -639,7 +629,7 @@ impl Store {
     /// The writer lock, at a moment when `frontier.redb` holds every group
     /// staged. Never waits while holding the lock: a second stage may be
     /// waiting in the commit hook for a lock whose holder waits for this one.
-    fn lock_drained_writer(&self) -> Result<std::sync::MutexGuard<'_, Writer>, StoreError> {
+    fn lock_drained_writer(&self) -> Result<OrderedMutexGuard<'_, Writer>, StoreError> {
         loop {
             let writer = self.lock_writer();
             writer.wal.check_writable()?;
@@ -874,11 +864,7 @@ impl Store {
         ops: &[WriteOp],
         lsn: u64,
     ) -> Result<(Vec<Applied>, Vec<MainFileChange>, GroupCounts), StoreError> {
-        let mark = keys
-            .names
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .mark();
+        let mark = keys.names.read().mark();
         let committed = (|| {
             let mut write = urls_db.begin_write()?;
             write.set_durability(redb::Durability::None)?;
@@ -886,10 +872,7 @@ impl Store {
             write.commit()?;
             Ok(applied)
         })();
-        let mut names = keys
-            .names
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut names = keys.names.write();
         match &committed {
             Ok(_) => {
                 let given = names.mark();

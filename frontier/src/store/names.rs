@@ -19,6 +19,7 @@ use std::sync::Arc;
 use redb::ReadableTable;
 
 use super::StoreError;
+use super::locks::{OrderedReadGuard, OrderedRwLock, OrderedWriteGuard};
 use super::schema::{CRAWL_NAMES, QUEUE_NAMES, open_if_exists};
 
 /// The numbers of a store's crawls and queues, both ways.
@@ -196,7 +197,7 @@ impl Names {
 /// once, and written to the file in the group's transaction, or (a group
 /// held in memory) by the one that writes it to the file.
 pub(super) struct GroupNames<'a, 't> {
-    names: &'a std::sync::RwLock<Names>,
+    names: &'a OrderedRwLock<Names>,
     tables: Option<NameTables<'t>>,
 }
 
@@ -207,7 +208,7 @@ struct NameTables<'t> {
 
 impl<'a, 't> GroupNames<'a, 't> {
     pub(super) fn open(
-        names: &'a std::sync::RwLock<Names>,
+        names: &'a OrderedRwLock<Names>,
         write: &'t redb::WriteTransaction,
     ) -> Result<Self, StoreError> {
         Ok(Self {
@@ -220,23 +221,19 @@ impl<'a, 't> GroupNames<'a, 't> {
     }
 
     /// The names of a group whose writes are held in memory.
-    pub(super) fn deferred(names: &'a std::sync::RwLock<Names>) -> Self {
+    pub(super) fn deferred(names: &'a OrderedRwLock<Names>) -> Self {
         Self {
             names,
             tables: None,
         }
     }
 
-    pub(super) fn read(&self) -> std::sync::RwLockReadGuard<'a, Names> {
-        self.names
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(super) fn read(&self) -> OrderedReadGuard<'a, Names> {
+        self.names.read()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'a, Names> {
-        self.names
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn write(&self) -> OrderedWriteGuard<'a, Names> {
+        self.names.write()
     }
 
     /// A crawl's number, given now if it has none.

@@ -9,11 +9,12 @@
 //! such a store never served a call, so its files are made again.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
+use std::sync::Condvar;
 
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::legacy::converted_urls_file;
+use super::locks::{OrderedMutex, OrderedRwLock, Rank};
 use super::names::Names;
 use super::queue_counts::QueueCounts;
 use super::schema::{
@@ -285,7 +286,10 @@ impl Store {
             mask: hash_mask,
             ..UrlHasher::new(store_id)
         };
-        let names = std::sync::RwLock::new(Names::load(&urls_db.begin_read()?)?);
+        let names = super::locks::OrderedRwLock::new(
+            super::locks::Rank::Names,
+            Names::load(&urls_db.begin_read()?)?,
+        );
         let keys = UrlKeys {
             names: &names,
             hasher,
@@ -295,20 +299,23 @@ impl Store {
         wal.checkpointed();
         wal.keep_free(options.min_free_bytes);
         Ok(Self {
-            files: std::sync::RwLock::new(Some(Files { db, urls_db })),
-            poisoned: Mutex::new(None),
+            files: OrderedRwLock::new(Rank::Files, Some(Files { db, urls_db })),
+            poisoned: OrderedMutex::new(Rank::Poisoned, None),
             cache_bytes: cache,
             path,
             min_free_bytes: options.min_free_bytes,
-            writer: Mutex::new(Writer { wal }),
-            main_file: Mutex::new(MainFileProgress {
-                lsn: last,
-                halted: None,
-            }),
+            writer: OrderedMutex::new(Rank::Writer, Writer { wal }),
+            main_file: OrderedMutex::new(
+                Rank::MainFile,
+                MainFileProgress {
+                    lsn: last,
+                    halted: None,
+                },
+            ),
             main_file_applied: Condvar::new(),
             names,
             hasher,
-            applied_counts: Mutex::new(QueueCounts::default()),
+            applied_counts: OrderedMutex::with_default(Rank::Counts),
             held: super::held::HeldWrites::default(),
         })
     }
@@ -572,7 +579,10 @@ impl Store {
             Err(WalError::Missing { .. }) if !log_required => Vec::new(),
             Err(error) => return Err(error.into()),
         };
-        let names = std::sync::RwLock::new(Names::load(&urls_db.begin_read()?)?);
+        let names = super::locks::OrderedRwLock::new(
+            super::locks::Rank::Names,
+            Names::load(&urls_db.begin_read()?)?,
+        );
         let keys = UrlKeys {
             names: &names,
             hasher: UrlHasher::new(store_id),

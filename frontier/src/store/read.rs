@@ -186,10 +186,8 @@ fn url_and_record(
 }
 
 impl Store {
-    pub(super) fn read_names(&self) -> std::sync::RwLockReadGuard<'_, Names> {
-        self.names
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(super) fn read_names(&self) -> super::locks::OrderedReadGuard<'_, Names> {
+        self.names.read()
     }
 
     /// The URLs and records of one value, in entry order.
@@ -288,8 +286,9 @@ impl Store {
         // is counted twice or missed.
         let (read, held) = {
             let _writer = self.lock_drained_writer()?;
+            let files = self.files()?;
             let counts = self.lock_counts();
-            (self.files()?.db.begin_read()?, counts.clone())
+            (files.db.begin_read()?, counts.clone())
         };
         let mut records = std::collections::BTreeMap::new();
         if let Some(table) = open_if_exists(&read, QUEUES)? {

@@ -48,10 +48,7 @@ impl Store {
             )));
         }
         self.forget_records_snapshot();
-        let mut files = self
-            .files
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut files = self.files.write();
         // Closed first: a file's lock goes with its last handle.
         drop(files.take());
         let data_dir = self.data_dir().to_owned();
@@ -62,7 +59,10 @@ impl Store {
             let records = wal::read_records(&data_dir, durable)?.records;
             // The names as the reopened file has them, with those of the
             // groups replayed.
-            let names = std::sync::RwLock::new(Names::load(&urls_db.begin_read()?)?);
+            let names = super::locks::OrderedRwLock::new(
+                super::locks::Rank::Names,
+                Names::load(&urls_db.begin_read()?)?,
+            );
             let keys = UrlKeys {
                 names: &names,
                 hasher: self.hasher,
@@ -75,9 +75,7 @@ impl Store {
                 writer.wal.path(),
                 &records,
             )?;
-            let names = names
-                .into_inner()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let names = names.into_inner();
             Ok((Files { db, urls_db }, names, last))
         })();
         let (reopened, names, last) =
@@ -97,18 +95,12 @@ impl Store {
             *held = super::held::Held::default();
             self.held.note_unwritten(&held);
         }
-        *self
-            .names
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = names;
+        *self.names.write() = names;
         // The replay made every group durable, queue counts included.
         *self.lock_counts() = QueueCounts::default();
         writer.wal.checkpointed();
         main_file.lsn = last;
-        *self
-            .poisoned
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        *self.poisoned.lock() = None;
         tracing::info!(
             last,
             "store files reopened and the write-ahead log replayed; writes resume"
