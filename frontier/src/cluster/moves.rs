@@ -1,5 +1,5 @@
 //! Partition moves: a partition's records go from one node to another while
-//! the crawl goes on (ARCHITECTURE.md: the move protocol).
+//! the crawl goes on (docs/design/cluster.md: the move protocol).
 //!
 //! etcd holds each move under `moves/P` (at most a few at once), draining
 //! nodes under `draining/ID`, and the map. The leader plans: it rebalances
