@@ -629,14 +629,14 @@ impl Ingest {
     pub fn shutdown(mut self) -> Result<(), IngestError> {
         // Dropping the committer drains its queue and joins its thread.
         drop(self.committer.take());
-        let token = KeyHash::of(
-            &std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos()
-                .to_le_bytes(),
-        )
-        .to_u128() as u64;
+        let mut nonce = [0_u8; 16];
+        if getrandom::fill(&mut nonce).is_err() {
+            // No OS randomness: a moment and the process serve to tell
+            // one shutdown's snapshots from another's.
+            nonce[..8].copy_from_slice(&crate::time::Timestamp::now().unix_millis().to_le_bytes());
+            nonce[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+        }
+        let token = KeyHash::of(&nonce).to_u128() as u64;
         snapshots::write(self.store.data_dir(), &self.filters, token)
             .map_err(IngestError::Snapshot)?;
         self.store.set_clean_shutdown_token(Some(token))?;

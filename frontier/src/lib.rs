@@ -47,8 +47,9 @@
 //!   for a clean shutdown when the last of them lets go.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`dashboard`]: the web endpoint: `/metrics` and the live dashboard.
-//! - [`time`]: the scheduler's millisecond clock ([`time::Timestamp`])
-//!   and how it meets the epoch seconds the API and the store carry.
+//! - [`time`]: [`time::Timestamp`] (from `proto`, shared with the
+//!   worker) and how it meets the epoch seconds the API and the store
+//!   carry.
 //! - `throttle`: warnings that repeat while a condition lasts, logged at
 //!   most once per interval.
 //!
@@ -76,6 +77,6 @@ pub mod service;
 pub mod snapshots;
 pub mod store;
 mod throttle;
-pub mod time;
+pub use proto::time;
 pub mod wal;
 pub mod write_ops;

@@ -17,6 +17,8 @@
 //!   binaries serve.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server
 //!   reflection.
+//! - [`time`]: [`time::Timestamp`], the moment to the millisecond both
+//!   programs use, and the one read of the system clock.
 //! - [`tls`]: TLS on the client side of every gRPC link, and node
 //!   addresses (as ListNodes lists them) as endpoints to dial.
 //! - [`transport`]: what clients call through: a network channel, or a
@@ -26,6 +28,7 @@ pub mod bearer;
 pub mod codec;
 pub mod metadata;
 pub mod metrics_endpoint;
+pub mod time;
 pub mod tls;
 pub mod transport;
 

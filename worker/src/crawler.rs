@@ -21,7 +21,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use proto::time::Timestamp;
 
 use proto::metadata;
 use proto::urlfrontier::UrlInfo;
@@ -43,10 +45,9 @@ use crate::sitemap::parse_sitemap;
 pub use crate::stats::WorkerStats;
 use proto::urlfrontier::ack_message::Status as Ack;
 
+/// Now, in the whole UTC epoch seconds the API's dates carry.
 pub(crate) fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    Timestamp::now().unix_secs()
 }
 
 /// Shared by the loop and its tasks.
@@ -501,9 +502,7 @@ fn shelved_rules(
 }
 
 fn now_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    Timestamp::now().unix_millis()
 }
 
 /// Why robots.txt keeps the fetch from going ahead, if it does.
@@ -610,10 +609,11 @@ fn retry_after(fetched: &Fetched) -> Option<u64> {
     if let Ok(secs) = value.parse::<u64>() {
         return Some(now_secs() + secs.min(24 * 3600));
     }
-    httpdate::parse_http_date(value)
-        .ok()
-        .and_then(|time| time.duration_since(UNIX_EPOCH).ok())
-        .map(|d| d.as_secs().min(now_secs() + 24 * 3600))
+    httpdate::parse_http_date(value).ok().map(|time| {
+        Timestamp::from_system_time(time)
+            .unix_secs()
+            .min(now_secs() + 24 * 3600)
+    })
 }
 
 fn html_outlinks(

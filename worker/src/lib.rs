@@ -17,7 +17,8 @@
 //! - [`config`]: what a worker is told, and the one check of it;
 //!   [`error`]: why a worker cannot run; [`stats`]: its counters.
 //! - [`pacing`]: politeness per host: when a host's next request may start.
-//! - [`pipeline`]: the lease loop and each leased host's pipeline.
+//! - [`pipeline`]: the lease loop and each leased host's pipeline;
+//!   `shutdown`: the stop every loop listens to.
 //! - [`crawler`]: the steps of one leased URL.
 mod acked;
 mod client;
@@ -33,6 +34,7 @@ pub mod pipeline;
 pub mod report;
 pub mod robots;
 pub mod seen;
+mod shutdown;
 pub mod sitemap;
 pub mod ssrf;
 pub mod stats;

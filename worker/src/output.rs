@@ -37,14 +37,12 @@ fn digest_of_parts(parts: &[&[u8]]) -> String {
 }
 
 fn warc_date() -> String {
-    httpdate_to_iso(std::time::SystemTime::now())
+    iso_date(proto::time::Timestamp::now().unix_secs())
 }
 
-/// UTC as `YYYY-MM-DDTHH:MM:SSZ` (WARC-Date), without a date crate.
-fn httpdate_to_iso(time: std::time::SystemTime) -> String {
-    let secs = time
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+/// A UTC epoch second as `YYYY-MM-DDTHH:MM:SSZ` (WARC-Date), without a
+/// date crate.
+fn iso_date(secs: u64) -> String {
     let (days, rest) = (secs / 86_400, secs % 86_400);
     // Civil from days (Howard Hinnant's algorithm).
     let z = days as i64 + 719_468;
@@ -222,9 +220,7 @@ impl WarcFile {
                 .push(std::thread::spawn(move || file.sync_all()));
         }
         self.serial += 1;
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let stamp = proto::time::Timestamp::now().unix_secs();
         let name = format!(
             "crawl-{}-{stamp}-{:05}.warc.gz",
             self.worker_id, self.serial
@@ -579,7 +575,6 @@ mod tests {
 
     #[test]
     fn dates_are_iso_utc() {
-        let time = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        assert_eq!(httpdate_to_iso(time), "2023-11-14T22:13:20Z");
+        assert_eq!(iso_date(1_700_000_000), "2023-11-14T22:13:20Z");
     }
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use proto::metadata;
 use proto::urlfrontier::{GetParams, UrlInfo, get_params};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::config::WorkerConfig;
@@ -38,6 +38,7 @@ use crate::error::WorkerError;
 use crate::frontier_link::meta_first;
 use crate::pacing::Hosts;
 pub use crate::pacing::{Pacer, Turn};
+use crate::shutdown::Shutdown;
 use crate::stats::WorkerStats;
 
 /// The frontier's delay for a served URL's queue, when it says.
@@ -53,17 +54,30 @@ fn frontier_delay(info: &UrlInfo) -> Duration {
 pub async fn run(
     config: WorkerConfig,
     stats: Arc<WorkerStats>,
-    shutdown: impl Future<Output = ()>,
+    signal: impl Future<Output = ()>,
 ) -> Result<(), WorkerError> {
     let context = Arc::new(Context::open(config, stats)?);
+    let (trigger, shutdown) = crate::shutdown::channel();
+    let ((), hosts) = tokio::join!(
+        async {
+            signal.await;
+            trigger.start();
+        },
+        lease(&context, shutdown),
+    );
+    context.finish(hosts).await;
+    Ok(())
+}
+
+/// The lease loop, until the stop: answers the host pipelines still
+/// running, which hear the stop too.
+async fn lease(context: &Arc<Context>, mut shutdown: Shutdown) -> JoinSet<()> {
     let slots = Arc::new(Semaphore::new(context.config.concurrency));
     let paces = Arc::new(Hosts::new(Duration::from_secs(u64::from(
         context.config.max_crawl_delay_secs,
     ))));
-    let (stop, stopping) = watch::channel(false);
     let mut hosts = JoinSet::new();
     let mut idle_rounds = 0_u32;
-    tokio::pin!(shutdown);
     loop {
         while let Some(done) = hosts.try_join_next() {
             if let Err(error) = done {
@@ -73,7 +87,7 @@ pub async fn run(
         let room = context.config.max_queues.saturating_sub(hosts.len());
         if room == 0 {
             tokio::select! {
-                _ = &mut shutdown => break,
+                () = shutdown.started() => break,
                 _ = hosts.join_next() => {}
             }
             continue;
@@ -87,7 +101,7 @@ pub async fn run(
         };
         let leased_at = Instant::now();
         let leased = tokio::select! {
-            _ = &mut shutdown => break,
+            () = shutdown.started() => break,
             leased = context.link.lease(params) => leased,
         };
         let infos = match leased {
@@ -96,7 +110,7 @@ pub async fn run(
                 tracing::warn!(%status, "GetURLs failed; retrying");
                 idle_rounds = idle_rounds.saturating_add(1);
                 tokio::select! {
-                    _ = &mut shutdown => break,
+                    () = shutdown.started() => break,
                     () = tokio::time::sleep(crate::frontier_link::retry_delay(idle_rounds)) => {}
                 }
                 continue;
@@ -109,7 +123,7 @@ pub async fn run(
             idle_rounds = idle_rounds.saturating_add(1);
             let pause = Duration::from_millis((10_u64 << idle_rounds.min(5)).min(250));
             tokio::select! {
-                _ = &mut shutdown => break,
+                () = shutdown.started() => break,
                 () = tokio::time::sleep(pause) => {}
                 Some(_) = hosts.join_next(), if !hosts.is_empty() => idle_rounds = 0,
             }
@@ -118,19 +132,17 @@ pub async fn run(
         idle_rounds = 0;
         let lease_end = leased_at + Duration::from_secs(u64::from(context.config.lease_secs));
         for batch in by_queue(infos) {
-            let context = Arc::clone(&context);
+            let context = Arc::clone(context);
             let slots = Arc::clone(&slots);
-            let stopping = stopping.clone();
+            let shutdown = shutdown.clone();
             let paces = Arc::clone(&paces);
             hosts.spawn(async move {
-                run_host(&context, batch, lease_end, &slots, &paces, stopping).await;
+                run_host(&context, batch, lease_end, &slots, &paces, shutdown).await;
             });
         }
     }
     tracing::info!(hosts = hosts.len(), "stopping: no more leases");
-    let _ = stop.send(true);
-    context.finish(hosts).await;
-    Ok(())
+    hosts
 }
 
 /// Served URLs grouped by their queue, in the order served.
@@ -155,7 +167,7 @@ async fn run_host(
     lease_end: Instant,
     slots: &Arc<Semaphore>,
     paces: &Hosts,
-    mut stopping: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let Some(key) = batch.first().map(|info| info.key.clone()) else {
         return;
@@ -194,7 +206,7 @@ async fn run_host(
         };
         let permits = tokio::select! {
             permits = wait_for_turn => permits,
-            _ = stopping.wait_for(|stop| *stop) => None,
+            () = shutdown.started() => None,
         };
         let late = Instant::now() + needed > lease_end;
         let (Some((turn, unreported, slot)), false, false) =

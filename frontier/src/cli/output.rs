@@ -188,9 +188,7 @@ pub fn print_cluster(status: &proto::admin::ClusterStatus) {
     for node in &status.draining {
         println!("  draining {node}: its partitions move away");
     }
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let now_ms = frontier::time::Timestamp::now().unix_millis();
     for moving in &status.moves {
         let mut line = format!(
             "  partition {:>4}  {} -> {}  {:<8} copied {:>10} URLs {:>8.1} MB  for {:.0} s",

@@ -30,8 +30,7 @@ impl AdminService {
 }
 
 fn ms_since_epoch(time: std::time::SystemTime) -> u64 {
-    time.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    crate::time::Timestamp::from_system_time(time).unix_millis()
 }
 
 fn rebuild_report(report: &bloom_core::RebuildReport) -> adm::RebuildReport {

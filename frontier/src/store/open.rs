@@ -88,11 +88,12 @@ enum Found {
 /// A new store ID: random, never 0.
 fn new_store_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
+    let mut bytes = [0_u8; 8];
+    if getrandom::fill(&mut bytes).is_ok() {
+        return u64::from_le_bytes(bytes) | 1;
+    }
+    // No OS randomness: the standard library's per-process hash keys.
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    hasher.write_u128(now.as_nanos());
     hasher.write_u32(std::process::id());
     hasher.finish() | 1
 }

@@ -1,12 +1,14 @@
-//! Time in the frontier.
+//! Time for the frontier and the worker alike.
 //!
 //! The dates the API and the store carry (a URL's due date and creation
 //! date, a queue's block) are whole UTC epoch seconds, `u64`, as URL
-//! Frontier's `refetchable_from_date` is. The scheduler needs finer: a
-//! politeness delay of 250 ms, a lease that ends mid-second. Its clock is a
-//! [`Timestamp`], a moment to the millisecond that is made from and turned
-//! into epoch seconds only by name, and delays and lease lengths are
-//! [`Duration`]s, so no unit is converted by hand.
+//! Frontier's `refetchable_from_date` is. Finer moments (a politeness delay
+//! of 250 ms, a lease that ends mid-second, when a robots.txt was read) are
+//! a [`Timestamp`], a moment to the millisecond that is made from and
+//! turned into epoch seconds only by name; spans are [`Duration`]s, so no
+//! unit is converted by hand. [`Timestamp::now`] is the one place either
+//! program reads the system clock; code whose tests drive time (the
+//! scheduler) takes `now` as a parameter instead.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,9 +25,14 @@ impl Timestamp {
     /// Now, by the system clock (the epoch if the clock is before it).
     #[must_use]
     pub fn now() -> Self {
+        Self::from_system_time(SystemTime::now())
+    }
+
+    /// A system time (the epoch if before it).
+    #[must_use]
+    pub fn from_system_time(time: SystemTime) -> Self {
         Self(
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
+            time.duration_since(UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         )
     }
