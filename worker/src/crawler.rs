@@ -1,9 +1,10 @@
-//! The life of one leased URL, in three steps the host pipeline (see
-//! [`crate::pipeline`]) runs: `prepare` (robots.txt, from the worker's
-//! cache, the frontier's shelf or the origin), `fetch_leased` (the
+//! The life of one leased URL, a [`LeasedPage`], in three steps the host
+//! pipeline (see [`crate::pipeline`]) runs: `prepare` (robots.txt, from
+//! the worker's cache, the frontier's shelf or the origin), `fetch` (the
 //! request, WARC records, links), `finish` (outlinks acknowledged, then
 //! the URL's own report, so the frontier never looks finished while a
-//! page's outlinks are on their way).
+//! page's outlinks are on their way). The shared [`Context`] holds what
+//! every page uses.
 //!
 //! robots.txt read from the origin (the first read of the deployment) is
 //! shelved at the frontier for the other workers, its Crawl-delay becomes
@@ -121,56 +122,92 @@ impl Context {
     }
 }
 
-/// What a leased URL needs before its fetch, and what came of it.
+/// A leased URL on its way through its steps, with its crawl log line:
+/// [`Self::prepare`], then [`Self::fetch`] unless preparing ended it, then
+/// [`Self::finish`]; or, unstarted, given back ([`Self::into_info`]).
+pub(crate) struct LeasedPage {
+    info: UrlInfo,
+    log: CrawlLogEntry,
+}
+
+/// What a leased URL needs before its fetch.
 pub(crate) struct Prepared {
-    /// The URL to fetch with its log line so far, or, with no fetch, the
-    /// outcome and its log line.
-    pub(crate) go: Result<(Url, CrawlLogEntry), (Outcome, CrawlLogEntry)>,
+    /// The URL to fetch, or, with no fetch, the outcome.
+    pub(crate) go: Result<Url, Outcome>,
     /// robots.txt's Crawl-delay for its origin (capped), zero when none.
     pub(crate) crawl_delay: Duration,
 }
 
-/// Everything before the fetch: the URL parsed, robots.txt asked (read
-/// first if the origin is new to the deployment; that read counts as a
-/// request to the host).
-pub(crate) async fn prepare(context: &Context, info: &UrlInfo, pace: &HostPace) -> Prepared {
-    let depth: u32 = meta_first(&info.metadata, metadata::DEPTH)
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(0);
-    let mut log = CrawlLogEntry {
-        time: now_secs(),
-        url: info.url.clone(),
-        depth,
-        worker: context.config.worker_id.clone(),
-        ..CrawlLogEntry::default()
-    };
-    let Ok(url) = Url::parse(&info.url) else {
-        return Prepared {
-            go: Err((Outcome::Done(Reason::InvalidUrl), log)),
-            crawl_delay: Duration::ZERO,
+impl LeasedPage {
+    /// A URL as served, its log line begun.
+    pub(crate) fn new(context: &Context, info: UrlInfo) -> Self {
+        let depth: u32 = meta_first(&info.metadata, metadata::DEPTH)
+            .and_then(|d| d.parse().ok())
+            .unwrap_or(0);
+        let log = CrawlLogEntry {
+            time: now_secs(),
+            url: info.url.clone(),
+            depth,
+            worker: context.config.worker_id.clone(),
+            ..CrawlLogEntry::default()
         };
-    };
-    let lookup = lookup_robots(context, info, &url, pace).await;
-    let crawl_delay = lookup
-        .robots
-        .crawl_delay
-        .filter(|delay| delay.is_finite() && *delay > 0.0)
-        .map_or(Duration::ZERO, |delay| {
-            Duration::from_secs_f32(delay.min(context.config.max_crawl_delay_secs as f32))
-        });
-    if lookup.fresh {
-        on_new_robots(context, info, &url, &lookup.robots, crawl_delay).await;
+        Self { info, log }
     }
-    let go = match robots_refusal(context, &url, &lookup, &mut log) {
-        Some(refusal) => Err((refusal, log)),
-        None => Ok((url, log)),
-    };
-    Prepared { go, crawl_delay }
+
+    /// The URL, unstarted, to give back to the frontier.
+    pub(crate) fn into_info(self) -> UrlInfo {
+        self.info
+    }
+
+    /// Everything before the fetch: the URL parsed, robots.txt asked (read
+    /// first if the origin is new to the deployment; that read counts as a
+    /// request to the host).
+    pub(crate) async fn prepare(&mut self, context: &Context, pace: &HostPace) -> Prepared {
+        let Ok(url) = Url::parse(&self.info.url) else {
+            return Prepared {
+                go: Err(Outcome::Done(Reason::InvalidUrl)),
+                crawl_delay: Duration::ZERO,
+            };
+        };
+        let lookup = lookup_robots(context, &self.info, &url, pace).await;
+        let crawl_delay = lookup
+            .robots
+            .crawl_delay
+            .filter(|delay| delay.is_finite() && *delay > 0.0)
+            .map_or(Duration::ZERO, |delay| {
+                Duration::from_secs_f32(delay.min(context.config.max_crawl_delay_secs as f32))
+            });
+        if lookup.fresh {
+            on_new_robots(context, &self.info, &url, &lookup.robots, crawl_delay).await;
+        }
+        let go = match robots_refusal(context, &url, &lookup, &mut self.log) {
+            Some(refusal) => Err(refusal),
+            None => Ok(url),
+        };
+        Prepared { go, crawl_delay }
+    }
+
+    /// The fetch and what it gives (see [`fetch_leased`]).
+    pub(crate) async fn fetch(
+        &mut self,
+        context: &Context,
+        url: &Url,
+        turn: HostTurn,
+        slot: OwnedSemaphorePermit,
+    ) -> Fetch {
+        fetch_leased(context, &self.info, url, &mut self.log, turn, slot).await
+    }
+
+    /// The last step: the outcome settled and logged, the report sent
+    /// until acknowledged.
+    pub(crate) async fn finish(self, context: &Context, outcome: Outcome, status: Option<u16>) {
+        finish(context, self.info, outcome, status, self.log).await;
+    }
 }
 
 /// The URL's last step: its outcome settled and logged, its report sent
 /// until acknowledged.
-pub(crate) async fn finish(
+async fn finish(
     context: &Context,
     info: UrlInfo,
     outcome: Outcome,
@@ -283,8 +320,6 @@ pub(crate) struct Fetch {
     pub(crate) outcome: Outcome,
     /// The HTTP status, when the host answered.
     pub(crate) status: Option<u16>,
-    /// The crawl log's line so far.
-    pub(crate) log: CrawlLogEntry,
 }
 
 /// A leased URL about to be fetched, as the answer's handling needs it.
@@ -299,11 +334,11 @@ struct Page<'a> {
 /// The fetch and what it gives: WARC records, outlinks (a sitemap's URLs
 /// for a URL marked as a sitemap), the outcome. The fetch slot is let go
 /// once the body is read and parsed.
-pub(crate) async fn fetch_leased(
+async fn fetch_leased(
     context: &Context,
     info: &UrlInfo,
     url: &Url,
-    mut log: CrawlLogEntry,
+    log: &mut CrawlLogEntry,
     turn: HostTurn,
     slot: OwnedSemaphorePermit,
 ) -> Fetch {
@@ -331,7 +366,7 @@ pub(crate) async fn fetch_leased(
                 sitemap_level: meta_first(&info.metadata, metadata::SITEMAP)
                     .and_then(|level| level.parse::<u32>().ok()),
             };
-            answered(context, &page, fetched, &mut log, slot).await
+            answered(context, &page, fetched, log, slot).await
         }
         Err(error) => {
             drop(slot);
@@ -348,11 +383,7 @@ pub(crate) async fn fetch_leased(
         }
     };
     log.duration_ms = fetch_started.elapsed().as_millis() as u64;
-    Fetch {
-        outcome,
-        status,
-        log,
-    }
+    Fetch { outcome, status }
 }
 
 /// What an answer leads to, and its status.

@@ -33,7 +33,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::config::WorkerConfig;
-use crate::crawler::{Context, now_secs};
+use crate::crawler::{Context, Fetch, LeasedPage, now_secs};
 use crate::error::WorkerError;
 use crate::frontier_link::meta_first;
 use crate::pacing::Hosts;
@@ -187,15 +187,14 @@ async fn run_host(
     let mut pending = batch.into_iter();
     while let Some(info) = pending.next() {
         let frontier_delay = frontier_delay(&info);
-        let prepared = crate::crawler::prepare(context, &info, &pace).await;
+        let mut page = LeasedPage::new(context, info);
+        let prepared = page.prepare(context, &pace).await;
         let delay = frontier_delay.max(prepared.crawl_delay);
-        let (url, log) = match prepared.go {
-            Ok(go) => go,
-            Err((outcome, log)) => {
+        let url = match prepared.go {
+            Ok(url) => url,
+            Err(outcome) => {
                 let context = Arc::clone(context);
-                tails.spawn(async move {
-                    crate::crawler::finish(&context, info, outcome, None, log).await;
-                });
+                tails.spawn(async move { page.finish(&context, outcome, None).await });
                 continue;
             }
         };
@@ -212,21 +211,17 @@ async fn run_host(
         let (Some((turn, unreported, slot)), false, false) =
             (permits, late, held_off.load(Ordering::Acquire))
         else {
-            give_back(context, std::iter::once(info).chain(pending)).await;
+            give_back(context, std::iter::once(page.into_info()).chain(pending)).await;
             break;
         };
         let context = Arc::clone(context);
         let held_off = Arc::clone(&held_off);
         tails.spawn(async move {
-            let crate::crawler::Fetch {
-                outcome,
-                status,
-                log,
-            } = crate::crawler::fetch_leased(&context, &info, &url, log, turn, slot).await;
+            let Fetch { outcome, status } = page.fetch(&context, &url, turn, slot).await;
             if outcome.holds_off_the_host() {
                 held_off.store(true, Ordering::Release);
             }
-            crate::crawler::finish(&context, info, outcome, status, log).await;
+            page.finish(&context, outcome, status).await;
             drop(unreported);
         });
     }
