@@ -45,7 +45,7 @@ impl Store {
         let _applying = self.held.lock_applying();
         self.forget_records_snapshot();
         // Taken under the write lock: a reader waits, then is refused.
-        let mut files = self.files.write();
+        let mut files = self.files.take_whole();
         if let Some(Files { db, urls_db }) = files.as_mut() {
             let urls_path = data_dir.join(URLS_FILE_NAME);
             std::thread::scope(|scope| {

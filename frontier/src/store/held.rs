@@ -770,7 +770,7 @@ impl Store {
         drop(files);
         let mut main_file = self.lock_main_file();
         main_file.lsn = copied.newest;
-        self.main_file_applied.notify_all();
+        self.main_file.applied();
         Ok(())
     }
 

@@ -30,10 +30,10 @@ pub(super) enum Rank {
     /// The held layer's wake-ups (a condition variable's lock; a waiter
     /// reads the held state under it).
     Signal,
-    /// The writes held in memory.
-    Held,
     /// `frontier.redb`'s transactions and the second stage's progress.
     MainFile,
+    /// The writes held in memory.
+    Held,
     /// The two redb files (a reopening takes them whole).
     Files,
     /// The numbers of crawls and queues.

@@ -6,6 +6,9 @@
 //! - this file: the [`Store`], its locks, the group's two stages and
 //!   checkpoints;
 //! - `schema`: every table and `meta` key of both files;
+//! - `files`: the two redb files and their poisoning by a failed write;
+//!   `main_file`: `frontier.redb`'s transactions and the second stage's
+//!   progress;
 //! - `locks`: the store's locks and the one order they are taken in,
 //!   checked in debug builds;
 //! - `types`: what each write of a group did, the queue record (the
@@ -126,10 +129,12 @@ mod catch_up;
 mod collisions;
 mod compact;
 mod error;
+mod files;
 mod held;
 pub mod inspect;
 mod legacy;
 mod locks;
+mod main_file;
 mod merge;
 mod merged;
 mod names;
@@ -146,7 +151,6 @@ mod settings;
 mod types;
 
 use std::path::{Path, PathBuf};
-use std::sync::Condvar;
 use std::time::{Duration, Instant};
 
 #[cfg(test)]
@@ -154,7 +158,9 @@ use redb::ReadableDatabase;
 use redb::{Database, ReadableTable};
 
 pub use self::error::StoreError;
-use self::locks::{OrderedMutex, OrderedMutexGuard, OrderedReadGuard, OrderedRwLock};
+use self::files::{Files, FilesGuard, StoreFiles};
+use self::locks::{OrderedMutex, OrderedMutexGuard, OrderedRwLock};
+use self::main_file::{MainFile, MainFileProgress};
 use self::names::Names;
 pub use self::open::{OLDEST_SCHEMA_READ_AS_IS, StoreOptions};
 use self::queue_counts::{GroupCounts, QueueCounts};
@@ -226,16 +232,13 @@ fn decode_queue(crawl: &str, queue: &str, bytes: &[u8]) -> Result<QueueRecord, S
 /// themselves (`files`), the numbers (`names`), the counts
 /// (`applied_counts`), the held layer's own (module `held`). A thread takes
 /// them only in the order of `locks::Rank`: checkpointing, writer,
-/// applying, signal, held, main file, files, names, counts, pace, poison.
+/// applying, signal, main file, held, files, names, counts, pace, poison.
 /// Debug builds check every acquisition against it and panic, naming both
 /// locks, at the first out of order.
 pub struct Store {
-    /// The two redb files; `None` only while a recovery that failed left
-    /// them closed (module `recover`).
-    files: OrderedRwLock<Option<Files>>,
-    /// Set when a write to the files failed: redb then refuses every call
-    /// until they are reopened ([`Store::recover`]).
-    poisoned: OrderedMutex<Option<Poison>>,
+    /// The two redb files and whether a failed write left them unusable
+    /// (module `files`).
+    files: StoreFiles,
     /// redb's page cache per file, for a reopening.
     cache_bytes: usize,
     path: PathBuf,
@@ -244,10 +247,9 @@ pub struct Store {
     /// Groups are logged and applied to `urls.redb` under this lock, so the
     /// log's records and the urls file's transactions happen in one order.
     writer: OrderedMutex<Writer>,
-    /// Transactions on `frontier.redb` run under this lock;
-    /// `main_file_applied` wakes whoever waits for a group's second stage.
-    main_file: OrderedMutex<MainFileProgress>,
-    main_file_applied: Condvar,
+    /// Transactions on `frontier.redb` and the second stage's progress
+    /// (module `main_file`).
+    main_file: MainFile,
     /// The numbers of crawls and queues (module `names`): given by first
     /// stages, read by everyone.
     names: OrderedRwLock<Names>,
@@ -259,46 +261,9 @@ pub struct Store {
     held: held::HeldWrites,
 }
 
-/// What failed when a write left the files unusable.
-#[derive(Debug, Clone)]
-struct Poison {
-    reason: String,
-    disk_full: bool,
-}
-
-/// The store's two redb files.
-struct Files {
-    /// `frontier.redb`: everything but the `urls` table.
-    db: Database,
-    /// `urls.redb`: the `urls` table.
-    urls_db: Database,
-}
-
-/// The files, read-locked for a call (a recovery takes them whole).
-struct FilesGuard<'a>(OrderedReadGuard<'a, Option<Files>>);
-
-impl std::ops::Deref for FilesGuard<'_> {
-    type Target = Files;
-
-    fn deref(&self) -> &Files {
-        self.0
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("checked when the guard was made"))
-    }
-}
-
 /// What writes share under the store's lock.
 struct Writer {
     wal: Wal,
-}
-
-/// The second stage's progress.
-struct MainFileProgress {
-    /// The last group whose changes `frontier.redb` holds.
-    lsn: u64,
-    /// Set when a second stage failed: `urls.redb` then holds a group
-    /// `frontier.redb` does not, and only a restart's replay mends that.
-    halted: Option<String>,
 }
 
 /// A group's record in the log, and where logging it took its time (a
@@ -504,44 +469,22 @@ impl Store {
 
     /// The files, for one call.
     fn files(&self) -> Result<FilesGuard<'_>, StoreError> {
-        let files = self.files.read();
-        if files.is_none() {
-            return Err(StoreError::Closed(
-                "closed at shutdown, or an earlier reopening failed".to_owned(),
-            ));
-        }
-        Ok(FilesGuard(files))
+        self.files.get()
     }
 
     /// Fails while a failed write keeps the files unusable.
     fn check_poisoned(&self) -> Result<(), StoreError> {
-        match &*self.poisoned.lock() {
-            Some(poison) => Err(StoreError::Poisoned {
-                reason: poison.reason.clone(),
-                disk_full: poison.disk_full,
-            }),
-            None => Ok(()),
-        }
+        self.files.check_poisoned()
     }
 
     /// Records that a failed write left the files unusable until reopened.
     fn note_failure(&self, error: &StoreError) {
-        if error.poisons() {
-            let poison = Poison {
-                reason: error.to_string(),
-                disk_full: error.is_disk_full(),
-            };
-            tracing::error!(%error, "a write to the store's files failed; writes refused until they are reopened");
-            self.poisoned.lock().get_or_insert(poison);
-        }
+        self.files.note_failure(error);
     }
 
     /// Fails once a second stage has failed.
     fn check_main_file(main_file: &MainFileProgress) -> Result<(), StoreError> {
-        match &main_file.halted {
-            Some(reason) => Err(StoreError::Halted(reason.clone())),
-            None => Ok(()),
-        }
+        main_file.check()
     }
 
     /// Runs `change` in a write transaction of `frontier.redb` committed
@@ -618,12 +561,7 @@ impl Store {
 
     /// Waits until `frontier.redb` holds every group up to `lsn`.
     fn wait_for_main_file(&self, lsn: u64) -> Result<(), StoreError> {
-        let mut main_file = self.lock_main_file();
-        while main_file.lsn < lsn {
-            Self::check_main_file(&main_file)?;
-            main_file = main_file.wait_on(&self.main_file_applied);
-        }
-        Self::check_main_file(&main_file)
+        self.main_file.wait_for(lsn)
     }
 
     /// The writer lock, at a moment when `frontier.redb` holds every group
@@ -851,7 +789,7 @@ impl Store {
             return Err(error);
         }
         main_file.lsn = staged.lsn;
-        self.main_file_applied.notify_all();
+        self.main_file.applied();
         Ok(staged.results)
     }
 
@@ -915,7 +853,7 @@ impl Store {
     fn halt(&self, main_file: &mut MainFileProgress, error: &StoreError, lsn: u64) {
         tracing::error!(%error, lsn, "cannot apply a group to frontier.redb; writes halted until restart");
         main_file.halted.get_or_insert(error.to_string());
-        self.main_file_applied.notify_all();
+        self.main_file.applied();
     }
 
     /// The last log record `urls.redb` holds.

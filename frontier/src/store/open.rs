@@ -9,12 +9,11 @@
 //! such a store never served a call, so its files are made again.
 
 use std::path::{Path, PathBuf};
-use std::sync::Condvar;
 
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::legacy::converted_urls_file;
-use super::locks::{OrderedMutex, OrderedRwLock, Rank};
+use super::locks::{OrderedMutex, Rank};
 use super::names::Names;
 use super::queue_counts::QueueCounts;
 use super::schema::{
@@ -22,8 +21,8 @@ use super::schema::{
     URLS_META, main_lsns, open_if_exists, urls_lsn,
 };
 use super::{
-    DEFAULT_CACHE_BYTES, FILE_NAME, Files, MainFileProgress, SCHEMA_VERSION, Store, StoreError,
-    URLS_FILE_NAME, UrlHasher, UrlKeys, Writer,
+    DEFAULT_CACHE_BYTES, FILE_NAME, Files, SCHEMA_VERSION, Store, StoreError, URLS_FILE_NAME,
+    UrlHasher, UrlKeys, Writer,
 };
 use crate::wal::{self, LogRecord, Wal, WalError};
 
@@ -300,20 +299,12 @@ impl Store {
         wal.checkpointed();
         wal.keep_free(options.min_free_bytes);
         Ok(Self {
-            files: OrderedRwLock::new(Rank::Files, Some(Files { db, urls_db })),
-            poisoned: OrderedMutex::new(Rank::Poisoned, None),
+            files: super::files::StoreFiles::new(Files { db, urls_db }),
             cache_bytes: cache,
             path,
             min_free_bytes: options.min_free_bytes,
             writer: OrderedMutex::new(Rank::Writer, Writer { wal }),
-            main_file: OrderedMutex::new(
-                Rank::MainFile,
-                MainFileProgress {
-                    lsn: last,
-                    halted: None,
-                },
-            ),
-            main_file_applied: Condvar::new(),
+            main_file: super::main_file::MainFile::new(last),
             names,
             hasher,
             applied_counts: OrderedMutex::with_default(Rank::Counts),

@@ -48,7 +48,7 @@ impl Store {
             )));
         }
         self.forget_records_snapshot();
-        let mut files = self.files.write();
+        let mut files = self.files.take_whole();
         // Closed first: a file's lock goes with its last handle.
         drop(files.take());
         let data_dir = self.data_dir().to_owned();
@@ -100,7 +100,7 @@ impl Store {
         *self.lock_counts() = QueueCounts::default();
         writer.wal.checkpointed();
         main_file.lsn = last;
-        *self.poisoned.lock() = None;
+        self.files.cure();
         tracing::info!(
             last,
             "store files reopened and the write-ahead log replayed; writes resume"

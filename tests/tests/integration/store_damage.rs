@@ -291,6 +291,13 @@ async fn missing_empty_or_damaged_store_files_are_refused_verified_and_salvaged(
 /// A tmpfs mounted for the test and unmounted when it ends.
 struct Mount(PathBuf);
 
+/// The disk-filling tests run one at a time. Each sizes its disk and floor
+/// for one frontier whose store applier keeps up: beside other frontiers
+/// filling disks on two cores, an applier falls behind and its copies to
+/// redb rewrite more pages than the floor's margin for held writes
+/// allows for.
+static ONE_DISK_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 impl Mount {
     fn tmpfs(path: &Path, megabytes: u64) -> Option<Self> {
         std::fs::create_dir_all(path).unwrap();
@@ -356,6 +363,7 @@ async fn wait_for_health(frontier: &FrontierProcess, status: i32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_stops_writes_and_they_resume_when_there_is_room() {
+    let _alone = ONE_DISK_AT_A_TIME.lock().await;
     use tonic_health::pb::health_check_response::ServingStatus;
     let root = tempfile::tempdir().unwrap();
     let Some(mount) = Mount::tmpfs(&root.path().join("disk"), 96) else {
@@ -451,6 +459,7 @@ fn fill_completely(dir: &Path) -> PathBuf {
 /// its log, with no restart, and loses nothing acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disk_filled_under_redb_is_recovered_without_a_restart() {
+    let _alone = ONE_DISK_AT_A_TIME.lock().await;
     use tonic_health::pb::health_check_response::ServingStatus;
     let root = tempfile::tempdir().unwrap();
     let Some(mount) = Mount::tmpfs(&root.path().join("disk"), 64) else {
@@ -511,6 +520,7 @@ async fn a_disk_filled_under_redb_is_recovered_without_a_restart() {
 /// every acknowledged URL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_disk_floor_holds_and_a_start_below_it_comes_up_read_only() {
+    let _alone = ONE_DISK_AT_A_TIME.lock().await;
     use tonic_health::pb::health_check_response::ServingStatus;
     let root = tempfile::tempdir().unwrap();
     let Some(mount) = Mount::tmpfs(&root.path().join("disk"), 96) else {
