@@ -725,17 +725,25 @@ impl Store {
             }
         };
         wal.set_last_lsn(lsn);
-        let mut queue_counts = self.lock_counts();
-        queue_counts.absorb(counts);
         if !checkpoint_due {
+            self.lock_counts().absorb(counts);
             return Ok(StagedGroup {
                 lsn,
                 changes: Some(changes),
                 results,
             });
         }
+        // The main file and the files before the counts: the locks' order.
         let mut main_file = self.lock_main_file();
-        let files = self.files()?;
+        let files = match self.files() {
+            Ok(files) => files,
+            Err(error) => {
+                self.lock_counts().absorb(counts);
+                return Err(error);
+            }
+        };
+        let mut queue_counts = self.lock_counts();
+        queue_counts.absorb(counts);
         if let Err(error) = Self::commit_main_file(&files.db, &changes, lsn) {
             self.note_failure(&error);
             self.halt(&mut main_file, &error, lsn);
