@@ -49,9 +49,11 @@ use crate::store::{Applied, Deletion, Removed, Store, StoreError, WriteOp};
 
 mod partition_copy;
 mod rebuild;
+mod replica_log;
 mod write;
 
 pub use partition_copy::{Changes, PartitionUrl, SealedTail, TakeError, Taken};
+pub use replica_log::{NotReplicated, ReplicaBatch, ReplicaLog, ReplicaStep};
 pub use write::{InFlight, PreparedWrite};
 
 use partition_copy::CopyTracker;
@@ -332,6 +334,8 @@ pub struct Ingest {
     counters: Box<[PartitionCounters]>,
     // What changed in partitions being copied out (see `partition_copy`).
     copies: Arc<CopyTracker>,
+    // What this node, leading partitions, owes their followers.
+    replicas: Arc<ReplicaLog>,
     // Partitions taking no writes (being handed over): a write holds this
     // shared from its check to its commit, so sealing (exclusive) waits for
     // the writes already past the check.
@@ -490,8 +494,11 @@ impl Ingest {
         let hook = make_hook(&store)?;
         let copies = Arc::new(CopyTracker::default());
         let tracker = Arc::clone(&copies);
+        let replicas = Arc::new(ReplicaLog::default());
+        let owed = Arc::clone(&replicas);
         let tracked: CommitHook = Box::new(move |ops, applied| {
             tracker.on_commit(ops, applied);
+            owed.on_commit(ops, applied);
             if let Some(hook) = &hook {
                 hook(ops, applied);
             }
@@ -501,6 +508,7 @@ impl Ingest {
         let keys: Arc<dyn KeyFilter> = Arc::clone(&filters) as _;
         Ok(Self {
             copies,
+            replicas,
             sealed: std::sync::RwLock::default(),
             seeds: std::sync::RwLock::new(
                 seeds.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
@@ -525,6 +533,13 @@ impl Ingest {
                 duration: started.elapsed(),
             },
         })
+    }
+
+    /// What this node owes the followers of the partitions it leads
+    /// ([`ReplicaLog`]).
+    #[must_use]
+    pub fn replicas(&self) -> &ReplicaLog {
+        &self.replicas
     }
 
     /// The seed hosts of a crawl (empty: the crawl is open).

@@ -105,6 +105,18 @@ pub struct ServeArgs {
     /// UNAVAILABLE.
     #[arg(long, env = "FRONTIER_INITIAL_NODES", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     initial_nodes: u64,
+    /// Copies of each partition (with --etcd), read when the cluster is
+    /// created: its leader and R - 1 followers, each holding every
+    /// acknowledged write, so a node that dies, disk and all, loses
+    /// nothing. A node started without it takes the cluster's count.
+    #[arg(long, env = "FRONTIER_REPLICAS", value_parser = clap::value_parser!(u32).range(1..=7))]
+    replicas: Option<u32>,
+    /// Copies, the leader's included, a write must be durable on before
+    /// it is acknowledged (with --etcd); below it writes are refused
+    /// (UNAVAILABLE) rather than acknowledged on fewer disks. Default: 2
+    /// when the cluster keeps 2 copies or more, else 1.
+    #[arg(long, env = "FRONTIER_MIN_IN_SYNC", value_parser = clap::value_parser!(u32).range(1..=7))]
+    min_in_sync: Option<u32>,
     /// Seconds a node's registration outlives its last renewal: how soon a
     /// stopped node is seen as gone.
     #[arg(long, env = "FRONTIER_LEASE_TTL_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..))]
@@ -401,12 +413,21 @@ fn cluster_options(
     if node_id.contains('/') {
         bail!("--node-id {node_id:?} must not contain '/'");
     }
+    if let (Some(min), Some(replicas)) = (args.min_in_sync, args.replicas)
+        && min > replicas
+    {
+        bail!(
+            "--min-in-sync {min} is more than --replicas {replicas}: no write could be acknowledged"
+        );
+    }
     Ok(Some(frontier::cluster::ClusterOptions {
         etcd: args.etcd.clone(),
         name: args.cluster.clone(),
         node_id,
         advertise,
         initial_nodes: usize::try_from(args.initial_nodes).unwrap_or(usize::MAX),
+        replicas: args.replicas,
+        min_in_sync: args.min_in_sync,
         lease_ttl: Duration::from_secs(args.lease_ttl_secs),
         join_timeout: Duration::from_secs(args.etcd_timeout_secs),
         token: args.admin_token.clone(),

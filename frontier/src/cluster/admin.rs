@@ -324,6 +324,15 @@ impl Admin for ClusterAdmin {
             .as_ref()
             .map(|m| m.owners.clone())
             .unwrap_or_default();
+        let followers: Vec<Vec<String>> = view
+            .map
+            .as_ref()
+            .map(|m| {
+                (0..m.owners.len() as u32)
+                    .map(|p| m.followers_of(p).to_vec())
+                    .collect()
+            })
+            .unwrap_or_default();
         let rates = self
             .cluster
             .every_node()
@@ -355,6 +364,12 @@ impl Admin for ClusterAdmin {
                     .filter(|(_, owner)| **owner == id)
                     .map(|(p, _)| p as u32)
                     .collect(),
+                follows: followers
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, followers)| followers.contains(&id))
+                    .map(|(p, _)| p as u32)
+                    .collect(),
                 id,
                 last_minute,
                 error,
@@ -382,9 +397,20 @@ impl Admin for ClusterAdmin {
                     started_at_ms: record.started_at_ms,
                     cutover_ms: record.cutover_ms,
                     old_copy_deleted: record.from_done,
+                    kind: record.kind.as_str().to_owned(),
                 })
                 .collect(),
             draining: view.draining.iter().cloned().collect(),
+            replicas: self.cluster.facts.replicas,
+            min_in_sync: self.cluster.facts.min_in_sync,
+            followers: if followers.iter().all(Vec::is_empty) {
+                Vec::new()
+            } else {
+                followers
+                    .into_iter()
+                    .map(|in_sync| adm::PartitionFollowers { in_sync })
+                    .collect()
+            },
         }))
     }
 
@@ -481,5 +507,17 @@ impl Admin for ClusterAdmin {
     ) -> Result<Response<adm::DrainNodeResponse>, Status> {
         let owned = super::moves::drain(&self.cluster, &request.into_inner().node_id).await?;
         Ok(Response::new(adm::DrainNodeResponse { owned }))
+    }
+
+    /// Only a partition's leader sends its followers its writes.
+    async fn replicate(
+        &self,
+        request: Request<adm::ReplicateRequest>,
+    ) -> Result<Response<adm::ReplicateResponse>, Status> {
+        self.cluster.check_from_node(&request)?;
+        super::replication::take(&self.cluster, request.into_inner())
+            .await
+            .map(|()| Response::new(adm::ReplicateResponse {}))
+            .map_err(Status::from)
     }
 }

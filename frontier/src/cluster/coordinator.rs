@@ -69,6 +69,10 @@ pub async fn join(
         partitions: frontier.ingest().filters().partition_count() as u32,
         rules: frontier.config().rules.describe(),
         max_url_length: frontier.config().max_url_length,
+        replicas: options.replicas.unwrap_or(1),
+        min_in_sync: options
+            .min_in_sync
+            .unwrap_or_else(|| options.replicas.unwrap_or(1).min(2)),
     };
     let (stored, created) = put_if_absent(&*etcd, keys.facts(), json(&ours))
         .await
@@ -78,6 +82,18 @@ pub async fn join(
     }
     let facts: ClusterFacts =
         serde_json::from_slice(&stored).map_err(|e| corrupt(&keys.facts(), e))?;
+    // A node that does not say how many copies takes the cluster's.
+    let ours = ClusterFacts {
+        replicas: options.replicas.unwrap_or(facts.replicas),
+        min_in_sync: options
+            .min_in_sync
+            .unwrap_or(if options.replicas.is_some() {
+                ours.min_in_sync
+            } else {
+                facts.min_in_sync
+            }),
+        ..ours
+    };
     if let Some(reason) = facts.mismatch(&ours) {
         return Err(refused(reason));
     }
@@ -113,7 +129,13 @@ pub async fn join(
         etcd,
         tasks: std::sync::Mutex::new(Vec::new()),
         moves: tokio::sync::Mutex::default(),
+        replication: super::replication::Replication::default(),
     });
+    cluster
+        .frontier
+        .ingest()
+        .replicas()
+        .set_patience(cluster.writer_patience());
     // The first view before any call is routed; the watch goes on from
     // its revision.
     let read_at = match refresh(&cluster).await {
@@ -293,7 +315,7 @@ pub(super) async fn deregister(cluster: &Cluster) {
 }
 
 /// Reads the whole cluster state and replaces the view with it.
-async fn refresh(cluster: &Cluster) -> Result<i64, CoordinationError> {
+async fn refresh(cluster: &Arc<Cluster>) -> Result<i64, CoordinationError> {
     let snapshot = cluster.etcd.range(cluster.keys.prefix()).await?;
     let leader = cluster
         .etcd
@@ -309,6 +331,7 @@ async fn refresh(cluster: &Cluster) -> Result<i64, CoordinationError> {
     if epoch != previous.map.as_ref().map_or(0, |m| m.epoch) {
         tracing::info!(epoch, "partition map changed");
     }
+    super::replication::settle(cluster, &previous, &view);
     super::moves::settle(cluster, &view).await;
     let revision = view.revision;
     cluster.view.store(Arc::new(view));
@@ -409,7 +432,7 @@ async fn write_first_map(cluster: &Cluster) -> Result<(), CoordinationError> {
     let Some((map, txn)) = protocol::first_map(
         &view,
         &cluster.keys,
-        cluster.facts.partitions,
+        (cluster.facts.partitions, cluster.facts.replicas),
         cluster.options.initial_nodes,
     ) else {
         return Ok(());
@@ -423,8 +446,27 @@ async fn write_first_map(cluster: &Cluster) -> Result<(), CoordinationError> {
 /// The leader's moves: rollbacks, then starts toward a balanced map.
 async fn plan(cluster: &Cluster) -> Result<(), CoordinationError> {
     let view = cluster.view();
+    if let Some((failovers, map, txn)) = protocol::failovers(&view, &cluster.keys) {
+        if cluster.etcd.txn(txn).await?.succeeded {
+            for (partition, from, to) in failovers {
+                tracing::warn!(
+                    partition,
+                    from,
+                    to,
+                    epoch = map.epoch,
+                    "failover: the leader's registration lapsed; an in-sync follower leads"
+                );
+            }
+        }
+        // The plan waits for a view with the new map.
+        return Ok(());
+    }
     let now = Timestamp::now().unix_millis();
-    for (planned, txn) in protocol::plan(&view, &cluster.keys, now) {
+    let copies = protocol::plan_copies(&view, &cluster.keys, cluster.facts.replicas, now);
+    for (planned, txn) in copies
+        .into_iter()
+        .chain(protocol::plan(&view, &cluster.keys, now))
+    {
         if !cluster.etcd.txn(txn).await?.succeeded {
             continue;
         }
@@ -444,6 +486,16 @@ async fn plan(cluster: &Cluster) -> Result<(), CoordinationError> {
                 from,
                 to,
             } => tracing::info!(partition, from, to, "partition move started"),
+            protocol::Planned::Replicate {
+                partition,
+                leader,
+                to,
+            } => tracing::info!(partition, leader, to, "new follower's copy started"),
+            protocol::Planned::Trim { partitions } => {
+                tracing::info!(?partitions, "followers beyond the copies kept let go");
+                // The starts were planned from the map before the trim.
+                return Ok(());
+            }
         }
     }
     Ok(())

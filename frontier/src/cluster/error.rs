@@ -91,6 +91,32 @@ pub enum ClusterError {
     /// A moved URL's record arrived unreadable.
     #[error("the record of {url} came unreadable: {reason}")]
     UnreadableRecord { url: String, reason: String },
+    /// A Replicate from a node the map does not make the partition's
+    /// leader, or to a node it does not make a follower.
+    #[error(
+        "node {node} does not follow partition {partition} under leader {leader} (epoch {epoch})"
+    )]
+    NotAFollower {
+        node: String,
+        partition: u32,
+        leader: String,
+        epoch: u64,
+    },
+    /// A partition with fewer copies in sync than writes need.
+    #[error(
+        "partition {partition} has {in_sync} cop{} in sync and writes need {min_in_sync} \
+         (--min-in-sync); retry: a new follower is being copied",
+        if *in_sync == 1 { "y" } else { "ies" }
+    )]
+    TooFewCopies {
+        partition: usize,
+        in_sync: usize,
+        min_in_sync: u32,
+    },
+    /// Followers did not confirm a write in time, and could not be taken
+    /// out of the in-sync set: the write is not acknowledged.
+    #[error("{0}; retry")]
+    NotReplicated(String),
     /// This node's store failed a step.
     #[error("{0}")]
     Local(String),
@@ -127,6 +153,9 @@ impl From<ClusterError> for Status {
             | ClusterError::NodeAway { .. }
             | ClusterError::EpochsDiffer { .. }
             | ClusterError::OwnerRestarted
+            | ClusterError::NotAFollower { .. }
+            | ClusterError::TooFewCopies { .. }
+            | ClusterError::NotReplicated(_)
             | ClusterError::Local(_) => Status::unavailable(message),
             ClusterError::Raced { .. } => Status::aborted(message),
             ClusterError::Refused { .. }

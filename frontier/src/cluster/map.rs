@@ -17,6 +17,17 @@ pub struct ClusterFacts {
     pub rules: String,
     /// Longest URL accepted, in bytes.
     pub max_url_length: usize,
+    /// Copies of each partition: its leader and `replicas - 1` followers.
+    #[serde(default = "one")]
+    pub replicas: u32,
+    /// Copies (the leader's included) a write must be durable on before it
+    /// is acknowledged; below it, writes are refused.
+    #[serde(default = "one")]
+    pub min_in_sync: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl ClusterFacts {
@@ -37,6 +48,21 @@ impl ClusterFacts {
                  start every node with the same scope, include, exclude, depth \
                  and path-repeat options",
                 self.rules, ours.rules
+            ));
+        }
+        if self.replicas != ours.replicas {
+            return Some(format!(
+                "the cluster keeps {} copies of each partition and this node asks for {}: \
+                 start it without --replicas to take the cluster's, or change the \
+                 cluster's with `frontier cluster replicas N`",
+                self.replicas, ours.replicas
+            ));
+        }
+        if self.min_in_sync != ours.min_in_sync {
+            return Some(format!(
+                "the cluster acknowledges a write once on {} copies and this node asks for {}: \
+                 start it without --min-in-sync to take the cluster's",
+                self.min_in_sync, ours.min_in_sync
             ));
         }
         if self.max_url_length != ours.max_url_length {
@@ -77,8 +103,16 @@ impl Member {
 pub struct PartitionMap {
     /// Grows by one with every change of the map.
     pub epoch: u64,
-    /// Node ID per partition (index = partition).
+    /// Leader per partition (index = partition): the node that serves it
+    /// and takes its writes.
     pub owners: Vec<String>,
+    /// In-sync followers per partition (index = partition; missing or
+    /// empty: none): each holds every write acknowledged for the
+    /// partition, so any of them can take over as its leader. A follower
+    /// leaves the set (a new epoch) before any write is acknowledged
+    /// without it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub followers: Vec<Vec<String>>,
 }
 
 impl PartitionMap {
@@ -86,6 +120,19 @@ impl PartitionMap {
     /// node IDs in sorted order, so that counts differ by at most one.
     #[must_use]
     pub fn first(partitions: u32, nodes: &BTreeSet<String>) -> Option<Self> {
+        Self::first_replicated(partitions, nodes, 1)
+    }
+
+    /// A first map with `replicas` copies of each partition (as many as
+    /// there are nodes, at most): the leader as in [`Self::first`], its
+    /// followers the nodes after it in turn, so that every node leads and
+    /// follows about as many partitions as every other.
+    #[must_use]
+    pub fn first_replicated(
+        partitions: u32,
+        nodes: &BTreeSet<String>,
+        replicas: u32,
+    ) -> Option<Self> {
         if nodes.is_empty() {
             return None;
         }
@@ -93,7 +140,64 @@ impl PartitionMap {
         let owners = (0..partitions as usize)
             .map(|p| nodes[p % nodes.len()].clone())
             .collect();
-        Some(Self { epoch: 1, owners })
+        let copies = (replicas.max(1) as usize).min(nodes.len());
+        let followers = if copies > 1 {
+            (0..partitions as usize)
+                .map(|p| {
+                    (1..copies)
+                        .map(|k| nodes[(p + k) % nodes.len()].clone())
+                        .collect()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Some(Self {
+            epoch: 1,
+            owners,
+            followers,
+        })
+    }
+
+    /// The in-sync followers of a partition.
+    #[must_use]
+    pub fn followers_of(&self, partition: u32) -> &[String] {
+        self.followers
+            .get(partition as usize)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether `node` is an in-sync follower of `partition`.
+    #[must_use]
+    pub fn follows(&self, node: &str, partition: u32) -> bool {
+        self.followers_of(partition).iter().any(|f| f == node)
+    }
+
+    /// Whether `node` holds a copy of `partition`: its leader or one of
+    /// its in-sync followers.
+    #[must_use]
+    pub fn holds(&self, node: &str, partition: u32) -> bool {
+        self.owners
+            .get(partition as usize)
+            .is_some_and(|o| o == node)
+            || self.follows(node, partition)
+    }
+
+    /// The partitions `node` follows.
+    pub fn followed_by<'a>(&'a self, node: &'a str) -> impl Iterator<Item = u32> + 'a {
+        self.followers
+            .iter()
+            .enumerate()
+            .filter(move |(_, followers)| followers.iter().any(|f| f == node))
+            .map(|(p, _)| p as u32)
+    }
+
+    /// The followers list of `partition`, made room for.
+    pub fn followers_mut(&mut self, partition: u32) -> &mut Vec<String> {
+        if self.followers.len() < self.owners.len() {
+            self.followers.resize(self.owners.len(), Vec::new());
+        }
+        &mut self.followers[partition as usize]
     }
 
     /// The map that spreads the partitions evenly over `nodes` while moving
@@ -148,7 +252,11 @@ impl PartitionMap {
         } else {
             self.epoch + 1
         };
-        Some(Self { epoch, owners })
+        Some(Self {
+            epoch,
+            owners,
+            followers: self.followers.clone(),
+        })
     }
 
     /// The partitions whose owner differs between this map and `next`, as
@@ -173,10 +281,14 @@ impl PartitionMap {
             .map(|(p, _)| p as u32)
     }
 
-    /// Every node the map names, sorted.
+    /// Every node the map names, leaders and followers, sorted.
     #[must_use]
     pub fn nodes(&self) -> BTreeSet<&str> {
-        self.owners.iter().map(String::as_str).collect()
+        self.owners
+            .iter()
+            .chain(self.followers.iter().flatten())
+            .map(String::as_str)
+            .collect()
     }
 }
 
@@ -218,13 +330,39 @@ impl MovePhase {
     }
 }
 
-/// A move as etcd holds it under `moves/P`.
+/// What a move makes of its receiver.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MoveKind {
+    /// The partition's leader: the sender gives the partition up (or stays
+    /// as a follower in the receiver's place, when the receiver was one).
+    #[default]
+    Move,
+    /// A new in-sync follower: the sender stays the leader.
+    Replica,
+}
+
+impl MoveKind {
+    /// The name etcd and GetCluster use.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Move => "move",
+            Self::Replica => "replica",
+        }
+    }
+}
+
+/// A move as etcd holds it under `moves/P`: a copy of a partition from its
+/// leader to another node, ending in a flip of the map.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MoveRecord {
     pub partition: u32,
     pub from: String,
     pub to: String,
     pub phase: MovePhase,
+    #[serde(default)]
+    pub kind: MoveKind,
     /// URLs copied so far.
     #[serde(default)]
     pub copied: u64,
@@ -250,6 +388,28 @@ pub struct MoveRecord {
     /// The old owner has deleted its copy.
     #[serde(default)]
     pub from_done: bool,
+}
+
+impl MoveRecord {
+    /// A move the leader starts now, at its copy.
+    #[must_use]
+    pub fn started(partition: u32, (from, to): (&str, &str), kind: MoveKind, now_ms: u64) -> Self {
+        Self {
+            partition,
+            from: from.to_owned(),
+            to: to.to_owned(),
+            phase: MovePhase::Copy,
+            kind,
+            copied: 0,
+            copied_bytes: 0,
+            started_at_ms: now_ms,
+            cutover_at_ms: 0,
+            cutover_ms: 0,
+            leased: 0,
+            hold_until_ms: 0,
+            from_done: false,
+        }
+    }
 }
 
 /// Moves as a view lists them: partition to (record, etcd mod revision).
@@ -285,6 +445,7 @@ mod tests {
             owners: (0..partitions)
                 .map(|p| names[owners[p % owners.len()] % names.len()].clone())
                 .collect(),
+            followers: Vec::new(),
         }
     }
 
@@ -367,6 +528,8 @@ mod tests {
             partitions: 64,
             rules: "r".into(),
             max_url_length: 2048,
+            replicas: 1,
+            min_in_sync: 1,
         };
         assert_eq!(ours.mismatch(&ours.clone()), None);
         let other = ClusterFacts {

@@ -13,6 +13,8 @@
 //!   node's [`View`] current and applies crawl-wide settings.
 //! - [`moves`]: partition moves, each node's part of them.
 //! - `error`: [`ClusterError`] and its one mapping to gRPC statuses.
+//! - `replication`: each partition's copies on its followers (PacificA):
+//!   the leader's senders, the followers' Replicate, takeovers.
 //! - `peers`: clients of the other nodes, with one long-lived put stream
 //!   per peer and call kind.
 //! - `router`: the URL Frontier service of a node: puts split by owning
@@ -80,6 +82,7 @@ pub mod map;
 pub mod moves;
 mod peers;
 mod protocol;
+mod replication;
 mod router;
 #[cfg(test)]
 mod sim;
@@ -152,6 +155,14 @@ pub struct ClusterOptions {
     pub advertise: String,
     /// Nodes the first partition map waits for.
     pub initial_nodes: usize,
+    /// Copies of each partition, for a cluster this node creates; `None`:
+    /// the cluster's (one, for a new cluster). A node that names another
+    /// count than the cluster's is refused.
+    pub replicas: Option<u32>,
+    /// Copies a write must be durable on before it is acknowledged;
+    /// `None`: the cluster's (for a new cluster, two when it keeps two
+    /// copies or more, else one).
+    pub min_in_sync: Option<u32>,
     /// Life of the registration lease: a node that stops renewing it is
     /// taken for dead this long after.
     pub lease_ttl: Duration,
@@ -273,6 +284,7 @@ pub struct Cluster {
     node_secret: String,
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     moves: tokio::sync::Mutex<moves::MoveState>,
+    replication: replication::Replication,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -326,8 +338,10 @@ impl Cluster {
     /// Whether this node's map gives it the partition of `url`; a URL
     /// without one (not a URL) is left to the store, which refuses it.
     pub fn owns_url(&self, crawl: &str, url: &str) -> bool {
-        self.partition_of_url(crawl, url)
-            .is_none_or(|partition| matches!(self.owner_of(partition), Ok(Owner::Local)))
+        self.partition_of_url(crawl, url).is_none_or(|partition| {
+            matches!(self.owner_of(partition), Ok(Owner::Local))
+                && self.check_copies(partition).is_ok()
+        })
     }
 
     /// Waits while a move of one of `partitions` is at its cutover (its old
@@ -398,7 +412,10 @@ impl Cluster {
         for (index, partition) in partitions.into_iter().enumerate() {
             let owner = match partition {
                 None => Ok(Owner::Local),
-                Some(partition) => self.owner_of(partition),
+                Some(partition) => self
+                    .check_copies(partition)
+                    .map_err(Status::from)
+                    .and_then(|()| self.owner_of(partition)),
             };
             let owner = match owner {
                 Ok(owner) => owner,
@@ -543,6 +560,7 @@ impl Cluster {
         for task in tasks {
             task.abort();
         }
+        replication::stop(self);
         coordinator::deregister(self).await;
     }
 }

@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-mod copy;
+pub(super) mod copy;
 
 use copy::{
     AdminPeer, Progress, catch_up, copy_whole, decode_page, drop_local, take, take_queue_settings,
@@ -93,8 +93,10 @@ pub(super) async fn settle(cluster: &Cluster, view: &View) {
         }
     }
     let mut served = served_partitions(view, me, cluster.partitions(), now_ms());
-    // Sealed here by a SealPartition this view may not show yet.
-    for partition in state.sealed.keys() {
+    // Sealed here by a SealPartition this view may not show yet, or taken
+    // over while the old leader's leases may run.
+    let held = cluster.replication.held(now_ms());
+    for partition in state.sealed.keys().chain(&held) {
         if let Some(slot) = served.get_mut(*partition as usize) {
             *slot = false;
         }
@@ -247,8 +249,19 @@ async fn hand_over_done(
     .into()));
     let frontier = Arc::clone(&cluster.frontier);
     let started = std::time::Instant::now();
+    // The leader of a new follower, or an old leader that took the
+    // receiver's place among the followers, keeps its copy.
+    let keeps = cluster
+        .view()
+        .map
+        .as_ref()
+        .is_some_and(|map| map.holds(&cluster.options.node_id, partition));
     let dropped = tokio::task::spawn_blocking(move || {
-        let dropped = frontier.ingest().drop_partition(partition);
+        let dropped = if keeps {
+            Ok(0)
+        } else {
+            frontier.ingest().drop_partition(partition)
+        };
         frontier.ingest().untrack_partition(partition);
         frontier.ingest().unseal_partition(partition);
         dropped
@@ -522,8 +535,22 @@ pub(super) async fn seal(
     }
     let limit = crate::partition_page::copy_page_limit(request.limit);
     let frontier = Arc::clone(&cluster.frontier);
-    let sealed = tokio::task::spawn_blocking(move || {
+    let tail = tokio::task::spawn_blocking(move || {
         let tail = frontier.ingest().seal_partition(partition);
+        (frontier, tail)
+    })
+    .await?;
+    let (frontier, tail) = tail;
+    // The followers hold every write to the partition before the receiver
+    // hears its tail: after the flip they follow the receiver, which sends
+    // them only what it writes itself.
+    frontier
+        .ingest()
+        .replicas()
+        .wait_for_followers()
+        .await
+        .map_err(|e| ClusterError::NotReplicated(e.to_string()))?;
+    let sealed = tokio::task::spawn_blocking(move || {
         let mut sealed = proto::admin::SealedPartition::default();
         if first {
             let (leased, until) = frontier

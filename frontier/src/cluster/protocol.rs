@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::View;
 use super::coordination::{Condition, Entry, Snapshot, Txn, Write};
-use super::map::{Member, MovePhase, MoveRecord, PartitionMap};
+use super::map::{Member, MoveKind, MovePhase, MoveRecord, PartitionMap};
 
 /// Moves in flight at once, cluster-wide: each costs its two nodes a copy.
 pub(super) const MOVES_IN_FLIGHT: usize = 2;
@@ -175,14 +175,14 @@ pub(super) fn read_view(
 pub(super) fn first_map(
     view: &View,
     keys: &Keys,
-    partitions: u32,
+    (partitions, replicas): (u32, u32),
     initial_nodes: usize,
 ) -> Option<(PartitionMap, Txn)> {
     if view.map.is_some() || view.members.len() < initial_nodes {
         return None;
     }
     let nodes: BTreeSet<String> = view.members.keys().cloned().collect();
-    let map = PartitionMap::first(partitions, &nodes)?;
+    let map = PartitionMap::first_replicated(partitions, &nodes, replicas)?;
     let txn = Txn::when(
         vec![Condition::Absent(keys.map())],
         vec![Write::put(keys.map(), json(&map))],
@@ -205,6 +205,15 @@ pub(super) enum Planned {
         from: String,
         to: String,
     },
+    /// A new follower of a partition with fewer copies than the cluster
+    /// keeps, started (a copy from its leader).
+    Replicate {
+        partition: u32,
+        leader: String,
+        to: String,
+    },
+    /// Followers beyond the copies the cluster keeps, let go.
+    Trim { partitions: Vec<u32> },
 }
 
 /// The leader's part: roll back moves whose receiver is gone, then start
@@ -252,38 +261,226 @@ pub(super) fn plan(view: &View, keys: &Keys, now_ms: u64) -> Vec<(Planned, Txn)>
         if view.moves.contains_key(&partition) || !live.contains(from) {
             continue; // moving already, or its data is on a node that is away
         }
-        let record = MoveRecord {
-            partition,
-            from: from.to_owned(),
-            to: to.to_owned(),
-            phase: MovePhase::Copy,
-            copied: 0,
-            copied_bytes: 0,
-            started_at_ms: now_ms,
-            cutover_at_ms: 0,
-            cutover_ms: 0,
-            leased: 0,
-            hold_until_ms: 0,
-            from_done: false,
-        };
-        let key = keys.move_of(partition);
+        let record = MoveRecord::started(partition, (from, to), MoveKind::Move, now_ms);
         planned.push((
             Planned::Start {
                 partition,
                 from: from.to_owned(),
                 to: to.to_owned(),
             },
-            Txn::when(
-                vec![
-                    Condition::Absent(key.clone()),
-                    Condition::ModRevision(keys.map(), view.map_revision),
-                ],
-                vec![Write::put(key, json(&record))],
-            ),
+            start_move(keys, view.map_revision, &record),
         ));
         in_flight += 1;
     }
     planned
+}
+
+/// A move's start: only while no move of its partition is recorded and
+/// the map is the one the plan read.
+fn start_move(keys: &Keys, map_revision: i64, record: &MoveRecord) -> Txn {
+    let key = keys.move_of(record.partition);
+    Txn::when(
+        vec![
+            Condition::Absent(key.clone()),
+            Condition::ModRevision(keys.map(), map_revision),
+        ],
+        vec![Write::put(key, json(record))],
+    )
+}
+
+/// The leader's part for copies: a partition with fewer than `replicas`
+/// copies gets a new follower (copied from its live leader) on the live
+/// node, not draining and not holding it, that holds fewest copies; one
+/// with more lets its last followers go, in one transaction. A few copies
+/// at a time, beside the moves.
+pub(super) fn plan_copies(
+    view: &View,
+    keys: &Keys,
+    replicas: u32,
+    now_ms: u64,
+) -> Vec<(Planned, Txn)> {
+    let Some(map) = &view.map else {
+        return Vec::new();
+    };
+    let wanted = replicas.max(1) as usize;
+    let live: BTreeSet<&String> = view.members.keys().collect();
+    let eligible: Vec<&String> = live
+        .iter()
+        .filter(|node| !view.draining.contains(**node))
+        .copied()
+        .collect();
+    let mut held: BTreeMap<&str, usize> = eligible.iter().map(|n| (n.as_str(), 0)).collect();
+    for node in map.owners.iter().chain(map.followers.iter().flatten()) {
+        if let Some(count) = held.get_mut(node.as_str()) {
+            *count += 1;
+        }
+    }
+    let mut planned = Vec::new();
+    let mut in_flight = view
+        .moves
+        .values()
+        .filter(|(r, _)| r.kind == MoveKind::Replica && r.phase != MovePhase::Flipped)
+        .count();
+    let mut trimmed = map.clone();
+    let mut trims = Vec::new();
+    for (partition, owner) in map.owners.iter().enumerate() {
+        let partition = partition as u32;
+        let followers = map.followers_of(partition);
+        let copies = 1 + followers.len();
+        if copies > wanted {
+            trimmed.followers_mut(partition).truncate(wanted - 1);
+            trims.push(partition);
+            continue;
+        }
+        if copies == wanted
+            || in_flight >= MOVES_IN_FLIGHT
+            || view.moves.contains_key(&partition)
+            || !live.contains(owner)
+        {
+            continue;
+        }
+        let Some(to) = held
+            .iter()
+            .filter(|(node, _)| !map.holds(node, partition))
+            .min_by_key(|(node, count)| (**count, **node))
+            .map(|(node, _)| (*node).to_owned())
+        else {
+            continue; // every eligible node holds it already
+        };
+        if let Some(count) = held.get_mut(to.as_str()) {
+            *count += 1;
+        }
+        let record = MoveRecord::started(partition, (owner, &to), MoveKind::Replica, now_ms);
+        planned.push((
+            Planned::Replicate {
+                partition,
+                leader: owner.clone(),
+                to,
+            },
+            start_move(keys, view.map_revision, &record),
+        ));
+        in_flight += 1;
+    }
+    if !trims.is_empty() {
+        trimmed.epoch += 1;
+        // Before the starts: they are conditional on the map as read.
+        planned.insert(
+            0,
+            (
+                Planned::Trim { partitions: trims },
+                Txn::when(
+                    vec![Condition::ModRevision(keys.map(), view.map_revision)],
+                    vec![Write::put(keys.map(), json(&trimmed))],
+                ),
+            ),
+        );
+    }
+    planned
+}
+
+/// A partition given to a follower: (partition, old leader, new leader).
+pub(super) type Failover = (u32, String, String);
+
+/// Partitions whose leader's registration lapsed, each given to its first
+/// live in-sync follower in one transaction conditional on the map as
+/// read (so it races neither a flip nor a leader dropping a follower), in
+/// the next epoch. The old leader leaves the partition's copies: it may
+/// have written past what it acknowledged, so it comes back only as a new
+/// follower, copied afresh. Answers (partition, old leader, new leader)
+/// per failover, the map and the transaction; `None` when nothing fails
+/// over.
+pub(super) fn failovers(view: &View, keys: &Keys) -> Option<(Vec<Failover>, PartitionMap, Txn)> {
+    let map = view.map.as_ref()?;
+    let mut next = map.clone();
+    let mut changed = Vec::new();
+    for (partition, owner) in map.owners.iter().enumerate() {
+        let partition = u32::try_from(partition).ok()?;
+        if view.members.contains_key(owner) {
+            continue;
+        }
+        let followers = map.followers_of(partition);
+        let Some(successor) = followers.iter().find(|f| view.members.contains_key(*f)) else {
+            continue;
+        };
+        let rest: Vec<String> = followers
+            .iter()
+            .filter(|f| *f != successor)
+            .cloned()
+            .collect();
+        next.owners[partition as usize].clone_from(successor);
+        *next.followers_mut(partition) = rest;
+        changed.push((partition, owner.clone(), successor.clone()));
+    }
+    if changed.is_empty() {
+        return None;
+    }
+    next.epoch += 1;
+    let txn = Txn::when(
+        vec![Condition::ModRevision(keys.map(), view.map_revision)],
+        vec![Write::put(keys.map(), json(&next))],
+    );
+    Some((changed, next, txn))
+}
+
+/// Why followers cannot be dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum DropRefused {
+    /// The map does not make the asking node the leader of a partition it
+    /// would drop a follower of: its view is old, or it was replaced.
+    #[error("partition {partition} is led by {owner} in the map now, not by {leader}")]
+    NotTheLeader {
+        partition: u32,
+        owner: String,
+        leader: String,
+    },
+}
+
+/// A leader takes followers that stopped acknowledging out of the in-sync
+/// set of `partitions` (which it leads), in the next epoch, conditional on
+/// the map as read: from then on writes are acknowledged without them,
+/// and they refuse this leader's older epoch. Answers the map and its
+/// transaction; `Ok(None)` when none of them follows those partitions.
+pub(super) fn drop_followers(
+    (map, map_revision): (&PartitionMap, i64),
+    keys: &Keys,
+    leader: &str,
+    partitions: &BTreeSet<u32>,
+    lagging: &BTreeSet<String>,
+) -> Result<Option<(PartitionMap, Txn)>, DropRefused> {
+    let mut next = map.clone();
+    let mut changed = false;
+    for &partition in partitions {
+        let owner = map
+            .owners
+            .get(partition as usize)
+            .cloned()
+            .unwrap_or_default();
+        if owner != leader {
+            return Err(DropRefused::NotTheLeader {
+                partition,
+                owner,
+                leader: leader.to_owned(),
+            });
+        }
+        if map
+            .followers_of(partition)
+            .iter()
+            .any(|f| lagging.contains(f))
+        {
+            next.followers_mut(partition)
+                .retain(|f| !lagging.contains(f));
+            changed = true;
+        }
+    }
+    if !changed {
+        return Ok(None);
+    }
+    next.epoch += 1;
+    let txn = Txn::when(
+        vec![Condition::ModRevision(keys.map(), map_revision)],
+        vec![Write::put(keys.map(), json(&next))],
+    );
+    Ok(Some((next, txn)))
 }
 
 /// What a node has to do for one move in its view.
@@ -377,8 +574,23 @@ pub(super) fn flip(
         });
     }
     let mut next_map = map.clone();
-    if let Some(owner) = next_map.owners.get_mut(partition as usize) {
+    if record.kind == MoveKind::Replica {
+        if !next_map.follows(&record.to, partition) {
+            next_map.followers_mut(partition).push(record.to.clone());
+        }
+    } else if let Some(owner) = next_map.owners.get_mut(partition as usize) {
         owner.clone_from(&record.to);
+    }
+    // The old leader holds every acknowledged write at the seal (its
+    // followers' acks were waited for): it takes the receiver's place
+    // among the followers, if the receiver was one, and keeps its copy.
+    if record.kind == MoveKind::Move
+        && let Some(at) = map
+            .followers_of(partition)
+            .iter()
+            .position(|f| *f == record.to)
+    {
+        next_map.followers_mut(partition)[at].clone_from(&record.from);
     }
     next_map.epoch += 1;
     let flipped = MoveRecord {
@@ -544,6 +756,7 @@ pub(super) fn strays(
                 .get(&partition)
                 .is_some_and(|ended| view.revision < *ended);
             (owner != me
+                && !map.follows(me, partition)
                 && !moving_here_or_away
                 && !receipts.running.contains(&partition)
                 && !view_too_old

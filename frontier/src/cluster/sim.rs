@@ -255,7 +255,7 @@ impl Sim {
             return;
         };
         let view = node.view.clone();
-        if let Some((_, txn)) = protocol::first_map(&view, &self.keys, PARTITIONS, 2) {
+        if let Some((_, txn)) = protocol::first_map(&view, &self.keys, (PARTITIONS, 1), 2) {
             let _ = self.store.apply(txn);
         }
         for (planned, txn) in protocol::plan(&view, &self.keys, self.now_ms) {

@@ -345,6 +345,7 @@ impl adm::admin_server::Admin for AdminService {
                 alive: true,
                 started_at_ms: 0,
                 partitions: (0..partitions).collect(),
+                follows: Vec::new(),
                 last_minute: Some(rates_of(&self.frontier.total_rates())),
                 error: String::new(),
             }],
@@ -352,6 +353,9 @@ impl adm::admin_server::Admin for AdminService {
             answered_by: self.node.clone(),
             moves: Vec::new(),
             draining: Vec::new(),
+            replicas: 1,
+            min_in_sync: 1,
+            followers: Vec::new(),
         }))
     }
 
@@ -496,6 +500,13 @@ impl adm::admin_server::Admin for AdminService {
         _request: Request<adm::DrainNodeRequest>,
     ) -> Result<Response<adm::DrainNodeResponse>, Status> {
         Err(not_in_a_cluster("DrainNode"))
+    }
+
+    async fn replicate(
+        &self,
+        _request: Request<adm::ReplicateRequest>,
+    ) -> Result<Response<adm::ReplicateResponse>, Status> {
+        Err(not_in_a_cluster("Replicate"))
     }
 }
 

@@ -77,6 +77,8 @@ enum WriteFailure {
     Frontier(#[from] FrontierError),
     #[error("the store read before the write failed: {0}")]
     Read(#[from] tokio::task::JoinError),
+    #[error("the write is stored here but not on every copy in sync: {0}")]
+    NotReplicated(#[from] crate::ingest::NotReplicated),
 }
 
 /// Items of one crawl and kind, written together.
@@ -112,6 +114,8 @@ async fn write_run(
         .committed(in_flight.map_err(FrontierError::from)?)
         .await
         .map_err(FrontierError::from)?;
+    // Acknowledged only once every follower in sync holds it too.
+    frontier.ingest().replicas().wait_for_followers().await?;
     match run {
         Run::Discovered(_) => frontier.discovered_settled(crawl, &outcomes),
         Run::Known(items) => frontier.known_settled(crawl, items, &outcomes),

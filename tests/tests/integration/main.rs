@@ -20,5 +20,6 @@ mod hostile_sites;
 mod monitoring;
 mod plain_frontier;
 mod politeness;
+mod replication;
 mod store_damage;
 mod tls;

@@ -179,7 +179,7 @@ fn page_request(
     }
 }
 
-pub(super) fn decode_page(
+pub(in crate::cluster) fn decode_page(
     urls: Vec<proto::admin::PartitionUrl>,
 ) -> Result<Vec<PartitionUrl>, ClusterError> {
     urls.into_iter()

@@ -1,0 +1,472 @@
+//! What a partition's leader owes its followers: the URLs each committed
+//! group touched in partitions they follow, and the deletions, in commit
+//! order, noted by the commit hook; and how far each follower has
+//! confirmed them, which a writer waits on before its acknowledgement.
+//!
+//! A follower is sent URLs as the leader holds them when they are sent,
+//! not the writes that made them: state, which taking twice changes
+//! nothing, so a batch sent again after a broken call is harmless and a
+//! URL written ten times between two batches travels once. Deletions go
+//! as themselves, in their place in the order: a URL touched before a
+//! deletion is sent before it, so the follower applies both as the leader
+//! did.
+//!
+//! Groups are numbered as they commit. A follower has confirmed group `n`
+//! once every step noted for it up to `n` was taken durably there; one
+//! owed nothing is up to date at once. The set of followers changes only
+//! through the cluster (a follower leaves it in etcd before any write is
+//! acknowledged without it), which calls [`ReplicaLog::set_followers`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+
+use crate::store::{Applied, Deletion, WriteOp};
+
+/// One step a follower is owed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicaStep {
+    /// URLs (crawl, URL) of a partition written since the last batch.
+    Touched {
+        partition: u32,
+        keys: BTreeSet<(String, String)>,
+    },
+    /// A deletion the leader applied.
+    Deleted(Deletion),
+}
+
+/// The steps a follower is owed, taken for one batch, and the group they
+/// bring it up to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaBatch {
+    pub steps: Vec<ReplicaStep>,
+    pub through: u64,
+}
+
+/// Followers that did not confirm a group in time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not confirmed by follower(s) {followers:?} within {waited:?}")]
+pub struct NotReplicated {
+    pub followers: Vec<String>,
+    pub waited: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Owed {
+    steps: Vec<ReplicaStep>,
+    /// A batch is out and unconfirmed.
+    in_flight: bool,
+    confirmed: u64,
+    wake: Arc<Notify>,
+}
+
+#[derive(Debug, Default)]
+struct LogState {
+    /// Groups committed.
+    committed: u64,
+    /// Per partition (index), the followers its writes are sent to: those
+    /// of the partitions this node leads.
+    followers_of: Vec<Vec<String>>,
+    owed: BTreeMap<String, Owed>,
+    /// How long a writer waits for its followers.
+    patience: Duration,
+}
+
+/// The log of one node (module docs).
+#[derive(Debug)]
+pub struct ReplicaLog {
+    state: Mutex<LogState>,
+    /// Bumped when a follower confirms or the set changes.
+    progress: watch::Sender<u64>,
+}
+
+impl Default for ReplicaLog {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            progress: watch::channel(0).0,
+        }
+    }
+}
+
+impl ReplicaLog {
+    fn lock(&self) -> MutexGuard<'_, LogState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn bump(&self) {
+        self.progress.send_modify(|n| *n += 1);
+    }
+
+    /// Notes a committed group (the commit hook, in commit order).
+    pub(super) fn on_commit(&self, ops: &[WriteOp], applied: &[Applied]) {
+        let mut state = self.lock();
+        state.committed += 1;
+        if state.owed.is_empty() {
+            return;
+        }
+        let LogState {
+            committed,
+            followers_of,
+            owed,
+            ..
+        } = &mut *state;
+        let mut woken = BTreeSet::new();
+        for (op, applied) in ops.iter().zip(applied) {
+            let (partition, crawl, url) = match (op, applied) {
+                (WriteOp::Discover(new), Applied::Discovered { stored: true }) => {
+                    (new.partition, &new.crawl, &new.url)
+                }
+                (WriteOp::Known(known), _) => (known.partition, &known.crawl, &known.url),
+                (WriteOp::Delete(deletion), _) if deletion.partition.is_none() => {
+                    for (follower, owed) in owed.iter_mut() {
+                        owed.steps.push(ReplicaStep::Deleted(deletion.clone()));
+                        woken.insert(follower.clone());
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            let Some(followers) = followers_of.get(partition as usize) else {
+                continue;
+            };
+            for follower in followers {
+                let Some(owed) = owed.get_mut(follower) else {
+                    continue;
+                };
+                let key = (crawl.clone(), url.clone());
+                match owed.steps.last_mut() {
+                    Some(ReplicaStep::Touched {
+                        partition: last,
+                        keys,
+                    }) if *last == partition => {
+                        keys.insert(key);
+                    }
+                    _ => owed.steps.push(ReplicaStep::Touched {
+                        partition,
+                        keys: BTreeSet::from([key]),
+                    }),
+                }
+                woken.insert(follower.clone());
+            }
+        }
+        let mut confirmed_now = false;
+        for (follower, owed) in owed.iter_mut() {
+            if woken.contains(follower) {
+                owed.wake.notify_one();
+            } else if owed.steps.is_empty() && !owed.in_flight {
+                owed.confirmed = *committed;
+                confirmed_now = true;
+            }
+        }
+        drop(state);
+        if confirmed_now {
+            self.bump();
+        }
+    }
+
+    /// The followers of each partition this node leads (index =
+    /// partition; others empty). A follower that leaves is owed nothing
+    /// more; one that joins is owed what commits from now on.
+    pub fn set_followers(&self, followers_of: Vec<Vec<String>>) {
+        let mut state = self.lock();
+        let wanted: BTreeSet<String> = followers_of.iter().flatten().cloned().collect();
+        let committed = state.committed;
+        state.owed.retain(|follower, _| wanted.contains(follower));
+        for follower in wanted {
+            state.owed.entry(follower).or_insert_with(|| Owed {
+                confirmed: committed,
+                ..Owed::default()
+            });
+        }
+        state.followers_of = followers_of;
+        drop(state);
+        self.bump();
+    }
+
+    /// Notes URLs of a partition as owed to its followers again, as if
+    /// written now: a new leader's first step, so that its followers hold
+    /// what it received from the leader before it and they may not have.
+    pub fn owe_again(&self, partition: u32, keys: BTreeSet<(String, String)>) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut state = self.lock();
+        let LogState {
+            followers_of, owed, ..
+        } = &mut *state;
+        for follower in followers_of.get(partition as usize).into_iter().flatten() {
+            if let Some(owed) = owed.get_mut(follower) {
+                owed.steps.push(ReplicaStep::Touched {
+                    partition,
+                    keys: keys.clone(),
+                });
+                owed.wake.notify_one();
+            }
+        }
+    }
+
+    /// The followers owed anything, now.
+    #[must_use]
+    pub fn followers(&self) -> Vec<String> {
+        self.lock().owed.keys().cloned().collect()
+    }
+
+    /// What wakes a follower's sender when it is owed new steps; `None`
+    /// when it is no follower here.
+    #[must_use]
+    pub fn waker(&self, follower: &str) -> Option<Arc<Notify>> {
+        self.lock()
+            .owed
+            .get(follower)
+            .map(|owed| Arc::clone(&owed.wake))
+    }
+
+    /// Takes what a follower is owed, for one batch (empty steps: nothing
+    /// owed, and the batch still carries the lease horizon); `None` when it
+    /// is no follower here.
+    #[must_use]
+    pub fn take(&self, follower: &str) -> Option<ReplicaBatch> {
+        let mut state = self.lock();
+        let through = state.committed;
+        let owed = state.owed.get_mut(follower)?;
+        owed.in_flight = true;
+        Some(ReplicaBatch {
+            steps: std::mem::take(&mut owed.steps),
+            through,
+        })
+    }
+
+    /// A batch taken for `follower` is durable there.
+    pub fn confirmed(&self, follower: &str, through: u64) {
+        let mut state = self.lock();
+        let committed = state.committed;
+        let Some(owed) = state.owed.get_mut(follower) else {
+            return;
+        };
+        owed.in_flight = false;
+        // Groups after the batch that owed it nothing count as confirmed.
+        let upto = if owed.steps.is_empty() {
+            committed
+        } else {
+            through
+        };
+        owed.confirmed = owed.confirmed.max(upto);
+        drop(state);
+        self.bump();
+    }
+
+    /// A batch taken for `follower` failed: its steps are owed again,
+    /// before any noted since.
+    pub fn failed(&self, follower: &str, batch: ReplicaBatch) {
+        let mut state = self.lock();
+        if let Some(owed) = state.owed.get_mut(follower) {
+            owed.in_flight = false;
+            let later = std::mem::take(&mut owed.steps);
+            owed.steps = batch.steps;
+            owed.steps.extend(later);
+        }
+    }
+
+    /// Groups committed so far: a writer answered by the group commit is
+    /// in one of them.
+    #[must_use]
+    pub fn committed(&self) -> u64 {
+        self.lock().committed
+    }
+
+    /// Followers that have not confirmed group `group`.
+    fn behind(&self, group: u64) -> Vec<String> {
+        self.lock()
+            .owed
+            .iter()
+            .filter(|(_, owed)| owed.confirmed < group)
+            .map(|(follower, _)| follower.clone())
+            .collect()
+    }
+
+    /// Sets how long [`Self::wait_for_followers`] waits: long enough for a
+    /// follower that stopped answering to be taken out of the set.
+    pub fn set_patience(&self, patience: Duration) {
+        self.lock().patience = patience;
+    }
+
+    /// Waits until every follower holds what was committed so far (a
+    /// writer's group among it), or has left the set.
+    pub async fn wait_for_followers(&self) -> Result<(), NotReplicated> {
+        let (group, patience, idle) = {
+            let state = self.lock();
+            (state.committed, state.patience, state.owed.is_empty())
+        };
+        if idle {
+            return Ok(());
+        }
+        self.replicated(group, patience).await
+    }
+
+    /// Waits until every follower has confirmed group `group` (or left the
+    /// set), for at most `patience`.
+    pub async fn replicated(&self, group: u64, patience: Duration) -> Result<(), NotReplicated> {
+        let mut progress = self.progress.subscribe();
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let behind = self.behind(group);
+            if behind.is_empty() {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(deadline, progress.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => {
+                    return Err(NotReplicated {
+                        followers: behind,
+                        waited: patience,
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{KnownUrl, Removed};
+
+    fn known(partition: u32, url: &str) -> WriteOp {
+        WriteOp::Known(KnownUrl {
+            crawl: "c".into(),
+            url: url.into(),
+            partition,
+            queue_key: None,
+            default_queue: "h".into(),
+            due_at: 0,
+            metadata: BTreeMap::new(),
+            now: 1,
+        })
+    }
+
+    fn applied_known() -> Applied {
+        Applied::Known {
+            previous: None,
+            queue_key: "h".into(),
+        }
+    }
+
+    fn urls(batch: &ReplicaBatch) -> Vec<(u32, Vec<String>)> {
+        batch
+            .steps
+            .iter()
+            .filter_map(|step| match step {
+                ReplicaStep::Touched { partition, keys } => Some((
+                    *partition,
+                    keys.iter().map(|(_, url)| url.clone()).collect(),
+                )),
+                ReplicaStep::Deleted(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_follower_is_owed_the_writes_of_the_partitions_it_follows_in_order() {
+        let log = ReplicaLog::default();
+        log.set_followers(vec![vec!["b".into()], vec!["b".into(), "c".into()], vec![]]);
+        log.on_commit(
+            &[
+                known(0, "u0"),
+                known(1, "u1"),
+                known(2, "u2"),
+                known(0, "v0"),
+            ],
+            &[
+                applied_known(),
+                applied_known(),
+                applied_known(),
+                applied_known(),
+            ],
+        );
+        let b = log.take("b").unwrap();
+        assert_eq!(
+            urls(&b),
+            vec![
+                (0, vec!["u0".into()]),
+                (1, vec!["u1".into()]),
+                (0, vec!["v0".into()])
+            ]
+        );
+        assert_eq!(b.through, 1);
+        let c = log.take("c").unwrap();
+        assert_eq!(urls(&c), vec![(1, vec!["u1".into()])]);
+        assert!(log.take("d").is_none(), "no follower, nothing owed");
+    }
+
+    #[tokio::test]
+    async fn a_writer_waits_for_every_follower_or_its_leaving() {
+        let log = ReplicaLog::default();
+        log.set_followers(vec![vec!["b".into(), "c".into()]]);
+        log.on_commit(&[known(0, "u")], &[applied_known()]);
+        let group = log.committed();
+        let short = Duration::from_millis(1);
+        let err = log.replicated(group, short).await.unwrap_err();
+        assert_eq!(err.followers, vec!["b".to_owned(), "c".to_owned()]);
+        let b = log.take("b").unwrap();
+        log.confirmed("b", b.through);
+        let err = log.replicated(group, short).await.unwrap_err();
+        assert_eq!(err.followers, vec!["c".to_owned()]);
+        // c leaves the set (in etcd first): the write waits for b alone.
+        log.set_followers(vec![vec!["b".into()]]);
+        log.replicated(group, short).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_is_owed_again_before_later_writes_and_idle_followers_keep_up() {
+        let log = ReplicaLog::default();
+        log.set_followers(vec![vec!["b".into()], vec!["c".into()]]);
+        log.on_commit(&[known(0, "first")], &[applied_known()]);
+        let batch = log.take("b").unwrap();
+        log.on_commit(&[known(0, "second")], &[applied_known()]);
+        // c follows nothing written: up to date at every group.
+        let c_only = log.committed();
+        assert_eq!(log.behind(c_only), vec!["b".to_owned()]);
+        log.failed("b", batch);
+        let again = log.take("b").unwrap();
+        assert_eq!(
+            urls(&again),
+            vec![(0, vec!["first".into()]), (0, vec!["second".into()])]
+        );
+        log.confirmed("b", again.through);
+        log.replicated(c_only, Duration::from_millis(1))
+            .await
+            .unwrap();
+    }
+
+    #[test]
+    fn a_crawl_deletion_is_owed_to_every_follower_in_its_place() {
+        let log = ReplicaLog::default();
+        log.set_followers(vec![vec!["b".into()]]);
+        let deletion = Deletion {
+            crawl: "c".into(),
+            queue: None,
+            created_before: None,
+            partitions: 1,
+            partition: None,
+            urls_below: None,
+        };
+        log.on_commit(
+            &[
+                known(0, "before"),
+                WriteOp::Delete(deletion.clone()),
+                known(0, "after"),
+            ],
+            &[
+                applied_known(),
+                Applied::Deleted(Removed::default()),
+                applied_known(),
+            ],
+        );
+        let batch = log.take("b").unwrap();
+        assert_eq!(batch.steps.len(), 3);
+        assert_eq!(batch.steps[1], ReplicaStep::Deleted(deletion));
+    }
+}
