@@ -8,7 +8,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use cli::admin::{check, cluster, drain, health, probe, rebuild, seed, set_active, status};
+use cli::admin::{
+    check, cluster, drain, health, probe, rebuild, remove_node, seed, set_active, set_replicas,
+    status,
+};
 use cli::serve::{ServeArgs, init_logging, serve};
 use cli::{ClientArgs, repair, transfer};
 
@@ -218,6 +221,16 @@ fn run(log_control: frontier::grpc::LogControl) -> anyhow::Result<ExitCode> {
                 action: Some(ClusterAction::Drain { node }),
                 ..
             } => drain(client, node).await,
+            Command::Cluster {
+                client,
+                action: Some(ClusterAction::Remove { node }),
+                ..
+            } => remove_node(client, node).await,
+            Command::Cluster {
+                client,
+                action: Some(ClusterAction::Replicas { count }),
+                ..
+            } => set_replicas(client, count).await,
             Command::Rebuild {
                 client,
                 partition,
@@ -249,5 +262,21 @@ enum ClusterAction {
     Drain {
         /// The node's ID.
         node: String,
+    },
+    /// Takes a node that will not come back (its disk lost) out of the
+    /// cluster at once: its partitions are led by their followers and get
+    /// new followers, so each is back at the cluster's copy count. Refused
+    /// while the node is alive (drain it and stop it first) or when it
+    /// holds a partition's last copy.
+    Remove {
+        /// The node's ID.
+        node: String,
+    },
+    /// Changes the copies kept of each partition, live: new followers are
+    /// copied from each leader, or extra ones let go.
+    Replicas {
+        /// Copies of each partition, its leader's included (1 to 7).
+        #[arg(value_parser = clap::value_parser!(u32).range(1..=7))]
+        count: u32,
     },
 }

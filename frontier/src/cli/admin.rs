@@ -317,6 +317,56 @@ pub async fn drain(client: ClientArgs, node: String) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
+pub async fn remove_node(client: ClientArgs, node: String) -> anyhow::Result<ExitCode> {
+    let admin = client.admin()?;
+    let request = proto::admin::RemoveNodeRequest {
+        node_id: node.clone(),
+    };
+    let answer = client
+        .retry("cluster remove", || {
+            let mut admin = admin.clone();
+            let request = request.clone();
+            async move { admin.remove_node(request).await }
+        })
+        .await?;
+    if answer.led == 0 && answer.followed == 0 {
+        println!(
+            "{node} is not alive and the map gives it no partition (a node that stopped is \
+             taken out of the map once its registration lapses): nothing left to remove"
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "removed {node}: the {} partitions it led are led by their followers, and it follows \
+         none of the {} it followed; new followers are copied (`frontier cluster` shows them)",
+        answer.led, answer.followed
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn set_replicas(client: ClientArgs, count: u32) -> anyhow::Result<ExitCode> {
+    let admin = client.admin()?;
+    let request = proto::admin::SetReplicasRequest { replicas: count };
+    let answer = client
+        .retry("cluster replicas", || {
+            let mut admin = admin.clone();
+            async move { admin.set_replicas(request).await }
+        })
+        .await?;
+    println!(
+        "the cluster keeps {count} copies of each partition; writes need {}; \
+         `frontier cluster` shows the copies being made or let go",
+        answer.min_in_sync
+    );
+    if answer.live_nodes < count {
+        println!(
+            "only {} nodes are alive: partitions get {count} copies once as many nodes are",
+            answer.live_nodes
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn cluster(client: ClientArgs, json: bool) -> anyhow::Result<ExitCode> {
     let admin = client.admin()?;
     let status = client

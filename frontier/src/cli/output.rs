@@ -116,7 +116,11 @@ pub fn cluster_json(status: &proto::admin::ClusterStatus) -> serde_json::Value {
         "leader": status.leader,
         "answered_by": status.answered_by,
         "draining": status.draining,
+        "replicas": status.replicas,
+        "min_in_sync": status.min_in_sync,
+        "partition_copies": partition_copies(status),
         "moves": status.moves.iter().map(|m| serde_json::json!({
+            "kind": m.kind,
             "partition": m.partition,
             "from": m.from,
             "to": m.to,
@@ -136,6 +140,8 @@ pub fn cluster_json(status: &proto::admin::ClusterStatus) -> serde_json::Value {
                 "alive": node.alive,
                 "started_at_ms": node.started_at_ms,
                 "partitions": node.partitions,
+                "leads": node.partitions,
+                "follows": node.follows,
                 "per_second_last_minute": {
                     "discovered": rates.discovered,
                     "leased": rates.leased,
@@ -147,6 +153,46 @@ pub fn cluster_json(status: &proto::admin::ClusterStatus) -> serde_json::Value {
     })
 }
 
+/// Per partition: its leader, and its followers, in sync or being copied
+/// (with the copy's progress).
+fn partition_copies(status: &proto::admin::ClusterStatus) -> Vec<serde_json::Value> {
+    status
+        .owners
+        .iter()
+        .enumerate()
+        .map(|(p, leader)| {
+            let mut followers: Vec<serde_json::Value> = status
+                .followers
+                .get(p)
+                .map(|f| f.in_sync.as_slice())
+                .unwrap_or_default()
+                .iter()
+                .map(|id| serde_json::json!({"id": id, "in_sync": true}))
+                .collect();
+            followers.extend(
+                status
+                    .moves
+                    .iter()
+                    .filter(|m| m.partition as usize == p && m.kind == "replica")
+                    .map(|m| {
+                        serde_json::json!({
+                            "id": m.to,
+                            "in_sync": false,
+                            "phase": m.phase,
+                            "copied": m.copied,
+                        })
+                    }),
+            );
+            serde_json::json!({
+                "partition": p,
+                "leader": leader,
+                "followers": followers,
+                "copies_in_sync": 1 + status.followers.get(p).map_or(0, |f| f.in_sync.len()),
+            })
+        })
+        .collect()
+}
+
 pub fn print_cluster(status: &proto::admin::ClusterStatus) {
     let name = if status.name.is_empty() {
         "(none: a node of its own)"
@@ -154,9 +200,11 @@ pub fn print_cluster(status: &proto::admin::ClusterStatus) {
         &status.name
     };
     println!(
-        "cluster {name}  epoch {}  partitions {}  leader {}",
+        "cluster {name}  epoch {}  partitions {}  copies {} (writes need {})  leader {}",
         status.epoch,
         status.partitions,
+        status.replicas.max(1),
+        status.min_in_sync.max(1),
         if status.leader.is_empty() {
             "-"
         } else {
@@ -166,7 +214,7 @@ pub fn print_cluster(status: &proto::admin::ClusterStatus) {
     for node in &status.nodes {
         let rates = node.last_minute.unwrap_or_default();
         println!(
-            "  {:<16} {:<22} {:<5}  partitions {:>4}  ingest {:>8.1}/s  serve {:>8.1}/s  completed {:>8.1}/s{}",
+            "  {:<16} {:<22} {:<5}  leads {:>4}  follows {:>4}  ingest {:>8.1}/s  serve {:>8.1}/s  completed {:>8.1}/s{}",
             node.id,
             if node.address.is_empty() {
                 "-"
@@ -175,6 +223,7 @@ pub fn print_cluster(status: &proto::admin::ClusterStatus) {
             },
             if node.alive { "alive" } else { "DOWN" },
             node.partitions.len(),
+            node.follows.len(),
             rates.discovered,
             rates.leased,
             rates.completed,
@@ -191,8 +240,13 @@ pub fn print_cluster(status: &proto::admin::ClusterStatus) {
     let now_ms = frontier::time::Timestamp::now().unix_millis();
     for moving in &status.moves {
         let mut line = format!(
-            "  partition {:>4}  {} -> {}  {:<8} copied {:>10} URLs {:>8.1} MB  for {:.0} s",
+            "  partition {:>4}  {} {} -> {}  {:<8} copied {:>10} URLs {:>8.1} MB  for {:.0} s",
             moving.partition,
+            if moving.kind == "replica" {
+                "new copy"
+            } else {
+                "move"
+            },
             moving.from,
             moving.to,
             moving.phase,
@@ -213,5 +267,24 @@ pub fn print_cluster(status: &proto::admin::ClusterStatus) {
             ));
         }
         println!("{line}");
+    }
+    let wanted = status.replicas.max(1) as usize;
+    for (partition, leader) in status.owners.iter().enumerate() {
+        let followers = status
+            .followers
+            .get(partition)
+            .map(|f| f.in_sync.as_slice())
+            .unwrap_or_default();
+        if wanted > 1 || !followers.is_empty() {
+            println!(
+                "  partition {partition:>4}  leader {leader}  followers in sync [{}]{}",
+                followers.join(", "),
+                if 1 + followers.len() < wanted {
+                    "  SHORT OF COPIES"
+                } else {
+                    ""
+                }
+            );
+        }
     }
 }

@@ -401,8 +401,8 @@ impl Admin for ClusterAdmin {
                 })
                 .collect(),
             draining: view.draining.iter().cloned().collect(),
-            replicas: self.cluster.facts.replicas,
-            min_in_sync: self.cluster.facts.min_in_sync,
+            replicas: self.cluster.replicas(),
+            min_in_sync: self.cluster.min_in_sync(),
             followers: if followers.iter().all(Vec::is_empty) {
                 Vec::new()
             } else {
@@ -507,6 +507,28 @@ impl Admin for ClusterAdmin {
     ) -> Result<Response<adm::DrainNodeResponse>, Status> {
         let owned = super::moves::drain(&self.cluster, &request.into_inner().node_id).await?;
         Ok(Response::new(adm::DrainNodeResponse { owned }))
+    }
+
+    async fn remove_node(
+        &self,
+        request: Request<adm::RemoveNodeRequest>,
+    ) -> Result<Response<adm::RemoveNodeResponse>, Status> {
+        let node = request.into_inner().node_id;
+        super::replication::remove_node(&self.cluster, &node)
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
+    }
+
+    async fn set_replicas(
+        &self,
+        request: Request<adm::SetReplicasRequest>,
+    ) -> Result<Response<adm::SetReplicasResponse>, Status> {
+        let replicas = request.into_inner().replicas;
+        super::replication::set_replicas(&self.cluster, replicas)
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     /// Only a partition's leader sends its followers its writes.

@@ -103,6 +103,13 @@ pub async fn join(
         address: options.advertise.clone(),
         started_at_ms: Timestamp::now().unix_millis(),
     };
+    forget_lost_copies(
+        &*etcd,
+        &keys,
+        &options.node_id,
+        frontier.ingest().store().store_id(),
+    )
+    .await?;
     let lease = register(&*etcd, &keys, &member, &options)
         .await
         .map_err(unreachable)?
@@ -182,6 +189,49 @@ async fn put_if_absent(
         answer.got.map(|entry| entry.value).unwrap_or_default(),
         false,
     ))
+}
+
+/// A node back with another store than the one it last joined with (its
+/// disk lost, a new volume) holds none of the copies the map gives it:
+/// before it registers, the partitions it leads go to live in-sync
+/// followers and it leaves every in-sync set, so it comes back to them
+/// only as a new follower, copied. A partition whose only copy was on the
+/// lost store stays its, empty, and is named.
+async fn forget_lost_copies(
+    etcd: &dyn Coordination,
+    keys: &Keys,
+    node: &str,
+    store_id: u64,
+) -> Result<(), ClusterError> {
+    let mine = format!("{store_id:016x}").into_bytes();
+    loop {
+        let (stored, created) = put_if_absent(etcd, keys.store_of(node), mine.clone()).await?;
+        if created || stored == mine {
+            return Ok(());
+        }
+        let snapshot = etcd.range(keys.prefix()).await?;
+        let (view, _) = protocol::read_view(keys, &snapshot, None);
+        if let Some((next, lost, txn)) = protocol::without_node(&view, keys, node) {
+            if !etcd.txn(txn).await?.succeeded {
+                continue; // the map changed meanwhile
+            }
+            tracing::warn!(
+                epoch = next.epoch,
+                "this node's store is not the one it last joined with: its copies were taken \
+                 out of the map, and it is copied new ones"
+            );
+            if !lost.is_empty() {
+                tracing::error!(
+                    partitions = ?lost,
+                    "the only copy of these partitions was on this node's lost store: their \
+                     URLs are gone"
+                );
+            }
+        }
+        etcd.txn(Txn::writes(vec![Write::put(keys.store_of(node), mine)]))
+            .await?;
+        return Ok(());
+    }
 }
 
 /// The secret the cluster's nodes prove themselves to each other with:
@@ -462,7 +512,7 @@ async fn plan(cluster: &Cluster) -> Result<(), CoordinationError> {
         return Ok(());
     }
     let now = Timestamp::now().unix_millis();
-    let copies = protocol::plan_copies(&view, &cluster.keys, cluster.facts.replicas, now);
+    let copies = protocol::plan_copies(&view, &cluster.keys, cluster.replicas(), now);
     for (planned, txn) in copies
         .into_iter()
         .chain(protocol::plan(&view, &cluster.keys, now))

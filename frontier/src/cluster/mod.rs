@@ -199,6 +199,9 @@ pub struct View {
     pub draining: std::collections::BTreeSet<String>,
     /// The etcd revision this view was read at.
     pub revision: i64,
+    /// The cluster's facts and their etcd revision (the copy count changes
+    /// live).
+    pub facts: Option<(ClusterFacts, i64)>,
 }
 
 /// Where one call goes: this node's own service, or a peer's client and
@@ -313,6 +316,24 @@ impl Cluster {
     #[must_use]
     pub fn partitions(&self) -> usize {
         self.facts.partitions as usize
+    }
+
+    /// Copies the cluster keeps of each partition now.
+    #[must_use]
+    pub fn replicas(&self) -> u32 {
+        self.view()
+            .facts
+            .as_ref()
+            .map_or(self.facts.replicas, |(facts, _)| facts.replicas)
+    }
+
+    /// Copies a write must be durable on now.
+    #[must_use]
+    pub fn min_in_sync(&self) -> u32 {
+        self.view()
+            .facts
+            .as_ref()
+            .map_or(self.facts.min_in_sync, |(facts, _)| facts.min_in_sync)
     }
 
     /// What this node knows now.

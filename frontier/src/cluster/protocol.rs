@@ -6,7 +6,8 @@
 //! check is what runs.
 //!
 //! Keys, all under `/crawl-frontier/NAME/` ([`Keys`]): `facts`,
-//! `node-secret`, `map`, `nodes/ID` (under the node's lease), `election`,
+//! `node-secret`, `map`, `nodes/ID` (under the node's lease), `stores/ID`,
+//! `election`,
 //! `moves/P`, `draining/ID`, `settings/active`, `settings/delay/HEX(CRAWL)`
 //! and `seeds/HEX(CRAWL)/HOST`. Values are JSON.
 
@@ -16,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::View;
 use super::coordination::{Condition, Entry, Snapshot, Txn, Write};
-use super::map::{Member, MoveKind, MovePhase, MoveRecord, PartitionMap};
+use super::map::{ClusterFacts, Member, MoveKind, MovePhase, MoveRecord, PartitionMap};
 
 /// Moves in flight at once, cluster-wide: each costs its two nodes a copy.
 pub(super) const MOVES_IN_FLIGHT: usize = 2;
@@ -64,6 +65,13 @@ impl Keys {
 
     pub(super) fn move_of(&self, partition: u32) -> String {
         format!("{}moves/{partition}", self.prefix)
+    }
+
+    /// The ID of the store a node last joined with: a node back with
+    /// another store (its disk lost) holds none of the copies the map
+    /// gives it.
+    pub(super) fn store_of(&self, node: &str) -> String {
+        format!("{}stores/{node}", self.prefix)
     }
 
     pub(super) fn draining(&self, node: &str) -> String {
@@ -128,7 +136,11 @@ pub(super) fn read_view(
         let Some(key) = full_key.strip_prefix(keys.prefix()) else {
             continue;
         };
-        let parsed = if key == "map" {
+        let parsed = if key == "facts" {
+            serde_json::from_slice(value).map(|facts: ClusterFacts| {
+                view.facts = Some((facts, *mod_revision));
+            })
+        } else if key == "map" {
             serde_json::from_slice(value).map(|map: PartitionMap| {
                 view.map = Some(map);
                 view.map_revision = *mod_revision;
@@ -420,6 +432,110 @@ pub(super) fn failovers(view: &View, keys: &Keys) -> Option<(Vec<Failover>, Part
         vec![Write::put(keys.map(), json(&next))],
     );
     Some((changed, next, txn))
+}
+
+/// The cluster's facts with another copy count, written if unchanged
+/// since read (at `revision`). The copies a write needs never exceed the
+/// copies kept.
+pub(super) fn set_replicas(
+    keys: &Keys,
+    (facts, revision): (&ClusterFacts, i64),
+    replicas: u32,
+) -> (ClusterFacts, Txn) {
+    let next = ClusterFacts {
+        replicas,
+        min_in_sync: facts.min_in_sync.min(replicas),
+        ..facts.clone()
+    };
+    let txn = Txn::when(
+        vec![Condition::ModRevision(keys.facts(), revision)],
+        vec![Write::put(keys.facts(), json(&next))],
+    );
+    (next, txn)
+}
+
+/// Why a node cannot be removed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum RemoveRefused {
+    /// The node is registered: it is to be drained and stopped first.
+    #[error(
+        "node {node} is alive: drain it (`frontier cluster drain {node}`), stop it, then remove it"
+    )]
+    Alive { node: String },
+    /// A partition it leads has no live in-sync follower to take over.
+    #[error(
+        "partition {partition} has no copy on a live node but {node}'s: removing {node} would \
+         lose it; restart {node} on its data directory instead"
+    )]
+    LastCopy { node: String, partition: u32 },
+}
+
+/// A node that will not come back, taken out of the map at once (without
+/// waiting for its followers' senders to give up on it): each partition it
+/// leads goes to its first live in-sync follower, and it follows nothing.
+/// The partitions left short of copies then get new followers. `Ok(None)`
+/// when the map names it nowhere.
+pub(super) fn remove_node(
+    view: &View,
+    keys: &Keys,
+    node: &str,
+) -> Result<Option<(PartitionMap, Txn)>, RemoveRefused> {
+    if view.members.contains_key(node) {
+        return Err(RemoveRefused::Alive {
+            node: node.to_owned(),
+        });
+    }
+    match without_node(view, keys, node) {
+        Some((_, lost, _)) if !lost.is_empty() => Err(RemoveRefused::LastCopy {
+            node: node.to_owned(),
+            partition: lost[0],
+        }),
+        Some((next, _, txn)) => Ok(Some((next, txn))),
+        None => Ok(None),
+    }
+}
+
+/// The map without `node`'s copies, in the next epoch, conditional on the
+/// map as read: what it leads goes to a live in-sync follower, what it
+/// follows it no longer does. Answers the map, the partitions it leads that
+/// have no live follower (they stay its), and the transaction; `None` when
+/// the map names it nowhere.
+pub(super) fn without_node(
+    view: &View,
+    keys: &Keys,
+    node: &str,
+) -> Option<(PartitionMap, Vec<u32>, Txn)> {
+    let map = view.map.as_ref()?;
+    if !map.nodes().contains(node) {
+        return None;
+    }
+    let mut next = map.clone();
+    let mut lost = Vec::new();
+    for partition in 0..map.owners.len() as u32 {
+        if map.owners[partition as usize] == node {
+            let successor = map
+                .followers_of(partition)
+                .iter()
+                .find(|f| *f != node && view.members.contains_key(*f));
+            match successor {
+                Some(successor) => {
+                    next.owners[partition as usize].clone_from(successor);
+                    let successor = successor.clone();
+                    next.followers_mut(partition).retain(|f| *f != successor);
+                }
+                None => lost.push(partition),
+            }
+        }
+        if next.follows(node, partition) {
+            next.followers_mut(partition).retain(|f| f != node);
+        }
+    }
+    next.epoch += 1;
+    let txn = Txn::when(
+        vec![Condition::ModRevision(keys.map(), view.map_revision)],
+        vec![Write::put(keys.map(), json(&next))],
+    );
+    Some((next, lost, txn))
 }
 
 /// Why followers cannot be dropped.
@@ -764,4 +880,191 @@ pub(super) fn strays(
             .then(|| (partition, owner.clone()))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::coordination::Write;
+
+    fn member(id: &str) -> (String, Member) {
+        (
+            id.to_owned(),
+            Member {
+                id: id.to_owned(),
+                address: format!("{id}:1"),
+                started_at_ms: 0,
+            },
+        )
+    }
+
+    fn nodes(ids: &[&str]) -> BTreeSet<String> {
+        ids.iter().map(|id| (*id).to_owned()).collect()
+    }
+
+    /// Three nodes, six partitions, two copies each; `live` registered.
+    fn view(live: &[&str]) -> View {
+        View {
+            map: PartitionMap::first_replicated(6, &nodes(&["a", "b", "c"]), 2),
+            map_revision: 5,
+            members: live.iter().map(|id| member(id)).collect(),
+            revision: 9,
+            ..View::default()
+        }
+    }
+
+    fn written_map(txn: &Txn) -> PartitionMap {
+        match &txn.then[..] {
+            [Write::Put { value, .. }] => serde_json::from_slice(value).unwrap(),
+            other => panic!("one map put expected: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_first_replicated_map_spreads_leaders_and_followers_alike() {
+        let map = PartitionMap::first_replicated(6, &nodes(&["a", "b", "c"]), 2).unwrap();
+        for node in ["a", "b", "c"] {
+            assert_eq!(map.owned_by(node).count(), 2);
+            assert_eq!(map.followed_by(node).count(), 2);
+        }
+        for p in 0..6 {
+            assert!(
+                !map.follows(&map.owners[p as usize], p),
+                "a leader is no follower"
+            );
+        }
+        // More copies than nodes: as many as there are nodes.
+        let two = PartitionMap::first_replicated(4, &nodes(&["a", "b"]), 3).unwrap();
+        assert!((0..4).all(|p| two.followers_of(p).len() == 1));
+    }
+
+    #[test]
+    fn a_dead_leaders_partitions_go_to_a_live_follower_in_the_next_epoch() {
+        let view = view(&["a", "b"]);
+        let (given, next, txn) = failovers(&view, &Keys::new("t")).unwrap();
+        let before = view.map.as_ref().unwrap();
+        assert_eq!(given.len(), 2, "c led two partitions");
+        for (partition, from, to) in &given {
+            assert_eq!(from, "c");
+            assert!(before.follows(to, *partition));
+            assert_eq!(&next.owners[*partition as usize], to);
+            assert!(!next.holds("c", *partition), "the old leader is out");
+            assert!(!next.follows(to, *partition));
+        }
+        assert_eq!(next.epoch, before.epoch + 1);
+        assert_eq!(written_map(&txn), next);
+        assert!(matches!(&txn.when[..], [Condition::ModRevision(_, 5)]));
+        // Every leader alive: nothing to do.
+        assert!(failovers(&self::view(&["a", "b", "c"]), &Keys::new("t")).is_none());
+    }
+
+    #[test]
+    fn only_the_maps_leader_drops_followers_of_its_partitions() {
+        let view = view(&["a", "b", "c"]);
+        let map = view.map.as_ref().unwrap();
+        let keys = Keys::new("t");
+        let led: BTreeSet<u32> = map.owned_by("a").collect();
+        let lagging: BTreeSet<String> = led
+            .iter()
+            .flat_map(|&p| map.followers_of(p).to_vec())
+            .collect();
+        let (next, _) = drop_followers((map, 5), &keys, "a", &led, &lagging)
+            .unwrap()
+            .unwrap();
+        assert!(led.iter().all(|&p| next.followers_of(p).is_empty()));
+        assert_eq!(next.epoch, map.epoch + 1);
+        let not_led: BTreeSet<u32> = map.owned_by("b").collect();
+        assert!(matches!(
+            drop_followers((map, 5), &keys, "a", &not_led, &lagging),
+            Err(DropRefused::NotTheLeader { .. })
+        ));
+    }
+
+    #[test]
+    fn a_removed_node_leaves_every_partition_and_short_ones_get_new_copies() {
+        let keys = Keys::new("t");
+        assert!(matches!(
+            remove_node(&view(&["a", "b", "c"]), &keys, "c"),
+            Err(RemoveRefused::Alive { .. })
+        ));
+        let mut removing = view(&["a", "b"]);
+        let (next, _) = remove_node(&removing, &keys, "c").unwrap().unwrap();
+        assert!(!next.nodes().contains("c"));
+        assert_eq!(remove_node(&removing, &keys, "zz"), Ok(None));
+        // Copies are planned on the two nodes left.
+        removing.map = Some(next);
+        let planned = plan_copies(&removing, &keys, 2, 0);
+        assert_eq!(planned.len(), MOVES_IN_FLIGHT, "a few at a time");
+        for (step, _) in planned {
+            let Planned::Replicate {
+                partition,
+                leader,
+                to,
+            } = step
+            else {
+                panic!("a new copy expected: {step:?}");
+            };
+            assert_eq!(
+                removing.map.as_ref().unwrap().owners[partition as usize],
+                leader
+            );
+            assert_ne!(leader, to);
+            assert_ne!(to, "c");
+        }
+        // The last copy of a partition cannot go.
+        let alone = View {
+            map: PartitionMap::first(2, &nodes(&["a", "b"])),
+            members: [member("a")].into(),
+            ..View::default()
+        };
+        assert!(matches!(
+            remove_node(&alone, &keys, "b"),
+            Err(RemoveRefused::LastCopy { partition: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn fewer_copies_wanted_lets_the_last_followers_go() {
+        let view = view(&["a", "b", "c"]);
+        let planned = plan_copies(&view, &Keys::new("t"), 1, 0);
+        let [(Planned::Trim { partitions }, txn)] = &planned[..] else {
+            panic!("one trim expected: {planned:?}");
+        };
+        assert_eq!(partitions.len(), 6);
+        assert!(written_map(txn).followers.iter().all(Vec::is_empty));
+        assert!(plan_copies(&view, &Keys::new("t"), 2, 0).is_empty());
+    }
+
+    #[test]
+    fn a_flip_to_a_follower_swaps_it_with_the_leader_and_a_new_copy_joins() {
+        let view = view(&["a", "b", "c"]);
+        let map = view.map.as_ref().unwrap();
+        let keys = Keys::new("t");
+        let follower = map.followers_of(0)[0].clone();
+        let leader = map.owners[0].clone();
+        let record = MoveRecord::started(0, (&leader, &follower), MoveKind::Move, 0);
+        let (_, next, _) = flip(&keys, 3, &record, (map, 5), (0, 0), 0).unwrap();
+        assert_eq!(next.owners[0], follower);
+        assert_eq!(next.followers_of(0), std::slice::from_ref(&leader));
+        let third = ["a", "b", "c"]
+            .into_iter()
+            .find(|n| !map.holds(n, 0))
+            .unwrap();
+        let record = MoveRecord::started(0, (&leader, third), MoveKind::Replica, 0);
+        let (_, next, _) = flip(&keys, 3, &record, (map, 5), (0, 0), 0).unwrap();
+        assert_eq!(next.owners[0], leader, "a new copy leaves the leader");
+        assert_eq!(next.followers_of(0).len(), 2);
+        assert!(next.follows(third, 0));
+    }
+
+    #[test]
+    fn a_follower_is_no_stray() {
+        let view = view(&["a", "b", "c"]);
+        let map = view.map.as_ref().unwrap();
+        let strays = strays(&view, "a", &Receipts::default(), |_| true);
+        for (partition, _) in &strays {
+            assert!(!map.holds("a", *partition));
+        }
+        assert_eq!(strays.len(), 2, "a holds four of six partitions");
+    }
 }

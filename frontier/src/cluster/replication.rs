@@ -94,11 +94,12 @@ impl Cluster {
             return Ok(());
         };
         let in_sync = 1 + map.followers_of(partition as u32).len();
-        if in_sync < self.facts.min_in_sync as usize {
+        let min_in_sync = self.min_in_sync();
+        if in_sync < min_in_sync as usize {
             return Err(ClusterError::TooFewCopies {
                 partition,
                 in_sync,
-                min_in_sync: self.facts.min_in_sync,
+                min_in_sync,
             });
         }
         Ok(())
@@ -464,4 +465,77 @@ pub(super) async fn take(
         .map_err(|e| ClusterError::Local(e.to_string()))?;
     }
     Ok(())
+}
+
+/// `frontier cluster remove`: [`super::protocol::remove_node`], written. A
+/// node the map names nowhere (taken out already when its followers' and
+/// leaders' senders gave up on it) answers zero partitions.
+pub(super) async fn remove_node(
+    cluster: &Cluster,
+    node: &str,
+) -> Result<adm::RemoveNodeResponse, ClusterError> {
+    let view = cluster.view();
+    let removed = super::protocol::remove_node(&view, &cluster.keys, node).map_err(|refused| {
+        ClusterError::Refused {
+            cluster: cluster.options.name.clone(),
+            reason: refused.to_string(),
+        }
+    })?;
+    let Some((next, txn)) = removed else {
+        return Ok(adm::RemoveNodeResponse::default());
+    };
+    let map = view.map.as_ref().expect("a map names the node");
+    let answer = adm::RemoveNodeResponse {
+        led: map.owned_by(node).count() as u32,
+        followed: map.followed_by(node).count() as u32,
+    };
+    if !cluster.etcd.txn(txn).await?.succeeded {
+        return Err(ClusterError::Raced {
+            key: cluster.keys.map(),
+        });
+    }
+    tracing::warn!(
+        node,
+        epoch = next.epoch,
+        led = answer.led,
+        followed = answer.followed,
+        "node removed from the cluster"
+    );
+    Ok(answer)
+}
+
+/// `frontier cluster replicas N`: the cluster's copy count, in etcd.
+pub(super) async fn set_replicas(
+    cluster: &Cluster,
+    replicas: u32,
+) -> Result<adm::SetReplicasResponse, ClusterError> {
+    if !(1..=7).contains(&replicas) {
+        return Err(ClusterError::Refused {
+            cluster: cluster.options.name.clone(),
+            reason: format!("{replicas} copies: a cluster keeps 1 to 7"),
+        });
+    }
+    let view = cluster.view();
+    let (facts, revision) = view
+        .facts
+        .clone()
+        .ok_or_else(|| ClusterError::NotRecorded {
+            what: "the copy count",
+            reason: "this node has not read the cluster's facts yet".into(),
+        })?;
+    let (next, txn) = super::protocol::set_replicas(&cluster.keys, (&facts, revision), replicas);
+    if !cluster.etcd.txn(txn).await?.succeeded {
+        return Err(ClusterError::Raced {
+            key: cluster.keys.facts(),
+        });
+    }
+    tracing::info!(
+        replicas,
+        min_in_sync = next.min_in_sync,
+        "copies per partition changed"
+    );
+    Ok(adm::SetReplicasResponse {
+        min_in_sync: next.min_in_sync,
+        live_nodes: view.members.len() as u32,
+    })
 }

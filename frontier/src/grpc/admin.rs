@@ -502,6 +502,20 @@ impl adm::admin_server::Admin for AdminService {
         Err(not_in_a_cluster("DrainNode"))
     }
 
+    async fn remove_node(
+        &self,
+        _request: Request<adm::RemoveNodeRequest>,
+    ) -> Result<Response<adm::RemoveNodeResponse>, Status> {
+        Err(not_in_a_cluster("RemoveNode"))
+    }
+
+    async fn set_replicas(
+        &self,
+        _request: Request<adm::SetReplicasRequest>,
+    ) -> Result<Response<adm::SetReplicasResponse>, Status> {
+        Err(not_in_a_cluster("SetReplicas"))
+    }
+
     async fn replicate(
         &self,
         _request: Request<adm::ReplicateRequest>,

@@ -74,6 +74,26 @@ struct LogState {
     patience: Duration,
 }
 
+/// A group numbered `committed` is noted: the followers owed something
+/// are woken, and those owed nothing, with no batch out, are up to date.
+/// Answers whether any became so.
+fn group_noted(
+    committed: u64,
+    owed: &mut BTreeMap<String, Owed>,
+    woken: &BTreeSet<String>,
+) -> bool {
+    let mut confirmed_now = false;
+    for (follower, owed) in owed.iter_mut() {
+        if woken.contains(follower) {
+            owed.wake.notify_one();
+        } else if owed.steps.is_empty() && !owed.in_flight {
+            owed.confirmed = committed;
+            confirmed_now = true;
+        }
+    }
+    confirmed_now
+}
+
 /// The log of one node (module docs).
 #[derive(Debug)]
 pub struct ReplicaLog {
@@ -152,15 +172,7 @@ impl ReplicaLog {
                 woken.insert(follower.clone());
             }
         }
-        let mut confirmed_now = false;
-        for (follower, owed) in owed.iter_mut() {
-            if woken.contains(follower) {
-                owed.wake.notify_one();
-            } else if owed.steps.is_empty() && !owed.in_flight {
-                owed.confirmed = *committed;
-                confirmed_now = true;
-            }
-        }
+        let confirmed_now = group_noted(*committed, owed, &woken);
         drop(state);
         if confirmed_now {
             self.bump();
@@ -186,25 +198,36 @@ impl ReplicaLog {
         self.bump();
     }
 
-    /// Notes URLs of a partition as owed to its followers again, as if
-    /// written now: a new leader's first step, so that its followers hold
-    /// what it received from the leader before it and they may not have.
+    /// Notes URLs of a partition as owed to its followers again, as a
+    /// group of their own: a new leader's first step, so that its
+    /// followers hold what it received from the leader before it and they
+    /// may not have. A writer answered after this waits for it too.
     pub fn owe_again(&self, partition: u32, keys: BTreeSet<(String, String)>) {
         if keys.is_empty() {
             return;
         }
         let mut state = self.lock();
+        state.committed += 1;
         let LogState {
-            followers_of, owed, ..
+            committed,
+            followers_of,
+            owed,
+            ..
         } = &mut *state;
+        let mut woken = BTreeSet::new();
         for follower in followers_of.get(partition as usize).into_iter().flatten() {
             if let Some(owed) = owed.get_mut(follower) {
                 owed.steps.push(ReplicaStep::Touched {
                     partition,
                     keys: keys.clone(),
                 });
-                owed.wake.notify_one();
+                woken.insert(follower.clone());
             }
+        }
+        let confirmed_now = group_noted(*committed, owed, &woken);
+        drop(state);
+        if confirmed_now {
+            self.bump();
         }
     }
 
@@ -437,6 +460,25 @@ mod tests {
         );
         log.confirmed("b", again.through);
         log.replicated(c_only, Duration::from_millis(1))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn keys_owed_again_hold_up_the_next_writer() {
+        let log = ReplicaLog::default();
+        log.set_followers(vec![vec!["b".into()]]);
+        log.owe_again(0, BTreeSet::from([("c".into(), "u".into())]));
+        let group = log.committed();
+        assert!(
+            log.replicated(group, Duration::from_millis(1))
+                .await
+                .is_err()
+        );
+        let batch = log.take("b").unwrap();
+        assert_eq!(urls(&batch), vec![(0, vec!["u".into()])]);
+        log.confirmed("b", batch.through);
+        log.replicated(group, Duration::from_millis(1))
             .await
             .unwrap();
     }

@@ -843,6 +843,13 @@ impl Store {
         self.hasher.hash(url)
     }
 
+    /// The store's ID, made at random when the store was created: another
+    /// ID in the same data directory is another store.
+    #[must_use]
+    pub fn store_id(&self) -> u64 {
+        self.hasher.seed
+    }
+
     /// Applies a group's changes to `frontier.redb` in a non-durable commit.
     fn commit_main_file(
         db: &Database,

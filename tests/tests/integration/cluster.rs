@@ -236,6 +236,79 @@ async fn a_node_killed_mid_crawl_and_restarted_loses_nothing() {
     check_sites(&sites, sites.len() as u32);
 }
 
+/// With two copies of each partition, a node killed with SIGKILL and its
+/// data directory deleted stops nothing for long: its partitions' followers
+/// take over, new followers are copied, and the crawl completes with every
+/// page fetched once but those in flight at the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_lost_with_its_disk_mid_crawl_stops_nothing_with_two_copies() {
+    let Some(binary) = etcd_or_skip("a_node_lost_with_its_disk_mid_crawl_stops_nothing") else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let sites = sites(4).await;
+    let mut nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|id| {
+            FrontierProcess::start(
+                &dir.path().join(id),
+                &node_args(&etcd.endpoint, id, &["--replicas", "2"]),
+            )
+        })
+        .collect();
+    for node in &nodes {
+        wait_for_cluster(node, 3).await;
+    }
+    let out = dir.path().join("out");
+    // Workers given the nodes that stay.
+    let workers = a_worker_per_node(&nodes[..2], &out);
+    seed_all(&nodes[0].endpoint(), &sites);
+    sites[0].answered_at_least(10).await;
+    let lost = nodes.remove(2);
+    lost.kill();
+    std::fs::remove_dir_all(dir.path().join("n3")).unwrap();
+    let (status, text) = frontier_cli(
+        &nodes[1].endpoint(),
+        &["status", "--wait", "--timeout-secs", "180"],
+    );
+    assert!(status.success(), "crawl did not finish: {text}");
+    for worker in workers {
+        assert!(worker.terminate().success());
+    }
+    // Pages in flight at the kill (at most one per host) may be fetched
+    // again once the old leader's leases have run out; nothing else.
+    check_sites(&sites, sites.len() as u32);
+    let (status, text) = frontier_cli(&nodes[0].endpoint(), &["cluster", "remove", "n3"]);
+    assert!(status.success(), "{text}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let cluster = nodes[0]
+            .admin()
+            .await
+            .get_cluster(proto::admin::GetClusterRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        let whole = cluster.followers.len() == 8
+            && cluster.moves.is_empty()
+            && cluster
+                .owners
+                .iter()
+                .zip(&cluster.followers)
+                .all(|(owner, f)| owner != "n3" && f.in_sync.len() == 1 && f.in_sync[0] != "n3");
+        if whole {
+            assert!(cluster.nodes.iter().all(|n| n.id != "n3"), "{cluster:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not back at two copies without n3: {cluster:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_are_clear() {
     let Some(binary) = etcd_or_skip("refusals_are_clear") else {

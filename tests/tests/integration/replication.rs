@@ -230,30 +230,116 @@ async fn a_leader_killed_with_its_disk_loses_no_acked_url_and_copies_come_back()
     for p in n3_leads {
         assert_ne!(status.owners[p as usize], "n3");
     }
-    // The copies are whole: n2 killed too, n1 alone leads every
-    // partition and holds every acked URL.
-    nodes.remove(1).kill();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let status = cluster_status(&nodes[0]).await;
-        if status.owners.iter().all(|owner| owner == "n1") {
-            break;
+    // n3 comes back on a new, empty disk: the cluster takes it for a node
+    // holding nothing and copies it its share.
+    nodes.push(FrontierProcess::start(
+        &dir.path().join("n3-new"),
+        &node_args(&etcd.endpoint, "n3"),
+    ));
+    crawl_tests::wait_for_cluster(&mut nodes[0].admin().await, 3).await;
+    let status = wait_for_copies(&nodes[0], 2, Duration::from_secs(60)).await;
+    // Every copy is whole: each node holds every acked URL of each
+    // partition it leads or follows.
+    let partition_of = partitions_of(&nodes[0], &acked).await;
+    for node in &nodes {
+        let id = node_id(node).await;
+        let held = local_urls(node).await;
+        for url in &acked {
+            let p = partition_of[url] as usize;
+            let holds = status.owners[p] == id || status.followers[p].in_sync.contains(&id);
+            if holds {
+                assert!(
+                    held.contains(url),
+                    "{url} (partition {p}) missing on {id}'s copy"
+                );
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "n1 did not take over: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And with two of the three nodes killed, the survivor leads what it
+    // held and answers for every URL acked in it.
+    let survivor_id = node_id(&nodes[0]).await;
+    for node in nodes.drain(1..) {
+        node.kill();
     }
     let mut client = nodes[0].client().await;
     for url in &acked {
-        let status = client
-            .get_url_status(uf::UrlStatusRequest {
+        let p = partition_of[url] as usize;
+        if status.owners[p] == survivor_id || status.followers[p].in_sync.contains(&survivor_id) {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let found = client
+                    .get_url_status(uf::UrlStatusRequest {
+                        url: url.clone(),
+                        key: String::new(),
+                        crawl_id: CRAWL.into(),
+                    })
+                    .await;
+                match found {
+                    Ok(_) => break,
+                    Err(status) if status.code() == tonic::Code::Unavailable => {
+                        assert!(Instant::now() < deadline, "{url}: {status:?}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(status) => panic!("{url} is not on {survivor_id}: {status:?}"),
+                }
+            }
+        }
+    }
+}
+
+async fn node_id(node: &FrontierProcess) -> String {
+    cluster_status(node).await.answered_by
+}
+
+/// The partition of each URL of the crawl.
+async fn partitions_of(
+    node: &FrontierProcess,
+    urls: &[String],
+) -> std::collections::HashMap<String, u32> {
+    let mut admin = node.admin().await;
+    let mut partitions = std::collections::HashMap::new();
+    for url in urls {
+        let check = admin
+            .check_url(proto::admin::CheckUrlRequest {
                 url: url.clone(),
-                key: String::new(),
                 crawl_id: CRAWL.into(),
+                queue_key: String::new(),
             })
-            .await;
-        assert!(status.is_ok(), "{url} is not on n1 alone: {status:?}");
+            .await
+            .unwrap()
+            .into_inner();
+        partitions.insert(url.clone(), check.partition);
+    }
+    partitions
+}
+
+/// Every URL of the crawl in one node's own store.
+async fn local_urls(node: &FrontierProcess) -> BTreeSet<String> {
+    let mut client = node.client().await;
+    let mut urls = BTreeSet::new();
+    let mut start = 0;
+    loop {
+        let mut page = client
+            .list_ur_ls(uf::ListUrlParams {
+                start,
+                size: 1000,
+                crawl_id: CRAWL.into(),
+                local: true,
+                ..uf::ListUrlParams::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut got = 0;
+        while let Some(item) = page.message().await.unwrap() {
+            if let Some(info) = item.info() {
+                urls.insert(info.url.clone());
+            }
+            got += 1;
+        }
+        if got < 1000 {
+            return urls;
+        }
+        start += 1000;
     }
 }
