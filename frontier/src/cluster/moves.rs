@@ -357,6 +357,14 @@ async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<Option<i
         record,
     );
     match progress.record.phase {
+        // An in-sync follower holds every write already: it goes straight
+        // to the cutover, and never empties its copy (it may be the one
+        // that takes over if the leader dies meanwhile).
+        MovePhase::Copy if follows_now(cluster, partition) => {
+            progress.record = protocol::to_cutover(&progress.record, now_ms());
+            progress.write().await?;
+            Ok(None)
+        }
         MovePhase::Copy => {
             drop_local(cluster, partition).await?;
             progress.restart();
@@ -394,7 +402,11 @@ async fn cut_over(
     let first = seal_page(admin, partition, None, page).await?;
     let (leased, leases_until_ms) = (first.leased, first.leases_until_ms);
     let queues = first.queues.clone();
-    let tail = if first.tracked {
+    let tail = if follows_now(cluster, partition) {
+        // The seal answered once the leader's followers, this node among
+        // them, confirmed every write: nothing to take.
+        0
+    } else if first.tracked {
         let mut sealed = first;
         let mut tail = 0;
         loop {
@@ -463,6 +475,15 @@ async fn cut_over(
         "partition moved here"
     );
     Ok(flipped_at)
+}
+
+/// Whether this node's view makes it an in-sync follower of `partition`.
+fn follows_now(cluster: &Cluster, partition: u32) -> bool {
+    cluster
+        .view()
+        .map
+        .as_ref()
+        .is_some_and(|map| map.follows(&cluster.options.node_id, partition))
 }
 
 /// The partition map and its revision, read from etcd.
@@ -547,7 +568,7 @@ pub(super) async fn seal(
     frontier
         .ingest()
         .replicas()
-        .wait_for_followers()
+        .wait_for_followers(&std::collections::BTreeSet::new())
         .await
         .map_err(|e| ClusterError::NotReplicated(e.to_string()))?;
     let sealed = tokio::task::spawn_blocking(move || {

@@ -462,10 +462,10 @@ pub(super) enum RemoveRefused {
         "node {node} is alive: drain it (`frontier cluster drain {node}`), stop it, then remove it"
     )]
     Alive { node: String },
-    /// A partition it leads has no live in-sync follower to take over.
+    /// A partition it leads has no in-sync follower to take over.
     #[error(
-        "partition {partition} has no copy on a live node but {node}'s: removing {node} would \
-         lose it; restart {node} on its data directory instead"
+        "partition {partition} has no copy but {node}'s: removing {node} would lose it; \
+         restart {node} on its data directory instead"
     )]
     LastCopy { node: String, partition: u32 },
 }
@@ -496,27 +496,35 @@ pub(super) fn remove_node(
 }
 
 /// The map without `node`'s copies, in the next epoch, conditional on the
-/// map as read: what it leads goes to a live in-sync follower, what it
-/// follows it no longer does. Answers the map, the partitions it leads that
-/// have no live follower (they stay its), and the transaction; `None` when
-/// the map names it nowhere.
+/// map as read: what it leads goes to an in-sync follower (a live one if
+/// any), what it follows it no longer does, and moves to or from it are
+/// deleted. Answers the map, the
+/// partitions it leads that have no follower (their only copy: they stay
+/// its), and the transaction; `None` when the map names it nowhere.
 pub(super) fn without_node(
     view: &View,
     keys: &Keys,
     node: &str,
 ) -> Option<(PartitionMap, Vec<u32>, Txn)> {
     let map = view.map.as_ref()?;
-    if !map.nodes().contains(node) {
+    let receiving = view
+        .moves
+        .values()
+        .any(|(record, _)| record.to == node || record.from == node);
+    if !map.nodes().contains(node) && !receiving {
         return None;
     }
     let mut next = map.clone();
     let mut lost = Vec::new();
     for partition in 0..map.owners.len() as u32 {
         if map.owners[partition as usize] == node {
-            let successor = map
-                .followers_of(partition)
+            // A live follower leads at once; one that is away holds every
+            // acknowledged write on its disk and leads once it is back.
+            let followers = map.followers_of(partition);
+            let successor = followers
                 .iter()
-                .find(|f| *f != node && view.members.contains_key(*f));
+                .find(|f| *f != node && view.members.contains_key(*f))
+                .or_else(|| followers.iter().find(|f| *f != node));
             match successor {
                 Some(successor) => {
                     next.owners[partition as usize].clone_from(successor);
@@ -531,11 +539,17 @@ pub(super) fn without_node(
         }
     }
     next.epoch += 1;
-    let txn = Txn::when(
-        vec![Condition::ModRevision(keys.map(), view.map_revision)],
-        vec![Write::put(keys.map(), json(&next))],
-    );
-    Some((next, lost, txn))
+    // Moves to or from it end with it: what it copied, or would send, is
+    // gone with its store.
+    let mut when = vec![Condition::ModRevision(keys.map(), view.map_revision)];
+    let mut then = vec![Write::put(keys.map(), json(&next))];
+    for (partition, (record, revision)) in &view.moves {
+        if record.to == node || record.from == node {
+            when.push(Condition::ModRevision(keys.move_of(*partition), *revision));
+            then.push(Write::Delete(keys.move_of(*partition)));
+        }
+    }
+    Some((next, lost, Txn::when(when, then)))
 }
 
 /// Why followers cannot be dropped.

@@ -124,8 +124,13 @@ pub(super) fn settle(cluster: &Arc<Cluster>, previous: &View, view: &View) {
             }
         })
         .collect();
+    let led: Vec<bool> = map.owners.iter().map(|owner| owner == me).collect();
     let log = cluster.frontier.ingest().replicas();
-    log.set_followers(followers_of);
+    let min_in_sync = view
+        .facts
+        .as_ref()
+        .map_or(cluster.facts.min_in_sync, |(facts, _)| facts.min_in_sync);
+    log.set_followers(followers_of, led, min_in_sync as usize);
     let taken_over: Vec<(u32, String)> = previous
         .map
         .as_ref()

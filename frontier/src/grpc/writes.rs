@@ -107,6 +107,7 @@ async fn write_run(
         .await?
         .map_err(FrontierError::from)?;
     }
+    let partitions = write.partitions();
     let in_flight = frontier.ingest().submit(write);
     drop(turn);
     let outcomes = frontier
@@ -115,7 +116,11 @@ async fn write_run(
         .await
         .map_err(FrontierError::from)?;
     // Acknowledged only once every follower in sync holds it too.
-    frontier.ingest().replicas().wait_for_followers().await?;
+    frontier
+        .ingest()
+        .replicas()
+        .wait_for_followers(&partitions)
+        .await?;
     match run {
         Run::Discovered(_) => frontier.discovered_settled(crawl, &outcomes),
         Run::Known(items) => frontier.known_settled(crawl, items, &outcomes),

@@ -45,12 +45,23 @@ pub struct ReplicaBatch {
     pub through: u64,
 }
 
-/// Followers that did not confirm a group in time.
+/// Why a write is not acknowledged though it is stored here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not confirmed by follower(s) {followers:?} within {waited:?}")]
-pub struct NotReplicated {
-    pub followers: Vec<String>,
-    pub waited: Duration,
+pub enum NotReplicated {
+    /// Followers did not confirm its group in time.
+    #[error("not confirmed by follower(s) {followers:?} within {waited:?}")]
+    NotConfirmed {
+        followers: Vec<String>,
+        waited: Duration,
+    },
+    /// Its partition has fewer copies in sync than a write needs (a
+    /// follower left the set).
+    #[error("partition {partition} has {copies} copies in sync and a write needs {min_in_sync}")]
+    TooFewCopies {
+        partition: u32,
+        copies: usize,
+        min_in_sync: usize,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -72,6 +83,10 @@ struct LogState {
     owed: BTreeMap<String, Owed>,
     /// How long a writer waits for its followers.
     patience: Duration,
+    /// Per partition (index), whether this node leads it.
+    led: Vec<bool>,
+    /// Copies, the leader's included, a write must be on.
+    min_in_sync: usize,
 }
 
 /// A group numbered `committed` is noted: the followers owed something
@@ -182,8 +197,15 @@ impl ReplicaLog {
     /// The followers of each partition this node leads (index =
     /// partition; others empty). A follower that leaves is owed nothing
     /// more; one that joins is owed what commits from now on.
-    pub fn set_followers(&self, followers_of: Vec<Vec<String>>) {
+    pub fn set_followers(
+        &self,
+        followers_of: Vec<Vec<String>>,
+        led: Vec<bool>,
+        min_in_sync: usize,
+    ) {
         let mut state = self.lock();
+        state.led = led;
+        state.min_in_sync = min_in_sync;
         let wanted: BTreeSet<String> = followers_of.iter().flatten().cloned().collect();
         let committed = state.committed;
         state.owed.retain(|follower, _| wanted.contains(follower));
@@ -317,16 +339,33 @@ impl ReplicaLog {
     }
 
     /// Waits until every follower holds what was committed so far (a
-    /// writer's group among it), or has left the set.
-    pub async fn wait_for_followers(&self) -> Result<(), NotReplicated> {
+    /// writer's group among it), or has left the set; then a write to
+    /// `partitions` is acknowledged only if those this node leads still
+    /// have enough copies in sync (a follower may have left meanwhile).
+    pub async fn wait_for_followers(
+        &self,
+        partitions: &BTreeSet<u32>,
+    ) -> Result<(), NotReplicated> {
         let (group, patience, idle) = {
             let state = self.lock();
             (state.committed, state.patience, state.owed.is_empty())
         };
-        if idle {
-            return Ok(());
+        if !idle {
+            self.replicated(group, patience).await?;
         }
-        self.replicated(group, patience).await
+        let state = self.lock();
+        for &partition in partitions {
+            let p = partition as usize;
+            let copies = 1 + state.followers_of.get(p).map_or(0, Vec::len);
+            if state.led.get(p).copied().unwrap_or(false) && copies < state.min_in_sync {
+                return Err(NotReplicated::TooFewCopies {
+                    partition,
+                    copies,
+                    min_in_sync: state.min_in_sync,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Waits until every follower has confirmed group `group` (or left the
@@ -342,7 +381,7 @@ impl ReplicaLog {
             match tokio::time::timeout_at(deadline, progress.changed()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) | Err(_) => {
-                    return Err(NotReplicated {
+                    return Err(NotReplicated::NotConfirmed {
                         followers: behind,
                         waited: patience,
                     });
@@ -394,7 +433,11 @@ mod tests {
     #[test]
     fn each_follower_is_owed_the_writes_of_the_partitions_it_follows_in_order() {
         let log = ReplicaLog::default();
-        log.set_followers(vec![vec!["b".into()], vec!["b".into(), "c".into()], vec![]]);
+        log.set_followers(
+            vec![vec!["b".into()], vec!["b".into(), "c".into()], vec![]],
+            Vec::new(),
+            1,
+        );
         log.on_commit(
             &[
                 known(0, "u0"),
@@ -427,25 +470,29 @@ mod tests {
     #[tokio::test]
     async fn a_writer_waits_for_every_follower_or_its_leaving() {
         let log = ReplicaLog::default();
-        log.set_followers(vec![vec!["b".into(), "c".into()]]);
+        log.set_followers(vec![vec!["b".into(), "c".into()]], Vec::new(), 1);
         log.on_commit(&[known(0, "u")], &[applied_known()]);
         let group = log.committed();
         let short = Duration::from_millis(1);
         let err = log.replicated(group, short).await.unwrap_err();
-        assert_eq!(err.followers, vec!["b".to_owned(), "c".to_owned()]);
+        assert!(
+            matches!(&err, NotReplicated::NotConfirmed { followers, .. } if followers == &["b", "c"])
+        );
         let b = log.take("b").unwrap();
         log.confirmed("b", b.through);
         let err = log.replicated(group, short).await.unwrap_err();
-        assert_eq!(err.followers, vec!["c".to_owned()]);
+        assert!(
+            matches!(&err, NotReplicated::NotConfirmed { followers, .. } if followers == &["c"])
+        );
         // c leaves the set (in etcd first): the write waits for b alone.
-        log.set_followers(vec![vec!["b".into()]]);
+        log.set_followers(vec![vec!["b".into()]], Vec::new(), 1);
         log.replicated(group, short).await.unwrap();
     }
 
     #[tokio::test]
     async fn a_failed_batch_is_owed_again_before_later_writes_and_idle_followers_keep_up() {
         let log = ReplicaLog::default();
-        log.set_followers(vec![vec!["b".into()], vec!["c".into()]]);
+        log.set_followers(vec![vec!["b".into()], vec!["c".into()]], Vec::new(), 1);
         log.on_commit(&[known(0, "first")], &[applied_known()]);
         let batch = log.take("b").unwrap();
         log.on_commit(&[known(0, "second")], &[applied_known()]);
@@ -465,9 +512,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_write_to_a_partition_left_short_of_copies_is_not_acknowledged() {
+        let log = ReplicaLog::default();
+        // Partition 0 led here with one follower, partition 1 led here
+        // alone (its follower left), partition 2 another node's.
+        log.set_followers(
+            vec![vec!["b".into()], vec![], vec![]],
+            vec![true, true, false],
+            2,
+        );
+        let fine = BTreeSet::from([0, 2]);
+        log.wait_for_followers(&fine).await.unwrap();
+        let short = BTreeSet::from([0, 1]);
+        assert!(matches!(
+            log.wait_for_followers(&short).await,
+            Err(NotReplicated::TooFewCopies {
+                partition: 1,
+                copies: 1,
+                min_in_sync: 2
+            })
+        ));
+    }
+
+    #[tokio::test]
     async fn keys_owed_again_hold_up_the_next_writer() {
         let log = ReplicaLog::default();
-        log.set_followers(vec![vec!["b".into()]]);
+        log.set_followers(vec![vec!["b".into()]], Vec::new(), 1);
         log.owe_again(0, BTreeSet::from([("c".into(), "u".into())]));
         let group = log.committed();
         assert!(
@@ -486,7 +556,7 @@ mod tests {
     #[test]
     fn a_crawl_deletion_is_owed_to_every_follower_in_its_place() {
         let log = ReplicaLog::default();
-        log.set_followers(vec![vec!["b".into()]]);
+        log.set_followers(vec![vec!["b".into()]], Vec::new(), 1);
         let deletion = Deletion {
             crawl: "c".into(),
             queue: None,

@@ -93,6 +93,17 @@ pub struct InFlight {
 }
 
 impl PreparedWrite {
+    /// The partitions the batch writes to.
+    #[must_use]
+    pub fn partitions(&self) -> std::collections::BTreeSet<u32> {
+        match &self.writes {
+            Writes::Discovered(candidates) => {
+                candidates.iter().map(|c| c.mark.partition as u32).collect()
+            }
+            Writes::Known { items, .. } => items.iter().map(|i| i.partition as u32).collect(),
+        }
+    }
+
     /// Whether [`Ingest::read_store`] has work to do for this batch.
     #[must_use]
     pub fn needs_store_reads(&self) -> bool {
