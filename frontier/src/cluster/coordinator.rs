@@ -110,6 +110,7 @@ pub async fn join(
         frontier.ingest().store().store_id(),
     )
     .await?;
+    let registered_at = Instant::now();
     let lease = register(&*etcd, &keys, &member, &options)
         .await
         .map_err(unreachable)?
@@ -137,6 +138,7 @@ pub async fn join(
         tasks: std::sync::Mutex::new(Vec::new()),
         moves: tokio::sync::Mutex::default(),
         replication: super::replication::Replication::default(),
+        registered_until: std::sync::Mutex::new(None),
     });
     cluster
         .frontier
@@ -153,6 +155,7 @@ pub async fn join(
         }
     };
     super::moves::end_finished_drain(&cluster).await;
+    cluster.registered_until(registered_at + cluster.options.lease_ttl);
     let tasks = vec![
         tokio::spawn(keep_registered(Arc::clone(&cluster), lease, member)),
         tokio::spawn(watch(Arc::clone(&cluster), read_at)),
@@ -317,7 +320,12 @@ async fn keep_registered(cluster: Arc<Cluster>, mut lease: LeaseId, member: Memb
     let etcd = &*cluster.etcd;
     loop {
         let kept = async {
-            while etcd.keep_alive(lease).await? {
+            loop {
+                let sent = Instant::now();
+                if !etcd.keep_alive(lease).await? {
+                    break;
+                }
+                cluster.registered_until(sent + ttl);
                 tokio::time::sleep(ttl / 3).await;
             }
             Ok::<(), CoordinationError>(())
@@ -332,6 +340,7 @@ async fn keep_registered(cluster: Arc<Cluster>, mut lease: LeaseId, member: Memb
         if let Ok(true) = etcd.lease_alive(lease).await {
             continue;
         }
+        let sent = Instant::now();
         let renewed = async {
             let granted = etcd.grant_lease(ttl).await?;
             etcd.txn(Txn::writes(vec![Write::Put {
@@ -345,7 +354,18 @@ async fn keep_registered(cluster: Arc<Cluster>, mut lease: LeaseId, member: Memb
         match renewed.await {
             Ok(new) => {
                 lease = new;
-                tracing::info!("registered again");
+                // Serving again only on a view read after the new
+                // registration: the old view may give this node partitions
+                // that failed over while it was away.
+                match refresh(&cluster).await {
+                    Ok(_) => {
+                        cluster.registered_until(sent + ttl);
+                        tracing::info!("registered again");
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "registered again; the view is not read yet")
+                    }
+                }
             }
             Err(error) => tracing::warn!(%error, "cannot register again yet"),
         }

@@ -117,6 +117,14 @@ pub enum ClusterError {
     /// out of the in-sync set: the write is not acknowledged.
     #[error("{0}; retry")]
     NotReplicated(String),
+    /// This node's registration may have lapsed: it serves nothing until
+    /// it has registered again.
+    #[error(
+        "frontier node {node} may have lost its registration in etcd (it was paused or cut \
+         off): it serves no URLs until it has registered again; other nodes serve its \
+         partitions meanwhile"
+    )]
+    RegistrationLapsed { node: String },
     /// This node's store failed a step.
     #[error("{0}")]
     Local(String),
@@ -156,6 +164,7 @@ impl From<ClusterError> for Status {
             | ClusterError::NotAFollower { .. }
             | ClusterError::TooFewCopies { .. }
             | ClusterError::NotReplicated(_)
+            | ClusterError::RegistrationLapsed { .. }
             | ClusterError::Local(_) => Status::unavailable(message),
             ClusterError::Raced { .. } => Status::aborted(message),
             ClusterError::Refused { .. }

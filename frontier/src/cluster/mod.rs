@@ -288,6 +288,10 @@ pub struct Cluster {
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     moves: tokio::sync::Mutex<moves::MoveState>,
     replication: replication::Replication,
+    // Until when this node's registration is surely alive (its last
+    // renewal's sending plus the lease's life): past it, another node may
+    // lead its partitions.
+    registered_until: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -334,6 +338,35 @@ impl Cluster {
             .facts
             .as_ref()
             .map_or(self.facts.min_in_sync, |(facts, _)| facts.min_in_sync)
+    }
+
+    /// Notes a renewal of the registration sent at `until - ttl`.
+    fn registered_until(&self, until: std::time::Instant) {
+        let mut registered = self
+            .registered_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *registered = Some(registered.map_or(until, |before| before.max(until)));
+    }
+
+    /// Refuses to serve URLs once the registration may have lapsed (the
+    /// node was paused or cut off from etcd): its partitions may be led by
+    /// a follower that serves them, and serving here too would hand a URL
+    /// out twice. Serving resumes on a view read after it registered again.
+    pub fn check_registered(&self) -> Result<(), Status> {
+        // Leaves the successor the time a call takes to be served.
+        const MARGIN: Duration = Duration::from_millis(500);
+        let until = *self
+            .registered_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match until {
+            Some(until) if std::time::Instant::now() + MARGIN < until => Ok(()),
+            _ => Err(ClusterError::RegistrationLapsed {
+                node: self.options.node_id.clone(),
+            }
+            .into()),
+        }
     }
 
     /// What this node knows now.

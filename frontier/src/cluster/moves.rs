@@ -179,6 +179,13 @@ pub(super) async fn run(cluster: Arc<Cluster>) {
                     }
                 }
                 Some(Duty::HandOver) => {
+                    let current = {
+                        let state = cluster.moves.lock().await;
+                        protocol::view_current_for(&view, partition, &state.sealed, &state.receipts)
+                    };
+                    if !current {
+                        continue; // a newer view comes
+                    }
                     if let Err(error) = hand_over_done(&cluster, record, *revision).await {
                         tracing::warn!(partition, %error, "cannot delete the handed-over partition yet");
                     }

@@ -396,11 +396,9 @@ pub(super) type Failover = (u32, String, String);
 /// Partitions whose leader's registration lapsed, each given to its first
 /// live in-sync follower in one transaction conditional on the map as
 /// read (so it races neither a flip nor a leader dropping a follower), in
-/// the next epoch. The old leader leaves the partition's copies: it may
-/// have written past what it acknowledged, so it comes back only as a new
-/// follower, copied afresh. Answers (partition, old leader, new leader)
-/// per failover, the map and the transaction; `None` when nothing fails
-/// over.
+/// the next epoch; the old leader becomes its last follower. Answers
+/// (partition, old leader, new leader) per failover, the map and the
+/// transaction; `None` when nothing fails over.
 pub(super) fn failovers(view: &View, keys: &Keys) -> Option<(Vec<Failover>, PartitionMap, Txn)> {
     let map = view.map.as_ref()?;
     let mut next = map.clone();
@@ -414,10 +412,16 @@ pub(super) fn failovers(view: &View, keys: &Keys) -> Option<(Vec<Failover>, Part
         let Some(successor) = followers.iter().find(|f| view.members.contains_key(*f)) else {
             continue;
         };
+        // The old leader stays as a follower: its disk holds every write
+        // it acknowledged (and perhaps some it did not, which a client
+        // sends again anyway), so until the new leader's sender takes it
+        // out (at once, as its registration is gone) it is a copy a later
+        // failover can fall back on.
         let rest: Vec<String> = followers
             .iter()
             .filter(|f| *f != successor)
             .cloned()
+            .chain(std::iter::once(owner.clone()))
             .collect();
         next.owners[partition as usize].clone_from(successor);
         *next.followers_mut(partition) = rest;
@@ -636,6 +640,22 @@ pub(super) fn duty(record: &MoveRecord, me: &str, now_ms: u64) -> Option<Duty> {
         }
         _ => None,
     }
+}
+
+/// Whether a view may drive a hand-over of `partition` here: not when this
+/// node learned of the partition since the view was read, by a seal (for
+/// a newer move of it) or the end of a receive task (a newer move gave it
+/// back here). Such a view still shows an older move's flip; acting on it
+/// would unseal the newer move's cutover or delete the partition received
+/// since.
+pub(super) fn view_current_for(
+    view: &View,
+    partition: u32,
+    sealed: &BTreeMap<u32, i64>,
+    receipts: &Receipts,
+) -> bool {
+    let newer = |at: Option<&i64>| at.is_some_and(|at| *at > view.revision);
+    !newer(sealed.get(&partition)) && !newer(receipts.ended_at.get(&partition))
 }
 
 /// A move's record written back if unchanged since read (at `revision`).
@@ -962,7 +982,7 @@ mod tests {
             assert_eq!(from, "c");
             assert!(before.follows(to, *partition));
             assert_eq!(&next.owners[*partition as usize], to);
-            assert!(!next.holds("c", *partition), "the old leader is out");
+            assert!(next.follows("c", *partition), "the old leader follows");
             assert!(!next.follows(to, *partition));
         }
         assert_eq!(next.epoch, before.epoch + 1);

@@ -410,6 +410,7 @@ impl UrlFrontier for ClusterRouter {
         request: Request<uf::GetParams>,
     ) -> Result<Response<Self::GetURLsStream>, Status> {
         // A node serves its own partitions; workers lease from every node.
+        self.cluster.check_registered()?;
         self.local.get_ur_ls(request).await
     }
 

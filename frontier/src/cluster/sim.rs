@@ -323,6 +323,13 @@ impl Sim {
                 node.receiving.entry(partition).or_insert(Receiving::Start);
             }
             Some(Duty::HandOver) => {
+                let receipts = protocol::Receipts {
+                    running: BTreeSet::new(),
+                    ended_at: node.ended_at.clone(),
+                };
+                if !protocol::view_current_for(&node.view, partition, &node.sealed, &receipts) {
+                    return;
+                }
                 let keeps = node
                     .view
                     .map
@@ -547,6 +554,11 @@ impl Sim {
             return; // stored at the leader, not acknowledged
         }
         self.acked.entry(partition).or_default().insert(url);
+        if self.verbose {
+            self.note(format!(
+                "{owner_id} acked {url} in {partition} (entered at {id})"
+            ));
+        }
         let writer = self
             .writers
             .entry((partition, writing_epoch))

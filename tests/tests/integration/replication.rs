@@ -343,3 +343,90 @@ async fn local_urls(node: &FrontierProcess) -> BTreeSet<String> {
         start += 1000;
     }
 }
+
+/// A leader paused (SIGSTOP) until a follower has taken its partitions
+/// over, then resumed: nothing it answers afterwards is acknowledged
+/// without the new leaders, and it serves none of its old partitions'
+/// URLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_acks_and_serves_nothing_once_replaced() {
+    let Some(binary) = etcd_or_skip("a_paused_leader_acks_and_serves_nothing_once_replaced") else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|id| FrontierProcess::start(&dir.path().join(id), &node_args(&etcd.endpoint, id)))
+        .collect();
+    for node in &nodes {
+        crawl_tests::wait_for_cluster(&mut node.admin().await, 3).await;
+    }
+    wait_for_copies(&nodes[0], 2, Duration::from_secs(60)).await;
+    let urls = urls_led_by(&nodes[0], "n3", 300).await;
+    let (mut acked, _) = put_all(nodes[0].client().await, &urls[..100]).await;
+    assert_eq!(acked.len(), 100);
+    // Clients of n3 made before the pause, so that they reach it at once
+    // when it resumes.
+    let paused_client = nodes[2].client().await;
+    let mut paused_frontier = nodes[2].client().await;
+    nodes[2].signal(rustix::process::Signal::STOP);
+    // The cluster gives n3's partitions to their followers.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = cluster_status(&nodes[0]).await;
+        if status.owners.iter().all(|owner| owner != "n3") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failover: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Writes go on through n1 meanwhile.
+    let (more, _) = put_all(nodes[0].client().await, &urls[100..200]).await;
+    acked.extend(more);
+    nodes[2].signal(rustix::process::Signal::CONT);
+    // At once, before it has seen the new map: writes sent to n3 and a
+    // GetURLs of it.
+    let (writes, served) = tokio::join!(put_all(paused_client, &urls[200..]), async {
+        paused_frontier
+            .get_ur_ls(uf::GetParams {
+                max_urls_per_queue: 100,
+                max_queues: 100,
+                item: Some(uf::get_params::Item::CrawlId(CRAWL.into())),
+                ..uf::GetParams::default()
+            })
+            .await
+    });
+    let (from_paused, _) = writes;
+    eprintln!(
+        "{} acked through n1, {} acked by n3 after it resumed; its GetURLs: {:?}",
+        acked.len(),
+        from_paused.len(),
+        served.as_ref().map(|_| ()).map_err(tonic::Status::code)
+    );
+    if let Ok(stream) = served {
+        let mut stream = stream.into_inner();
+        let mut got = Vec::new();
+        while let Ok(Some(info)) = stream.message().await {
+            got.push(info.url);
+        }
+        assert!(got.is_empty(), "the replaced leader served {got:?}");
+    }
+    acked.extend(from_paused);
+    // Every write acked, by n1 or by the resumed n3, is held by the
+    // partitions' leaders now.
+    let mut client = nodes[0].client().await;
+    for url in &acked {
+        let status = client
+            .get_url_status(uf::UrlStatusRequest {
+                url: url.clone(),
+                key: String::new(),
+                crawl_id: CRAWL.into(),
+            })
+            .await;
+        assert!(
+            status.is_ok(),
+            "{url} was acked OK but is missing: {status:?}"
+        );
+    }
+}
