@@ -54,6 +54,10 @@ pub enum NotReplicated {
         followers: Vec<String>,
         waited: Duration,
     },
+    /// This node no longer leads its partition (it was taken over while
+    /// the write waited): the write may be on this node alone.
+    #[error("this node no longer leads partition {partition}")]
+    NoLongerLeader { partition: u32 },
     /// Its partition has fewer copies in sync than a write needs (a
     /// follower left the set).
     #[error("partition {partition} has {copies} copies in sync and a write needs {min_in_sync}")]
@@ -356,8 +360,16 @@ impl ReplicaLog {
         let state = self.lock();
         for &partition in partitions {
             let p = partition as usize;
+            if state.led.is_empty() {
+                break; // not in a cluster
+            }
+            // Followers leave the set also when this node stops leading
+            // (another took the partition over): that releases no write.
+            if !state.led.get(p).copied().unwrap_or(false) {
+                return Err(NotReplicated::NoLongerLeader { partition });
+            }
             let copies = 1 + state.followers_of.get(p).map_or(0, Vec::len);
-            if state.led.get(p).copied().unwrap_or(false) && copies < state.min_in_sync {
+            if copies < state.min_in_sync {
                 return Err(NotReplicated::TooFewCopies {
                     partition,
                     copies,
@@ -521,8 +533,13 @@ mod tests {
             vec![true, true, false],
             2,
         );
-        let fine = BTreeSet::from([0, 2]);
+        let fine = BTreeSet::from([0]);
         log.wait_for_followers(&fine).await.unwrap();
+        // Taken over while it waited: the follower leaving releases nothing.
+        assert!(matches!(
+            log.wait_for_followers(&BTreeSet::from([2])).await,
+            Err(NotReplicated::NoLongerLeader { partition: 2 })
+        ));
         let short = BTreeSet::from([0, 1]);
         assert!(matches!(
             log.wait_for_followers(&short).await,
