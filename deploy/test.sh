@@ -126,7 +126,7 @@ if ! command -v etcd >/dev/null 2>&1; then
   exit 0
 fi
 compose down -v >/dev/null
-echo "deploy/test.sh: run 3: cluster stack: etcd, 3 frontier nodes, 3 workers, mock site"
+echo "deploy/test.sh: run 3: cluster stack: 3 etcd members, 3 frontier nodes (2 copies), 3 workers, mock site"
 cluster_compose() {
   CRAWL_IMAGE="$image" "${compose_cmd[@]}" -p "${project}c" -f deploy/compose.cluster.yaml --profile demo "$@"
 }
@@ -145,6 +145,9 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 "$frontier_cli" seed --addr "${addrs[1]}" http://mock-site:8080/ >/dev/null
+# One etcd member lost mid-crawl: the other two are a quorum, and nothing
+# changes.
+cluster_compose kill etcd-1 >/dev/null
 if ! "$frontier_cli" status --addr "${addrs[2]}" --wait --timeout-secs 300 >/dev/null; then
   echo "run 3: crawl did not finish" >&2
   cluster_compose logs --tail 50 >&2
@@ -159,4 +162,11 @@ if ! diff <(cluster_counts) "$expected"; then
   exit 1
 fi
 "$frontier_cli" cluster --addr "${addrs[0]}"
-echo "deploy/test.sh: run 3: cluster stack: every page fetched exactly once ($(wc -l < "$expected") pages)"
+"$frontier_cli" cluster --addr "${addrs[0]}" --json | python3 -c '
+import json, sys
+status = json.load(sys.stdin)
+short = [p["partition"] for p in status["partition_copies"] if p["copies_in_sync"] != 2]
+if status["replicas"] != 2 or short:
+    sys.exit(f"run 3: partitions short of two copies: {short}")
+'
+echo "deploy/test.sh: run 3: cluster stack, one etcd member killed: every page fetched exactly once ($(wc -l < "$expected") pages), every partition on two nodes"

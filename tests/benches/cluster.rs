@@ -1,7 +1,8 @@
 //! The ingest workload through one frontier node alone and through a node
-//! of a three-node cluster, in the same run, as real `frontier serve`
-//! processes with a real etcd: what forwarding costs per URL, and the rate
-//! of one peer stream.
+//! of a three-node cluster keeping one, two and three copies of each
+//! partition, in the same run, as real `frontier serve` processes with a
+//! real etcd: what forwarding and each copy cost per URL, and the acks'
+//! latency.
 //!
 //! PutDiscovered, batches of 256, 10,000 hosts, 45% known, every ack after
 //! its owner's commit; the client talks to one node, which keeps its own
@@ -45,6 +46,7 @@ struct Run {
     seconds: f64,
     cpu_seconds: f64,
     tenths: Vec<(usize, f64)>,
+    ack_ms: (f64, f64),
 }
 
 async fn feed_through(
@@ -72,6 +74,7 @@ async fn feed_through(
         stored: fed.stored,
         seconds,
         cpu_seconds: cpu_after - cpu_before,
+        ack_ms: (fed.latency_ms(0.5), fed.latency_ms(0.99)),
         tenths: fed.tenths,
     }
 }
@@ -109,31 +112,42 @@ async fn run(total: usize, streams: usize) {
     assert!(alone.terminate().success());
 
     let etcd = EtcdProcess::start(&etcd_path);
-    let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
-        .iter()
-        .map(|id| {
-            let mut flags = node_flags(total);
-            flags.extend(
-                [
-                    "--etcd",
-                    &etcd.endpoint,
-                    "--cluster",
-                    "bench",
-                    "--node-id",
-                    id,
-                    "--initial-nodes",
-                    "3",
-                ]
-                .iter()
-                .map(|s| (*s).to_owned()),
-            );
-            start_node(&dir.path().join(id), &flags)
-        })
-        .collect();
-    wait_for_map(&nodes[0]).await;
-    let all: Vec<&FrontierProcess> = nodes.iter().collect();
-    let cluster = feed_through(&nodes[0], &all, total, streams).await;
-    let owned_elsewhere = forwarded_share(&nodes[0]).await;
+    let mut clusters = Vec::new();
+    for replicas in [1, 2, 3] {
+        let name = format!("bench-r{replicas}");
+        let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
+            .iter()
+            .map(|id| {
+                let mut flags = node_flags(total);
+                let replicas = replicas.to_string();
+                flags.extend(
+                    [
+                        "--etcd",
+                        &etcd.endpoint,
+                        "--cluster",
+                        &name,
+                        "--node-id",
+                        id,
+                        "--initial-nodes",
+                        "3",
+                        "--replicas",
+                        &replicas,
+                    ]
+                    .iter()
+                    .map(|s| (*s).to_owned()),
+                );
+                start_node(&dir.path().join(&name).join(id), &flags)
+            })
+            .collect();
+        wait_for_copies(&nodes[0], replicas).await;
+        let all: Vec<&FrontierProcess> = nodes.iter().collect();
+        let run = feed_through(&nodes[0], &all, total, streams).await;
+        let forwarded = forwarded_share(&nodes[0]).await;
+        for node in nodes {
+            assert!(node.terminate().success());
+        }
+        clusters.push((replicas, run, forwarded));
+    }
 
     let rate = |r: &Run| r.urls as f64 / r.seconds;
     let cpu_us = |r: &Run| r.cpu_seconds * 1e6 / r.urls as f64;
@@ -144,53 +158,75 @@ async fn run(total: usize, streams: usize) {
          real processes and etcd on loopback, one 2-core machine for all of them."
     );
     println!();
-    println!("| setup | URLs offered | stored | seconds | URLs/s | CPU µs per URL (all nodes) |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for (name, r) in [("one node", &single), ("3-node cluster, via n1", &cluster)] {
+    println!(
+        "| setup | URLs offered | stored | seconds | URLs/s | CPU µs per URL (all nodes) | ack p50 ms | ack p99 ms |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut rows = vec![("one node".to_owned(), &single)];
+    for (replicas, run, _) in &clusters {
+        rows.push((
+            format!(
+                "3 nodes, {replicas} cop{}, via n1",
+                if *replicas == 1 { "y" } else { "ies" }
+            ),
+            run,
+        ));
+    }
+    for (name, r) in &rows {
         println!(
-            "| {name} | {} | {} | {:.1} | {:.0} | {:.1} |",
+            "| {name} | {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} |",
             r.urls,
             r.stored,
             r.seconds,
             rate(r),
-            cpu_us(r)
+            cpu_us(r),
+            r.ack_ms.0,
+            r.ack_ms.1
         );
     }
     println!();
-    let forwarded = owned_elsewhere * cluster.urls as f64;
+    let (_, one_copy, forwarded) = &clusters[0];
     println!(
         "Forwarded to the two peers: {:.0}% of the URLs; per peer stream {:.0} URLs/s.",
-        owned_elsewhere * 100.0,
-        forwarded / 2.0 / cluster.seconds
+        forwarded * 100.0,
+        forwarded * one_copy.urls as f64 / 2.0 / one_copy.seconds
     );
     println!(
         "Cost of the cluster per URL: {:+.1} CPU µs over one node ({:.2}x the URLs/s of one node).",
-        cpu_us(&cluster) - cpu_us(&single),
-        rate(&cluster) / rate(&single)
+        cpu_us(one_copy) - cpu_us(&single),
+        rate(one_copy) / rate(&single)
     );
+    for (replicas, run, _) in &clusters[1..] {
+        println!(
+            "{replicas} copies: {:.2}x the CPU per URL of one copy, {:.2}x its URLs/s.",
+            cpu_us(run) / cpu_us(one_copy),
+            rate(run) / rate(one_copy)
+        );
+    }
     println!();
     println!(
         "Rate per tenth, one node: {}",
         feed::rates_per_tenth(&single.tenths)
     );
-    println!();
-    println!(
-        "Rate per tenth, cluster: {}",
-        feed::rates_per_tenth(&cluster.tenths)
-    );
 }
 
-async fn wait_for_map(node: &FrontierProcess) {
+/// Waits until the map exists and every partition has `copies` copies.
+async fn wait_for_copies(node: &FrontierProcess, copies: usize) {
     let mut admin = node.admin().await;
-    for _ in 0..600 {
-        if let Ok(status) = admin.get_cluster(proto::admin::GetClusterRequest {}).await
-            && status.get_ref().epoch > 0
-        {
-            return;
+    for _ in 0..1200 {
+        if let Ok(status) = admin.get_cluster(proto::admin::GetClusterRequest {}).await {
+            let status = status.into_inner();
+            let whole = status.epoch > 0
+                && status.moves.is_empty()
+                && (0..status.partitions as usize)
+                    .all(|p| 1 + status.followers.get(p).map_or(0, |f| f.in_sync.len()) == copies);
+            if whole {
+                return;
+            }
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    panic!("the cluster did not form");
+    panic!("the cluster did not form with {copies} copies");
 }
 
 /// The share of the stored URLs that the entry node does not own.

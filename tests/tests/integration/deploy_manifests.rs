@@ -317,6 +317,8 @@ fn cluster_manifests_parse_and_their_references_hold() {
         .iter()
         .find(|s| name_of(&s.metadata) == "etcd")
         .expect("the etcd StatefulSet");
+    // Three members: losing one leaves a quorum.
+    assert_eq!(etcd_set.spec.clone().unwrap().replicas, Some(3));
     let etcd_pod = etcd_set.spec.clone().unwrap().template.spec.unwrap();
     let (names, numbers) = port_names_and_numbers(&etcd_pod.containers[0]);
     assert!(names.contains("client") && numbers.contains(&etcd_port));
