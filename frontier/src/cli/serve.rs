@@ -117,6 +117,14 @@ pub struct ServeArgs {
     /// when the cluster keeps 2 copies or more, else 1.
     #[arg(long, env = "FRONTIER_MIN_IN_SYNC", value_parser = clap::value_parser!(u32).range(1..=7))]
     min_in_sync: Option<u32>,
+    /// Seconds a partition that still takes writes (at least
+    /// --min-in-sync copies) waits, short of a copy because a node is
+    /// away, before it is copied to another node (with --etcd): a node
+    /// that restarts within it is not worth a copy. Below --min-in-sync a
+    /// partition is copied at once; `frontier cluster remove` ends the
+    /// wait.
+    #[arg(long, env = "FRONTIER_REPLACE_AFTER_SECS", default_value_t = 600)]
+    replace_after_secs: u64,
     /// Seconds a node's registration outlives its last renewal: how soon a
     /// stopped node is seen as gone.
     #[arg(long, env = "FRONTIER_LEASE_TTL_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..))]
@@ -428,6 +436,7 @@ fn cluster_options(
         initial_nodes: usize::try_from(args.initial_nodes).unwrap_or(usize::MAX),
         replicas: args.replicas,
         min_in_sync: args.min_in_sync,
+        replace_after: Duration::from_secs(args.replace_after_secs),
         lease_ttl: Duration::from_secs(args.lease_ttl_secs),
         join_timeout: Duration::from_secs(args.etcd_timeout_secs),
         token: args.admin_token.clone(),

@@ -468,13 +468,16 @@ async fn lead(cluster: Arc<Cluster>) {
             }
             tracing::info!(node = cluster.options.node_id, "elected leader");
             let mut changes = cluster.changes.subscribe();
+            // Since when partitions are short of a copy, as this node has
+            // seen them since it was elected.
+            let mut copies = protocol::CopyPolicy::default();
             // An interval, not a sleep per turn: views that change faster
             // than a third of the lease (moves do) must not starve the
             // keep-alive.
             let mut keep_alive = tokio::time::interval(ttl / 3);
             loop {
                 write_first_map(&cluster).await?;
-                plan(&cluster).await?;
+                plan(&cluster, &mut copies).await?;
                 tokio::select! {
                     changed = changes.changed() => {
                         if changed.is_err() {
@@ -514,7 +517,10 @@ async fn write_first_map(cluster: &Cluster) -> Result<(), CoordinationError> {
 }
 
 /// The leader's moves: rollbacks, then starts toward a balanced map.
-async fn plan(cluster: &Cluster) -> Result<(), CoordinationError> {
+async fn plan(
+    cluster: &Cluster,
+    copies: &mut protocol::CopyPolicy,
+) -> Result<(), CoordinationError> {
     let view = cluster.view();
     if let Some((failovers, map, txn)) = protocol::failovers(&view, &cluster.keys) {
         if cluster.etcd.txn(txn).await?.succeeded {
@@ -532,8 +538,12 @@ async fn plan(cluster: &Cluster) -> Result<(), CoordinationError> {
         return Ok(());
     }
     let now = Timestamp::now().unix_millis();
-    let copies = protocol::plan_copies(&view, &cluster.keys, cluster.replicas(), now);
-    for (planned, txn) in copies
+    copies.replicas = cluster.replicas();
+    copies.min_in_sync = cluster.min_in_sync();
+    copies.replace_after_ms = cluster.options.replace_after.as_millis() as u64;
+    copies.observe(&view, now);
+    let copying = protocol::plan_copies(&view, &cluster.keys, copies, now);
+    for (planned, txn) in copying
         .into_iter()
         .chain(protocol::plan(&view, &cluster.keys, now))
     {

@@ -163,6 +163,9 @@ pub struct ClusterOptions {
     /// `None`: the cluster's (for a new cluster, two when it keeps two
     /// copies or more, else one).
     pub min_in_sync: Option<u32>,
+    /// How long a partition that still takes writes waits, short of a
+    /// copy, for its node to come back before it is copied elsewhere.
+    pub replace_after: Duration,
     /// Life of the registration lease: a node that stops renewing it is
     /// taken for dead this long after.
     pub lease_ttl: Duration,
@@ -202,6 +205,8 @@ pub struct View {
     /// The cluster's facts and their etcd revision (the copy count changes
     /// live).
     pub facts: Option<(ClusterFacts, i64)>,
+    /// When `frontier cluster remove` last ran (UTC ms; 0: never).
+    pub replace_now_ms: u64,
 }
 
 /// Where one call goes: this node's own service, or a peer's client and

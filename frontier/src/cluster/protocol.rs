@@ -67,6 +67,12 @@ impl Keys {
         format!("{}moves/{partition}", self.prefix)
     }
 
+    /// When `frontier cluster remove` last ran (UTC ms): partitions short
+    /// of a copy since before then are copied again at once.
+    pub(super) fn replace_now(&self) -> String {
+        format!("{}replace-now", self.prefix)
+    }
+
     /// The ID of the store a node last joined with: a node back with
     /// another store (its disk lost) holds none of the copies the map
     /// gives it.
@@ -140,6 +146,8 @@ pub(super) fn read_view(
             serde_json::from_slice(value).map(|facts: ClusterFacts| {
                 view.facts = Some((facts, *mod_revision));
             })
+        } else if key == "replace-now" {
+            serde_json::from_slice(value).map(|at: u64| view.replace_now_ms = at)
         } else if key == "map" {
             serde_json::from_slice(value).map(|map: PartitionMap| {
                 view.map = Some(map);
@@ -300,17 +308,61 @@ fn start_move(keys: &Keys, map_revision: i64, record: &MoveRecord) -> Txn {
     )
 }
 
+/// When copies short of the count are made again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct CopyPolicy {
+    /// Copies kept of each partition.
+    pub(super) replicas: u32,
+    /// Copies a write needs: a partition below it is copied at once.
+    pub(super) min_in_sync: u32,
+    /// How long a partition that still takes writes waits, short of a
+    /// copy, for the node that held it to come back before it is copied
+    /// elsewhere (a restart is not worth a copy).
+    pub(super) replace_after_ms: u64,
+    /// Since when (UTC ms) the elected node has seen each partition short.
+    pub(super) short_since: BTreeMap<u32, u64>,
+}
+
+impl CopyPolicy {
+    /// Notes which partitions of `view` are short of copies now, keeping
+    /// the time each was first seen so.
+    pub(super) fn observe(&mut self, view: &View, now_ms: u64) {
+        let Some(map) = &view.map else {
+            return;
+        };
+        let wanted = (self.replicas.max(1) as usize).min(view.members.len().max(1));
+        let short: BTreeSet<u32> = (0..map.owners.len() as u32)
+            .filter(|&p| 1 + map.followers_of(p).len() < wanted)
+            .collect();
+        self.short_since.retain(|p, _| short.contains(p));
+        for p in short {
+            self.short_since.entry(p).or_insert(now_ms);
+        }
+    }
+
+    /// Whether a partition short of copies is copied now: at once below
+    /// the copies writes need, or once removed nodes were named after it
+    /// became short (`frontier cluster remove`), else after the wait.
+    fn due(&self, partition: u32, copies: usize, replace_now_ms: u64, now_ms: u64) -> bool {
+        let since = self.short_since.get(&partition).copied().unwrap_or(now_ms);
+        copies < self.min_in_sync as usize
+            || since <= replace_now_ms
+            || now_ms.saturating_sub(since) >= self.replace_after_ms
+    }
+}
+
 /// The leader's part for copies: a partition with fewer than `replicas`
 /// copies gets a new follower (copied from its live leader) on the live
-/// node, not draining and not holding it, that holds fewest copies; one
-/// with more lets its last followers go, in one transaction. A few copies
-/// at a time, beside the moves.
+/// node, not draining and not holding it, that holds fewest copies, when
+/// the policy says it is due; one with more lets its last followers go,
+/// in one transaction. A few copies at a time, beside the moves.
 pub(super) fn plan_copies(
     view: &View,
     keys: &Keys,
-    replicas: u32,
+    policy: &CopyPolicy,
     now_ms: u64,
 ) -> Vec<(Planned, Txn)> {
+    let replicas = policy.replicas;
     let Some(map) = &view.map else {
         return Vec::new();
     };
@@ -348,6 +400,7 @@ pub(super) fn plan_copies(
             || in_flight >= MOVES_IN_FLIGHT
             || view.moves.contains_key(&partition)
             || !live.contains(owner)
+            || !policy.due(partition, copies, view.replace_now_ms, now_ms)
         {
             continue;
         }
@@ -947,6 +1000,50 @@ mod tests {
         }
     }
 
+    fn policy(replicas: u32) -> CopyPolicy {
+        CopyPolicy {
+            replicas,
+            min_in_sync: replicas.min(2),
+            ..CopyPolicy::default()
+        }
+    }
+
+    #[test]
+    fn a_partition_that_still_takes_writes_waits_before_a_new_copy() {
+        let keys = Keys::new("t");
+        // Three copies wanted, two writes need; one node gone.
+        let mut view = View {
+            map: PartitionMap::first_replicated(6, &nodes(&["a", "b", "c", "d"]), 3),
+            members: [member("a"), member("b"), member("c")].into(),
+            ..View::default()
+        };
+        let (_, next, _) = failovers(&view, &keys).unwrap();
+        let mut next = next;
+        for p in 0..6 {
+            next.followers_mut(p).retain(|f| f != "d");
+        }
+        view.map = Some(next);
+        let mut policy = CopyPolicy {
+            replicas: 3,
+            min_in_sync: 2,
+            replace_after_ms: 600_000,
+            ..CopyPolicy::default()
+        };
+        policy.observe(&view, 1_000);
+        assert!(!policy.short_since.is_empty());
+        assert!(
+            plan_copies(&view, &keys, &policy, 2_000).is_empty(),
+            "d may come back"
+        );
+        assert!(
+            !plan_copies(&view, &keys, &policy, 601_000).is_empty(),
+            "past the wait"
+        );
+        // `frontier cluster remove` after they became short: at once.
+        view.replace_now_ms = 1_500;
+        assert!(!plan_copies(&view, &keys, &policy, 2_000).is_empty());
+    }
+
     fn written_map(txn: &Txn) -> PartitionMap {
         match &txn.then[..] {
             [Write::Put { value, .. }] => serde_json::from_slice(value).unwrap(),
@@ -1027,7 +1124,7 @@ mod tests {
         assert_eq!(remove_node(&removing, &keys, "zz"), Ok(None));
         // Copies are planned on the two nodes left.
         removing.map = Some(next);
-        let planned = plan_copies(&removing, &keys, 2, 0);
+        let planned = plan_copies(&removing, &keys, &policy(2), 0);
         assert_eq!(planned.len(), MOVES_IN_FLIGHT, "a few at a time");
         for (step, _) in planned {
             let Planned::Replicate {
@@ -1060,13 +1157,13 @@ mod tests {
     #[test]
     fn fewer_copies_wanted_lets_the_last_followers_go() {
         let view = view(&["a", "b", "c"]);
-        let planned = plan_copies(&view, &Keys::new("t"), 1, 0);
+        let planned = plan_copies(&view, &Keys::new("t"), &policy(1), 0);
         let [(Planned::Trim { partitions }, txn)] = &planned[..] else {
             panic!("one trim expected: {planned:?}");
         };
         assert_eq!(partitions.len(), 6);
         assert!(written_map(txn).followers.iter().all(Vec::is_empty));
-        assert!(plan_copies(&view, &Keys::new("t"), 2, 0).is_empty());
+        assert!(plan_copies(&view, &Keys::new("t"), &policy(2), 0).is_empty());
     }
 
     #[test]

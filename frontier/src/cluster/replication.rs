@@ -480,6 +480,18 @@ pub(super) async fn remove_node(
     node: &str,
 ) -> Result<adm::RemoveNodeResponse, ClusterError> {
     let view = cluster.view();
+    // Partitions short of a copy since before now are copied again at
+    // once, without waiting for a node that will not come back.
+    let now = crate::time::Timestamp::now().unix_millis();
+    cluster
+        .etcd
+        .txn(super::coordination::Txn::writes(vec![
+            super::coordination::Write::put(
+                cluster.keys.replace_now(),
+                super::protocol::json(&now),
+            ),
+        ]))
+        .await?;
     let removed = super::protocol::remove_node(&view, &cluster.keys, node).map_err(|refused| {
         ClusterError::Refused {
             cluster: cluster.options.name.clone(),

@@ -299,7 +299,12 @@ impl Sim {
             }
             return;
         }
-        let copies = protocol::plan_copies(&view, &self.keys, self.replicas, self.now_ms);
+        let policy = protocol::CopyPolicy {
+            replicas: self.replicas,
+            min_in_sync: self.min_in_sync as u32,
+            ..protocol::CopyPolicy::default()
+        };
+        let copies = protocol::plan_copies(&view, &self.keys, &policy, self.now_ms);
         for (planned, txn) in
             copies
                 .into_iter()
