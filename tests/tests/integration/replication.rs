@@ -209,20 +209,7 @@ async fn a_leader_killed_with_its_disk_loses_no_acked_url_and_copies_come_back()
     );
     // Every acked URL is found, through either survivor.
     for node in &nodes {
-        let mut client = node.client().await;
-        for url in &acked {
-            let status = client
-                .get_url_status(uf::UrlStatusRequest {
-                    url: url.clone(),
-                    key: String::new(),
-                    crawl_id: CRAWL.into(),
-                })
-                .await;
-            assert!(
-                status.is_ok(),
-                "{url} was acked OK but is missing: {status:?}"
-            );
-        }
+        assert_all_found(node, &acked).await;
     }
     // n3 never returns: it is removed, and every partition is back at two
     // copies on n1 and n2.
@@ -267,13 +254,7 @@ async fn a_leader_killed_with_its_disk_loses_no_acked_url_and_copies_come_back()
         if status.owners[p] == survivor_id || status.followers[p].in_sync.contains(&survivor_id) {
             let deadline = Instant::now() + Duration::from_secs(30);
             loop {
-                let found = client
-                    .get_url_status(uf::UrlStatusRequest {
-                        url: url.clone(),
-                        key: String::new(),
-                        crawl_id: CRAWL.into(),
-                    })
-                    .await;
+                let found = client.get_url_status(status_of(url)).await;
                 match found {
                     Ok(_) => break,
                     Err(status) if status.code() == tonic::Code::Unavailable => {
@@ -284,6 +265,26 @@ async fn a_leader_killed_with_its_disk_loses_no_acked_url_and_copies_come_back()
                 }
             }
         }
+    }
+}
+
+fn status_of(url: &str) -> uf::UrlStatusRequest {
+    uf::UrlStatusRequest {
+        url: url.to_owned(),
+        key: String::new(),
+        crawl_id: CRAWL.into(),
+    }
+}
+
+/// Every URL of `urls` is found through `node`.
+async fn assert_all_found(node: &FrontierProcess, urls: &[String]) {
+    let mut client = node.client().await;
+    for url in urls {
+        let status = client.get_url_status(status_of(url)).await;
+        assert!(
+            status.is_ok(),
+            "{url} was acked OK but is missing: {status:?}"
+        );
     }
 }
 
@@ -415,18 +416,5 @@ async fn a_paused_leader_acks_and_serves_nothing_once_replaced() {
     acked.extend(from_paused);
     // Every write acked, by n1 or by the resumed n3, is held by the
     // partitions' leaders now.
-    let mut client = nodes[0].client().await;
-    for url in &acked {
-        let status = client
-            .get_url_status(uf::UrlStatusRequest {
-                url: url.clone(),
-                key: String::new(),
-                crawl_id: CRAWL.into(),
-            })
-            .await;
-        assert!(
-            status.is_ok(),
-            "{url} was acked OK but is missing: {status:?}"
-        );
-    }
+    assert_all_found(&nodes[0], &acked).await;
 }
