@@ -755,7 +755,9 @@ impl Frontier {
         let crawl = crawl_or_default(crawl);
         let now = Timestamp::now();
         let counts = self.scheduler.counts(crawl, None, now);
-        let (due, later) = self.ingest.store().count_due(crawl, now.unix_secs())?;
+        let (due, later) = self.ingest.store().count_due(crawl, now.unix_secs(), |p| {
+            self.scheduler.counts_partition(p)
+        })?;
         let mut progress = Progress {
             counts,
             due_now: due.saturating_sub(counts.leased),

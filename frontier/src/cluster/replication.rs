@@ -125,6 +125,11 @@ pub(super) fn settle(cluster: &Arc<Cluster>, previous: &View, view: &View) {
         })
         .collect();
     let led: Vec<bool> = map.owners.iter().map(|owner| owner == me).collect();
+    // The copies followed here are counted by their leaders.
+    cluster
+        .frontier
+        .scheduler()
+        .set_counted_partitions(Some(led.clone()));
     let log = cluster.frontier.ingest().replicas();
     let min_in_sync = view
         .facts

@@ -197,6 +197,9 @@ pub struct Scheduler {
     // The partitions served here, by index; `None`: all (module docs: the
     // partition gate).
     serving: arc_swap::ArcSwapOption<Vec<bool>>,
+    // The partitions this node's figures count, by index; `None`: all (a
+    // cluster node counts only those it leads, not the copies it follows).
+    counted: arc_swap::ArcSwapOption<Vec<bool>>,
 }
 
 type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -253,6 +256,7 @@ impl Scheduler {
             lease_horizon: Mutex::new(horizon),
             held_until: horizon,
             serving: arc_swap::ArcSwapOption::empty(),
+            counted: arc_swap::ArcSwapOption::empty(),
         };
         let mut loaded = Vec::new();
         store.for_each_queue(|crawl, key, record| {
@@ -841,7 +845,16 @@ impl Scheduler {
             Some(key) => self.queue(crawl, key).into_iter().collect(),
             None => self.queues_of(crawl),
         };
+        let counted = self.counted.load();
         for queue in queues {
+            // A queue is counted with its key's partition, as its owner
+            // is found (a key that is not its URLs' host is rare).
+            if let Some(counted) = counted.as_ref() {
+                let partition = crate::ingest::partition_of(crawl, &queue.key, counted.len());
+                if !counted.get(partition).copied().unwrap_or(false) {
+                    continue;
+                }
+            }
             let state = queue.lock();
             counts.urls += state.record.urls;
             counts.completed += state.record.completed;

@@ -22,6 +22,21 @@ impl Scheduler {
         }
     }
 
+    /// Counts only the partitions marked in `counted` (by index) in this
+    /// node's figures, or all with `None`.
+    pub fn set_counted_partitions(&self, counted: Option<Vec<bool>>) {
+        self.counted.store(counted.map(Arc::new));
+    }
+
+    /// Whether this node's figures count URLs of `partition`.
+    #[must_use]
+    pub fn counts_partition(&self, partition: u32) -> bool {
+        self.counted
+            .load()
+            .as_ref()
+            .is_none_or(|counted| counted.get(partition as usize).copied().unwrap_or(false))
+    }
+
     /// The URLs of a partition leased now, and when the last of those
     /// leases ends: what a partition's new owner must not serve before.
     #[must_use]

@@ -414,8 +414,14 @@ impl Store {
         )
     }
 
-    /// A crawl's not-completed URLs split into due by `now` and later.
-    pub fn count_due(&self, crawl: &str, now: u64) -> Result<(u64, u64), StoreError> {
+    /// A crawl's not-completed URLs of the partitions `counted` takes, split
+    /// into due by `now` and later.
+    pub fn count_due(
+        &self,
+        crawl: &str,
+        now: u64,
+        counted: impl Fn(u32) -> bool,
+    ) -> Result<(u64, u64), StoreError> {
         let queues = {
             let names = self.read_names();
             match names.crawl_number(crawl) {
@@ -427,7 +433,10 @@ impl Store {
         for queue in queues {
             let range = (queue, 0, 0)..=(queue, u64::MAX, u64::MAX);
             let (held, read) = self.held_order_in(range.clone())?;
-            merged_order(held, &read, range, |(_, due_at, _), _| {
+            merged_order(held, &read, range, |(_, due_at, _), partition| {
+                if !counted(partition) {
+                    return true;
+                }
                 if due_at <= now {
                     due_now += 1;
                 } else {

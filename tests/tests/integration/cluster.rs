@@ -279,6 +279,21 @@ async fn a_node_lost_with_its_disk_mid_crawl_stops_nothing_with_two_copies() {
     // Pages in flight at the kill (at most one per host) may be fetched
     // again once the old leader's leases have run out; nothing else.
     check_sites(&sites, sites.len() as u32);
+    // Each URL counted once, by its leader, not again by its follower.
+    let expected_pages =
+        sites.len() as u64 * expected_fetches(&SiteConfig::default(), MAX_DEPTH).len() as u64;
+    let stats = nodes[0]
+        .client()
+        .await
+        .get_stats(uf::QueueWithinCrawlParams::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        (expected_pages..2 * expected_pages).contains(&stats.counts["completed"]),
+        "{} pages, {stats:?}",
+        expected_pages
+    );
     let (status, text) = frontier_cli(&nodes[0].endpoint(), &["cluster", "remove", "n3"]);
     assert!(status.success(), "{text}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
