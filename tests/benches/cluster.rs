@@ -115,6 +115,7 @@ async fn run(total: usize, streams: usize) {
     let mut clusters = Vec::new();
     for replicas in [1, 2, 3] {
         let name = format!("bench-r{replicas}");
+        std::fs::create_dir_all(dir.path().join(&name)).expect("a directory per cluster");
         let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
             .iter()
             .map(|id| {
