@@ -196,16 +196,19 @@ pub(super) fn stop(cluster: &Cluster) {
 
 /// One follower's sender: takes what it is owed and sends it, in order,
 /// at once when owed something and at least every second (the lease
-/// horizon travels with every batch).
+/// horizon travels with every batch). It runs until `settle` stops it:
+/// a follower left and added again finds it still there.
 async fn send(cluster: Arc<Cluster>, follower: String) {
     let log = cluster.frontier.ingest().replicas();
-    let Some(wake) = log.waker(&follower) else {
-        return;
-    };
     let mut failing_since: Option<Instant> = None;
     loop {
+        // Asked each turn: a follower added again has a new one.
+        let Some(wake) = log.waker(&follower) else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
         let Some(batch) = log.take(&follower) else {
-            return;
+            continue;
         };
         match send_batch(&cluster, &follower, &batch).await {
             Ok(()) => {
@@ -218,12 +221,8 @@ async fn send(cluster: Arc<Cluster>, follower: String) {
                 let away = !cluster.view().members.contains_key(&follower);
                 if away || since.elapsed() >= cluster.patience() {
                     tracing::warn!(follower, %error, away, "a follower stopped taking writes; taking it out of the in-sync set");
-                    match drop_follower(&cluster, &follower).await {
-                        // The next view stops this sender.
-                        Ok(()) => return,
-                        Err(error) => {
-                            tracing::warn!(follower, %error, "cannot take the follower out yet");
-                        }
+                    if let Err(error) = drop_follower(&cluster, &follower).await {
+                        tracing::warn!(follower, %error, "cannot take the follower out yet");
                     }
                 } else {
                     tracing::debug!(follower, %error, "a batch to a follower failed; again");

@@ -64,6 +64,10 @@ pub struct ClusterRouter {
     // The local service for writes forwarded by other nodes: it stores only
     // what this node owns under its map.
     forwarded: UrlFrontierService,
+    // The local service for listings fanned out by another node: only the
+    // partitions this node leads (its followers' copies are listed by
+    // their leaders).
+    fanned: UrlFrontierService,
     cluster: Arc<Cluster>,
 }
 
@@ -85,9 +89,18 @@ impl ClusterRouter {
             .writing_only(Arc::new(move |info: &uf::UrlInfo| {
                 owner.owns_url(&info.crawl_id, &info.url)
             }));
+        let leader = Arc::clone(&cluster);
+        let fanned = local
+            .clone()
+            .listing_only(Arc::new(move |crawl: &str, url: &str| {
+                leader
+                    .partition_of_url(crawl, url)
+                    .is_none_or(|partition| matches!(leader.owner_of(partition), Ok(Owner::Local)))
+            }));
         Self {
             local,
             forwarded,
+            fanned,
             cluster,
         }
     }
@@ -116,10 +129,22 @@ impl ClusterRouter {
         F: Fn(Target) -> Fut,
         Fut: std::future::Future<Output = Result<T, Status>>,
     {
+        self.on_nodes_as(&self.local, live_only, call).await
+    }
+
+    /// Runs `call` on every node, this one through `local`.
+    async fn on_nodes_as<T, F, Fut>(
+        &self,
+        local: &UrlFrontierService,
+        live_only: bool,
+        call: F,
+    ) -> Result<Vec<(String, T)>, Status>
+    where
+        F: Fn(Target) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Status>>,
+    {
         super::riding_out_map_changes(|| {
-            let targets = self
-                .cluster
-                .targets(&self.local, super::peers::Peer::frontier);
+            let targets = self.cluster.targets(local, super::peers::Peer::frontier);
             super::on_nodes(targets, live_only, &call)
         })
         .await
@@ -618,6 +643,9 @@ impl UrlFrontier for ClusterRouter {
         &self,
         request: Request<uf::ListUrlParams>,
     ) -> Result<Response<Self::ListURLsStream>, Status> {
+        if self.cluster.accept_forwarded(&request)? {
+            return self.fanned.list_ur_ls(request).await;
+        }
         if request.get_ref().local {
             return self.local.list_ur_ls(request).await;
         }
@@ -629,8 +657,11 @@ impl UrlFrontier for ClusterRouter {
             local: true,
             ..request
         };
+        // Each node lists the partitions it leads, this one too.
         let lists = self
-            .on_nodes(false, |target| collect_listing(target, params.clone()))
+            .on_nodes_as(&self.fanned, false, |target| {
+                collect_listing(target, params.clone())
+            })
             .await?;
         let mut items: Vec<uf::UrlItem> = answers(lists).flatten().collect();
         // Completed URLs first, as on one node.
@@ -643,6 +674,9 @@ impl UrlFrontier for ClusterRouter {
         &self,
         request: Request<uf::CountUrlParams>,
     ) -> Result<Response<uf::Long>, Status> {
+        if self.cluster.accept_forwarded(&request)? {
+            return self.fanned.count_ur_ls(request).await;
+        }
         if request.get_ref().local == Some(true) {
             return self.local.count_ur_ls(request).await;
         }
@@ -650,7 +684,12 @@ impl UrlFrontier for ClusterRouter {
             local: Some(true),
             ..request.into_inner()
         };
-        let counts = fan_out!(self, false, count_ur_ls, params)?;
+        let counts = self
+            .on_nodes_as(&self.fanned, false, |target| {
+                let params = params.clone();
+                async move { call!(target, count_ur_ls, params) }
+            })
+            .await?;
         Ok(Response::new(summed_longs(counts)))
     }
 

@@ -215,6 +215,10 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 /// forwarded by another node are taken only for its own partitions).
 pub type OwnsUrl = Arc<dyn Fn(&uf::UrlInfo) -> bool + Send + Sync>;
 
+/// Whether this node leads a URL's partition (crawl, URL): a cluster
+/// node's share of a listing fanned out over every node.
+pub type LedUrl = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
 /// The URL Frontier API v2.6.
 #[derive(Clone)]
 pub struct UrlFrontierService {
@@ -227,6 +231,10 @@ pub struct UrlFrontierService {
     /// When set, written items of URLs it does not own are answered FAIL
     /// instead of stored.
     owns: Option<OwnsUrl>,
+    /// When set, ListURLs and CountURLs cover only the URLs it answers
+    /// true for (the partitions this node leads, not the copies it
+    /// follows, which their leaders list).
+    lists: Option<LedUrl>,
 }
 
 impl std::fmt::Debug for UrlFrontierService {
@@ -249,7 +257,16 @@ impl UrlFrontierService {
             write_slots: Arc::new(Semaphore::new(writes::WRITE_SLOTS)),
             stopping: tokio::sync::watch::channel(false).1,
             owns: None,
+            lists: None,
         }
+    }
+
+    /// The service listing and counting only the URLs `led` answers true
+    /// for.
+    #[must_use]
+    pub fn listing_only(mut self, led: LedUrl) -> Self {
+        self.lists = Some(led);
+        self
     }
 
     /// The service storing only the URLs `owns` answers true for; the
@@ -611,10 +628,14 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         // of any size costs the channel's few items of memory.
         let (sender, receiver) = tokio::sync::mpsc::channel(64);
         let frontier = Arc::clone(&self.frontier);
+        let led = self.lists.clone();
         tokio::task::spawn_blocking(move || {
             let mut seen = 0_usize;
             let mut sent = 0_usize;
             let scanned = frontier.scan_urls(&crawl, &filter, |url, record| {
+                if led.as_ref().is_some_and(|led| !led(&crawl, url)) {
+                    return true;
+                }
                 seen += 1;
                 if seen <= skip {
                     return true;
@@ -647,10 +668,14 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
             params.filter.clone().filter(|f| !f.is_empty()),
             params.ignore_case.unwrap_or(false),
         );
+        let led = self.lists.clone();
         let value = blocking(&self.frontier, move |f| {
             let mut count = 0;
-            f.scan_urls(&params.crawl_id, &filter, |_, _| {
-                count += 1;
+            let crawl = crawl_or_default(&params.crawl_id);
+            f.scan_urls(&params.crawl_id, &filter, |url, _| {
+                if led.as_ref().is_none_or(|led| led(crawl, url)) {
+                    count += 1;
+                }
                 true
             })?;
             Ok(count)

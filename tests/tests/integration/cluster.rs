@@ -294,6 +294,16 @@ async fn a_node_lost_with_its_disk_mid_crawl_stops_nothing_with_two_copies() {
         "{} pages, {stats:?}",
         expected_pages
     );
+    // Listed and counted once too, by the leaders.
+    let counted = nodes[1]
+        .client()
+        .await
+        .count_ur_ls(uf::CountUrlParams::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .value;
+    assert_eq!(counted, stats.size + stats.counts["completed"], "{stats:?}");
     let (status, text) = frontier_cli(&nodes[0].endpoint(), &["cluster", "remove", "n3"]);
     assert!(status.success(), "{text}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);

@@ -188,11 +188,25 @@ async fn a_leader_killed_with_its_disk_loses_no_acked_url_and_copies_come_back()
     let mut resumed_after = None;
     let deadline = Instant::now() + Duration::from_secs(90);
     while !pending.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "{} writes still refused 90 s after the kill",
-            pending.len()
-        );
+        if Instant::now() >= deadline {
+            let status = cluster_status(&nodes[0]).await;
+            let log = nodes
+                .iter()
+                .map(|n| n.log_text())
+                .collect::<Vec<_>>()
+                .join("\n----\n");
+            let tail: Vec<&str> = log
+                .lines()
+                .filter(|l| !l.contains(" INFO "))
+                .rev()
+                .take(40)
+                .collect();
+            panic!(
+                "{} writes still refused 90 s after the kill: {status:?}\n{}",
+                pending.len(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
         let (ok, failed) = put_all(nodes[0].client().await, &pending).await;
         if !ok.is_empty() && resumed_after.is_none() {
             resumed_after = Some(killed_at.elapsed());
