@@ -84,16 +84,8 @@ async fn urls_led_by(node: &FrontierProcess, leader: &str, count: usize) -> Vec<
     let mut urls = Vec::new();
     for i in 0.. {
         let url = format!("http://host{i}.example/page");
-        let check = admin
-            .check_url(proto::admin::CheckUrlRequest {
-                url: url.clone(),
-                crawl_id: CRAWL.into(),
-                queue_key: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        if status.owners[check.partition as usize] == leader {
+        let partition = partition_of(&mut admin, &url).await;
+        if status.owners[partition as usize] == leader {
             urls.push(url);
             if urls.len() == count {
                 break;
@@ -314,18 +306,26 @@ async fn partitions_of(
     let mut admin = node.admin().await;
     let mut partitions = std::collections::HashMap::new();
     for url in urls {
-        let check = admin
-            .check_url(proto::admin::CheckUrlRequest {
-                url: url.clone(),
-                crawl_id: CRAWL.into(),
-                queue_key: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        partitions.insert(url.clone(), check.partition);
+        partitions.insert(url.clone(), partition_of(&mut admin, url).await);
     }
     partitions
+}
+
+/// The partition of a URL of the crawl, as the cluster files it.
+async fn partition_of(
+    admin: &mut proto::admin::admin_client::AdminClient<tonic::transport::Channel>,
+    url: &str,
+) -> u32 {
+    admin
+        .check_url(proto::admin::CheckUrlRequest {
+            url: url.to_owned(),
+            crawl_id: CRAWL.into(),
+            queue_key: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .partition
 }
 
 /// Every URL of the crawl in one node's own store.
