@@ -259,17 +259,19 @@ async fn send_batch(
         let mut wire = Vec::new();
         for step in steps {
             match step {
-                ReplicaStep::Touched { partition, keys } => {
-                    let urls = ingest
-                        .partition_urls(partition, &keys)
-                        .map_err(|e| ClusterError::Local(e.to_string()))?;
-                    for chunk in urls.chunks(URLS_PER_CALL) {
-                        wire.push(adm::ReplicatedStep {
-                            step: Some(adm::replicated_step::Step::Urls(adm::ReplicatedUrls {
-                                partition,
-                                urls: wire_urls(chunk),
-                            })),
-                        });
+                ReplicaStep::Touched(partitions) => {
+                    for (partition, keys) in partitions {
+                        let urls = ingest
+                            .partition_urls(partition, &keys)
+                            .map_err(|e| ClusterError::Local(e.to_string()))?;
+                        for chunk in urls.chunks(URLS_PER_CALL) {
+                            wire.push(adm::ReplicatedStep {
+                                step: Some(adm::replicated_step::Step::Urls(adm::ReplicatedUrls {
+                                    partition,
+                                    urls: wire_urls(chunk),
+                                })),
+                            });
+                        }
                     }
                 }
                 ReplicaStep::Deleted(deletion) => wire.push(adm::ReplicatedStep {
@@ -408,6 +410,17 @@ pub(super) async fn take(
     let taken = tokio::task::spawn_blocking(move || {
         let ingest = frontier.ingest();
         let mut taken = Vec::new();
+        // URLs up to a deletion are taken in one commit.
+        let mut pages = Vec::new();
+        let take = |pages: &mut Vec<(u32, Vec<PartitionUrl>)>| {
+            if pages.is_empty() {
+                return Ok(());
+            }
+            ingest
+                .take_pages(std::mem::take(pages))
+                .map(drop)
+                .map_err(|e| ClusterError::Local(e.to_string()))
+        };
         for step in request.steps {
             match step.step {
                 Some(adm::replicated_step::Step::Urls(urls)) => {
@@ -417,11 +430,10 @@ pub(super) async fn take(
                         page.iter()
                             .map(|u| (partition, u.crawl.clone(), u.url.clone())),
                     );
-                    ingest
-                        .take_partition_urls(partition, page)
-                        .map_err(|e| ClusterError::Local(e.to_string()))?;
+                    pages.push((partition, page));
                 }
                 Some(adm::replicated_step::Step::Deletion(deletion)) => {
+                    take(&mut pages)?;
                     ingest
                         .delete(
                             &deletion.crawl_id,
@@ -433,6 +445,7 @@ pub(super) async fn take(
                 None => {}
             }
         }
+        take(&mut pages)?;
         Ok::<_, ClusterError>(taken)
     })
     .await??;

@@ -158,6 +158,21 @@ pub enum TakeError {
     Ingest(#[from] IngestError),
 }
 
+/// The write that gives a URL the sender's state: its queue, due date and
+/// metadata (its created date and depth never change).
+fn known_state(partition: u32, moved: &PartitionUrl) -> WriteOp {
+    WriteOp::Known(KnownUrl {
+        crawl: moved.crawl.clone(),
+        url: moved.url.clone(),
+        partition,
+        queue_key: Some(moved.record.queue_key.clone()),
+        default_queue: moved.record.queue_key.clone(),
+        due_at: moved.record.due_at,
+        metadata: moved.record.metadata.clone(),
+        now: moved.record.created_at,
+    })
+}
+
 impl Ingest {
     /// Up to `limit` URLs of a partition after the URL `after` (crawl,
     /// URL), in the store's order, from one snapshot, and whether the
@@ -183,67 +198,87 @@ impl Ingest {
         partition: u32,
         urls: Vec<PartitionUrl>,
     ) -> Result<Taken, TakeError> {
+        self.take_pages(vec![(partition, urls)])
+    }
+
+    /// Takes pages of several partitions in, as [`Self::take_partition_urls`]
+    /// does one, in one commit: a leader's batch to its follower.
+    ///
+    /// A URL the filter has never seen is new for certain and is stored
+    /// whole; one it may hold is stored whole if new and then, in the same
+    /// group, given the sender's state (a write after a write of the same
+    /// key sees the first). Were a URL the filter called new stored by
+    /// another write meanwhile, a second commit gives it the sender's state.
+    pub fn take_pages(&self, pages: Vec<(u32, Vec<PartitionUrl>)>) -> Result<Taken, TakeError> {
         let partitions = self.filters.partition_count();
-        if partition as usize >= partitions {
-            return Err(TakeError::NoSuchPartition {
-                partition,
-                partitions,
-            });
-        }
-        for moved in &urls {
-            self.check_placed(partition, moved)?;
+        for (partition, urls) in &pages {
+            if *partition as usize >= partitions {
+                return Err(TakeError::NoSuchPartition {
+                    partition: *partition,
+                    partitions,
+                });
+            }
+            for moved in urls {
+                self.check_placed(*partition, moved)?;
+            }
         }
         let committer = self
             .committer
             .as_ref()
             .ok_or(IngestError::Store(crate::store::StoreError::Stopped))?;
-        let ops: Vec<WriteOp> = urls
-            .iter()
-            .map(|moved| {
-                WriteOp::Discover(NewUrl {
+        let mut ops = Vec::new();
+        // Per URL: its partition, its discovery's index in `ops`, and
+        // whether a state follows it there.
+        let mut placed = Vec::new();
+        for (partition, urls) in &pages {
+            for moved in urls {
+                let maybe = self
+                    .filters
+                    .contains(
+                        *partition as usize,
+                        self.filter_key(&moved.crawl, &moved.url),
+                    )
+                    .map_err(IngestError::from)?;
+                placed.push((*partition, ops.len(), maybe));
+                ops.push(WriteOp::Discover(NewUrl {
                     crawl: moved.crawl.clone(),
                     url: moved.url.clone(),
-                    partition,
-                    maybe_known: true,
+                    partition: *partition,
+                    maybe_known: maybe,
                     record: moved.record.clone(),
-                })
-            })
-            .collect();
+                }));
+                if maybe {
+                    ops.push(known_state(*partition, moved));
+                }
+            }
+        }
         let applied = committer.apply(ops).map_err(IngestError::from)?;
         let mut taken = Taken::default();
         let mut held = Vec::new();
-        for (moved, applied) in urls.into_iter().zip(applied) {
-            if matches!(applied, Applied::Discovered { stored: true }) {
-                self.learn(partition, &moved)?;
-                taken.stored += 1;
-            } else {
-                held.push(moved);
+        let urls = pages.iter().flat_map(|(_, urls)| urls);
+        for (&(partition, at, maybe), moved) in placed.iter().zip(urls) {
+            match (&applied[at], maybe) {
+                (Applied::Discovered { stored: true }, _) => {
+                    self.learn(partition, moved)?;
+                    taken.stored += 1;
+                }
+                (_, true) => taken.updated += 1,
+                (_, false) => held.push((partition, moved)),
             }
         }
         if held.is_empty() {
             return Ok(taken);
         }
-        let ops: Vec<WriteOp> = held
+        let ops = held
             .iter()
-            .map(|moved| {
-                WriteOp::Known(KnownUrl {
-                    crawl: moved.crawl.clone(),
-                    url: moved.url.clone(),
-                    partition,
-                    queue_key: Some(moved.record.queue_key.clone()),
-                    default_queue: moved.record.queue_key.clone(),
-                    due_at: moved.record.due_at,
-                    metadata: moved.record.metadata.clone(),
-                    now: moved.record.created_at,
-                })
-            })
+            .map(|(partition, moved)| known_state(*partition, moved))
             .collect();
         let applied = committer.apply(ops).map_err(IngestError::from)?;
-        for (moved, applied) in held.iter().zip(applied) {
+        for ((partition, moved), applied) in held.iter().zip(applied) {
             // Removed between the two commits (a deletion) and so created
             // again by the second: the filter learns it as new.
             if matches!(applied, Applied::Known { previous: None, .. }) {
-                self.learn(partition, moved)?;
+                self.learn(*partition, moved)?;
                 taken.stored += 1;
             } else {
                 taken.updated += 1;
@@ -532,7 +567,9 @@ impl Ingest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::{DedupMode, Discovered, FilterConfig, Outcome};
+    use std::collections::BTreeMap;
+
+    use crate::ingest::{DedupMode, Discovered, FilterConfig, Known, Outcome};
     use crate::scope::Rules;
     use crate::store::Store;
 
@@ -631,6 +668,57 @@ mod tests {
             )
             .unwrap();
         assert_ne!(outcomes[0], Outcome::Stored);
+    }
+
+    #[test]
+    fn pages_of_several_partitions_are_taken_in_one_commit_in_the_senders_state() {
+        let (from_dir, to_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (from, to) = (open(from_dir.path()), open(to_dir.path()));
+        let urls: Vec<String> = (0..40)
+            .map(|i| format!("http://host{}.example/p/{i}", i % 7))
+            .collect();
+        discover(&from, "c1", &urls);
+        let first: Vec<(u32, Vec<PartitionUrl>)> =
+            (0..4).map(|p| (p, whole(&from, p, 1000))).collect();
+        let half: Vec<(u32, Vec<PartitionUrl>)> = first
+            .iter()
+            .map(|(p, urls)| (*p, urls.iter().step_by(2).cloned().collect()))
+            .collect();
+        let held: u64 = half.iter().map(|(_, urls)| urls.len() as u64).sum();
+        to.take_pages(half).unwrap();
+        // The sender completes some URLs and reschedules others.
+        let changed: Vec<Known> = urls
+            .iter()
+            .step_by(3)
+            .enumerate()
+            .map(|(i, url)| Known {
+                url: url.clone(),
+                due_at: if i % 2 == 0 { 0 } else { 5_000 },
+                metadata: BTreeMap::from([("k".into(), vec![i.to_string()])]),
+                ..Known::default()
+            })
+            .collect();
+        from.put_known("c1", &changed, &Rules::default(), 2_000)
+            .unwrap();
+        let now: Vec<(u32, Vec<PartitionUrl>)> =
+            (0..4).map(|p| (p, whole(&from, p, 1000))).collect();
+        let committer = to.committer.as_ref().unwrap();
+        let commits = committer.commits();
+        let taken = to.take_pages(now.clone()).unwrap();
+        assert_eq!(
+            committer.commits(),
+            commits + 1,
+            "one commit for every partition"
+        );
+        assert_eq!(taken.stored, 40 - held, "those not taken before");
+        assert_eq!(taken.updated, held);
+        for (partition, urls) in now {
+            assert_eq!(sorted(whole(&to, partition, 1000)), sorted(urls.clone()));
+            for moved in &urls {
+                let key = to.filter_key(&moved.crawl, &moved.url);
+                assert!(to.filters().contains(partition as usize, key).unwrap());
+            }
+        }
     }
 
     #[test]

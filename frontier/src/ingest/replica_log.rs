@@ -28,11 +28,9 @@ use crate::store::{Applied, Deletion, WriteOp};
 /// One step a follower is owed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplicaStep {
-    /// URLs (crawl, URL) of a partition written since the last batch.
-    Touched {
-        partition: u32,
-        keys: BTreeSet<(String, String)>,
-    },
+    /// URLs (crawl, URL) written since the last batch or deletion, per
+    /// partition: one step, so that the follower takes them in one commit.
+    Touched(BTreeMap<u32, BTreeSet<(String, String)>>),
     /// A deletion the leader applied.
     Deleted(Deletion),
 }
@@ -91,6 +89,20 @@ struct LogState {
     led: Vec<bool>,
     /// Copies, the leader's included, a write must be on.
     min_in_sync: usize,
+}
+
+impl Owed {
+    /// Notes URLs of `partition` as owed, in the step after the last
+    /// deletion owed (the order that matters: a URL touched after a
+    /// deletion is sent after it).
+    fn touched(&mut self, partition: u32, keys: impl IntoIterator<Item = (String, String)>) {
+        if !matches!(self.steps.last(), Some(ReplicaStep::Touched(_))) {
+            self.steps.push(ReplicaStep::Touched(BTreeMap::new()));
+        }
+        if let Some(ReplicaStep::Touched(partitions)) = self.steps.last_mut() {
+            partitions.entry(partition).or_default().extend(keys);
+        }
+    }
 }
 
 /// A group numbered `committed` is noted: the followers owed something
@@ -175,19 +187,7 @@ impl ReplicaLog {
                 let Some(owed) = owed.get_mut(follower) else {
                     continue;
                 };
-                let key = (crawl.clone(), url.clone());
-                match owed.steps.last_mut() {
-                    Some(ReplicaStep::Touched {
-                        partition: last,
-                        keys,
-                    }) if *last == partition => {
-                        keys.insert(key);
-                    }
-                    _ => owed.steps.push(ReplicaStep::Touched {
-                        partition,
-                        keys: BTreeSet::from([key]),
-                    }),
-                }
+                owed.touched(partition, [(crawl.clone(), url.clone())]);
                 woken.insert(follower.clone());
             }
         }
@@ -243,10 +243,7 @@ impl ReplicaLog {
         let mut woken = BTreeSet::new();
         for follower in followers_of.get(partition as usize).into_iter().flatten() {
             if let Some(owed) = owed.get_mut(follower) {
-                owed.steps.push(ReplicaStep::Touched {
-                    partition,
-                    keys: keys.clone(),
-                });
+                owed.touched(partition, keys.iter().cloned());
                 woken.insert(follower.clone());
             }
         }
@@ -432,12 +429,17 @@ mod tests {
         batch
             .steps
             .iter()
-            .filter_map(|step| match step {
-                ReplicaStep::Touched { partition, keys } => Some((
-                    *partition,
-                    keys.iter().map(|(_, url)| url.clone()).collect(),
-                )),
-                ReplicaStep::Deleted(_) => None,
+            .flat_map(|step| match step {
+                ReplicaStep::Touched(partitions) => partitions
+                    .iter()
+                    .map(|(partition, keys)| {
+                        (
+                            *partition,
+                            keys.iter().map(|(_, url)| url.clone()).collect(),
+                        )
+                    })
+                    .collect(),
+                ReplicaStep::Deleted(_) => Vec::new(),
             })
             .collect()
     }
@@ -467,12 +469,9 @@ mod tests {
         let b = log.take("b").unwrap();
         assert_eq!(
             urls(&b),
-            vec![
-                (0, vec!["u0".into()]),
-                (1, vec!["u1".into()]),
-                (0, vec!["v0".into()])
-            ]
+            vec![(0, vec!["u0".into(), "v0".into()]), (1, vec!["u1".into()])]
         );
+        assert_eq!(b.steps.len(), 1, "one step: one commit on the follower");
         assert_eq!(b.through, 1);
         let c = log.take("c").unwrap();
         assert_eq!(urls(&c), vec![(1, vec!["u1".into()])]);
@@ -515,7 +514,8 @@ mod tests {
         let again = log.take("b").unwrap();
         assert_eq!(
             urls(&again),
-            vec![(0, vec!["first".into()]), (0, vec!["second".into()])]
+            vec![(0, vec!["first".into()]), (0, vec!["second".into()])],
+            "the failed batch's step comes before the later one"
         );
         log.confirmed("b", again.through);
         log.replicated(c_only, Duration::from_millis(1))
