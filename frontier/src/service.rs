@@ -135,6 +135,10 @@ pub enum FrontierError {
     /// The frontier is shutting down.
     #[error("the frontier is shutting down")]
     ShuttingDown,
+    /// A change is stored here but not on every copy in sync of its
+    /// partition, so it is not acknowledged.
+    #[error("stored here but not on every copy in sync: {0}")]
+    NotReplicated(#[from] crate::ingest::NotReplicated),
     /// A thread of the frontier could not start.
     #[error("cannot start the filter rebuild thread: {0}")]
     Thread(std::io::Error),
@@ -463,6 +467,23 @@ impl Frontier {
     /// Refuses a change of a queue's settings while the queue's partition
     /// is sealed (being handed to another node, which takes the settings as
     /// they were at the seal): the caller sends it again to the new owner.
+    /// Sends a queue's settings, changed here, to the followers of its
+    /// partition when this node leads it, and waits until they hold them.
+    pub async fn replicate_queue_settings(
+        &self,
+        crawl: &str,
+        queue: &str,
+    ) -> Result<(), FrontierError> {
+        let partitions = self.ingest().filters().partition_count();
+        let partition = crate::ingest::partition_of(crawl, queue, partitions) as u32;
+        let log = self.ingest().replicas();
+        if log.owe_queue_settings(partition, crawl, queue) {
+            log.wait_for_followers(&std::collections::BTreeSet::from([partition]))
+                .await?;
+        }
+        Ok(())
+    }
+
     pub fn queue_settings_open(&self, crawl: &str, queue: &str) -> Result<(), FrontierError> {
         let partitions = self.ingest.filters().partition_count();
         let partition = crate::ingest::partition_of(crawl, queue, partitions) as u32;

@@ -274,6 +274,21 @@ async fn send_batch(
                         }
                     }
                 }
+                ReplicaStep::QueueSettings(_, crawl, key) => {
+                    let record = frontier
+                        .scheduler()
+                        .queue_record(&crawl, &key)
+                        .unwrap_or_default();
+                    wire.push(adm::ReplicatedStep {
+                        step: Some(adm::replicated_step::Step::QueueSettings(adm::MovedQueue {
+                            crawl_id: crawl,
+                            key,
+                            blocked_until: record.blocked_until,
+                            delay_ms: record.delay_ms,
+                            crawl_limit: record.crawl_limit,
+                        })),
+                    });
+                }
                 ReplicaStep::Deleted(deletion) => wire.push(adm::ReplicatedStep {
                     step: Some(adm::replicated_step::Step::Deletion(
                         adm::ReplicatedDeletion {
@@ -391,26 +406,30 @@ pub(super) async fn take(
     let epoch = request.epoch;
     let leader = request.leader.clone();
     for step in &request.steps {
-        if let Some(adm::replicated_step::Step::Urls(urls)) = &step.step {
-            let partition = urls.partition;
-            let follows = view.map.as_ref().is_some_and(|map| {
-                map.owners.get(partition as usize) == Some(&leader) && map.follows(&me, partition)
-            });
-            if !follows {
-                return Err(ClusterError::NotAFollower {
-                    node: me,
-                    partition,
-                    leader,
-                    epoch,
-                });
+        let partition = match &step.step {
+            Some(adm::replicated_step::Step::Urls(urls)) => urls.partition,
+            Some(adm::replicated_step::Step::QueueSettings(queue)) => {
+                cluster.partition_of_host(&queue.crawl_id, &queue.key) as u32
             }
+            _ => continue,
+        };
+        let follows = view.map.as_ref().is_some_and(|map| {
+            map.owners.get(partition as usize) == Some(&leader) && map.follows(&me, partition)
+        });
+        if !follows {
+            return Err(ClusterError::NotAFollower {
+                node: me,
+                partition,
+                leader,
+                epoch,
+            });
         }
     }
     let frontier = Arc::clone(&cluster.frontier);
     let taken = tokio::task::spawn_blocking(move || {
         let ingest = frontier.ingest();
         let mut taken = Vec::new();
-        // URLs up to a deletion are taken in one commit.
+        // URLs up to a deletion or queue settings are taken in one commit.
         let mut pages = Vec::new();
         let take = |pages: &mut Vec<(u32, Vec<PartitionUrl>)>| {
             if pages.is_empty() {
@@ -431,6 +450,19 @@ pub(super) async fn take(
                             .map(|u| (partition, u.crawl.clone(), u.url.clone())),
                     );
                     pages.push((partition, page));
+                }
+                Some(adm::replicated_step::Step::QueueSettings(queue)) => {
+                    take(&mut pages)?;
+                    let settings = crate::store::QueueRecord {
+                        blocked_until: queue.blocked_until,
+                        delay_ms: queue.delay_ms,
+                        crawl_limit: queue.crawl_limit,
+                        ..crate::store::QueueRecord::default()
+                    };
+                    frontier
+                        .scheduler()
+                        .set_queue_settings(&queue.crawl_id, &queue.key, settings)
+                        .map_err(|e| ClusterError::Local(e.to_string()))?;
                 }
                 Some(adm::replicated_step::Step::Deletion(deletion)) => {
                     take(&mut pages)?;

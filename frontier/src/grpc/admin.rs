@@ -369,15 +369,20 @@ impl adm::admin_server::Admin for AdminService {
                 "SetQueueDelay needs a queue key (a crawl's default delay is set by SetDelay)",
             ));
         }
-        blocking(&self.frontier, move |f| {
+        let request = blocking(&self.frontier, move |f| {
             f.queue_settings_open(crawl_or_default(&request.crawl_id), &request.key)?;
-            Ok(f.scheduler().set_queue_delay(
+            f.scheduler().set_queue_delay(
                 crawl_or_default(&request.crawl_id),
                 &request.key,
                 std::time::Duration::from_millis(u64::from(request.delay_ms)),
-            )?)
+            )?;
+            Ok(request)
         })
         .await?;
+        self.frontier
+            .replicate_queue_settings(crawl_or_default(&request.crawl_id), &request.key)
+            .await
+            .map_err(status_of)?;
         Ok(Response::new(adm::SetQueueDelayResponse {}))
     }
 

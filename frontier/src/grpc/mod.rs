@@ -34,7 +34,9 @@ pub fn status_of(error: FrontierError) -> Status {
     match error {
         FrontierError::InvalidArgument(message) => Status::invalid_argument(message),
         FrontierError::NotFound(message) => Status::not_found(message),
-        FrontierError::ShuttingDown => Status::unavailable(error.to_string()),
+        FrontierError::ShuttingDown | FrontierError::NotReplicated(_) => {
+            Status::unavailable(error.to_string())
+        }
         FrontierError::Thread(_) => Status::internal(error.to_string()),
         FrontierError::TooManyCrawls { .. } => Status::resource_exhausted(error.to_string()),
         FrontierError::Ingest(error @ IngestError::PartitionMoving(_)) => {
@@ -85,6 +87,17 @@ pub(crate) fn until_failure<T>(chunk: Vec<Result<T, Status>>) -> (Vec<T>, Option
         }
     }
     (items, None)
+}
+
+impl UrlFrontierService {
+    /// A queue setting is acknowledged once the copies of its partition
+    /// hold it too.
+    async fn replicate_queue_settings(&self, crawl: &str, queue: &str) -> Result<(), Status> {
+        self.frontier
+            .replicate_queue_settings(crawl_or_default(crawl), queue)
+            .await
+            .map_err(status_of)
+    }
 }
 
 /// Runs blocking frontier work off the async threads.
@@ -491,15 +504,18 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
                 "BlockQueueUntil needs a queue key",
             ));
         }
-        blocking(&self.frontier, move |f| {
+        let params = blocking(&self.frontier, move |f| {
             f.queue_settings_open(crawl_or_default(&params.crawl_id), &params.key)?;
-            Ok(f.scheduler().block_until(
+            f.scheduler().block_until(
                 crawl_or_default(&params.crawl_id),
                 &params.key,
                 params.time,
-            )?)
+            )?;
+            Ok(params)
         })
         .await?;
+        self.replicate_queue_settings(&params.crawl_id, &params.key)
+            .await?;
         Ok(Response::new(uf::Empty {}))
     }
 
@@ -526,17 +542,22 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         request: Request<uf::QueueDelayParams>,
     ) -> Result<Response<uf::Empty>, Status> {
         let params = request.into_inner();
-        blocking(&self.frontier, move |f| {
+        let params = blocking(&self.frontier, move |f| {
             if !params.key.is_empty() {
                 f.queue_settings_open(crawl_or_default(&params.crawl_id), &params.key)?;
             }
-            Ok(f.scheduler().set_delay(
+            f.scheduler().set_delay(
                 crawl_or_default(&params.crawl_id),
                 &params.key,
                 params.delay_requestable,
-            )?)
+            )?;
+            Ok(params)
         })
         .await?;
+        if !params.key.is_empty() {
+            self.replicate_queue_settings(&params.crawl_id, &params.key)
+                .await?;
+        }
         Ok(Response::new(uf::Empty {}))
     }
 
@@ -570,15 +591,18 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         if params.key.is_empty() {
             return Err(Status::invalid_argument("SetCrawlLimit needs a queue key"));
         }
-        blocking(&self.frontier, move |f| {
+        let params = blocking(&self.frontier, move |f| {
             f.queue_settings_open(crawl_or_default(&params.crawl_id), &params.key)?;
-            Ok(f.scheduler().set_crawl_limit(
+            f.scheduler().set_crawl_limit(
                 crawl_or_default(&params.crawl_id),
                 &params.key,
                 params.limit,
-            )?)
+            )?;
+            Ok(params)
         })
         .await?;
+        self.replicate_queue_settings(&params.crawl_id, &params.key)
+            .await?;
         Ok(Response::new(uf::Empty {}))
     }
 

@@ -33,6 +33,9 @@ pub enum ReplicaStep {
     Touched(BTreeMap<u32, BTreeSet<(String, String)>>),
     /// A deletion the leader applied.
     Deleted(Deletion),
+    /// A queue whose settings changed (partition, crawl, queue key): sent
+    /// as the leader holds them when sent.
+    QueueSettings(u32, String, String),
 }
 
 /// The steps a follower is owed, taken for one batch, and the group they
@@ -232,6 +235,29 @@ impl ReplicaLog {
         if keys.is_empty() {
             return;
         }
+        self.owe_group(partition, |owed| {
+            owed.touched(partition, keys.iter().cloned())
+        });
+    }
+
+    /// Notes a queue's settings, changed here, as owed to the followers of
+    /// its partition, as a group of their own; answers whether any is owed
+    /// them (a writer then waits as for a write). Only a partition's leader
+    /// owes them: a change made on a follower stays there.
+    #[must_use]
+    pub fn owe_queue_settings(&self, partition: u32, crawl: &str, queue: &str) -> bool {
+        self.owe_group(partition, |owed| {
+            owed.steps.push(ReplicaStep::QueueSettings(
+                partition,
+                crawl.to_owned(),
+                queue.to_owned(),
+            ));
+        })
+    }
+
+    /// Notes a group of its own for the followers of `partition`, each
+    /// given `step`; answers whether it has any.
+    fn owe_group(&self, partition: u32, step: impl Fn(&mut Owed)) -> bool {
         let mut state = self.lock();
         state.committed += 1;
         let LogState {
@@ -243,7 +269,7 @@ impl ReplicaLog {
         let mut woken = BTreeSet::new();
         for follower in followers_of.get(partition as usize).into_iter().flatten() {
             if let Some(owed) = owed.get_mut(follower) {
-                owed.touched(partition, keys.iter().cloned());
+                step(owed);
                 woken.insert(follower.clone());
             }
         }
@@ -252,6 +278,7 @@ impl ReplicaLog {
         if confirmed_now {
             self.bump();
         }
+        !woken.is_empty()
     }
 
     /// The followers owed anything, now.
@@ -439,7 +466,7 @@ mod tests {
                         )
                     })
                     .collect(),
-                ReplicaStep::Deleted(_) => Vec::new(),
+                ReplicaStep::Deleted(_) | ReplicaStep::QueueSettings(..) => Vec::new(),
             })
             .collect()
     }
@@ -564,6 +591,38 @@ mod tests {
         );
         let batch = log.take("b").unwrap();
         assert_eq!(urls(&batch), vec![(0, vec!["u".into()])]);
+        log.confirmed("b", batch.through);
+        log.replicated(group, Duration::from_millis(1))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn queue_settings_are_owed_in_their_place_to_the_followers_of_their_partition() {
+        let log = ReplicaLog::default();
+        log.set_followers(vec![vec!["b".into()], vec![]], vec![true, false], 1);
+        log.on_commit(&[known(0, "before")], &[applied_known()]);
+        assert!(log.owe_queue_settings(0, "c", "h"));
+        assert!(
+            !log.owe_queue_settings(1, "c", "h2"),
+            "a partition without followers here owes nothing"
+        );
+        log.on_commit(&[known(0, "after")], &[applied_known()]);
+        let group = log.committed();
+        let batch = log.take("b").unwrap();
+        assert_eq!(
+            batch.steps[1],
+            ReplicaStep::QueueSettings(0, "c".into(), "h".into())
+        );
+        assert_eq!(
+            urls(&batch),
+            vec![(0, vec!["before".into()]), (0, vec!["after".into()])]
+        );
+        assert!(
+            log.replicated(group, Duration::from_millis(1))
+                .await
+                .is_err()
+        );
         log.confirmed("b", batch.through);
         log.replicated(group, Duration::from_millis(1))
             .await

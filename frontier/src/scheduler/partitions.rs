@@ -67,6 +67,13 @@ impl Scheduler {
         crawls.iter().flat_map(|crawl| crawl.all_queues()).collect()
     }
 
+    /// A queue's settings (blocked until, delay, crawl limit) and counts
+    /// as held now; `None` for a queue this node has never had.
+    #[must_use]
+    pub fn queue_record(&self, crawl: &str, queue: &str) -> Option<QueueRecord> {
+        self.queue(crawl, queue).map(|queue| queue.lock().record)
+    }
+
     /// Gives a queue the settings of a record (blocked until, delay, crawl
     /// limit; not its counts), durably: a moved queue's settings as its
     /// old owner kept them.

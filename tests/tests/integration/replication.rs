@@ -96,7 +96,9 @@ async fn urls_led_by(node: &FrontierProcess, leader: &str, count: usize) -> Vec<
 }
 
 /// Sends `urls` in batches of 20 over one PutDiscovered stream; answers
-/// the URLs acked OK and those answered otherwise.
+/// the URLs the frontier holds by its acks (OK, or SKIPPED: known, as a
+/// URL sent again after a FAIL that stored it is) and the others (FAIL, or
+/// no ack as the stream broke), which a client sends again.
 async fn put_all(
     mut client: uf::url_frontier_client::UrlFrontierClient<tonic::transport::Channel>,
     urls: &[String],
@@ -116,22 +118,27 @@ async fn put_all(
                 .collect(),
         })
         .collect();
-    let mut acks = client
-        .put_discovered(futures::stream::iter(batches))
-        .await
-        .unwrap()
-        .into_inner();
-    let ok = uf::ack_message::Status::Ok as i32;
+    let fail = uf::ack_message::Status::Fail as i32;
     let (mut acked, mut failed) = (Vec::new(), Vec::new());
-    while let Ok(Some(ack)) = acks.message().await {
-        let batch: usize = ack.id.parse().unwrap();
-        let chunk = &urls[batch * 20..(batch * 20 + 20).min(urls.len())];
-        for (url, status) in chunk.iter().zip(&ack.statuses) {
-            if *status == ok {
-                acked.push(url.clone());
-            } else {
-                failed.push(url.clone());
+    let mut answered = vec![false; batches.len()];
+    if let Ok(acks) = client.put_discovered(futures::stream::iter(batches)).await {
+        let mut acks = acks.into_inner();
+        while let Ok(Some(ack)) = acks.message().await {
+            let batch: usize = ack.id.parse().unwrap();
+            answered[batch] = true;
+            let chunk = &urls[batch * 20..(batch * 20 + 20).min(urls.len())];
+            for (url, status) in chunk.iter().zip(&ack.statuses) {
+                if *status == fail {
+                    failed.push(url.clone());
+                } else {
+                    acked.push(url.clone());
+                }
             }
+        }
+    }
+    for (batch, chunk) in urls.chunks(20).enumerate() {
+        if !answered[batch] {
+            failed.extend(chunk.iter().cloned());
         }
     }
     (acked, failed)
@@ -172,43 +179,13 @@ async fn a_leader_killed_with_its_disk_loses_no_acked_url_and_copies_come_back()
     };
     victim.kill();
     std::fs::remove_dir_all(dir.path().join("n3")).unwrap();
-    let (mut acked, mut pending) = writes.await.unwrap();
+    let (mut acked, pending) = writes.await.unwrap();
     acked.extend(before);
     // A client sends again what was not acked, until all is: writes resume
     // once a follower leads each of n3's partitions (and has a new
     // follower: two copies are needed).
-    let mut resumed_after = None;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !pending.is_empty() {
-        if Instant::now() >= deadline {
-            let status = cluster_status(&nodes[0]).await;
-            let log = nodes
-                .iter()
-                .map(|n| n.log_text())
-                .collect::<Vec<_>>()
-                .join("\n----\n");
-            let tail: Vec<&str> = log
-                .lines()
-                .filter(|l| !l.contains(" INFO "))
-                .rev()
-                .take(40)
-                .collect();
-            panic!(
-                "{} writes still refused 90 s after the kill: {status:?}\n{}",
-                pending.len(),
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            );
-        }
-        let (ok, failed) = put_all(nodes[0].client().await, &pending).await;
-        if !ok.is_empty() && resumed_after.is_none() {
-            resumed_after = Some(killed_at.elapsed());
-        }
-        acked.extend(ok);
-        pending = failed;
-        if !pending.is_empty() {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+    let (more, resumed_after) = put_until_acked(&nodes, pending, killed_at).await;
+    acked.extend(more);
     eprintln!(
         "{} URLs acked; writes to the dead leader's partitions resumed after {resumed_after:?}",
         acked.len()
@@ -230,24 +207,7 @@ async fn a_leader_killed_with_its_disk_loses_no_acked_url_and_copies_come_back()
         &node_args(&etcd.endpoint, "n3"),
     ));
     crawl_tests::wait_for_cluster(&mut nodes[0].admin().await, 3).await;
-    let status = wait_for_copies(&nodes[0], 2, Duration::from_secs(60)).await;
-    // Every copy is whole: each node holds every acked URL of each
-    // partition it leads or follows.
-    let partition_of = partitions_of(&nodes[0], &acked).await;
-    for node in &nodes {
-        let id = node_id(node).await;
-        let held = local_urls(node).await;
-        for url in &acked {
-            let p = partition_of[url] as usize;
-            let holds = status.owners[p] == id || status.followers[p].in_sync.contains(&id);
-            if holds {
-                assert!(
-                    held.contains(url),
-                    "{url} (partition {p}) missing on {id}'s copy"
-                );
-            }
-        }
-    }
+    let (partition_of, status) = assert_copies_whole(&nodes, &acked).await;
     // And with two of the three nodes killed, the survivor leads what it
     // held and answers for every URL acked in it.
     let survivor_id = node_id(&nodes[0]).await;
@@ -271,6 +231,112 @@ async fn a_leader_killed_with_its_disk_loses_no_acked_url_and_copies_come_back()
                 }
             }
         }
+    }
+}
+
+/// Sends `pending` through the first of `nodes` again and again until all
+/// is acked, as a client does; answers the URLs acked and how long after
+/// `since` the first was.
+async fn put_until_acked(
+    nodes: &[FrontierProcess],
+    mut pending: Vec<String>,
+    since: Instant,
+) -> (Vec<String>, Option<Duration>) {
+    let mut acked = Vec::new();
+    let mut first_after = None;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !pending.is_empty() {
+        if Instant::now() >= deadline {
+            let status = cluster_status(&nodes[0]).await;
+            panic!(
+                "{} writes still refused after 90 s: {status:?}\n{}",
+                pending.len(),
+                warnings(nodes)
+            );
+        }
+        let (ok, failed) = put_all(nodes[0].client().await, &pending).await;
+        if !ok.is_empty() && first_after.is_none() {
+            first_after = Some(since.elapsed());
+        }
+        acked.extend(ok);
+        pending = failed;
+        if !pending.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    (acked, first_after)
+}
+
+/// The nodes' logs but their INFO lines, for a failure's message.
+fn warnings(nodes: &[FrontierProcess]) -> String {
+    nodes
+        .iter()
+        .map(|n| {
+            n.log_text()
+                .lines()
+                .filter(|l| !l.contains(" INFO "))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect::<Vec<_>>()
+        .join("\n----\n")
+}
+
+/// Waits until every partition has two copies and each of `count` live
+/// nodes leads its share: the cluster has nothing left to move.
+async fn wait_for_balance(node: &FrontierProcess, count: usize) -> ClusterStatus {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let status = wait_for_copies(node, 2, Duration::from_secs(90)).await;
+        let share = status.partitions as usize / count;
+        let alive: Vec<&proto::admin::ClusterNode> =
+            status.nodes.iter().filter(|n| n.alive).collect();
+        if alive.len() == count && alive.iter().all(|n| n.partitions.len() >= share) {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "never balanced: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every copy is whole once the cluster is balanced: each node holds
+/// every acked URL of each partition it leads or follows, under a map that
+/// did not change while the copies were listed (a flip may let a copy
+/// go). Answers each URL's partition and that map.
+async fn assert_copies_whole(
+    nodes: &[FrontierProcess],
+    acked: &[String],
+) -> (std::collections::HashMap<String, u32>, ClusterStatus) {
+    let partition_of = partitions_of(&nodes[0], acked).await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let status = wait_for_balance(&nodes[0], nodes.len()).await;
+        let mut missing = Vec::new();
+        for node in nodes {
+            let id = node_id(node).await;
+            let held = local_urls(node).await;
+            for url in acked {
+                let p = partition_of[url] as usize;
+                let holds = status.owners[p] == id || status.followers[p].in_sync.contains(&id);
+                if holds && !held.contains(url) {
+                    missing.push(format!("{url} (partition {p}) on {id}"));
+                }
+            }
+        }
+        let after = cluster_status(&nodes[0]).await;
+        if after.epoch == status.epoch && status.moves.is_empty() && after.moves.is_empty() {
+            assert!(
+                missing.is_empty(),
+                "acked URLs missing on copies that hold their partition: {missing:?}\n{status:?}\n{}",
+                warnings(nodes)
+            );
+            return (partition_of, status);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the map kept changing: {after:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -431,4 +497,134 @@ async fn a_paused_leader_acks_and_serves_nothing_once_replaced() {
     // Every write acked, by n1 or by the resumed n3, is held by the
     // partitions' leaders now.
     assert_all_found(&nodes[0], &acked).await;
+}
+
+/// A follower killed -9 mid-ingest and restarted on its disk catches up:
+/// writes go on without it (it leaves the in-sync set), it is copied what
+/// it missed, and then every copy holds every acked URL. A queue blocked
+/// on the leader stays blocked on the follower that takes it over when
+/// the leader dies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_restarted_mid_ingest_catches_up_and_queue_settings_survive_failover() {
+    let Some(binary) = etcd_or_skip("a_follower_restarted_mid_ingest_catches_up") else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|id| FrontierProcess::start(&dir.path().join(id), &node_args(&etcd.endpoint, id)))
+        .collect();
+    for node in &nodes {
+        crawl_tests::wait_for_cluster(&mut node.admin().await, 3).await;
+    }
+    let status = wait_for_copies(&nodes[0], 2, Duration::from_secs(60)).await;
+    // URLs of n1's partitions, one host each; the first ten hosts blocked
+    // for a day, through n2 (which routes each to n1, their leader).
+    let urls = urls_led_by(&nodes[0], "n1", 400).await;
+    let blocked: BTreeSet<String> = urls[..10]
+        .iter()
+        .map(|u| url::Url::parse(u).unwrap().host_str().unwrap().to_owned())
+        .collect();
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 86_400;
+    let mut via_n2 = nodes[1].client().await;
+    for host in &blocked {
+        via_n2
+            .block_queue_until(uf::BlockQueueParams {
+                key: host.clone(),
+                crawl_id: CRAWL.into(),
+                time: until,
+                ..uf::BlockQueueParams::default()
+            })
+            .await
+            .unwrap();
+    }
+    let (mut acked, _) = put_all(nodes[0].client().await, &urls[..100]).await;
+    assert_eq!(acked.len(), 100);
+    // The follower of n1's first partition is killed mid-stream and
+    // restarted on its data directory at once.
+    let first = status.owners.iter().position(|o| o == "n1").unwrap();
+    let victim_id = status.followers[first].in_sync[0].clone();
+    let victim_at = ["n1", "n2", "n3"]
+        .iter()
+        .position(|id| *id == victim_id)
+        .unwrap();
+    let writes = {
+        let rest = urls[100..].to_vec();
+        let client = nodes[0].client().await;
+        tokio::spawn(async move { put_all(client, &rest).await })
+    };
+    let killed_at = Instant::now();
+    nodes.remove(victim_at).kill();
+    nodes.insert(
+        victim_at,
+        FrontierProcess::start(
+            &dir.path().join(&victim_id),
+            &node_args(&etcd.endpoint, &victim_id),
+        ),
+    );
+    let (more, pending) = writes.await.unwrap();
+    acked.extend(more);
+    let (more, _) = put_until_acked(&nodes, pending, killed_at).await;
+    acked.extend(more);
+    assert_eq!(acked.len(), urls.len());
+    // The follower is back in sync, and with the others holds every
+    // acked URL.
+    assert_copies_whole(&nodes, &acked).await;
+    // n1 dies: its followers lead its partitions, blocked queues and all.
+    let n1 = nodes.remove(0);
+    n1.kill();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = cluster_status(&nodes[0]).await;
+        if status.owners.iter().all(|owner| owner != "n1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failover: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let wanted: BTreeSet<&String> = acked
+        .iter()
+        .filter(|u| !blocked.contains(url::Url::parse(u).unwrap().host_str().unwrap()))
+        .collect();
+    let mut served = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !wanted.iter().all(|u| served.contains(*u)) {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} URLs of unblocked queues never served",
+            wanted.iter().filter(|u| !served.contains(**u)).count(),
+            wanted.len()
+        );
+        for node in &nodes {
+            let answer = node
+                .client()
+                .await
+                .get_ur_ls(uf::GetParams {
+                    max_urls_per_queue: 10,
+                    max_queues: 1000,
+                    item: Some(uf::get_params::Item::CrawlId(CRAWL.into())),
+                    ..uf::GetParams::default()
+                })
+                .await;
+            let Ok(stream) = answer else { continue };
+            let mut stream = stream.into_inner();
+            while let Ok(Some(info)) = stream.message().await {
+                served.insert(info.url);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let from_blocked: Vec<&String> = served
+        .iter()
+        .filter(|u| blocked.contains(url::Url::parse(u).unwrap().host_str().unwrap()))
+        .collect();
+    assert!(
+        from_blocked.is_empty(),
+        "blocked queues served after the failover: {from_blocked:?}"
+    );
 }
