@@ -8,9 +8,10 @@
 //! its owner's commit; the client talks to one node, which keeps its own
 //! share (about a third) and forwards the rest to the two others.
 //!
-//! `cargo bench -p crawl-tests --bench cluster [-- --urls N --streams S]`
-//! (defaults 1,000,000 URLs, 4 streams). Needs `etcd` on PATH (Debian's
-//! `etcd-server`); without it the run says so and measures nothing.
+//! `cargo bench -p crawl-tests --bench cluster [-- --urls N --streams S
+//! --partitions P]` (defaults 1,000,000 URLs, 4 streams, 64 partitions).
+//! Needs `etcd` on PATH (Debian's `etcd-server`); without it the run says
+//! so and measures nothing.
 
 use std::path::Path;
 use std::time::Instant;
@@ -23,6 +24,27 @@ mod common;
 #[path = "../../frontier/benches/common/feed.rs"]
 mod feed;
 use common::arg;
+
+/// Resident memory of a process, MiB, from /proc.
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// What the nodes cost before any URL: mean resident MiB per node and
+/// CPU percent per node over `secs` seconds idle.
+async fn idle_cost(nodes: &[&FrontierProcess], secs: u64) -> (f64, f64) {
+    let before: f64 = nodes.iter().map(|n| cpu_seconds(n.pid())).sum();
+    tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
+    let after: f64 = nodes.iter().map(|n| cpu_seconds(n.pid())).sum();
+    let count = nodes.len() as f64;
+    let rss = nodes.iter().map(|n| rss_mib(n.pid())).sum::<f64>() / count;
+    (rss, (after - before) * 100.0 / secs as f64 / count)
+}
 
 /// CPU seconds a process has used (user + system), from /proc.
 fn cpu_seconds(pid: u32) -> f64 {
@@ -43,10 +65,13 @@ fn cpu_seconds(pid: u32) -> f64 {
 struct Run {
     urls: usize,
     stored: usize,
+    failed: usize,
     seconds: f64,
     cpu_seconds: f64,
     tenths: Vec<(usize, f64)>,
     ack_ms: (f64, f64),
+    /// Before the feed: resident MiB and CPU percent per node.
+    idle: (f64, f64),
 }
 
 async fn feed_through(
@@ -55,6 +80,7 @@ async fn feed_through(
     total: usize,
     streams: usize,
 ) -> Run {
+    let idle = idle_cost(nodes, 5).await;
     let client = UrlFrontierClient::connect(entry.endpoint())
         .await
         .expect("connects");
@@ -65,24 +91,26 @@ async fn feed_through(
     let seconds = started.elapsed().as_secs_f64();
     let cpu_after: f64 = nodes.iter().map(|n| cpu_seconds(n.pid())).sum();
     assert_eq!(
-        fed.stored + fed.skipped,
+        fed.stored + fed.skipped + fed.failed,
         batches * 256,
         "every URL is acked"
     );
     Run {
         urls: batches * 256,
         stored: fed.stored,
+        failed: fed.failed,
         seconds,
         cpu_seconds: cpu_after - cpu_before,
         ack_ms: (fed.latency_ms(0.5), fed.latency_ms(0.99)),
+        idle,
         tenths: fed.tenths,
     }
 }
 
-fn node_flags(total: usize) -> Vec<String> {
+fn node_flags(total: usize, partitions: usize) -> Vec<String> {
     [
         "--partitions",
-        "64",
+        &partitions.to_string(),
         "--default-delay-ms",
         "0",
         "--expected-urls",
@@ -100,14 +128,14 @@ fn start_node(dir: &Path, flags: &[String]) -> FrontierProcess {
     FrontierProcess::start(dir, &flags)
 }
 
-async fn run(total: usize, streams: usize) {
+async fn run(total: usize, streams: usize, partitions: usize) {
     let Some(etcd_path) = etcd_binary() else {
         println!("no etcd on PATH (Debian: apt-get install etcd-server): nothing measured");
         return;
     };
     let dir = tempfile::tempdir().expect("a temporary directory");
 
-    let alone = start_node(&dir.path().join("alone"), &node_flags(total));
+    let alone = start_node(&dir.path().join("alone"), &node_flags(total, partitions));
     let single = feed_through(&alone, &[&alone], total, streams).await;
     assert!(alone.terminate().success());
 
@@ -119,7 +147,7 @@ async fn run(total: usize, streams: usize) {
         let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
             .iter()
             .map(|id| {
-                let mut flags = node_flags(total);
+                let mut flags = node_flags(total, partitions);
                 let replicas = replicas.to_string();
                 flags.extend(
                     [
@@ -156,13 +184,14 @@ async fn run(total: usize, streams: usize) {
     println!();
     println!(
         "PutDiscovered, {streams} streams, batches of 256, 10,000 hosts, 45% known; \
-         real processes and etcd on loopback, one 2-core machine for all of them."
+         {partitions} partitions; real processes and etcd on loopback, one 2-core machine \
+         for all of them. Idle: over 5 s before the feed, every partition's copies made."
     );
     println!();
     println!(
-        "| setup | URLs offered | stored | seconds | URLs/s | CPU µs per URL (all nodes) | ack p50 ms | ack p99 ms |"
+        "| setup | idle MiB per node | idle CPU % per node | URLs offered | stored | acked FAIL | seconds | URLs/s | CPU µs per URL (all nodes) | ack p50 ms | ack p99 ms |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut rows = vec![("one node".to_owned(), &single)];
     for (replicas, run, _) in &clusters {
         rows.push((
@@ -175,9 +204,12 @@ async fn run(total: usize, streams: usize) {
     }
     for (name, r) in &rows {
         println!(
-            "| {name} | {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} |",
+            "| {name} | {:.0} | {:.1} | {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} |",
+            r.idle.0,
+            r.idle.1,
             r.urls,
             r.stored,
+            r.failed,
             r.seconds,
             rate(r),
             cpu_us(r),
@@ -246,9 +278,10 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let total = arg(&args, "--urls", 1_000_000);
     let streams = arg(&args, "--streams", 4).max(1);
+    let partitions = arg(&args, "--partitions", 64).max(1);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("a runtime")
-        .block_on(run(total, streams));
+        .block_on(run(total, streams, partitions));
 }
