@@ -453,12 +453,7 @@ pub(super) async fn take(
                 }
                 Some(adm::replicated_step::Step::QueueSettings(queue)) => {
                     take(&mut pages)?;
-                    let settings = crate::store::QueueRecord {
-                        blocked_until: queue.blocked_until,
-                        delay_ms: queue.delay_ms,
-                        crawl_limit: queue.crawl_limit,
-                        ..crate::store::QueueRecord::default()
-                    };
+                    let settings = super::moves::copy::settings_of(&queue);
                     frontier
                         .scheduler()
                         .set_queue_settings(&queue.crawl_id, &queue.key, settings)

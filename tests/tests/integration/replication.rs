@@ -77,6 +77,22 @@ async fn wait_for_copies(node: &FrontierProcess, copies: usize, within: Duration
     }
 }
 
+/// Nodes n1, n2 and n3 in `dir`, once every partition has two copies.
+async fn start_three(
+    etcd: &EtcdProcess,
+    dir: &std::path::Path,
+) -> (Vec<FrontierProcess>, ClusterStatus) {
+    let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|id| FrontierProcess::start(&dir.join(id), &node_args(&etcd.endpoint, id)))
+        .collect();
+    for node in &nodes {
+        crawl_tests::wait_for_cluster(&mut node.admin().await, 3).await;
+    }
+    let status = wait_for_copies(&nodes[0], 2, Duration::from_secs(60)).await;
+    (nodes, status)
+}
+
 /// URLs of the crawl whose partitions `leader` leads.
 async fn urls_led_by(node: &FrontierProcess, leader: &str, count: usize) -> Vec<String> {
     let status = cluster_status(node).await;
@@ -151,14 +167,7 @@ async fn a_leader_killed_with_its_disk_loses_no_acked_url_and_copies_come_back()
     };
     let etcd = EtcdProcess::start(&binary);
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
-        .iter()
-        .map(|id| FrontierProcess::start(&dir.path().join(id), &node_args(&etcd.endpoint, id)))
-        .collect();
-    for node in &nodes {
-        crawl_tests::wait_for_cluster(&mut node.admin().await, 3).await;
-    }
-    let status = wait_for_copies(&nodes[0], 2, Duration::from_secs(60)).await;
+    let (mut nodes, status) = start_three(&etcd, dir.path()).await;
     assert_eq!((status.replicas, status.min_in_sync), (2, 2));
     let n3_leads: Vec<u32> = (0..status.partitions)
         .filter(|&p| status.owners[p as usize] == "n3")
@@ -436,14 +445,7 @@ async fn a_paused_leader_acks_and_serves_nothing_once_replaced() {
     };
     let etcd = EtcdProcess::start(&binary);
     let dir = tempfile::tempdir().unwrap();
-    let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
-        .iter()
-        .map(|id| FrontierProcess::start(&dir.path().join(id), &node_args(&etcd.endpoint, id)))
-        .collect();
-    for node in &nodes {
-        crawl_tests::wait_for_cluster(&mut node.admin().await, 3).await;
-    }
-    wait_for_copies(&nodes[0], 2, Duration::from_secs(60)).await;
+    let (nodes, _) = start_three(&etcd, dir.path()).await;
     let urls = urls_led_by(&nodes[0], "n3", 300).await;
     let (mut acked, _) = put_all(nodes[0].client().await, &urls[..100]).await;
     assert_eq!(acked.len(), 100);
@@ -511,14 +513,7 @@ async fn a_follower_restarted_mid_ingest_catches_up_and_queue_settings_survive_f
     };
     let etcd = EtcdProcess::start(&binary);
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
-        .iter()
-        .map(|id| FrontierProcess::start(&dir.path().join(id), &node_args(&etcd.endpoint, id)))
-        .collect();
-    for node in &nodes {
-        crawl_tests::wait_for_cluster(&mut node.admin().await, 3).await;
-    }
-    let status = wait_for_copies(&nodes[0], 2, Duration::from_secs(60)).await;
+    let (mut nodes, status) = start_three(&etcd, dir.path()).await;
     // URLs of n1's partitions, one host each; the first ten hosts blocked
     // for a day, through n2 (which routes each to n1, their leader).
     let urls = urls_led_by(&nodes[0], "n1", 400).await;

@@ -212,6 +212,19 @@ pub(super) async fn take(
 
 /// The moved queues' settings, before the flip: serving under the new
 /// owner starts with them.
+/// A queue's settings as they travel between nodes, as the scheduler
+/// keeps them (its counts are the store's own).
+pub(in crate::cluster) fn settings_of(
+    queue: &proto::admin::MovedQueue,
+) -> crate::store::QueueRecord {
+    crate::store::QueueRecord {
+        blocked_until: queue.blocked_until,
+        delay_ms: queue.delay_ms,
+        crawl_limit: queue.crawl_limit,
+        ..crate::store::QueueRecord::default()
+    }
+}
+
 pub(super) async fn take_queue_settings(
     cluster: &Cluster,
     queues: Vec<proto::admin::MovedQueue>,
@@ -222,15 +235,11 @@ pub(super) async fn take_queue_settings(
     let frontier = Arc::clone(&cluster.frontier);
     tokio::task::spawn_blocking(move || {
         for queue in queues {
-            let settings = crate::store::QueueRecord {
-                blocked_until: queue.blocked_until,
-                delay_ms: queue.delay_ms,
-                crawl_limit: queue.crawl_limit,
-                ..crate::store::QueueRecord::default()
-            };
-            frontier
-                .scheduler()
-                .set_queue_settings(&queue.crawl_id, &queue.key, settings)?;
+            frontier.scheduler().set_queue_settings(
+                &queue.crawl_id,
+                &queue.key,
+                settings_of(&queue),
+            )?;
         }
         Ok::<(), crate::store::StoreError>(())
     })
