@@ -195,6 +195,9 @@ async fn run(kills: usize, ttl: u64) {
         gaps.push(worst.as_secs_f64());
         nodes.insert(victim, start(dir.path(), &etcd.endpoint, victim, ttl));
     }
+    // The last victim settles (its copies made again) before the
+    // cluster shuts down.
+    wait_for_two_copies(&nodes[NODES[0]]).await;
     for node in nodes.into_values() {
         assert!(node.terminate().success());
     }
