@@ -168,7 +168,12 @@ async fn run(total: usize, streams: usize, partitions: usize) {
                 start_node(&dir.path().join(&name).join(id), &flags)
             })
             .collect();
-        wait_for_copies(&nodes[0], replicas).await;
+        crawl_tests::wait_for_copies(
+            &mut nodes[0].admin().await,
+            replicas,
+            std::time::Duration::from_secs(60),
+        )
+        .await;
         let all: Vec<&FrontierProcess> = nodes.iter().collect();
         let run = feed_through(&nodes[0], &all, total, streams).await;
         let forwarded = forwarded_share(&nodes[0]).await;
@@ -241,25 +246,6 @@ async fn run(total: usize, streams: usize, partitions: usize) {
         "Rate per tenth, one node: {}",
         feed::rates_per_tenth(&single.tenths)
     );
-}
-
-/// Waits until the map exists and every partition has `copies` copies.
-async fn wait_for_copies(node: &FrontierProcess, copies: usize) {
-    let mut admin = node.admin().await;
-    for _ in 0..1200 {
-        if let Ok(status) = admin.get_cluster(proto::admin::GetClusterRequest {}).await {
-            let status = status.into_inner();
-            let whole = status.epoch > 0
-                && status.moves.is_empty()
-                && (0..status.partitions as usize)
-                    .all(|p| 1 + status.followers.get(p).map_or(0, |f| f.in_sync.len()) == copies);
-            if whole {
-                return;
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("the cluster did not form with {copies} copies");
 }
 
 /// The share of the stored URLs that the entry node does not own.

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crawl_tests::{EtcdProcess, FrontierProcess, etcd_binary};
-use proto::admin::{ClusterStatus, GetClusterRequest};
+use proto::admin::ClusterStatus;
 use proto::urlfrontier as uf;
 
 #[path = "../../frontier/benches/common/mod.rs"]
@@ -62,45 +62,12 @@ fn start(dir: &Path, etcd: &str, id: &str, ttl: u64) -> FrontierProcess {
     FrontierProcess::start(&dir.join(id), &flags)
 }
 
-async fn status(node: &FrontierProcess) -> ClusterStatus {
-    node.admin()
-        .await
-        .get_cluster(GetClusterRequest {})
-        .await
-        .expect("the cluster answers")
-        .into_inner()
-}
-
-/// Waits until every partition has two copies on live nodes and no move
-/// is in flight.
+/// Waits until every node is back and every partition has two copies on
+/// live nodes, no move in flight.
 async fn wait_for_two_copies(node: &FrontierProcess) -> ClusterStatus {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let status = status(node).await;
-        let alive: BTreeSet<&str> = status
-            .nodes
-            .iter()
-            .filter(|n| n.alive)
-            .map(|n| n.id.as_str())
-            .collect();
-        let whole = alive.len() == NODES.len()
-            && status.moves.is_empty()
-            && status.owners.len() == status.partitions as usize
-            && status.followers.len() == status.partitions as usize
-            && status.owners.iter().zip(&status.followers).all(|(o, f)| {
-                alive.contains(o.as_str())
-                    && f.in_sync.len() == 1
-                    && alive.contains(f.in_sync[0].as_str())
-            });
-        if whole {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not back at two copies: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut admin = node.admin().await;
+    crawl_tests::wait_for_cluster(&mut admin, NODES.len()).await;
+    crawl_tests::wait_for_copies(&mut admin, 2, Duration::from_secs(300)).await
 }
 
 /// A URL of the crawl filed in `partition` (of `partitions`), not sent
@@ -202,7 +169,12 @@ async fn run(kills: usize, ttl: u64) {
         assert!(node.terminate().success());
     }
     gaps.sort_by(f64::total_cmp);
-    let median = gaps[gaps.len() / 2];
+    let middle = gaps.len() / 2;
+    let median = if gaps.len() % 2 == 0 {
+        f64::midpoint(gaps[middle - 1], gaps[middle])
+    } else {
+        gaps[middle]
+    };
     let max = gaps.last().copied().unwrap_or(0.0);
     println!();
     println!("## Frontier cluster: failover after kill -9 of a leader");

@@ -527,6 +527,76 @@ pub async fn wait_for_cluster(admin: &mut AdminClient<Channel>, members: usize) 
     }
 }
 
+/// Polls a node's own view through `admin` until every partition has
+/// `copies` copies on live nodes (its leader and in-sync followers) and no
+/// move is in flight; answers that view.
+pub async fn wait_for_copies(
+    admin: &mut AdminClient<Channel>,
+    copies: usize,
+    within: std::time::Duration,
+) -> proto::admin::ClusterStatus {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let status = admin
+            .get_cluster(proto::admin::GetClusterRequest {})
+            .await
+            .map(tonic::Response::into_inner);
+        if let Ok(status) = &status {
+            let alive: std::collections::BTreeSet<&str> = status
+                .nodes
+                .iter()
+                .filter(|n| n.alive)
+                .map(|n| n.id.as_str())
+                .collect();
+            // A cluster of one copy may list no followers at all.
+            let no_followers = proto::admin::PartitionFollowers::default();
+            let whole = status.owners.len() == status.partitions as usize
+                && (status.followers.len() == status.partitions as usize
+                    || (copies == 1 && status.followers.is_empty()))
+                && status.moves.is_empty()
+                && status.owners.iter().enumerate().all(|(i, owner)| {
+                    let f = status.followers.get(i).unwrap_or(&no_followers);
+                    alive.contains(owner.as_str())
+                        && 1 + f.in_sync.len() == copies
+                        && f.in_sync.iter().all(|id| alive.contains(id.as_str()))
+                });
+            if whole {
+                return status.clone();
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "partitions not at {copies} copies within {within:?}: {status:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Blocks each of `hosts` (queue keys) of `crawl` for a day through
+/// `client`, each block acknowledged.
+pub async fn block_for_a_day<'a>(
+    client: &mut UrlFrontierClient<Channel>,
+    crawl: &str,
+    hosts: impl IntoIterator<Item = &'a String>,
+) {
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is past 1970")
+        .as_secs()
+        + 86_400;
+    for host in hosts {
+        client
+            .block_queue_until(proto::urlfrontier::BlockQueueParams {
+                key: host.clone(),
+                crawl_id: crawl.to_owned(),
+                time: until,
+                ..proto::urlfrontier::BlockQueueParams::default()
+            })
+            .await
+            .expect("the block is acknowledged");
+    }
+}
+
 /// The `etcd` binary on PATH (Debian's `etcd-server` package), if any.
 #[must_use]
 pub fn etcd_binary() -> Option<PathBuf> {

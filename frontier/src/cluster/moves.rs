@@ -628,13 +628,7 @@ fn queues_with_settings(
             if has_settings
                 && crate::ingest::partition_of(crawl, key, partitions) == partition as usize
             {
-                queues.push(proto::admin::MovedQueue {
-                    crawl_id: crawl.to_owned(),
-                    key: key.to_owned(),
-                    blocked_until: record.blocked_until,
-                    delay_ms: record.delay_ms,
-                    crawl_limit: record.crawl_limit,
-                });
+                queues.push(copy::moved_queue(crawl, key, &record));
             }
         })
         .map_err(|e| ClusterError::Local(e.to_string()))?;

@@ -274,19 +274,15 @@ async fn send_batch(
                         }
                     }
                 }
-                ReplicaStep::QueueSettings(_, crawl, key) => {
+                ReplicaStep::QueueSettings { crawl, queue } => {
                     let record = frontier
                         .scheduler()
-                        .queue_record(&crawl, &key)
+                        .queue_record(&crawl, &queue)
                         .unwrap_or_default();
                     wire.push(adm::ReplicatedStep {
-                        step: Some(adm::replicated_step::Step::QueueSettings(adm::MovedQueue {
-                            crawl_id: crawl,
-                            key,
-                            blocked_until: record.blocked_until,
-                            delay_ms: record.delay_ms,
-                            crawl_limit: record.crawl_limit,
-                        })),
+                        step: Some(adm::replicated_step::Step::QueueSettings(
+                            super::moves::copy::moved_queue(&crawl, &queue, &record),
+                        )),
                     });
                 }
                 ReplicaStep::Deleted(deletion) => wire.push(adm::ReplicatedStep {

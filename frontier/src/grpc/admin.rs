@@ -7,7 +7,7 @@ use std::sync::Arc;
 use proto::admin as adm;
 use tonic::{Request, Response, Status};
 
-use super::{blocking, status_of};
+use super::{blocking, change_queue_settings, status_of};
 use crate::ingest::{DedupMode, Outcome, UrlCheck};
 use crate::robots_shelf::RobotsAnswer;
 use crate::service::{FrontierError, PartitionFigures, SharedFrontier, crawl_or_default};
@@ -369,20 +369,14 @@ impl adm::admin_server::Admin for AdminService {
                 "SetQueueDelay needs a queue key (a crawl's default delay is set by SetDelay)",
             ));
         }
-        let request = blocking(&self.frontier, move |f| {
-            f.queue_settings_open(crawl_or_default(&request.crawl_id), &request.key)?;
-            f.scheduler().set_queue_delay(
-                crawl_or_default(&request.crawl_id),
-                &request.key,
-                std::time::Duration::from_millis(u64::from(request.delay_ms)),
-            )?;
-            Ok(request)
-        })
+        let delay = std::time::Duration::from_millis(u64::from(request.delay_ms));
+        change_queue_settings(
+            &self.frontier,
+            &request.crawl_id,
+            &request.key,
+            move |s, c, q| s.set_queue_delay(c, q, delay),
+        )
         .await?;
-        self.frontier
-            .replicate_queue_settings(crawl_or_default(&request.crawl_id), &request.key)
-            .await
-            .map_err(status_of)?;
         Ok(Response::new(adm::SetQueueDelayResponse {}))
     }
 

@@ -22,7 +22,7 @@ use tonic::{Request, Response, Status, Streaming};
 pub use self::admin::AdminService;
 use crate::ingest::{Discovered, IngestError};
 use crate::record::UrlRecord;
-use crate::scheduler::ServeRequest;
+use crate::scheduler::{Scheduler, ServeRequest};
 use crate::service::{Frontier, FrontierError, SharedFrontier, UrlFilter, crawl_or_default};
 
 /// URLs of a GetURLs answer read ahead of the client.
@@ -89,15 +89,26 @@ pub(crate) fn until_failure<T>(chunk: Vec<Result<T, Status>>) -> (Vec<T>, Option
     (items, None)
 }
 
-impl UrlFrontierService {
-    /// A queue setting is acknowledged once the copies of its partition
-    /// hold it too.
-    async fn replicate_queue_settings(&self, crawl: &str, queue: &str) -> Result<(), Status> {
-        self.frontier
-            .replicate_queue_settings(crawl_or_default(crawl), queue)
-            .await
-            .map_err(status_of)
-    }
+/// Changes one queue's settings through `change` (given the crawl as
+/// resolved and the queue key), refused while the queue's partition
+/// moves; answered once the copies of its partition hold the change too.
+async fn change_queue_settings(
+    frontier: &SharedFrontier,
+    crawl: &str,
+    queue: &str,
+    change: impl FnOnce(&Scheduler, &str, &str) -> Result<(), crate::store::StoreError> + Send + 'static,
+) -> Result<(), Status> {
+    let (crawl, queue) = (crawl_or_default(crawl).to_owned(), queue.to_owned());
+    let (crawl, queue) = blocking(frontier, move |f| {
+        f.queue_settings_open(&crawl, &queue)?;
+        change(f.scheduler(), &crawl, &queue)?;
+        Ok((crawl, queue))
+    })
+    .await?;
+    frontier
+        .replicate_queue_settings(&crawl, &queue)
+        .await
+        .map_err(status_of)
 }
 
 /// Runs blocking frontier work off the async threads.
@@ -504,18 +515,14 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
                 "BlockQueueUntil needs a queue key",
             ));
         }
-        let params = blocking(&self.frontier, move |f| {
-            f.queue_settings_open(crawl_or_default(&params.crawl_id), &params.key)?;
-            f.scheduler().block_until(
-                crawl_or_default(&params.crawl_id),
-                &params.key,
-                params.time,
-            )?;
-            Ok(params)
-        })
+        let until = params.time;
+        change_queue_settings(
+            &self.frontier,
+            &params.crawl_id,
+            &params.key,
+            move |s, c, q| s.block_until(c, q, until),
+        )
         .await?;
-        self.replicate_queue_settings(&params.crawl_id, &params.key)
-            .await?;
         Ok(Response::new(uf::Empty {}))
     }
 
@@ -542,21 +549,22 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         request: Request<uf::QueueDelayParams>,
     ) -> Result<Response<uf::Empty>, Status> {
         let params = request.into_inner();
-        let params = blocking(&self.frontier, move |f| {
-            if !params.key.is_empty() {
-                f.queue_settings_open(crawl_or_default(&params.crawl_id), &params.key)?;
-            }
-            f.scheduler().set_delay(
-                crawl_or_default(&params.crawl_id),
+        let secs = params.delay_requestable;
+        if params.key.is_empty() {
+            // The crawl's default: every node is asked (fanned out).
+            blocking(&self.frontier, move |f| {
+                Ok(f.scheduler()
+                    .set_delay(crawl_or_default(&params.crawl_id), "", secs)?)
+            })
+            .await?;
+        } else {
+            change_queue_settings(
+                &self.frontier,
+                &params.crawl_id,
                 &params.key,
-                params.delay_requestable,
-            )?;
-            Ok(params)
-        })
-        .await?;
-        if !params.key.is_empty() {
-            self.replicate_queue_settings(&params.crawl_id, &params.key)
-                .await?;
+                move |s, c, q| s.set_delay(c, q, secs),
+            )
+            .await?;
         }
         Ok(Response::new(uf::Empty {}))
     }
@@ -591,18 +599,14 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         if params.key.is_empty() {
             return Err(Status::invalid_argument("SetCrawlLimit needs a queue key"));
         }
-        let params = blocking(&self.frontier, move |f| {
-            f.queue_settings_open(crawl_or_default(&params.crawl_id), &params.key)?;
-            f.scheduler().set_crawl_limit(
-                crawl_or_default(&params.crawl_id),
-                &params.key,
-                params.limit,
-            )?;
-            Ok(params)
-        })
+        let limit = params.limit;
+        change_queue_settings(
+            &self.frontier,
+            &params.crawl_id,
+            &params.key,
+            move |s, c, q| s.set_crawl_limit(c, q, limit),
+        )
         .await?;
-        self.replicate_queue_settings(&params.crawl_id, &params.key)
-            .await?;
         Ok(Response::new(uf::Empty {}))
     }
 

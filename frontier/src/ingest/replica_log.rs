@@ -33,9 +33,9 @@ pub enum ReplicaStep {
     Touched(BTreeMap<u32, BTreeSet<(String, String)>>),
     /// A deletion the leader applied.
     Deleted(Deletion),
-    /// A queue whose settings changed (partition, crawl, queue key): sent
-    /// as the leader holds them when sent.
-    QueueSettings(u32, String, String),
+    /// A queue whose settings changed: sent as the leader holds them when
+    /// sent.
+    QueueSettings { crawl: String, queue: String },
 }
 
 /// The steps a follower is owed, taken for one batch, and the group they
@@ -247,11 +247,10 @@ impl ReplicaLog {
     #[must_use]
     pub fn owe_queue_settings(&self, partition: u32, crawl: &str, queue: &str) -> bool {
         self.owe_group(partition, |owed| {
-            owed.steps.push(ReplicaStep::QueueSettings(
-                partition,
-                crawl.to_owned(),
-                queue.to_owned(),
-            ));
+            owed.steps.push(ReplicaStep::QueueSettings {
+                crawl: crawl.to_owned(),
+                queue: queue.to_owned(),
+            });
         })
     }
 
@@ -466,7 +465,7 @@ mod tests {
                         )
                     })
                     .collect(),
-                ReplicaStep::Deleted(_) | ReplicaStep::QueueSettings(..) => Vec::new(),
+                ReplicaStep::Deleted(_) | ReplicaStep::QueueSettings { .. } => Vec::new(),
             })
             .collect()
     }
@@ -612,7 +611,10 @@ mod tests {
         let batch = log.take("b").unwrap();
         assert_eq!(
             batch.steps[1],
-            ReplicaStep::QueueSettings(0, "c".into(), "h".into())
+            ReplicaStep::QueueSettings {
+                crawl: "c".into(),
+                queue: "h".into()
+            }
         );
         assert_eq!(
             urls(&batch),

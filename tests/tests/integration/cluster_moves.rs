@@ -211,23 +211,7 @@ async fn a_joining_node_takes_its_share_and_a_drained_node_gives_all_back() {
         let partition = frontier::ingest::partition_of(CRAWL, &host, 8);
         blocked_hosts.entry(partition).or_insert(host);
     }
-    let until = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 86_400;
-    let mut client = n1.client().await;
-    for host in blocked_hosts.values() {
-        client
-            .block_queue_until(uf::BlockQueueParams {
-                key: host.clone(),
-                crawl_id: CRAWL.into(),
-                time: until,
-                ..uf::BlockQueueParams::default()
-            })
-            .await
-            .unwrap();
-    }
+    crawl_tests::block_for_a_day(&mut n1.client().await, CRAWL, blocked_hosts.values()).await;
     let blocked: BTreeSet<&str> = blocked_hosts.values().map(String::as_str).collect();
 
     let n2 = start_node(&etcd, dir.path(), "n2");

@@ -45,36 +45,7 @@ async fn cluster_status(node: &FrontierProcess) -> ClusterStatus {
 /// Polls until every partition has `copies` copies on live nodes and no
 /// move is in flight.
 async fn wait_for_copies(node: &FrontierProcess, copies: usize, within: Duration) -> ClusterStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        let status = cluster_status(node).await;
-        let alive: BTreeSet<&str> = status
-            .nodes
-            .iter()
-            .filter(|n| n.alive)
-            .map(|n| n.id.as_str())
-            .collect();
-        let whole = status.owners.len() == status.partitions as usize
-            && status.followers.len() == status.partitions as usize
-            && status.moves.is_empty()
-            && status
-                .owners
-                .iter()
-                .zip(&status.followers)
-                .all(|(owner, f)| {
-                    alive.contains(owner.as_str())
-                        && 1 + f.in_sync.len() == copies
-                        && f.in_sync.iter().all(|id| alive.contains(id.as_str()))
-                });
-        if whole {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "partitions not back at {copies} copies within {within:?}: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crawl_tests::wait_for_copies(&mut node.admin().await, copies, within).await
 }
 
 /// Nodes n1, n2 and n3 in `dir`, once every partition has two copies.
@@ -521,23 +492,7 @@ async fn a_follower_restarted_mid_ingest_catches_up_and_queue_settings_survive_f
         .iter()
         .map(|u| url::Url::parse(u).unwrap().host_str().unwrap().to_owned())
         .collect();
-    let until = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 86_400;
-    let mut via_n2 = nodes[1].client().await;
-    for host in &blocked {
-        via_n2
-            .block_queue_until(uf::BlockQueueParams {
-                key: host.clone(),
-                crawl_id: CRAWL.into(),
-                time: until,
-                ..uf::BlockQueueParams::default()
-            })
-            .await
-            .unwrap();
-    }
+    crawl_tests::block_for_a_day(&mut nodes[1].client().await, CRAWL, &blocked).await;
     let (mut acked, _) = put_all(nodes[0].client().await, &urls[..100]).await;
     assert_eq!(acked.len(), 100);
     // The follower of n1's first partition is killed mid-stream and

@@ -210,8 +210,21 @@ pub(super) async fn take(
         .map_err(|e| ClusterError::Local(format!("cannot store the moved URLs: {e}")))
 }
 
-/// The moved queues' settings, before the flip: serving under the new
-/// owner starts with them.
+/// A queue's settings as they travel between nodes, from its record.
+pub(in crate::cluster) fn moved_queue(
+    crawl: &str,
+    queue: &str,
+    record: &crate::store::QueueRecord,
+) -> proto::admin::MovedQueue {
+    proto::admin::MovedQueue {
+        crawl_id: crawl.to_owned(),
+        key: queue.to_owned(),
+        blocked_until: record.blocked_until,
+        delay_ms: record.delay_ms,
+        crawl_limit: record.crawl_limit,
+    }
+}
+
 /// A queue's settings as they travel between nodes, as the scheduler
 /// keeps them (its counts are the store's own).
 pub(in crate::cluster) fn settings_of(
@@ -225,6 +238,8 @@ pub(in crate::cluster) fn settings_of(
     }
 }
 
+/// The moved queues' settings, before the flip: serving under the new
+/// owner starts with them.
 pub(super) async fn take_queue_settings(
     cluster: &Cluster,
     queues: Vec<proto::admin::MovedQueue>,
