@@ -464,9 +464,6 @@ impl Frontier {
         &self.scheduler
     }
 
-    /// Refuses a change of a queue's settings while the queue's partition
-    /// is sealed (being handed to another node, which takes the settings as
-    /// they were at the seal): the caller sends it again to the new owner.
     /// Sends a queue's settings, changed here, to the followers of its
     /// partition when this node leads it, and waits until they hold them.
     pub async fn replicate_queue_settings(
@@ -484,6 +481,9 @@ impl Frontier {
         Ok(())
     }
 
+    /// Refuses a change of a queue's settings while the queue's partition
+    /// is sealed (being handed to another node, which takes the settings as
+    /// they were at the seal): the caller sends it again to the new owner.
     pub fn queue_settings_open(&self, crawl: &str, queue: &str) -> Result<(), FrontierError> {
         let partitions = self.ingest.filters().partition_count();
         let partition = crate::ingest::partition_of(crawl, queue, partitions) as u32;
@@ -769,6 +769,16 @@ impl Frontier {
         let queue = (!queue.is_empty()).then_some(queue);
         self.scheduler
             .counts(crawl_or_default(crawl), queue, Timestamp::now())
+    }
+
+    /// Waits until the followers of the partitions this node leads hold
+    /// its lease horizon, which covers every lease handed out so far: a
+    /// follower that takes a partition over then serves none of its URLs
+    /// before their leases could have ended. Called before leased URLs
+    /// leave; immediate when the horizon was held already.
+    pub async fn leases_replicated(&self) -> Result<(), FrontierError> {
+        let until = self.scheduler.lease_horizon().unix_millis();
+        Ok(self.ingest.replicas().horizon_replicated(until).await?)
     }
 
     /// A crawl's progress.

@@ -274,6 +274,8 @@ async fn send_batch(
                         }
                     }
                 }
+                // The batch carries the horizon, read below.
+                ReplicaStep::Horizon => {}
                 ReplicaStep::QueueSettings { crawl, queue } => {
                     let record = frontier
                         .scheduler()

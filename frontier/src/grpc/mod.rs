@@ -406,6 +406,11 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
             hold_queues,
         };
         let served = blocking(&self.frontier, move |f| f.lease(serve)).await?;
+        if !served.is_empty() {
+            // On failure the URLs stay leased here until their leases run
+            // out, and the client gets the error, not the URLs.
+            self.frontier.leases_replicated().await.map_err(status_of)?;
+        }
         // Records are read on a blocking thread and sent as they come, so
         // an answer of many URLs is never held whole; a client that goes
         // away stops the reads (its leases run out as any do).

@@ -36,6 +36,9 @@ pub enum ReplicaStep {
     /// A queue whose settings changed: sent as the leader holds them when
     /// sent.
     QueueSettings { crawl: String, queue: String },
+    /// The lease horizon was raised: confirmed once a batch that carries
+    /// it (every batch carries the horizon as stored when sent) is.
+    Horizon,
 }
 
 /// The steps a follower is owed, taken for one batch, and the group they
@@ -92,6 +95,9 @@ struct LogState {
     led: Vec<bool>,
     /// Copies, the leader's included, a write must be on.
     min_in_sync: usize,
+    /// The highest lease horizon (UTC ms) owed to the followers, and the
+    /// group it was owed in.
+    horizon_owed: (u64, u64),
 }
 
 impl Owed {
@@ -217,10 +223,18 @@ impl ReplicaLog {
         let committed = state.committed;
         state.owed.retain(|follower, _| wanted.contains(follower));
         for follower in wanted {
-            state.owed.entry(follower).or_insert_with(|| Owed {
-                confirmed: committed,
-                ..Owed::default()
-            });
+            if !state.owed.contains_key(&follower) {
+                // A new follower has not seen the horizon: the next lease
+                // owes it again, to every follower.
+                state.horizon_owed = (0, 0);
+                state.owed.insert(
+                    follower,
+                    Owed {
+                        confirmed: committed,
+                        ..Owed::default()
+                    },
+                );
+            }
         }
         state.followers_of = followers_of;
         drop(state);
@@ -252,6 +266,29 @@ impl ReplicaLog {
                 queue: queue.to_owned(),
             });
         })
+    }
+
+    /// Waits until every follower holds a lease horizon of at least
+    /// `until_ms` (stored here already): owed to them as a group of its
+    /// own the first time, for the next batch to carry. Immediate with no
+    /// followers, or once they confirmed it.
+    pub async fn horizon_replicated(&self, until_ms: u64) -> Result<(), NotReplicated> {
+        let (group, patience) = {
+            let mut state = self.lock();
+            if state.owed.is_empty() {
+                return Ok(());
+            }
+            if until_ms > state.horizon_owed.0 {
+                state.committed += 1;
+                for owed in state.owed.values_mut() {
+                    owed.steps.push(ReplicaStep::Horizon);
+                    owed.wake.notify_one();
+                }
+                state.horizon_owed = (until_ms, state.committed);
+            }
+            (state.horizon_owed.1, state.patience)
+        };
+        self.replicated(group, patience).await
     }
 
     /// Notes a group of its own for the followers of `partition`, each
@@ -465,7 +502,9 @@ mod tests {
                         )
                     })
                     .collect(),
-                ReplicaStep::Deleted(_) | ReplicaStep::QueueSettings { .. } => Vec::new(),
+                ReplicaStep::Deleted(_)
+                | ReplicaStep::QueueSettings { .. }
+                | ReplicaStep::Horizon => Vec::new(),
             })
             .collect()
     }
@@ -658,5 +697,45 @@ mod tests {
         let batch = log.take("b").unwrap();
         assert_eq!(batch.steps.len(), 3);
         assert_eq!(batch.steps[1], ReplicaStep::Deleted(deletion));
+    }
+
+    #[tokio::test]
+    async fn leases_leave_once_every_follower_holds_the_raised_horizon() {
+        let alone = ReplicaLog::default();
+        alone.horizon_replicated(5_000).await.unwrap();
+        let log = ReplicaLog::default();
+        log.set_patience(Duration::from_millis(1));
+        log.set_followers(
+            vec![vec!["b".into()], vec!["c".into()]],
+            vec![true, true],
+            1,
+        );
+        assert!(
+            log.horizon_replicated(5_000).await.is_err(),
+            "owed to b and c, confirmed by neither"
+        );
+        for follower in ["b", "c"] {
+            let batch = log.take(follower).unwrap();
+            assert_eq!(batch.steps, vec![ReplicaStep::Horizon]);
+            log.confirmed(follower, batch.through);
+        }
+        log.horizon_replicated(5_000).await.unwrap();
+        log.horizon_replicated(4_000).await.unwrap();
+        assert_eq!(log.take("b").unwrap().steps, Vec::new(), "owed once");
+        log.confirmed("b", log.committed());
+        // A follower that joins has not seen it: the next lease waits for
+        // it, and the horizon is owed to every follower again.
+        log.set_followers(
+            vec![vec!["b".into(), "d".into()], vec!["c".into()]],
+            vec![true, true],
+            1,
+        );
+        assert!(log.horizon_replicated(5_000).await.is_err());
+        for follower in ["b", "c", "d"] {
+            let batch = log.take(follower).unwrap();
+            assert_eq!(batch.steps, vec![ReplicaStep::Horizon]);
+            log.confirmed(follower, batch.through);
+        }
+        log.horizon_replicated(5_000).await.unwrap();
     }
 }

@@ -575,6 +575,15 @@ impl Scheduler {
         Ok(served)
     }
 
+    /// Until when the leases handed out so far may run, as recorded.
+    #[must_use]
+    pub fn lease_horizon(&self) -> Timestamp {
+        *self
+            .lease_horizon
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Records, before leases that end at `now + lease` go out, that no
     /// lease outlives a horizon past their end.
     fn cover_leases(&self, now: Timestamp, lease: Duration) -> Result<(), StoreError> {

@@ -578,3 +578,73 @@ async fn a_follower_restarted_mid_ingest_catches_up_and_queue_settings_survive_f
         "blocked queues served after the failover: {from_blocked:?}"
     );
 }
+
+/// URLs leased from a leader that is killed -9 right after its answer:
+/// the follower that takes its partitions over holds them until those
+/// leases could have ended, so none is served again before its lease
+/// ran out (the leader's answer waited for its followers to hold the
+/// horizon that covers them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urls_leased_just_before_the_leader_dies_wait_out_their_lease() {
+    let Some(binary) = etcd_or_skip("urls_leased_just_before_the_leader_dies") else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nodes, _) = start_three(&etcd, dir.path()).await;
+    let urls = urls_led_by(&nodes[0], "n3", 100).await;
+    let (acked, _) = put_all(nodes[0].client().await, &urls).await;
+    assert_eq!(acked.len(), urls.len());
+    const LEASE: Duration = Duration::from_secs(10);
+    let get = |lease: Duration| uf::GetParams {
+        max_urls_per_queue: 10,
+        max_queues: 1000,
+        delay_requestable: lease.as_secs() as u32,
+        item: Some(uf::get_params::Item::CrawlId(CRAWL.into())),
+        ..uf::GetParams::default()
+    };
+    let leased_at = Instant::now();
+    let mut leased = BTreeSet::new();
+    let mut stream = nodes[2]
+        .client()
+        .await
+        .get_ur_ls(get(LEASE))
+        .await
+        .unwrap()
+        .into_inner();
+    while let Some(info) = stream.message().await.unwrap() {
+        leased.insert(info.url);
+    }
+    nodes.remove(2).kill();
+    assert_eq!(leased.len(), urls.len(), "n3 leased all it leads");
+    // The survivors serve every URL again, and none before its lease
+    // could have ended.
+    let mut served_again = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while served_again != leased {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} URLs never served again\n{}",
+            leased.len() - served_again.len(),
+            leased.len(),
+            warnings(&nodes)
+        );
+        for node in &nodes {
+            let Ok(answer) = node.client().await.get_ur_ls(get(LEASE)).await else {
+                continue;
+            };
+            let mut answer = answer.into_inner();
+            while let Ok(Some(info)) = answer.message().await {
+                let early = leased_at.elapsed() < LEASE;
+                assert!(
+                    !early,
+                    "{} served again {:?} after a lease of {LEASE:?} began",
+                    info.url,
+                    leased_at.elapsed()
+                );
+                served_again.insert(info.url);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
