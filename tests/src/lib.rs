@@ -710,20 +710,44 @@ impl EtcdProcess {
     /// Runs etcd on `dir` and waits until it serves; on failure answers its
     /// log.
     fn spawn(binary: &Path, dir: &Path, endpoint: &str, peer_url: &str) -> Result<Child, String> {
-        let log = dir.join("etcd.log");
-        let mut child = Command::new(binary)
-            .args(["--name", "test", "--data-dir"])
+        let child = Self::launch(
+            binary,
+            dir,
+            "test",
+            (endpoint, peer_url),
+            &format!("test={peer_url}"),
+        );
+        Self::ready(child, dir)
+    }
+
+    /// Runs etcd member `name` on `dir` with its client and peer URLs, in
+    /// a cluster of `initial_cluster` (etcd's `name=peer,...`).
+    fn launch(
+        binary: &Path,
+        dir: &Path,
+        name: &str,
+        (endpoint, peer_url): (&str, &str),
+        initial_cluster: &str,
+    ) -> Child {
+        Command::new(binary)
+            .args(["--name", name, "--data-dir"])
             .arg(dir.join("data"))
             .args(["--listen-client-urls", endpoint])
             .args(["--advertise-client-urls", endpoint])
             .args(["--listen-peer-urls", peer_url])
             .args(["--initial-advertise-peer-urls", peer_url])
-            .args(["--initial-cluster", &format!("test={peer_url}")])
+            .args(["--initial-cluster", initial_cluster])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("etcd log"))
+            .stderr(std::fs::File::create(dir.join("etcd.log")).expect("etcd log"))
             .spawn()
-            .expect("etcd starts");
+            .expect("etcd starts")
+    }
+
+    /// Waits until the etcd launched on `dir` serves; on failure kills it
+    /// and answers its log.
+    fn ready(mut child: Child, dir: &Path) -> Result<Child, String> {
+        let log = dir.join("etcd.log");
         // etcd says when it serves; its log is the only signal it gives.
         let ready = (0..600).any(|_| {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -778,22 +802,158 @@ impl EtcdProcess {
     /// with access to etcd can read), or `None` when it has none.
     pub async fn get(&self, key: &str) -> Option<Vec<u8>> {
         use data_encoding::BASE64;
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let host = self.endpoint.strip_prefix("http://").expect("http");
-        let body = serde_json::json!({ "key": BASE64.encode(key.as_bytes()) }).to_string();
-        let mut stream = tokio::net::TcpStream::connect(host).await.expect("etcd");
-        let request = format!(
-            "POST /v3/kv/range HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n\
-             content-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).await.expect("etcd");
-        let mut text = String::new();
-        stream.read_to_string(&mut text).await.expect("etcd");
-        let json = text.split("\r\n\r\n").nth(1).unwrap_or_default();
-        let json: serde_json::Value = serde_json::from_str(json).expect(&text);
+        let body = serde_json::json!({ "key": BASE64.encode(key.as_bytes()) });
+        let json = etcd_gateway(&self.endpoint, "/v3/kv/range", &body).await;
         let value = json["kvs"][0]["value"].as_str()?;
         Some(BASE64.decode(value.as_bytes()).expect("base64"))
+    }
+}
+
+/// One call of etcd's JSON gateway at `endpoint` (`http://HOST:PORT`).
+async fn etcd_gateway(endpoint: &str, path: &str, body: &serde_json::Value) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = endpoint.strip_prefix("http://").expect("http");
+    let body = body.to_string();
+    let mut stream = tokio::net::TcpStream::connect(host).await.expect("etcd");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("etcd");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.expect("etcd");
+    let json = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str(json).expect(&text)
+}
+
+/// A throwaway etcd of several members on loopback, as deployments run it.
+pub struct EtcdCluster {
+    /// Every member's client endpoint, comma-separated, as `--etcd` takes
+    /// them.
+    pub endpoint: String,
+    /// Each member's process (`None` once killed) and client endpoint.
+    members: Vec<(Option<Child>, String)>,
+    _dir: tempfile::TempDir,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members and waits until each serves (which takes a
+    /// quorum). Ports are found free first, as for [`EtcdProcess`], and a
+    /// start that loses one is tried again.
+    pub fn start(binary: &Path, size: usize) -> Self {
+        let mut last_log = String::new();
+        'attempt: for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("etcd dir");
+            let free = || {
+                std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .expect("a free port")
+                    .port()
+            };
+            let urls: Vec<(String, String)> = (0..size)
+                .map(|_| {
+                    (
+                        format!("http://127.0.0.1:{}", free()),
+                        format!("http://127.0.0.1:{}", free()),
+                    )
+                })
+                .collect();
+            let initial = urls
+                .iter()
+                .enumerate()
+                .map(|(i, (_, peer))| format!("m{i}={peer}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let launched: Vec<(Child, PathBuf)> = urls
+                .iter()
+                .enumerate()
+                .map(|(i, (client, peer))| {
+                    let member_dir = dir.path().join(format!("m{i}"));
+                    std::fs::create_dir_all(&member_dir).expect("a member's directory");
+                    let child = EtcdProcess::launch(
+                        binary,
+                        &member_dir,
+                        &format!("m{i}"),
+                        (client, peer),
+                        &initial,
+                    );
+                    (child, member_dir)
+                })
+                .collect();
+            let mut members = Vec::new();
+            let mut failed = false;
+            for ((child, member_dir), (client, _)) in launched.into_iter().zip(&urls) {
+                if failed {
+                    let mut child = child;
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    continue;
+                }
+                match EtcdProcess::ready(child, &member_dir) {
+                    Ok(child) => members.push((Some(child), client.clone())),
+                    Err(log) => {
+                        last_log = log;
+                        failed = true;
+                    }
+                }
+            }
+            if failed {
+                for (child, _) in &mut members {
+                    if let Some(child) = child {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                    }
+                }
+                continue 'attempt;
+            }
+            let endpoint = urls
+                .iter()
+                .map(|(client, _)| client.as_str())
+                .collect::<Vec<_>>()
+                .join(",");
+            return Self {
+                endpoint,
+                members,
+                _dir: dir,
+            };
+        }
+        panic!("etcd did not start:\n{last_log}");
+    }
+
+    /// The member that leads the etcd cluster now, by index, as the
+    /// members that run report it.
+    pub async fn leader(&self) -> usize {
+        for (i, (child, endpoint)) in self.members.iter().enumerate() {
+            if child.is_none() {
+                continue;
+            }
+            let status =
+                etcd_gateway(endpoint, "/v3/maintenance/status", &serde_json::json!({})).await;
+            if status["leader"].is_string() && status["leader"] == status["header"]["member_id"] {
+                return i;
+            }
+        }
+        panic!("no etcd member leads");
+    }
+
+    /// SIGKILL of one member.
+    pub fn kill_member(&mut self, index: usize) {
+        if let Some(mut child) = self.members[index].0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.members {
+            if let Some(child) = child {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
     }
 }
 

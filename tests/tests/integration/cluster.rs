@@ -6,7 +6,9 @@
 
 use std::path::Path;
 
-use crawl_tests::{EtcdProcess, FrontierProcess, WorkerProcess, etcd_or_skip, frontier_cli};
+use crawl_tests::{
+    EtcdCluster, EtcdProcess, FrontierProcess, WorkerProcess, etcd_or_skip, frontier_cli,
+};
 use mock_site::{MockSite, NEVER_FETCHED, SiteConfig, expected_fetches};
 use proto::urlfrontier as uf;
 
@@ -332,6 +334,65 @@ async fn a_node_lost_with_its_disk_mid_crawl_stops_nothing_with_two_copies() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+/// etcd run as three members, as the deployments run it: its leader
+/// killed -9 mid-crawl changes nothing. No node's registration lapses, no
+/// partition changes hands, and every page is fetched exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_member_killed_mid_crawl_changes_nothing() {
+    let Some(binary) = etcd_or_skip("an_etcd_member_killed_mid_crawl_changes_nothing") else {
+        return;
+    };
+    let mut etcd = EtcdCluster::start(&binary, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let sites = sites(4).await;
+    let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|id| {
+            FrontierProcess::start(
+                &dir.path().join(id),
+                &node_args(&etcd.endpoint, id, &["--replicas", "2"]),
+            )
+        })
+        .collect();
+    for node in &nodes {
+        wait_for_cluster(node, 3).await;
+    }
+    let before = crawl_tests::wait_for_copies(
+        &mut nodes[0].admin().await,
+        2,
+        std::time::Duration::from_secs(60),
+    )
+    .await;
+    let out = dir.path().join("out");
+    let workers = a_worker_per_node(&nodes, &out);
+    seed_all(&nodes[0].endpoint(), &sites);
+    sites[0].answered_at_least(10).await;
+    let leader = etcd.leader().await;
+    etcd.kill_member(leader);
+    let (status, text) = frontier_cli(
+        &nodes[1].endpoint(),
+        &["status", "--wait", "--timeout-secs", "180"],
+    );
+    assert!(status.success(), "crawl did not finish: {text}");
+    for worker in workers {
+        assert!(worker.terminate().success());
+    }
+    check_sites(&sites, 0);
+    let after = nodes[2]
+        .admin()
+        .await
+        .get_cluster(proto::admin::GetClusterRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (after.epoch, &after.owners, &after.followers),
+        (before.epoch, &before.owners, &before.followers),
+        "the partition map changed"
+    );
+    assert!(after.nodes.iter().all(|n| n.alive), "{after:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
