@@ -352,7 +352,15 @@ async fn an_etcd_member_killed_mid_crawl_changes_nothing() {
         .map(|id| {
             FrontierProcess::start(
                 &dir.path().join(id),
-                &node_args(&etcd.endpoint, id, &["--replicas", "2"]),
+                // The default registration TTL: etcd elects a new leader
+                // and the nodes' clients reach another member well within
+                // it, which a TTL of 2 s does not leave room for on a
+                // loaded machine.
+                &node_args(
+                    &etcd.endpoint,
+                    id,
+                    &["--replicas", "2", "--lease-ttl-secs", "10"],
+                ),
             )
         })
         .collect();
