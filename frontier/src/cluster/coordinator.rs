@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
 use super::coordination::{
     Condition, Coordination, CoordinationError, EtcdCoordination, LeaseId, Txn, Write,
@@ -424,6 +424,12 @@ async fn watch(cluster: Arc<Cluster>, mut read_at: Option<i64>) {
             let mut changes = cluster.etcd.watch(cluster.keys.prefix(), revision).await?;
             while let Some(change) = changes.next().await {
                 change?;
+                // One read of everything covers every change that came
+                // while the last was being read: a burst of them (many
+                // moves at once) costs one refresh, not one each.
+                while let Some(Some(more)) = changes.next().now_or_never() {
+                    more?;
+                }
                 refresh(&cluster).await?;
             }
             Ok::<(), CoordinationError>(())

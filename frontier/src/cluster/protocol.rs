@@ -19,8 +19,21 @@ use super::View;
 use super::coordination::{Condition, Entry, Snapshot, Txn, Write};
 use super::map::{ClusterFacts, Member, MoveKind, MovePhase, MoveRecord, PartitionMap};
 
-/// Moves in flight at once, cluster-wide: each costs its two nodes a copy.
+/// Moves in flight at once, cluster-wide, per [`PARTITIONS_PER_MOVE_SLOTS`]
+/// partitions: each costs its two nodes a copy of one partition, so a
+/// cluster of more, smaller partitions moves as many URLs at once as one
+/// of fewer, larger ones, and a node joining it settles as fast. A move's
+/// fixed cost (its etcd steps, the nodes' watches) is then paid in
+/// parallel rather than in turn.
 pub(super) const MOVES_IN_FLIGHT: usize = 2;
+
+/// See [`MOVES_IN_FLIGHT`].
+pub(super) const PARTITIONS_PER_MOVE_SLOTS: usize = 64;
+
+/// Moves in flight at once, cluster-wide, for a map of `partitions`.
+pub(super) fn moves_in_flight(partitions: usize) -> usize {
+    (MOVES_IN_FLIGHT * partitions / PARTITIONS_PER_MOVE_SLOTS).max(MOVES_IN_FLIGHT)
+}
 
 /// The keys of one cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -274,8 +287,9 @@ pub(super) fn plan(view: &View, keys: &Keys, now_ms: u64) -> Vec<(Planned, Txn)>
     let Some(target) = map.rebalanced(&eligible) else {
         return planned;
     };
+    let limit = moves_in_flight(map.owners.len());
     for (partition, from, to) in map.moves_to(&target) {
-        if in_flight >= MOVES_IN_FLIGHT {
+        if in_flight >= limit {
             break;
         }
         if view.moves.contains_key(&partition) || !live.contains(from) {
@@ -397,7 +411,7 @@ pub(super) fn plan_copies(
             continue;
         }
         if copies == wanted
-            || in_flight >= MOVES_IN_FLIGHT
+            || in_flight >= moves_in_flight(map.owners.len())
             || view.moves.contains_key(&partition)
             || !live.contains(owner)
             || !policy.due(partition, copies, view.replace_now_ms, now_ms)
@@ -1109,6 +1123,28 @@ mod tests {
             drop_followers((map, 5), &keys, "a", &not_led, &lagging),
             Err(DropRefused::NotTheLeader { .. })
         ));
+    }
+
+    #[test]
+    fn a_map_of_more_partitions_moves_more_at_once() {
+        assert_eq!(moves_in_flight(8), MOVES_IN_FLIGHT);
+        assert_eq!(moves_in_flight(64), MOVES_IN_FLIGHT);
+        assert_eq!(moves_in_flight(1024), 16 * MOVES_IN_FLIGHT);
+        let keys = Keys::new("t");
+        let joined = View {
+            map: PartitionMap::first_replicated(1024, &nodes(&["a", "b", "c"]), 1),
+            map_revision: 5,
+            members: ["a", "b", "c", "d"].iter().map(|id| member(id)).collect(),
+            revision: 9,
+            ..View::default()
+        };
+        let planned = plan(&joined, &keys, 0);
+        assert_eq!(planned.len(), 32);
+        assert!(
+            planned
+                .iter()
+                .all(|(step, _)| matches!(step, Planned::Start { to, .. } if to == "d"))
+        );
     }
 
     #[test]
