@@ -8,6 +8,10 @@
 //! its owner's commit; the client talks to one node, which keeps its own
 //! share (about a third) and forwards the rest to the two others.
 //!
+//! Then a fourth node joins the one-copy cluster, which holds what was fed,
+//! and the run times the rebalancing: from its start until every node owns
+//! its share of the partitions and no move is in flight.
+//!
 //! `cargo bench -p crawl-tests --bench cluster [-- --urls N --streams S
 //! --partitions P]` (defaults 1,000,000 URLs, 4 streams, 64 partitions).
 //! Needs `etcd` on PATH (Debian's `etcd-server`); without it the run says
@@ -141,33 +145,32 @@ async fn run(total: usize, streams: usize, partitions: usize) {
 
     let etcd = EtcdProcess::start(&etcd_path);
     let mut clusters = Vec::new();
+    // Time to rebalance when n4 joins, partitions it took, URLs held.
+    let mut joined = None;
     for replicas in [1, 2, 3] {
         let name = format!("bench-r{replicas}");
         std::fs::create_dir_all(dir.path().join(&name)).expect("a directory per cluster");
-        let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
-            .iter()
-            .map(|id| {
-                let mut flags = node_flags(total, partitions);
-                let replicas = replicas.to_string();
-                flags.extend(
-                    [
-                        "--etcd",
-                        &etcd.endpoint,
-                        "--cluster",
-                        &name,
-                        "--node-id",
-                        id,
-                        "--initial-nodes",
-                        "3",
-                        "--replicas",
-                        &replicas,
-                    ]
-                    .iter()
-                    .map(|s| (*s).to_owned()),
-                );
-                start_node(&dir.path().join(&name).join(id), &flags)
-            })
-            .collect();
+        let member = |id: &str| {
+            let mut flags = node_flags(total, partitions);
+            flags.extend(
+                [
+                    "--etcd",
+                    &etcd.endpoint,
+                    "--cluster",
+                    &name,
+                    "--node-id",
+                    id,
+                    "--initial-nodes",
+                    "3",
+                    "--replicas",
+                    &replicas.to_string(),
+                ]
+                .iter()
+                .map(|s| (*s).to_owned()),
+            );
+            start_node(&dir.path().join(&name).join(id), &flags)
+        };
+        let mut nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"].map(member).into();
         crawl_tests::wait_for_copies(
             &mut nodes[0].admin().await,
             replicas,
@@ -177,6 +180,12 @@ async fn run(total: usize, streams: usize, partitions: usize) {
         let all: Vec<&FrontierProcess> = nodes.iter().collect();
         let run = feed_through(&nodes[0], &all, total, streams).await;
         let forwarded = forwarded_share(&nodes[0]).await;
+        if replicas == 1 {
+            let started = Instant::now();
+            nodes.push(member("n4"));
+            let moved = wait_for_even_owners(&nodes[0], 4, "n4").await;
+            joined = Some((started.elapsed().as_secs_f64(), moved, run.stored));
+        }
         for node in nodes {
             assert!(node.terminate().success());
         }
@@ -241,11 +250,50 @@ async fn run(total: usize, streams: usize, partitions: usize) {
             rate(run) / rate(one_copy)
         );
     }
+    if let Some((seconds, moved, held)) = joined {
+        println!(
+            "A fourth node joins the 1-copy cluster holding {held} URLs: it takes {moved} of \
+             the {partitions} partitions in {seconds:.1} s (start to every node owning its \
+             share, no move in flight), {:.0} ms a partition.",
+            seconds * 1000.0 / moved.max(1) as f64
+        );
+    }
     println!();
     println!(
         "Rate per tenth, one node: {}",
         feed::rates_per_tenth(&single.tenths)
     );
+}
+
+/// Polls `entry`'s view until `members` nodes each own their share of
+/// the partitions (within one) and no move is in flight; answers how many
+/// partitions `joiner` owns then.
+async fn wait_for_even_owners(entry: &FrontierProcess, members: usize, joiner: &str) -> usize {
+    let mut admin = entry.admin().await;
+    let deadline = Instant::now() + std::time::Duration::from_secs(3600);
+    loop {
+        let status = admin
+            .get_cluster(proto::admin::GetClusterRequest {})
+            .await
+            .expect("the entry node answers")
+            .into_inner();
+        let mut owned = std::collections::BTreeMap::<&str, usize>::new();
+        for owner in &status.owners {
+            *owned.entry(owner.as_str()).or_default() += 1;
+        }
+        let share = status.partitions as usize / members;
+        if status.moves.is_empty()
+            && owned.len() == members
+            && owned.values().all(|&n| n == share || n == share + 1)
+        {
+            return owned.get(joiner).copied().unwrap_or(0);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no balance within an hour: {status:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// The share of the stored URLs that the entry node does not own.
