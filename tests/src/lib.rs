@@ -682,13 +682,7 @@ impl EtcdProcess {
         let mut last_log = String::new();
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("etcd dir");
-            let free = || {
-                std::net::TcpListener::bind("127.0.0.1:0")
-                    .and_then(|l| l.local_addr())
-                    .expect("a free port")
-                    .port()
-            };
-            let (client, peer) = (free(), free());
+            let (client, peer) = (free_port(), free_port());
             let endpoint = format!("http://127.0.0.1:{client}");
             let peer_url = format!("http://127.0.0.1:{peer}");
             match Self::spawn(binary, dir.path(), &endpoint, &peer_url) {
@@ -809,6 +803,15 @@ impl EtcdProcess {
     }
 }
 
+/// A loopback port free now, for a server that cannot take a listener
+/// (etcd): a start that loses it to another process is tried again.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 /// One call of etcd's JSON gateway at `endpoint` (`http://HOST:PORT`).
 async fn etcd_gateway(endpoint: &str, path: &str, body: &serde_json::Value) -> serde_json::Value {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -845,17 +848,11 @@ impl EtcdCluster {
         let mut last_log = String::new();
         'attempt: for _ in 0..5 {
             let dir = tempfile::tempdir().expect("etcd dir");
-            let free = || {
-                std::net::TcpListener::bind("127.0.0.1:0")
-                    .and_then(|l| l.local_addr())
-                    .expect("a free port")
-                    .port()
-            };
             let urls: Vec<(String, String)> = (0..size)
                 .map(|_| {
                     (
-                        format!("http://127.0.0.1:{}", free()),
-                        format!("http://127.0.0.1:{}", free()),
+                        format!("http://127.0.0.1:{}", free_port()),
+                        format!("http://127.0.0.1:{}", free_port()),
                     )
                 })
                 .collect();

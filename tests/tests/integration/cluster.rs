@@ -40,9 +40,15 @@ fn node_args<'a>(etcd: &'a str, id: &'a str, extra: &[&'a str]) -> Vec<&'a str> 
 /// Starts three nodes and waits until each has the first partition map
 /// and sees the other two.
 async fn three_nodes(etcd: &EtcdProcess, dir: &Path) -> Vec<FrontierProcess> {
+    three_nodes_with(&etcd.endpoint, dir, &[]).await
+}
+
+/// [`three_nodes`] over the etcd members of `endpoints`, with `extra`
+/// flags.
+async fn three_nodes_with(endpoints: &str, dir: &Path, extra: &[&str]) -> Vec<FrontierProcess> {
     let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
         .iter()
-        .map(|id| FrontierProcess::start(&dir.join(id), &node_args(&etcd.endpoint, id, &[])))
+        .map(|id| FrontierProcess::start(&dir.join(id), &node_args(endpoints, id, extra)))
         .collect();
     for node in &nodes {
         wait_for_cluster(node, 3).await;
@@ -250,18 +256,7 @@ async fn a_node_lost_with_its_disk_mid_crawl_stops_nothing_with_two_copies() {
     let etcd = EtcdProcess::start(&binary);
     let dir = tempfile::tempdir().unwrap();
     let sites = sites(4).await;
-    let mut nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
-        .iter()
-        .map(|id| {
-            FrontierProcess::start(
-                &dir.path().join(id),
-                &node_args(&etcd.endpoint, id, &["--replicas", "2"]),
-            )
-        })
-        .collect();
-    for node in &nodes {
-        wait_for_cluster(node, 3).await;
-    }
+    let mut nodes = three_nodes_with(&etcd.endpoint, dir.path(), &["--replicas", "2"]).await;
     let out = dir.path().join("out");
     // Workers given the nodes that stay.
     let workers = a_worker_per_node(&nodes[..2], &out);
@@ -347,26 +342,15 @@ async fn an_etcd_member_killed_mid_crawl_changes_nothing() {
     let mut etcd = EtcdCluster::start(&binary, 3);
     let dir = tempfile::tempdir().unwrap();
     let sites = sites(4).await;
-    let nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
-        .iter()
-        .map(|id| {
-            FrontierProcess::start(
-                &dir.path().join(id),
-                // The default registration TTL: etcd elects a new leader
-                // and the nodes' clients reach another member well within
-                // it, which a TTL of 2 s does not leave room for on a
-                // loaded machine.
-                &node_args(
-                    &etcd.endpoint,
-                    id,
-                    &["--replicas", "2", "--lease-ttl-secs", "10"],
-                ),
-            )
-        })
-        .collect();
-    for node in &nodes {
-        wait_for_cluster(node, 3).await;
-    }
+    // The default registration TTL: etcd elects a new leader and the
+    // nodes' clients reach another member well within it, which a TTL of
+    // 2 s does not leave room for on a loaded machine.
+    let nodes = three_nodes_with(
+        &etcd.endpoint,
+        dir.path(),
+        &["--replicas", "2", "--lease-ttl-secs", "10"],
+    )
+    .await;
     let before = crawl_tests::wait_for_copies(
         &mut nodes[0].admin().await,
         2,
