@@ -444,34 +444,48 @@ async fn cut_over(
     )
     .into()));
     // The map as etcd holds it now (the view may lag behind another
-    // move's flip): the flip is conditional on it.
-    let (map, map_revision) = current_map(cluster).await?;
-    let flip = protocol::flip(
-        &cluster.keys,
-        progress.revision,
-        &progress.record,
-        (&map, map_revision),
-        (leased, leases_until_ms),
-        now_ms(),
-    );
-    let (flipped, next_map, txn) = match flip {
-        Ok(flip) => flip,
-        Err(refused) => {
-            // Planned from an older map: the partition's data is not
-            // where the move says. Rolled back; the leader plans again.
-            tracing::warn!(partition, %refused, "move rolled back");
-            let ended = cluster
-                .etcd
-                .txn(protocol::end_move(
-                    &cluster.keys,
-                    partition,
-                    progress.revision,
-                ))
-                .await?;
-            return Ok(ended.revision);
+    // move's flip): the flip is conditional on it. Another move's flip
+    // may land between that read and this flip: the partition stays
+    // sealed and its tail is taken, so only the flip is tried again, on
+    // the map as it is then, while the move is the one read (else the
+    // receiver reads the move again from the start).
+    let (flipped, next_map, flipped_at) = loop {
+        let (map, map_revision) = current_map(cluster).await?;
+        let flip = protocol::flip(
+            &cluster.keys,
+            progress.revision,
+            &progress.record,
+            (&map, map_revision),
+            (leased, leases_until_ms),
+            now_ms(),
+        );
+        let (flipped, next_map, txn) = match flip {
+            Ok(flip) => flip,
+            Err(refused) => {
+                // Planned from an older map: the partition's data is not
+                // where the move says. Rolled back; the leader plans again.
+                tracing::warn!(partition, %refused, "move rolled back");
+                let ended = cluster
+                    .etcd
+                    .txn(protocol::end_move(
+                        &cluster.keys,
+                        partition,
+                        progress.revision,
+                    ))
+                    .await?;
+                return Ok(ended.revision);
+            }
+        };
+        match written(&*cluster.etcd, txn, &cluster.keys, partition).await {
+            Ok(at) => break (flipped, next_map, at),
+            Err(ClusterError::Raced { .. })
+                if read_move(cluster, partition)
+                    .await?
+                    .0
+                    .is_some_and(|(_, revision)| revision == progress.revision) => {}
+            Err(error) => return Err(error),
         }
     };
-    let flipped_at = written(&*cluster.etcd, txn, &cluster.keys, partition).await?;
     tracing::info!(
         partition,
         from = flipped.from,
