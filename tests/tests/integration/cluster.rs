@@ -123,6 +123,18 @@ fn a_worker_per_node(nodes: &[FrontierProcess], out: &Path) -> Vec<WorkerProcess
         .collect()
 }
 
+/// Waits, through `node`, until the crawl is over; then stops `workers`.
+fn crawl_ends(node: &FrontierProcess, workers: Vec<WorkerProcess>) {
+    let (status, text) = frontier_cli(
+        &node.endpoint(),
+        &["status", "--wait", "--timeout-secs", "180"],
+    );
+    assert!(status.success(), "crawl did not finish: {text}");
+    for worker in workers {
+        assert!(worker.terminate().success());
+    }
+}
+
 /// Nodes that hold URLs of the crawl, from the cluster's own breakdown.
 async fn nodes_holding_urls(node: &FrontierProcess) -> usize {
     let progress = node.progress().await;
@@ -265,14 +277,7 @@ async fn a_node_lost_with_its_disk_mid_crawl_stops_nothing_with_two_copies() {
     let lost = nodes.remove(2);
     lost.kill();
     std::fs::remove_dir_all(dir.path().join("n3")).unwrap();
-    let (status, text) = frontier_cli(
-        &nodes[1].endpoint(),
-        &["status", "--wait", "--timeout-secs", "180"],
-    );
-    assert!(status.success(), "crawl did not finish: {text}");
-    for worker in workers {
-        assert!(worker.terminate().success());
-    }
+    crawl_ends(&nodes[1], workers);
     // Pages in flight at the kill (at most one per host) may be fetched
     // again once the old leader's leases have run out; nothing else.
     check_sites(&sites, sites.len() as u32);
@@ -363,14 +368,7 @@ async fn an_etcd_member_killed_mid_crawl_changes_nothing() {
     sites[0].answered_at_least(10).await;
     let leader = etcd.leader().await;
     etcd.kill_member(leader);
-    let (status, text) = frontier_cli(
-        &nodes[1].endpoint(),
-        &["status", "--wait", "--timeout-secs", "180"],
-    );
-    assert!(status.success(), "crawl did not finish: {text}");
-    for worker in workers {
-        assert!(worker.terminate().success());
-    }
+    crawl_ends(&nodes[1], workers);
     check_sites(&sites, 0);
     let after = nodes[2]
         .admin()
