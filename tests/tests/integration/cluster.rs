@@ -135,6 +135,16 @@ fn crawl_ends(node: &FrontierProcess, workers: Vec<WorkerProcess>) {
     }
 }
 
+/// The cluster as `node` sees it.
+async fn cluster_of(node: &FrontierProcess) -> proto::admin::ClusterStatus {
+    node.admin()
+        .await
+        .get_cluster(proto::admin::GetClusterRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 /// Nodes that hold URLs of the crawl, from the cluster's own breakdown.
 async fn nodes_holding_urls(node: &FrontierProcess) -> usize {
     let progress = node.progress().await;
@@ -310,13 +320,7 @@ async fn a_node_lost_with_its_disk_mid_crawl_stops_nothing_with_two_copies() {
     assert!(status.success(), "{text}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let cluster = nodes[0]
-            .admin()
-            .await
-            .get_cluster(proto::admin::GetClusterRequest {})
-            .await
-            .unwrap()
-            .into_inner();
+        let cluster = cluster_of(&nodes[0]).await;
         let whole = cluster.followers.len() == 8
             && cluster.moves.is_empty()
             && cluster
@@ -370,13 +374,7 @@ async fn an_etcd_member_killed_mid_crawl_changes_nothing() {
     etcd.kill_member(leader);
     crawl_ends(&nodes[1], workers);
     check_sites(&sites, 0);
-    let after = nodes[2]
-        .admin()
-        .await
-        .get_cluster(proto::admin::GetClusterRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let after = cluster_of(&nodes[2]).await;
     assert_eq!(
         (after.epoch, &after.owners, &after.followers),
         (before.epoch, &before.owners, &before.followers),
