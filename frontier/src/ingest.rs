@@ -47,6 +47,7 @@ use crate::scope::{Rules, SeedHosts, SkipReason};
 use crate::snapshots;
 use crate::store::{Applied, Deletion, Removed, Store, StoreError, WriteOp};
 
+mod followed;
 mod partition_copy;
 mod rebuild;
 mod replica_log;
@@ -340,6 +341,8 @@ pub struct Ingest {
     // shared from its check to its commit, so sealing (exclusive) waits for
     // the writes already past the check.
     sealed: std::sync::RwLock<std::collections::BTreeSet<u32>>,
+    // Which leader each partition's copy here follows (see `followed`).
+    followed: followed::FollowedMarks,
 }
 
 /// Most bytes of metadata one URL may carry unless configured otherwise:
@@ -510,6 +513,7 @@ impl Ingest {
             copies,
             replicas,
             sealed: std::sync::RwLock::default(),
+            followed: followed::FollowedMarks::default(),
             seeds: std::sync::RwLock::new(
                 seeds.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
             ),

@@ -60,6 +60,13 @@ fn describe() {
     );
     metrics::describe_gauge!("frontier_filter_memory_bytes", "Memory of all filters");
     metrics::describe_gauge!("frontier_urls", "Stored URLs by state (completed, pending)");
+    metrics::describe_counter!(
+        "frontier_cluster_replica_copies_total",
+        "New copies of partitions made on this node, by source: log (a lagging copy brought up to date with what its leader noted it missed) or whole (copied whole)"
+    );
+    for source in ["log", "whole"] {
+        metrics::counter!("frontier_cluster_replica_copies_total", "source" => source).increment(0);
+    }
     // Counters that may stay at zero for a long time are shown from the
     // start: a series that appears only on its first event reads as "no
     // data" in dashboards and breaks rate() until then.

@@ -131,6 +131,7 @@ pub fn cluster_json(status: &proto::admin::ClusterStatus) -> serde_json::Value {
             "cutover_ms": m.cutover_ms,
             "leased": m.leased,
             "old_copy_deleted": m.old_copy_deleted,
+            "from_log": m.from_log,
         })).collect::<Vec<_>>(),
         "nodes": status.nodes.iter().map(|node| {
             let rates = node.last_minute.unwrap_or_default();
@@ -171,6 +172,21 @@ fn partition_copies(status: &proto::admin::ClusterStatus) -> Vec<serde_json::Val
                 .collect();
             followers.extend(
                 status
+                    .followers
+                    .get(p)
+                    .map(|f| f.lagging.as_slice())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|id| {
+                        !status
+                            .moves
+                            .iter()
+                            .any(|m| m.partition as usize == p && m.to == **id)
+                    })
+                    .map(|id| serde_json::json!({"id": id, "in_sync": false, "lagging": true})),
+            );
+            followers.extend(
+                status
                     .moves
                     .iter()
                     .filter(|m| m.partition as usize == p && m.kind == "replica")
@@ -180,6 +196,7 @@ fn partition_copies(status: &proto::admin::ClusterStatus) -> Vec<serde_json::Val
                             "in_sync": false,
                             "phase": m.phase,
                             "copied": m.copied,
+                            "from_log": m.from_log,
                         })
                     }),
             );
@@ -242,10 +259,10 @@ pub fn print_cluster(status: &proto::admin::ClusterStatus) {
         let mut line = format!(
             "  partition {:>4}  {} {} -> {}  {:<8} copied {:>10} URLs {:>8.1} MB  for {:.0} s",
             moving.partition,
-            if moving.kind == "replica" {
-                "new copy"
-            } else {
-                "move"
+            match (moving.kind.as_str(), moving.from_log) {
+                ("replica", true) => "copy from log",
+                ("replica", false) => "new copy",
+                _ => "move",
             },
             moving.from,
             moving.to,
@@ -270,15 +287,20 @@ pub fn print_cluster(status: &proto::admin::ClusterStatus) {
     }
     let wanted = status.replicas.max(1) as usize;
     for (partition, leader) in status.owners.iter().enumerate() {
-        let followers = status
+        let (followers, lagging) = status
             .followers
             .get(partition)
-            .map(|f| f.in_sync.as_slice())
+            .map(|f| (f.in_sync.as_slice(), f.lagging.as_slice()))
             .unwrap_or_default();
         if wanted > 1 || !followers.is_empty() {
             println!(
-                "  partition {partition:>4}  leader {leader}  followers in sync [{}]{}",
+                "  partition {partition:>4}  leader {leader}  followers in sync [{}]{}{}",
                 followers.join(", "),
+                if lagging.is_empty() {
+                    String::new()
+                } else {
+                    format!("  lagging [{}]", lagging.join(", "))
+                },
                 if 1 + followers.len() < wanted {
                     "  SHORT OF COPIES"
                 } else {

@@ -324,12 +324,12 @@ impl Admin for ClusterAdmin {
             .as_ref()
             .map(|m| m.owners.clone())
             .unwrap_or_default();
-        let followers: Vec<Vec<String>> = view
+        let followers: Vec<(Vec<String>, Vec<String>)> = view
             .map
             .as_ref()
             .map(|m| {
                 (0..m.owners.len() as u32)
-                    .map(|p| m.followers_of(p).to_vec())
+                    .map(|p| (m.followers_of(p).to_vec(), m.lagging_of(p).to_vec()))
                     .collect()
             })
             .unwrap_or_default();
@@ -367,7 +367,7 @@ impl Admin for ClusterAdmin {
                 follows: followers
                     .iter()
                     .enumerate()
-                    .filter(|(_, followers)| followers.contains(&id))
+                    .filter(|(_, followers)| followers.0.contains(&id))
                     .map(|(p, _)| p as u32)
                     .collect(),
                 id,
@@ -398,17 +398,21 @@ impl Admin for ClusterAdmin {
                     cutover_ms: record.cutover_ms,
                     old_copy_deleted: record.from_done,
                     kind: record.kind.as_str().to_owned(),
+                    from_log: record.from_log,
                 })
                 .collect(),
             draining: view.draining.iter().cloned().collect(),
             replicas: self.cluster.replicas(),
             min_in_sync: self.cluster.min_in_sync(),
-            followers: if followers.iter().all(Vec::is_empty) {
+            followers: if followers
+                .iter()
+                .all(|(in_sync, lagging)| in_sync.is_empty() && lagging.is_empty())
+            {
                 Vec::new()
             } else {
                 followers
                     .into_iter()
-                    .map(|in_sync| adm::PartitionFollowers { in_sync })
+                    .map(|(in_sync, lagging)| adm::PartitionFollowers { in_sync, lagging })
                     .collect()
             },
         }))

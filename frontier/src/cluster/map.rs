@@ -113,6 +113,13 @@ pub struct PartitionMap {
     /// without it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub followers: Vec<Vec<String>>,
+    /// Followers taken out of the in-sync set per partition (index =
+    /// partition; missing or empty: none), while the leader that took
+    /// them out leads it: each keeps its copy, which that leader can bring
+    /// up to date from what it noted since instead of a whole copy. Cleared
+    /// when the partition's leader changes or it has its copies again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lagging: Vec<Vec<String>>,
 }
 
 impl PartitionMap {
@@ -156,6 +163,7 @@ impl PartitionMap {
             epoch: 1,
             owners,
             followers,
+            lagging: Vec::new(),
         })
     }
 
@@ -181,6 +189,34 @@ impl PartitionMap {
             .get(partition as usize)
             .is_some_and(|o| o == node)
             || self.follows(node, partition)
+    }
+
+    /// The followers of a partition out of sync whose copy its leader can
+    /// bring up to date.
+    #[must_use]
+    pub fn lagging_of(&self, partition: u32) -> &[String] {
+        self.lagging
+            .get(partition as usize)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The lagging list of `partition`, made room for.
+    pub fn lagging_mut(&mut self, partition: u32) -> &mut Vec<String> {
+        if self.lagging.len() < self.owners.len() {
+            self.lagging.resize(self.owners.len(), Vec::new());
+        }
+        &mut self.lagging[partition as usize]
+    }
+
+    /// Forgets every lagging copy of `partition` (its leader changed: the
+    /// new one noted nothing for them).
+    pub fn clear_lagging(&mut self, partition: u32) {
+        if let Some(lagging) = self.lagging.get_mut(partition as usize) {
+            lagging.clear();
+        }
+        if self.lagging.iter().all(Vec::is_empty) {
+            self.lagging.clear();
+        }
     }
 
     /// The partitions `node` follows.
@@ -256,6 +292,7 @@ impl PartitionMap {
             epoch,
             owners,
             followers: self.followers.clone(),
+            lagging: self.lagging.clone(),
         })
     }
 
@@ -388,6 +425,10 @@ pub struct MoveRecord {
     /// The old owner has deleted its copy.
     #[serde(default)]
     pub from_done: bool,
+    /// A replica brought up to date from its leader's notes of what it
+    /// missed, not copied whole.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_log: bool,
 }
 
 impl MoveRecord {
@@ -408,6 +449,7 @@ impl MoveRecord {
             leased: 0,
             hold_until_ms: 0,
             from_done: false,
+            from_log: false,
         }
     }
 }
@@ -446,6 +488,7 @@ mod tests {
                 .map(|p| names[owners[p % owners.len()] % names.len()].clone())
                 .collect(),
             followers: Vec::new(),
+            lagging: Vec::new(),
         }
     }
 

@@ -41,11 +41,12 @@ use std::time::Duration;
 pub(super) mod copy;
 
 use copy::{
-    AdminPeer, Progress, catch_up, copy_whole, decode_page, drop_local, take, take_queue_settings,
+    AdminPeer, Progress, catch_up, copy_whole, decode_page, drop_local, seed_from_log, take,
+    take_queue_settings,
 };
 
 use super::coordination::{Coordination, Txn, Write};
-use super::map::PartitionMap;
+use super::map::{MoveKind, PartitionMap};
 use super::protocol::{self, Duty, Keys};
 use super::{Cluster, ClusterError, View};
 use crate::time::Timestamp;
@@ -125,11 +126,18 @@ pub(super) async fn settle(cluster: &Cluster, view: &View) {
 async fn drop_strays(cluster: &Cluster, view: &View, receipts: &protocol::Receipts) {
     let me = cluster.options.node_id.as_str();
     let ingest = cluster.frontier.ingest();
-    let strays = protocol::strays(view, me, receipts, |partition| {
-        ingest
-            .stored_in_partition(partition as usize)
-            .is_some_and(|stored| stored > 0)
-    });
+    let strays = protocol::strays(
+        view,
+        me,
+        receipts,
+        |partition| {
+            ingest
+                .stored_in_partition(partition as usize)
+                .is_some_and(|stored| stored > 0)
+        },
+        // Unreadable: not kept (a whole copy is made if it is wanted).
+        |partition| ingest.followed_leader(partition).ok().flatten(),
+    );
     for (partition, owner) in strays {
         let frontier = Arc::clone(&cluster.frontier);
         let dropped =
@@ -373,17 +381,35 @@ async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<Option<i
             Ok(None)
         }
         MovePhase::Copy => {
-            drop_local(cluster, partition).await?;
             progress.restart();
-            copy_whole(cluster, &mut admin, partition, true, &mut progress).await?;
+            let noted = seed_from_log(cluster, &mut admin, &progress.record).await?;
+            progress.record.from_log = noted.is_some();
+            if noted.is_none() {
+                drop_local(cluster, partition).await?;
+                copy_whole(cluster, &mut admin, partition, true, &mut progress).await?;
+            }
             let caught_up = catch_up(cluster, &mut admin, partition).await?;
+            if progress.record.from_log {
+                progress.record.copied = caught_up;
+            }
             progress.record = protocol::to_cutover(&progress.record, now_ms());
             progress.write().await?;
+            if progress.record.kind == MoveKind::Replica {
+                let source = if progress.record.from_log {
+                    "log"
+                } else {
+                    "whole"
+                };
+                metrics::counter!("frontier_cluster_replica_copies_total", "source" => source)
+                    .increment(1);
+            }
             tracing::info!(
                 partition,
                 copied = progress.record.copied,
                 bytes = progress.record.copied_bytes,
                 caught_up,
+                noted,
+                from_log = progress.record.from_log,
                 from = progress.record.from,
                 "partition copied; cutover"
             );
@@ -486,6 +512,19 @@ async fn cut_over(
             Err(error) => return Err(error),
         }
     };
+    if flipped.kind == MoveKind::Replica {
+        // A whole copy of what the leader holds: it follows the leader
+        // from here (a write's first batch would mark it too).
+        let frontier = Arc::clone(&cluster.frontier);
+        let leader = flipped.from.clone();
+        let marked = tokio::task::spawn_blocking(move || {
+            frontier.ingest().note_followed(partition, &leader)
+        })
+        .await?;
+        if let Err(error) = marked {
+            tracing::warn!(partition, %error, "the new copy is not marked as following its leader");
+        }
+    }
     tracing::info!(
         partition,
         from = flipped.from,

@@ -124,6 +124,15 @@ pub(super) fn settle(cluster: &Arc<Cluster>, previous: &View, view: &View) {
             }
         })
         .collect();
+    let lagging_of: Vec<Vec<String>> = (0..map.owners.len() as u32)
+        .map(|p| {
+            if map.owners[p as usize] == me {
+                map.lagging_of(p).to_vec()
+            } else {
+                Vec::new()
+            }
+        })
+        .collect();
     let led: Vec<bool> = map.owners.iter().map(|owner| owner == me).collect();
     // The copies followed here are counted by their leaders.
     cluster
@@ -135,7 +144,7 @@ pub(super) fn settle(cluster: &Arc<Cluster>, previous: &View, view: &View) {
         .facts
         .as_ref()
         .map_or(cluster.facts.min_in_sync, |(facts, _)| facts.min_in_sync);
-    log.set_followers(followers_of, led, min_in_sync as usize);
+    log.set_followers(followers_of, lagging_of, led, min_in_sync as usize);
     let taken_over: Vec<(u32, String)> = previous
         .map
         .as_ref()
@@ -253,16 +262,16 @@ async fn send_batch(
     let mut admin = cluster.peers.get(&member.endpoint())?.admin();
     let epoch = cluster.epoch();
     let frontier = Arc::clone(&cluster.frontier);
-    let steps = batch.steps.clone();
+    let steps = std::sync::Arc::clone(&batch.steps);
     let (steps, leases_until_ms) = tokio::task::spawn_blocking(move || {
         let ingest = frontier.ingest();
         let mut wire = Vec::new();
-        for step in steps {
+        for step in steps.iter() {
             match step {
                 ReplicaStep::Touched(partitions) => {
-                    for (partition, keys) in partitions {
+                    for (&partition, keys) in partitions {
                         let urls = ingest
-                            .partition_urls(partition, &keys)
+                            .partition_urls(partition, keys)
                             .map_err(|e| ClusterError::Local(e.to_string()))?;
                         for chunk in urls.chunks(URLS_PER_CALL) {
                             wire.push(adm::ReplicatedStep {
@@ -276,25 +285,25 @@ async fn send_batch(
                 }
                 // The batch carries the horizon, read below.
                 ReplicaStep::Horizon => {}
-                ReplicaStep::QueueSettings { crawl, queue } => {
+                ReplicaStep::QueueSettings { crawl, queue, .. } => {
                     let record = frontier
                         .scheduler()
-                        .queue_record(&crawl, &queue)
+                        .queue_record(crawl, queue)
                         .unwrap_or_default();
                     wire.push(adm::ReplicatedStep {
                         step: Some(adm::replicated_step::Step::QueueSettings(
-                            super::moves::copy::moved_queue(&crawl, &queue, &record),
+                            super::moves::copy::moved_queue(crawl, queue, &record),
                         )),
                     });
                 }
                 ReplicaStep::Deleted(deletion) => wire.push(adm::ReplicatedStep {
                     step: Some(adm::replicated_step::Step::Deletion(
                         adm::ReplicatedDeletion {
-                            crawl_id: deletion.crawl,
-                            queue: deletion.queue,
+                            crawl_id: deletion.crawl.clone(),
+                            queue: deletion.queue.clone(),
                             created_before: deletion.created_before,
                             partition: deletion.partition,
-                            urls_below: deletion.urls_below,
+                            urls_below: deletion.urls_below.clone(),
                         },
                     )),
                 }),
@@ -403,6 +412,7 @@ pub(super) async fn take(
     let me = cluster.options.node_id.clone();
     let epoch = request.epoch;
     let leader = request.leader.clone();
+    let mut partitions = BTreeSet::new();
     for step in &request.steps {
         let partition = match &step.step {
             Some(adm::replicated_step::Step::Urls(urls)) => urls.partition,
@@ -422,10 +432,18 @@ pub(super) async fn take(
                 epoch,
             });
         }
+        partitions.insert(partition);
     }
     let frontier = Arc::clone(&cluster.frontier);
     let taken = tokio::task::spawn_blocking(move || {
         let ingest = frontier.ingest();
+        // Before the batch: a copy marked as following this leader holds
+        // what it sent (it can be brought up to date from its notes).
+        for &partition in &partitions {
+            ingest
+                .note_followed(partition, &leader)
+                .map_err(|e| ClusterError::Local(e.to_string()))?;
+        }
         let mut taken = Vec::new();
         // URLs up to a deletion or queue settings are taken in one commit.
         let mut pages = Vec::new();

@@ -13,6 +13,13 @@
 //! lease ends, it restarts, a compare-and-swap loses to a concurrent
 //! write, a transaction's call or answer is lost).
 //!
+//! With copies, a leader notes per follower the URLs it has not taken,
+//! and per follower taken out of the in-sync set (lagging) the URLs
+//! written since (`ReplicaLog`'s lags, lost when the leader stops); a
+//! follower's disk records which leader its copy follows (kept on disk,
+//! gone with a drop of the partition). A lagging copy made a copy again
+//! takes only those URLs when both agree, else the whole partition.
+//!
 //! Checked after every step: every acknowledged URL is on the disk of the
 //! node the stored map gives its partition; no two nodes acknowledge a
 //! write to one partition under one epoch. Checked at the end, once the
@@ -26,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::View;
 use super::coordination::{Condition, LeaseId, MemCoordination, Txn, TxnFault, Write};
-use super::map::{Member, MovePhase, MoveRecord, PartitionMap};
+use super::map::{Member, MoveKind, MovePhase, MoveRecord, PartitionMap};
 use super::protocol::{self, Duty, Keys};
 
 const PARTITIONS: u32 = 8;
@@ -85,6 +92,26 @@ struct Node {
     /// Its disk was lost while it was stopped: it joins again as a node
     /// holding nothing (`forget_lost_copies`).
     wiped: bool,
+    /// Durable: per partition, the leader this node's copy follows
+    /// (`Ingest::note_followed`).
+    followed: BTreeMap<u32, String>,
+    /// In memory, as a leader: per (partition, follower), the URLs written
+    /// here the follower has not taken (its owed steps).
+    owed: BTreeMap<(u32, String), BTreeSet<u64>>,
+    /// In memory, as a leader: per (partition, lagging follower), the URLs
+    /// written since it last took one (`ReplicaLog::lag`).
+    lags: BTreeMap<(u32, String), BTreeSet<u64>>,
+    /// In memory: the followers of each partition led here as last
+    /// settled (`ReplicaLog`'s, empty after a start).
+    sending_to: BTreeMap<u32, Vec<String>>,
+}
+
+impl Node {
+    /// A partition's copy here is dropped, and with it its mark.
+    fn drop_partition(&mut self, partition: u32) {
+        self.disk.remove(&partition);
+        self.followed.remove(&partition);
+    }
 }
 
 struct Sim {
@@ -109,10 +136,14 @@ struct Sim {
     /// Copies of each partition (`--replicas`), and copies a write needs.
     replicas: u32,
     min_in_sync: usize,
+    /// New copies brought up to date from their leader's lag, and copied
+    /// whole.
+    from_log: usize,
+    copied_whole: usize,
 }
 
 impl Sim {
-    fn new(seed: u64, verbose: bool, replicas: u32) -> Self {
+    fn new(seed: u64, verbose: bool, (replicas, min_in_sync): (u32, u32)) -> Self {
         let mut sim = Self {
             rng: Rng(seed),
             store: MemCoordination::new(),
@@ -129,7 +160,9 @@ impl Sim {
             log: Vec::new(),
             verbose,
             replicas,
-            min_in_sync: replicas.min(2) as usize,
+            min_in_sync: min_in_sync as usize,
+            from_log: 0,
+            copied_whole: 0,
         };
         for id in ["n1", "n2"] {
             sim.nodes.insert(id.to_owned(), Node::default());
@@ -194,6 +227,9 @@ impl Sim {
         node.receiving.clear();
         node.ended_at.clear();
         node.owed_again.clear();
+        node.owed.clear();
+        node.lags.clear();
+        node.sending_to.clear();
         self.deliver(id);
         self.note(format!("{id} starts"));
     }
@@ -244,6 +280,33 @@ impl Sim {
     /// `moves::settle`: seals, unseals and stray drops for a view.
     fn settle(&mut self, id: &str, view: View) {
         let node = self.node(id);
+        if let Some(map) = &view.map {
+            // `ReplicaLog::set_followers`: a follower of a partition led
+            // here, taken out since, lags with what it was owed.
+            for partition in map.owned_by(id).collect::<Vec<_>>() {
+                for follower in map.lagging_of(partition) {
+                    let key = (partition, follower.clone());
+                    let followed_here = node
+                        .sending_to
+                        .get(&partition)
+                        .is_some_and(|before| before.contains(follower));
+                    if !node.lags.contains_key(&key) && followed_here {
+                        let owed = node.owed.remove(&key).unwrap_or_default();
+                        node.lags.insert(key, owed);
+                    }
+                }
+            }
+            node.lags.retain(|(p, follower), _| {
+                map.owners[*p as usize] == id && map.lagging_of(*p).contains(follower)
+            });
+            node.owed.retain(|(p, follower), _| {
+                map.owners[*p as usize] == id && map.follows(follower, *p)
+            });
+            node.sending_to = map
+                .owned_by(id)
+                .map(|p| (p, map.followers_of(p).to_vec()))
+                .collect();
+        }
         if let (Some(before), Some(map)) = (&node.view.map, &view.map) {
             for partition in map.owned_by(id).collect::<Vec<_>>() {
                 if before.follows(id, partition) {
@@ -267,12 +330,16 @@ impl Sim {
         };
         receipts.seen(view.revision);
         node.ended_at.clone_from(&receipts.ended_at);
-        let disk = &node.disk;
-        let strays = protocol::strays(&view, id, &receipts, |partition| {
-            disk.get(&partition).is_some_and(|urls| !urls.is_empty())
-        });
+        let (disk, followed) = (&node.disk, &node.followed);
+        let strays = protocol::strays(
+            &view,
+            id,
+            &receipts,
+            |partition| disk.get(&partition).is_some_and(|urls| !urls.is_empty()),
+            |partition| followed.get(&partition).cloned(),
+        );
         for (partition, _) in &strays {
-            node.disk.remove(partition);
+            node.drop_partition(*partition);
         }
         node.view = view;
         self.disks_shrank |= !strays.is_empty();
@@ -341,7 +408,7 @@ impl Sim {
                     .as_ref()
                     .is_some_and(|map| map.holds(id, partition));
                 if !keeps {
-                    node.disk.remove(&partition);
+                    node.drop_partition(partition);
                 }
                 node.noted.remove(&partition);
                 node.sealed.remove(&partition);
@@ -406,14 +473,36 @@ impl Sim {
                         self.note(format!("{id} follows {partition}: no copy"));
                     }
                     MovePhase::Copy => {
-                        let urls = owner.disk.get(&partition).cloned().unwrap_or_default();
+                        let leader_disk = owner.disk.get(&partition).cloned().unwrap_or_default();
+                        // `seed_from_log`: a lagging copy that follows the
+                        // leader takes what the leader noted it misses.
+                        let noted = (record.kind == MoveKind::Replica
+                            && self.nodes[id].followed.get(&partition) == Some(&record.from))
+                        .then(|| owner.lags.get(&(partition, id.to_owned())).cloned())
+                        .flatten();
                         self.node(&record.from).noted.insert(partition, Vec::new());
                         self.disks_shrank = true;
                         let node = self.node(id);
-                        node.disk.insert(partition, urls);
-                        node.receiving
+                        let how = match noted {
+                            Some(noted) => {
+                                node.disk
+                                    .entry(partition)
+                                    .or_default()
+                                    .extend(noted.intersection(&leader_disk));
+                                self.from_log += 1;
+                                "from the leader's log"
+                            }
+                            None => {
+                                node.drop_partition(partition);
+                                node.disk.insert(partition, leader_disk);
+                                self.copied_whole += 1;
+                                "whole"
+                            }
+                        };
+                        self.node(id)
+                            .receiving
                             .insert(partition, Receiving::Copied { revision, record });
-                        self.note(format!("{id} copied {partition}"));
+                        self.note(format!("{id} copied {partition} {how}"));
                     }
                     MovePhase::Cutover => self.seal(id, record, revision),
                     MovePhase::Flipped => self.receive_ended(id, partition, read_at),
@@ -450,6 +539,11 @@ impl Sim {
                 match flip {
                     Ok((_, next, txn)) => match self.store.apply(txn) {
                         Ok(answer) if answer.succeeded => {
+                            if record.kind == MoveKind::Replica {
+                                self.node(id)
+                                    .followed
+                                    .insert(partition, record.from.clone());
+                            }
                             self.note(format!("{id} flipped {partition} (epoch {})", next.epoch));
                             self.receive_ended(id, partition, answer.revision);
                         }
@@ -555,6 +649,11 @@ impl Sim {
         if let Some(noted) = owner.noted.get_mut(&partition) {
             noted.push(url);
         }
+        for ((lagging_in, _), lag) in &mut owner.lags {
+            if *lagging_in == partition {
+                lag.insert(url);
+            }
+        }
         if !self.replicate(&owner_id, (&owner_map, owner_revision), partition, url) {
             return; // stored at the leader, not acknowledged
         }
@@ -603,7 +702,10 @@ impl Sim {
                             && own.follows(follower, partition)
                     })
             });
+            let key = (partition, follower.clone());
             if !takes {
+                // Owed to it, in the leader's memory, until it takes it.
+                self.node(leader).owed.entry(key).or_default().insert(url);
                 if self.nodes.get(follower).is_some_and(|node| node.up) {
                     // Up but of another epoch: the views converge well
                     // within the sender's patience; the write waits, here
@@ -616,8 +718,12 @@ impl Sim {
             let owes = owed_again
                 .as_ref()
                 .is_some_and(|owed| owed.contains(follower));
-            let disk = self.node(follower).disk.entry(partition).or_default();
+            let owed = self.node(leader).owed.remove(&key).unwrap_or_default();
+            let node = self.node(follower);
+            node.followed.insert(partition, leader.to_owned());
+            let disk = node.disk.entry(partition).or_default();
             disk.insert(url);
+            disk.extend(owed);
             if owes {
                 disk.extend(leader_disk.iter().copied());
             }
@@ -658,6 +764,9 @@ impl Sim {
         node.receiving.clear();
         node.ended_at.clear();
         node.owed_again.clear();
+        node.owed.clear();
+        node.lags.clear();
+        node.sending_to.clear();
         node.pending = None;
         self.note(format!("{id} stops"));
     }
@@ -689,6 +798,7 @@ impl Sim {
             if safe {
                 let node = self.node(&id);
                 node.disk.clear();
+                node.followed.clear();
                 node.wiped = true;
                 self.disks_shrank = true;
                 self.note(format!("{id}'s disk is lost"));
@@ -910,8 +1020,9 @@ impl Sim {
 }
 
 /// Runs one seed; panics, naming the seed, when an invariant breaks.
-fn run(seed: u64, verbose: bool, replicas: u32) {
-    let mut sim = Sim::new(seed, verbose, replicas);
+/// Answers the new copies made from their leader's log and whole.
+fn run(seed: u64, verbose: bool, copies: (u32, u32)) -> (usize, usize) {
+    let mut sim = Sim::new(seed, verbose, copies);
     for _ in 0..STEPS {
         sim.step();
         sim.check();
@@ -936,6 +1047,7 @@ fn run(seed: u64, verbose: bool, replicas: u32) {
         sim.log.join("\n")
     );
     sim.check();
+    (sim.from_log, sim.copied_whole)
 }
 
 fn seeds(default: u64) -> (u64, u64) {
@@ -946,37 +1058,66 @@ fn seeds(default: u64) -> (u64, u64) {
     }
 }
 
-fn run_seeds(replicas: u32, default: u64) {
+/// Runs the seeds; answers the new copies made from their leader's log
+/// and whole, over all of them.
+fn run_seeds((replicas, min_in_sync): (u32, u32), default: u64) -> (usize, usize) {
     let (first, count) = seeds(default);
     let verbose = count == 1;
+    let mut copies = (0, 0);
     for seed in first..first + count {
-        let outcome = std::panic::catch_unwind(|| run(seed, verbose, replicas));
-        if let Err(panic) = outcome {
-            eprintln!(
-                "failing seed: {seed} with {replicas} copies (SIM_SEED={seed} replays it with its steps)"
-            );
-            std::panic::resume_unwind(panic);
+        let outcome = std::panic::catch_unwind(|| run(seed, verbose, (replicas, min_in_sync)));
+        match outcome {
+            Ok((from_log, whole)) => {
+                copies.0 += from_log;
+                copies.1 += whole;
+            }
+            Err(panic) => {
+                eprintln!(
+                    "failing seed: {seed} with {replicas} copies, {min_in_sync} needed (SIM_SEED={seed} replays it with its steps)"
+                );
+                std::panic::resume_unwind(panic);
+            }
         }
     }
+    copies
 }
 
 #[test]
 fn seeded_runs_keep_every_acked_url_one_writer_per_epoch_and_end_every_move() {
-    run_seeds(1, 2_000);
+    run_seeds((1, 1), 2_000);
 }
 
 /// Two copies: leaders stop, lose their disks, fail over; followers stop,
-/// are taken out and copied again; every acknowledged URL stays on every
-/// copy in sync.
+/// are taken out, and are brought up to date from their leader's log or
+/// copied whole; every acknowledged URL stays on every copy in sync.
 #[test]
 fn seeded_runs_with_two_copies_keep_every_acked_url_on_every_copy_in_sync() {
-    run_seeds(2, 1_000);
+    two_copies(2);
+}
+
+/// As above with writes acknowledged on one copy (`--min-in-sync 1`): a
+/// follower taken out misses acknowledged writes, which its leader's log
+/// must bring it.
+#[test]
+fn seeded_runs_with_two_copies_one_needed_bring_lagging_copies_up_to_date() {
+    two_copies(1);
+}
+
+fn two_copies(min_in_sync: u32) {
+    let (from_log, whole) = run_seeds((2, min_in_sync), 1_000);
+    if seeds(1_000).1 > 1 {
+        assert!(
+            from_log > 0 && whole > 0,
+            "the seeds exercise both ways of making a copy: {from_log} from the log, {whole} whole"
+        );
+    }
+    eprintln!("{min_in_sync} needed: new copies: {from_log} from the leader's log, {whole} whole");
 }
 
 #[test]
 fn a_seed_replays_the_same_steps() {
     let trace = |seed| {
-        let mut sim = Sim::new(seed, false, 2);
+        let mut sim = Sim::new(seed, false, (2, 2));
         for _ in 0..STEPS {
             sim.step();
         }

@@ -447,6 +447,13 @@ impl adm::admin_server::Admin for AdminService {
         let limit = crate::partition_page::copy_page_limit(request.limit);
         let catch_up = request.catch_up;
         let (page, end, round) = blocking(&self.frontier, move |f| {
+            if !request.lag_of.is_empty() {
+                let ingest = f.ingest();
+                let seeded = ingest.track_partition_seeded(request.partition, || {
+                    ingest.replicas().lag(&request.lag_of, request.partition)
+                });
+                return Ok((Vec::new(), true, seeded));
+            }
             if request.track {
                 f.ingest().track_partition(request.partition);
             }

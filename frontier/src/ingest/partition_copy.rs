@@ -304,6 +304,7 @@ impl Ingest {
                 partitions,
             });
         }
+        self.forget_followed(partition)?;
         // Per crawl, every `chunk`-th URL ends a chunk (the chunk is
         // what sorts before it), and a last deletion takes the crawl's rest.
         let mut chunks: Vec<(String, Option<String>)> = Vec::new();
@@ -348,6 +349,7 @@ impl Ingest {
                 }
             }
         }
+        self.forget_followed(partition)?;
         self.counters[partition as usize]
             .stored
             .store(0, Ordering::Relaxed);
@@ -364,6 +366,29 @@ impl Ingest {
     pub fn track_partition(&self, partition: u32) {
         self.copies.lock().insert(partition, Changes::default());
         self.copies.rounds().remove(&partition);
+    }
+
+    /// Starts noting what is written to a partition as
+    /// [`Self::track_partition`] does, seeded with the keys `noted` answers
+    /// once noting has begun (what a leader noted for a lagging follower:
+    /// every write is then in one or the other), so that the catch-up
+    /// rounds send them. Answers how many were seeded; `None`, and nothing
+    /// is noted, when `noted` has none to give.
+    pub fn track_partition_seeded(
+        &self,
+        partition: u32,
+        noted: impl FnOnce() -> Option<BTreeSet<(String, String)>>,
+    ) -> Option<usize> {
+        self.track_partition(partition);
+        let Some(keys) = noted() else {
+            self.untrack_partition(partition);
+            return None;
+        };
+        let seeded = keys.len();
+        if let Some(changes) = self.copies.lock().get_mut(&partition) {
+            changes.touched.extend(keys);
+        }
+        Some(seeded)
     }
 
     /// Begins a catch-up round of a tracked partition: what was written to
@@ -719,6 +744,26 @@ mod tests {
                 assert!(to.filters().contains(partition as usize, key).unwrap());
             }
         }
+    }
+
+    #[test]
+    fn the_leader_a_copy_follows_is_kept_on_disk_until_the_partition_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let ingest = open(dir.path());
+        assert_eq!(ingest.followed_leader(1).unwrap(), None, "a new store");
+        ingest.note_followed(1, "n1").unwrap();
+        ingest.note_followed(2, "n1").unwrap();
+        ingest.note_followed(1, "n2").unwrap();
+        drop(ingest);
+        let ingest = open(dir.path());
+        assert_eq!(ingest.followed_leader(1).unwrap().as_deref(), Some("n2"));
+        assert_eq!(ingest.followed_leader(2).unwrap().as_deref(), Some("n1"));
+        ingest.drop_partition(1).unwrap();
+        assert_eq!(ingest.followed_leader(1).unwrap(), None);
+        drop(ingest);
+        let ingest = open(dir.path());
+        assert_eq!(ingest.followed_leader(1).unwrap(), None, "gone on disk");
+        assert_eq!(ingest.followed_leader(2).unwrap().as_deref(), Some("n1"));
     }
 
     #[test]

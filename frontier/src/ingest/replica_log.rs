@@ -16,6 +16,14 @@
 //! owed nothing is up to date at once. The set of followers changes only
 //! through the cluster (a follower leaves it in etcd before any write is
 //! acknowledged without it), which calls [`ReplicaLog::set_followers`].
+//!
+//! A follower taken out of the set of a partition this node goes on
+//! leading is noted as lagging there: from then on the log keeps the keys
+//! written to that partition (with those the follower was owed and had
+//! not confirmed), so that when it comes back its copy is brought up to
+//! date with those URLs alone ([`ReplicaLog::lag`]). The notes are
+//! bounded: past [`LAG_KEYS`] keys, or once a deletion reaches the
+//! partition (which keys cannot say), the follower is copied whole.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -33,9 +41,13 @@ pub enum ReplicaStep {
     Touched(BTreeMap<u32, BTreeSet<(String, String)>>),
     /// A deletion the leader applied.
     Deleted(Deletion),
-    /// A queue whose settings changed: sent as the leader holds them when
-    /// sent.
-    QueueSettings { crawl: String, queue: String },
+    /// A queue (of `partition`) whose settings changed: sent as the
+    /// leader holds them when sent.
+    QueueSettings {
+        partition: u32,
+        crawl: String,
+        queue: String,
+    },
     /// The lease horizon was raised: confirmed once a batch that carries
     /// it (every batch carries the horizon as stored when sent) is.
     Horizon,
@@ -45,7 +57,9 @@ pub enum ReplicaStep {
 /// bring it up to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaBatch {
-    pub steps: Vec<ReplicaStep>,
+    /// Shared with the log while the batch is out, so that a follower
+    /// taken out of the set meanwhile is noted as lagging by them too.
+    pub steps: Arc<Vec<ReplicaStep>>,
     pub through: u64,
 }
 
@@ -72,11 +86,18 @@ pub enum NotReplicated {
     },
 }
 
+/// (crawl, URL) keys.
+type Keys = BTreeSet<(String, String)>;
+
+/// Keys noted for lagging followers at most, over all of them: about a
+/// hundred bytes each. Past it a lagging copy is copied whole.
+pub const LAG_KEYS: usize = 1 << 19;
+
 #[derive(Debug, Default)]
 struct Owed {
     steps: Vec<ReplicaStep>,
-    /// A batch is out and unconfirmed.
-    in_flight: bool,
+    /// A batch is out and unconfirmed: its steps.
+    in_flight: Option<Arc<Vec<ReplicaStep>>>,
     confirmed: u64,
     wake: Arc<Notify>,
 }
@@ -98,9 +119,72 @@ struct LogState {
     /// The highest lease horizon (UTC ms) owed to the followers, and the
     /// group it was owed in.
     horizon_owed: (u64, u64),
+    /// Per partition led here, per follower taken out of its set since,
+    /// the keys written to it since the follower's last confirmed batch;
+    /// `None` when they cannot bring its copy up to date (too many, or a
+    /// deletion came).
+    lags: BTreeMap<u32, BTreeMap<String, Option<Keys>>>,
+    /// Keys over every lag.
+    lag_keys: usize,
+}
+
+impl LogState {
+    /// Notes keys written to `partition` for its lagging followers.
+    fn lagged(&mut self, partition: u32, keys: &[(String, String)]) {
+        let Some(lags) = self.lags.get_mut(&partition) else {
+            return;
+        };
+        for lag in lags.values_mut() {
+            let Some(touched) = lag else { continue };
+            for key in keys {
+                if touched.insert(key.clone()) {
+                    self.lag_keys += 1;
+                }
+            }
+            if self.lag_keys > LAG_KEYS {
+                self.lag_keys -= touched.len();
+                *lag = None;
+            }
+        }
+    }
+
+    /// A deletion reached `partition` (every partition: `None`): its lags
+    /// can no longer say what changed.
+    fn lag_deleted(&mut self, partition: Option<u32>) {
+        for (p, lags) in &mut self.lags {
+            if partition.is_none_or(|only| only == *p) {
+                for lag in lags.values_mut() {
+                    if let Some(touched) = lag.take() {
+                        self.lag_keys -= touched.len();
+                    }
+                }
+            }
+        }
+    }
+
+    /// What `steps` owe of `partition`: its keys, and whether a deletion
+    /// is among them.
+    fn owed_of(steps: &[ReplicaStep], partition: u32, keys: &mut Vec<(String, String)>) -> bool {
+        let mut deleted = false;
+        for step in steps {
+            match step {
+                ReplicaStep::Touched(partitions) => {
+                    keys.extend(partitions.get(&partition).into_iter().flatten().cloned());
+                }
+                ReplicaStep::Deleted(_) => deleted = true,
+                ReplicaStep::QueueSettings { .. } | ReplicaStep::Horizon => {}
+            }
+        }
+        deleted
+    }
 }
 
 impl Owed {
+    /// Drops what is owed of `partition`.
+    fn forget(&mut self, partition: u32) {
+        keep_partitions(&mut self.steps, |p| p != partition);
+    }
+
     /// Notes URLs of `partition` as owed, in the step after the last
     /// deletion owed (the order that matters: a URL touched after a
     /// deletion is sent after it).
@@ -112,6 +196,19 @@ impl Owed {
             partitions.entry(partition).or_default().extend(keys);
         }
     }
+}
+
+/// Drops from `steps` what is owed of partitions `keep` refuses (the
+/// follower would refuse them).
+fn keep_partitions(steps: &mut Vec<ReplicaStep>, keep: impl Fn(u32) -> bool) {
+    steps.retain_mut(|step| match step {
+        ReplicaStep::Touched(partitions) => {
+            partitions.retain(|p, _| keep(*p));
+            !partitions.is_empty()
+        }
+        ReplicaStep::QueueSettings { partition, .. } => keep(*partition),
+        ReplicaStep::Deleted(_) | ReplicaStep::Horizon => true,
+    });
 }
 
 /// A group numbered `committed` is noted: the followers owed something
@@ -126,7 +223,7 @@ fn group_noted(
     for (follower, owed) in owed.iter_mut() {
         if woken.contains(follower) {
             owed.wake.notify_one();
-        } else if owed.steps.is_empty() && !owed.in_flight {
+        } else if owed.steps.is_empty() && owed.in_flight.is_none() {
             owed.confirmed = committed;
             confirmed_now = true;
         }
@@ -164,6 +261,20 @@ impl ReplicaLog {
     pub(super) fn on_commit(&self, ops: &[WriteOp], applied: &[Applied]) {
         let mut state = self.lock();
         state.committed += 1;
+        if !state.lags.is_empty() {
+            for (op, applied) in ops.iter().zip(applied) {
+                match (op, applied) {
+                    (WriteOp::Discover(new), Applied::Discovered { stored: true }) => {
+                        state.lagged(new.partition, &[(new.crawl.clone(), new.url.clone())]);
+                    }
+                    (WriteOp::Known(known), _) => {
+                        state.lagged(known.partition, &[(known.crawl.clone(), known.url.clone())]);
+                    }
+                    (WriteOp::Delete(deletion), _) => state.lag_deleted(deletion.partition),
+                    _ => {}
+                }
+            }
+        }
         if state.owed.is_empty() {
             return;
         }
@@ -208,15 +319,86 @@ impl ReplicaLog {
     }
 
     /// The followers of each partition this node leads (index =
-    /// partition; others empty). A follower that leaves is owed nothing
-    /// more; one that joins is owed what commits from now on.
+    /// partition; others empty), and those taken out of their set that
+    /// lag. A follower that leaves is owed nothing more; one that joins is
+    /// owed what commits from now on. A follower that leaves a partition
+    /// it followed here and lags there is noted as lagging (module docs),
+    /// with what it was owed of it; one that lags without having followed
+    /// here is not (this node cannot say what its copy misses).
     pub fn set_followers(
         &self,
         followers_of: Vec<Vec<String>>,
+        lagging_of: Vec<Vec<String>>,
         led: Vec<bool>,
         min_in_sync: usize,
     ) {
         let mut state = self.lock();
+        let previous = std::mem::take(&mut state.followers_of);
+        for (partition, lagging) in lagging_of.iter().enumerate() {
+            let partition = partition as u32;
+            if !led.get(partition as usize).copied().unwrap_or(false) {
+                continue;
+            }
+            for follower in lagging {
+                let followed = previous
+                    .get(partition as usize)
+                    .is_some_and(|before| before.contains(follower));
+                let known = state
+                    .lags
+                    .get(&partition)
+                    .is_some_and(|lags| lags.contains_key(follower));
+                if known || !followed {
+                    continue;
+                }
+                let mut keys = Vec::new();
+                let deleted = state.owed.get(follower).is_some_and(|owed| {
+                    let pending = LogState::owed_of(&owed.steps, partition, &mut keys);
+                    let out = owed
+                        .in_flight
+                        .as_ref()
+                        .is_some_and(|steps| LogState::owed_of(steps, partition, &mut keys));
+                    pending || out
+                });
+                state
+                    .lags
+                    .entry(partition)
+                    .or_default()
+                    .insert(follower.clone(), (!deleted).then(BTreeSet::new));
+                if !deleted {
+                    state.lagged(partition, &keys);
+                }
+            }
+        }
+        // Lags end with the lagging (back in sync, copied elsewhere, or
+        // the partition led elsewhere).
+        let mut freed = 0;
+        state.lags.retain(|partition, lags| {
+            lags.retain(|follower, lag| {
+                let keep = led.get(*partition as usize).copied().unwrap_or(false)
+                    && lagging_of
+                        .get(*partition as usize)
+                        .is_some_and(|l| l.contains(follower));
+                if !keep {
+                    freed += lag.as_ref().map_or(0, BTreeSet::len);
+                }
+                keep
+            });
+            !lags.is_empty()
+        });
+        state.lag_keys -= freed;
+        // A follower that stays but left some partitions is owed nothing
+        // more of them: it would refuse them.
+        for (follower, owed) in &mut state.owed {
+            for (partition, before) in previous.iter().enumerate() {
+                let partition = partition as u32;
+                let still = followers_of
+                    .get(partition as usize)
+                    .is_some_and(|now| now.contains(follower));
+                if before.contains(follower) && !still {
+                    owed.forget(partition);
+                }
+            }
+        }
         state.led = led;
         state.min_in_sync = min_in_sync;
         let wanted: BTreeSet<String> = followers_of.iter().flatten().cloned().collect();
@@ -262,6 +444,7 @@ impl ReplicaLog {
     pub fn owe_queue_settings(&self, partition: u32, crawl: &str, queue: &str) -> bool {
         self.owe_group(partition, |owed| {
             owed.steps.push(ReplicaStep::QueueSettings {
+                partition,
                 crawl: crawl.to_owned(),
                 queue: queue.to_owned(),
             });
@@ -341,11 +524,9 @@ impl ReplicaLog {
         let mut state = self.lock();
         let through = state.committed;
         let owed = state.owed.get_mut(follower)?;
-        owed.in_flight = true;
-        Some(ReplicaBatch {
-            steps: std::mem::take(&mut owed.steps),
-            through,
-        })
+        let steps = Arc::new(std::mem::take(&mut owed.steps));
+        owed.in_flight = Some(Arc::clone(&steps));
+        Some(ReplicaBatch { steps, through })
     }
 
     /// A batch taken for `follower` is durable there.
@@ -355,7 +536,7 @@ impl ReplicaLog {
         let Some(owed) = state.owed.get_mut(follower) else {
             return;
         };
-        owed.in_flight = false;
+        owed.in_flight = None;
         // Groups after the batch that owed it nothing count as confirmed.
         let upto = if owed.steps.is_empty() {
             committed
@@ -368,15 +549,37 @@ impl ReplicaLog {
     }
 
     /// A batch taken for `follower` failed: its steps are owed again,
-    /// before any noted since.
+    /// before any noted since, but those of partitions it left meanwhile.
     pub fn failed(&self, follower: &str, batch: ReplicaBatch) {
         let mut state = self.lock();
-        if let Some(owed) = state.owed.get_mut(follower) {
-            owed.in_flight = false;
+        let LogState {
+            followers_of, owed, ..
+        } = &mut *state;
+        if let Some(owed) = owed.get_mut(follower) {
+            owed.in_flight = None;
             let later = std::mem::take(&mut owed.steps);
-            owed.steps = batch.steps;
+            owed.steps = Arc::unwrap_or_clone(batch.steps);
+            keep_partitions(&mut owed.steps, |p| {
+                followers_of
+                    .get(p as usize)
+                    .is_some_and(|followers| followers.iter().any(|f| f == follower))
+            });
             owed.steps.extend(later);
         }
+    }
+
+    /// The keys written to `partition` since `follower`, lagging there,
+    /// last confirmed a batch: the URLs that bring its copy up to date.
+    /// `None` when it is not noted as lagging there, or they cannot
+    /// (module docs): it is copied whole.
+    #[must_use]
+    pub fn lag(&self, follower: &str, partition: u32) -> Option<BTreeSet<(String, String)>> {
+        self.lock()
+            .lags
+            .get(&partition)
+            .and_then(|lags| lags.get(follower))
+            .cloned()
+            .flatten()
     }
 
     /// Groups committed so far: a writer answered by the group commit is
@@ -515,6 +718,7 @@ mod tests {
         log.set_followers(
             vec![vec!["b".into()], vec!["b".into(), "c".into()], vec![]],
             Vec::new(),
+            Vec::new(),
             1,
         );
         log.on_commit(
@@ -546,7 +750,12 @@ mod tests {
     #[tokio::test]
     async fn a_writer_waits_for_every_follower_or_its_leaving() {
         let log = ReplicaLog::default();
-        log.set_followers(vec![vec!["b".into(), "c".into()]], Vec::new(), 1);
+        log.set_followers(
+            vec![vec!["b".into(), "c".into()]],
+            Vec::new(),
+            Vec::new(),
+            1,
+        );
         log.on_commit(&[known(0, "u")], &[applied_known()]);
         let group = log.committed();
         let short = Duration::from_millis(1);
@@ -561,14 +770,19 @@ mod tests {
             matches!(&err, NotReplicated::NotConfirmed { followers, .. } if followers == &["c"])
         );
         // c leaves the set (in etcd first): the write waits for b alone.
-        log.set_followers(vec![vec!["b".into()]], Vec::new(), 1);
+        log.set_followers(vec![vec!["b".into()]], Vec::new(), Vec::new(), 1);
         log.replicated(group, short).await.unwrap();
     }
 
     #[tokio::test]
     async fn a_failed_batch_is_owed_again_before_later_writes_and_idle_followers_keep_up() {
         let log = ReplicaLog::default();
-        log.set_followers(vec![vec!["b".into()], vec!["c".into()]], Vec::new(), 1);
+        log.set_followers(
+            vec![vec!["b".into()], vec!["c".into()]],
+            Vec::new(),
+            Vec::new(),
+            1,
+        );
         log.on_commit(&[known(0, "first")], &[applied_known()]);
         let batch = log.take("b").unwrap();
         log.on_commit(&[known(0, "second")], &[applied_known()]);
@@ -595,6 +809,7 @@ mod tests {
         // alone (its follower left), partition 2 another node's.
         log.set_followers(
             vec![vec!["b".into()], vec![], vec![]],
+            Vec::new(),
             vec![true, true, false],
             2,
         );
@@ -619,7 +834,7 @@ mod tests {
     #[tokio::test]
     async fn keys_owed_again_hold_up_the_next_writer() {
         let log = ReplicaLog::default();
-        log.set_followers(vec![vec!["b".into()]], Vec::new(), 1);
+        log.set_followers(vec![vec!["b".into()]], Vec::new(), Vec::new(), 1);
         log.owe_again(0, BTreeSet::from([("c".into(), "u".into())]));
         let group = log.committed();
         assert!(
@@ -638,7 +853,12 @@ mod tests {
     #[tokio::test]
     async fn queue_settings_are_owed_in_their_place_to_the_followers_of_their_partition() {
         let log = ReplicaLog::default();
-        log.set_followers(vec![vec!["b".into()], vec![]], vec![true, false], 1);
+        log.set_followers(
+            vec![vec!["b".into()], vec![]],
+            Vec::new(),
+            vec![true, false],
+            1,
+        );
         log.on_commit(&[known(0, "before")], &[applied_known()]);
         assert!(log.owe_queue_settings(0, "c", "h"));
         assert!(
@@ -651,6 +871,7 @@ mod tests {
         assert_eq!(
             batch.steps[1],
             ReplicaStep::QueueSettings {
+                partition: 0,
                 crawl: "c".into(),
                 queue: "h".into()
             }
@@ -673,7 +894,7 @@ mod tests {
     #[test]
     fn a_crawl_deletion_is_owed_to_every_follower_in_its_place() {
         let log = ReplicaLog::default();
-        log.set_followers(vec![vec!["b".into()]], Vec::new(), 1);
+        log.set_followers(vec![vec!["b".into()]], Vec::new(), Vec::new(), 1);
         let deletion = Deletion {
             crawl: "c".into(),
             queue: None,
@@ -707,6 +928,7 @@ mod tests {
         log.set_patience(Duration::from_millis(1));
         log.set_followers(
             vec![vec!["b".into()], vec!["c".into()]],
+            Vec::new(),
             vec![true, true],
             1,
         );
@@ -716,26 +938,111 @@ mod tests {
         );
         for follower in ["b", "c"] {
             let batch = log.take(follower).unwrap();
-            assert_eq!(batch.steps, vec![ReplicaStep::Horizon]);
+            assert_eq!(*batch.steps, vec![ReplicaStep::Horizon]);
             log.confirmed(follower, batch.through);
         }
         log.horizon_replicated(5_000).await.unwrap();
         log.horizon_replicated(4_000).await.unwrap();
-        assert_eq!(log.take("b").unwrap().steps, Vec::new(), "owed once");
+        assert_eq!(*log.take("b").unwrap().steps, Vec::new(), "owed once");
         log.confirmed("b", log.committed());
         // A follower that joins has not seen it: the next lease waits for
         // it, and the horizon is owed to every follower again.
         log.set_followers(
             vec![vec!["b".into(), "d".into()], vec!["c".into()]],
+            Vec::new(),
             vec![true, true],
             1,
         );
         assert!(log.horizon_replicated(5_000).await.is_err());
         for follower in ["b", "c", "d"] {
             let batch = log.take(follower).unwrap();
-            assert_eq!(batch.steps, vec![ReplicaStep::Horizon]);
+            assert_eq!(*batch.steps, vec![ReplicaStep::Horizon]);
             log.confirmed(follower, batch.through);
         }
         log.horizon_replicated(5_000).await.unwrap();
+    }
+
+    fn keys(urls: &[&str]) -> Option<BTreeSet<(String, String)>> {
+        Some(
+            urls.iter()
+                .map(|u| ("c".to_owned(), (*u).to_owned()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_follower_taken_out_lags_with_what_it_missed_until_it_is_back() {
+        let log = ReplicaLog::default();
+        let both = || vec![vec!["b".into()], vec!["b".into()]];
+        log.set_followers(both(), Vec::new(), vec![true, true], 1);
+        log.on_commit(&[known(0, "sent")], &[applied_known()]);
+        let out = log.take("b").unwrap();
+        log.on_commit(&[known(0, "owed")], &[applied_known()]);
+        // b is taken out of 0's set (not 1's): it lags there with the
+        // batch it was sent and what it was owed.
+        log.set_followers(
+            vec![vec![], vec!["b".into()]],
+            vec![vec!["b".into()], vec![]],
+            vec![true, true],
+            1,
+        );
+        assert_eq!(log.lag("b", 0), keys(&["owed", "sent"]));
+        assert_eq!(log.lag("b", 1), None, "it follows 1");
+        log.failed("b", out);
+        assert!(
+            urls(&log.take("b").unwrap()).is_empty(),
+            "nothing of 0 owed"
+        );
+        log.on_commit(
+            &[known(0, "later"), known(1, "other")],
+            &[applied_known(), applied_known()],
+        );
+        assert_eq!(log.lag("b", 0), keys(&["later", "owed", "sent"]));
+        // A node that lags without having followed here: nothing noted.
+        log.set_followers(
+            vec![vec![], vec!["b".into()]],
+            vec![vec!["b".into()], vec!["c".into()]],
+            vec![true, true],
+            1,
+        );
+        assert_eq!(log.lag("c", 1), None);
+        assert_eq!(log.lag("b", 0), keys(&["later", "owed", "sent"]));
+        // Back in sync: nothing noted any more.
+        log.set_followers(both(), Vec::new(), vec![true, true], 1);
+        assert_eq!(log.lag("b", 0), None);
+        assert_eq!(log.lock().lag_keys, 0);
+    }
+
+    #[test]
+    fn a_deletion_or_too_many_keys_leave_a_lagging_follower_to_a_whole_copy() {
+        let log = ReplicaLog::default();
+        log.set_followers(
+            vec![vec!["b".into()], vec!["b".into()]],
+            Vec::new(),
+            vec![true, true],
+            1,
+        );
+        log.set_followers(
+            vec![vec![], vec![]],
+            vec![vec!["b".into()], vec!["b".into()]],
+            vec![true, true],
+            1,
+        );
+        let many: Vec<WriteOp> = (0..=LAG_KEYS).map(|n| known(1, &format!("u{n}"))).collect();
+        let applied = vec![applied_known(); many.len()];
+        log.on_commit(&many, &applied);
+        assert_eq!(log.lag("b", 1), None, "past the bound");
+        assert_eq!(log.lag("b", 0), keys(&[]));
+        let deletion = Deletion {
+            crawl: "c".into(),
+            queue: None,
+            created_before: None,
+            partitions: 2,
+            partition: None,
+            urls_below: None,
+        };
+        log.on_commit(&[WriteOp::Delete(deletion)], &[applied_known()]);
+        assert_eq!(log.lag("b", 0), None, "a deletion");
+        assert_eq!(log.lock().lag_keys, 0);
     }
 }

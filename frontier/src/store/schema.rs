@@ -12,6 +12,7 @@
 //! | `serving_order` | `(queue number, due_at, URL hash)` | partition | every URL not completed, in serving order per queue (completed URLs have no entry) |
 //! | `queues` | `(crawl ID, queue key)` | [`super::QueueRecord`] bytes | per queue: URL and completed counts (as of the last checkpoint), delay, block, crawl limit |
 //! | `crawl_settings` | crawl ID | default delay (seconds) | the delay of queues without their own |
+//! | `followed` | partition | leader's node ID | the leader whose writes this store's copy of the partition holds as a follower, since it last was whole there; removed before any of the partition's URLs are dropped. A store without the table follows nothing |
 //!
 //! `urls.redb`:
 //!
@@ -30,6 +31,9 @@ use super::StoreError;
 
 /// A `url_records` key: (partition, crawl number, URL hash).
 pub(super) type RecordKey = (u32, u32, u64);
+
+/// `frontier.redb`'s `followed` (see the table above).
+pub(super) const FOLLOWED: TableDefinition<'_, u32, &str> = TableDefinition::new("followed");
 
 /// `frontier.redb`'s `meta`.
 pub(super) const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");

@@ -6,7 +6,7 @@
 use redb::{ReadableDatabase, ReadableTable};
 
 use super::schema::{
-    CLEAN_TOKEN_KEY, CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, PARTITIONS_KEY, QUEUES,
+    CLEAN_TOKEN_KEY, CRAWL_SETTINGS, FOLLOWED, LEASES_UNTIL_KEY, META, PARTITIONS_KEY, QUEUES,
     SCHEMA_VERSION_KEY, SEED_HOSTS, SERVING_PAUSED_KEY,
 };
 use super::{QueueRecord, Store, StoreError, decode_queue};
@@ -91,6 +91,39 @@ impl Store {
     pub fn set_leases_until(&self, millis: u64) -> Result<(), StoreError> {
         self.write_durably(|write| {
             write.open_table(META)?.insert(LEASES_UNTIL_KEY, millis)?;
+            Ok(())
+        })
+    }
+
+    /// The leader whose writes this store's copy of `partition` holds as
+    /// its follower, if recorded (module `schema`, table `followed`).
+    pub fn followed_leader(&self, partition: u32) -> Result<Option<String>, StoreError> {
+        let read = self.files()?.db.begin_read()?;
+        let table = match read.open_table(FOLLOWED) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
+        Ok(table.get(partition)?.map(|v| v.value().to_owned()))
+    }
+
+    /// Records (`Some`) or removes (`None`) the leader this store's copy
+    /// of `partition` follows, durably.
+    pub fn set_followed_leader(
+        &self,
+        partition: u32,
+        leader: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.write_durably(|write| {
+            let mut table = write.open_table(FOLLOWED)?;
+            match leader {
+                Some(leader) => {
+                    table.insert(partition, leader)?;
+                }
+                None => {
+                    table.remove(partition)?;
+                }
+            }
             Ok(())
         })
     }

@@ -203,6 +203,7 @@ async fn copy_partition_pages_through_every_url_once_with_its_record() {
                     limit: 7,
                     track: after.is_none(),
                     catch_up: false,
+                    lag_of: String::new(),
                 })
                 .await
                 .unwrap()

@@ -579,6 +579,90 @@ async fn a_follower_restarted_mid_ingest_catches_up_and_queue_settings_survive_f
     );
 }
 
+/// A follower killed -9 while writes go on, acknowledged on one copy
+/// (`--min-in-sync 1`), then restarted on its data directory once its
+/// leaders took it out of their in-sync sets: each partition it followed
+/// is brought up to date from its leader's log, not copied whole (those it
+/// led, whose leaders never sent it anything, are), and every copy holds
+/// every acked URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_follower_catches_up_from_its_leaders_log() {
+    let Some(binary) = etcd_or_skip("a_returning_follower_catches_up_from_its_leaders_log") else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let args = |id: &'static str| {
+        let mut args = node_args(&etcd.endpoint, id);
+        args.extend(["--min-in-sync", "1", "--http-listen", "127.0.0.1:0"]);
+        args
+    };
+    let mut nodes: Vec<FrontierProcess> = ["n1", "n2", "n3"]
+        .into_iter()
+        .map(|id| FrontierProcess::start(&dir.path().join(id), &args(id)))
+        .collect();
+    for node in &nodes {
+        crawl_tests::wait_for_cluster(&mut node.admin().await, 3).await;
+    }
+    let before = wait_for_copies(&nodes[0], 2, Duration::from_secs(60)).await;
+    let followed: BTreeSet<usize> = (0..before.owners.len())
+        .filter(|&p| before.followers[p].in_sync.iter().any(|f| f == "n3"))
+        .collect();
+    let led = before.owners.iter().filter(|o| *o == "n3").count();
+    assert!(!followed.is_empty() && led > 0, "{before:?}");
+    let urls: Vec<String> = (0..800)
+        .map(|i| format!("http://host{i}.example/page"))
+        .collect();
+    let (mut acked, _) = put_all(nodes[0].client().await, &urls[..300]).await;
+    assert_eq!(acked.len(), 300);
+
+    let killed_at = Instant::now();
+    nodes.remove(2).kill();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = cluster_status(&nodes[0]).await;
+        let out = status.owners.iter().all(|o| o != "n3")
+            && status
+                .followers
+                .iter()
+                .all(|f| !f.in_sync.iter().any(|id| id == "n3"))
+            && followed
+                .iter()
+                .all(|&p| status.followers[p].lagging.iter().any(|id| id == "n3"));
+        if out {
+            break;
+        }
+        assert!(Instant::now() < deadline, "n3 never taken out: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Acknowledged on one copy while n3 is away.
+    let (more, pending) = put_all(nodes[0].client().await, &urls[300..]).await;
+    acked.extend(more);
+    let (more, _) = put_until_acked(&nodes, pending, killed_at).await;
+    acked.extend(more);
+    assert_eq!(acked.len(), urls.len());
+
+    nodes.push(FrontierProcess::start(&dir.path().join("n3"), &args("n3")));
+    assert_copies_whole(&nodes, &acked).await;
+    let metrics = crawl_tests::http_get(nodes[2].metrics.as_deref().expect("metrics")).await;
+    let copies = |source: &str| -> usize {
+        let series = format!("frontier_cluster_replica_copies_total{{source=\"{source}\"}} ");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{metrics}")) as usize
+    };
+    assert_eq!(
+        (copies("log"), copies("whole")),
+        (followed.len(), led),
+        "copies made on n3 from the log and whole: the {} partitions it followed \
+         from the log, the {led} it led whole\n{}",
+        followed.len(),
+        warnings(&nodes)
+    );
+}
+
 /// URLs leased from a leader that is killed -9 right after its answer:
 /// the follower that takes its partitions over holds them until those
 /// leases could have ended, so none is served again before its lease

@@ -114,6 +114,37 @@ pub(super) async fn copy_whole(
     }
 }
 
+/// A new replica whose copy here followed the partition's leader (and was
+/// taken out of its in-sync set since): asks the leader to seed the
+/// catch-up rounds with the keys it noted for this node since, which
+/// bring the copy up to date without copying it whole. Answers how many
+/// it noted; `None` when this copy followed another node, or the leader
+/// cannot say what it misses (it restarted, led the partition only since,
+/// noted too much, or a deletion came): the partition is copied whole.
+pub(super) async fn seed_from_log(
+    cluster: &Cluster,
+    admin: &mut AdminPeer,
+    record: &MoveRecord,
+) -> Result<Option<u64>, ClusterError> {
+    let partition = record.partition;
+    let frontier = Arc::clone(&cluster.frontier);
+    let followed =
+        tokio::task::spawn_blocking(move || frontier.ingest().followed_leader(partition))
+            .await?
+            .map_err(|e| ClusterError::Local(e.to_string()))?;
+    if record.kind != crate::cluster::map::MoveKind::Replica
+        || followed.as_deref() != Some(record.from.as_str())
+    {
+        return Ok(None);
+    }
+    let request = proto::admin::CopyPartitionRequest {
+        lag_of: cluster.options.node_id.clone(),
+        ..page_request(cluster, partition, None)
+    };
+    let answer = admin.copy_partition(request).await?.into_inner();
+    Ok(answer.tracked.then_some(answer.round_urls))
+}
+
 /// Catch-up rounds at most before a cutover.
 const CATCH_UP_ROUNDS: usize = 4;
 
