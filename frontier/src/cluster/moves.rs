@@ -380,6 +380,13 @@ async fn receive_step(cluster: &Arc<Cluster>, partition: u32) -> Result<Option<i
             progress.write().await?;
             Ok(None)
         }
+        // Led here already (a failover gave it to this node; it ends the
+        // move too): its copy is the partition's, never emptied for a
+        // copy of the old leader's.
+        MovePhase::Copy if leads_now(cluster, partition) => {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(None)
+        }
         MovePhase::Copy => {
             progress.restart();
             let noted = seed_from_log(cluster, &mut admin, &progress.record).await?;
@@ -535,6 +542,13 @@ async fn cut_over(
         "partition moved here"
     );
     Ok(flipped_at)
+}
+
+/// Whether this node's view makes it the leader of `partition`.
+fn leads_now(cluster: &Cluster, partition: u32) -> bool {
+    cluster.view().map.as_ref().is_some_and(|map| {
+        map.owners.get(partition as usize).map(String::as_str) == Some(&cluster.options.node_id)
+    })
 }
 
 /// Whether this node's view makes it an in-sync follower of `partition`.
