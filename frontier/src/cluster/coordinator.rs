@@ -137,6 +137,7 @@ pub async fn join(
         etcd,
         tasks: std::sync::Mutex::new(Vec::new()),
         moves: tokio::sync::Mutex::default(),
+        flips: super::moves::flip::FlipQueue::default(),
         replication: super::replication::Replication::default(),
         registered_until: std::sync::Mutex::new(None),
     });

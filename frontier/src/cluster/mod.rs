@@ -292,6 +292,7 @@ pub struct Cluster {
     node_secret: String,
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     moves: tokio::sync::Mutex<moves::MoveState>,
+    flips: moves::flip::FlipQueue,
     replication: replication::Replication,
     // Until when this node's registration is surely alive (its last
     // renewal's sending plus the lease's life): past it, another node may

@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(super) mod copy;
+pub(super) mod flip;
 
 use copy::{
     AdminPeer, Progress, catch_up, copy_whole, decode_page, drop_local, seed_from_log, take,
@@ -476,25 +477,21 @@ async fn cut_over(
         "move-before-flip"
     )
     .into()));
-    // The map as etcd holds it now (the view may lag behind another
-    // move's flip): the flip is conditional on it. Another move's flip
-    // may land between that read and this flip: the partition stays
-    // sealed and its tail is taken, so only the flip is tried again, on
-    // the map as it is then, while the move is the one read (else the
-    // receiver reads the move again from the start).
+    // The flip, with the others ready on this node ([`flip`]), on the map
+    // as etcd holds it then (the view may lag behind another move's flip).
+    // Another move's flip may land first: the partition stays sealed and
+    // its tail is taken, so only the flip is tried again, while the move
+    // is the one read (else the receiver reads the move again from the
+    // start).
+    let ready = protocol::ReadyFlip {
+        revision: progress.revision,
+        record: progress.record.clone(),
+        leases: (leased, leases_until_ms),
+    };
     let (flipped, next_map, flipped_at) = loop {
-        let (map, map_revision) = current_map(cluster).await?;
-        let flip = protocol::flip(
-            &cluster.keys,
-            progress.revision,
-            &progress.record,
-            (&map, map_revision),
-            (leased, leases_until_ms),
-            now_ms(),
-        );
-        let (flipped, next_map, txn) = match flip {
-            Ok(flip) => flip,
-            Err(refused) => {
+        match flip::flip(cluster, ready.clone()).await {
+            Ok(flip::Flipped::Done { record, map, at }) => break (record, map, at),
+            Ok(flip::Flipped::Refused(refused)) => {
                 // Planned from an older map: the partition's data is not
                 // where the move says. Rolled back; the leader plans again.
                 tracing::warn!(partition, %refused, "move rolled back");
@@ -508,9 +505,6 @@ async fn cut_over(
                     .await?;
                 return Ok(ended.revision);
             }
-        };
-        match written(&*cluster.etcd, txn, &cluster.keys, partition).await {
-            Ok(at) => break (flipped, next_map, at),
             Err(ClusterError::Raced { .. })
                 if read_move(cluster, partition)
                     .await?

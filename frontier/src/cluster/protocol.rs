@@ -482,7 +482,62 @@ pub(super) fn flip(
     Ok((flipped, next_map, txn))
 }
 
-/// The old owner's copy is gone.
+/// One move at its cutover, ready to flip: its record as read at
+/// `revision`, and the old owner's leases (count, until when).
+#[derive(Debug, Clone)]
+pub(super) struct ReadyFlip {
+    pub(super) revision: i64,
+    pub(super) record: MoveRecord,
+    pub(super) leases: (u64, u64),
+}
+
+/// A map to write and the transaction that writes it.
+pub(super) type Written = (PartitionMap, Txn);
+
+/// Several flips in one transaction, as if made one after the other with
+/// nothing between: conditional on the map as read and on every move
+/// flipped being as read. Answers per move its flipped record (or why it
+/// cannot flip: it is left out), the map after them all and the
+/// transaction; `None` when none can flip. A receiver's moves reach their
+/// cutover together when a node joins: one map write for all of them,
+/// rather than one each, every later one racing the earlier ones.
+pub(super) fn flip_all(
+    keys: &Keys,
+    ready: &[ReadyFlip],
+    (map, map_revision): (&PartitionMap, i64),
+    now_ms: u64,
+) -> (Vec<Result<MoveRecord, FlipRefused>>, Option<Written>) {
+    let mut next = map.clone();
+    let mut when = vec![Condition::ModRevision(keys.map(), map_revision)];
+    let mut then = Vec::new();
+    let answers: Vec<Result<MoveRecord, FlipRefused>> = ready
+        .iter()
+        .map(|one| {
+            let (flipped, after, _) = flip(
+                keys,
+                one.revision,
+                &one.record,
+                (&next, map_revision),
+                one.leases,
+                now_ms,
+            )?;
+            next = after;
+            let key = keys.move_of(one.record.partition);
+            when.push(Condition::ModRevision(key.clone(), one.revision));
+            then.push(Write::put(key, json(&flipped)));
+            Ok(flipped)
+        })
+        .collect();
+    if then.is_empty() {
+        return (answers, None);
+    }
+    // One epoch for the lot: each flip's own bump is one map write's.
+    next.epoch = map.epoch + 1;
+    then.push(Write::put(keys.map(), json(&next)));
+    (answers, Some((next, Txn::when(when, then))))
+}
+
+/// The old owner's copy is gone./// The old owner's copy is gone.
 #[must_use]
 pub(super) fn handed_over(record: &MoveRecord) -> MoveRecord {
     MoveRecord {
@@ -866,6 +921,57 @@ mod tests {
         let (given, failed_over, _) = failovers(&view, &keys).unwrap();
         assert!(given.iter().any(|(p, _, to)| *p == 1 && to == "c"));
         assert!(failed_over.lagging_of(1).is_empty());
+    }
+
+    #[test]
+    fn flips_written_together_are_those_made_one_after_the_other() {
+        let keys = Keys::new("t");
+        let map = PartitionMap::first(6, &nodes(&["a", "b", "c"])).unwrap();
+        let ready = |partition: u32, from: &str| ReadyFlip {
+            revision: 10 + i64::from(partition),
+            record: to_cutover(
+                &MoveRecord::started(partition, (from, "d"), MoveKind::Move, 0),
+                0,
+            ),
+            leases: (1, 500),
+        };
+        // 0 and 3 are a's, 1 is b's; the move of 1 says c (an older map).
+        let moves = [ready(0, "a"), ready(1, "c"), ready(3, "a")];
+        let (answers, written) = flip_all(&keys, &moves, (&map, 5), 100);
+        assert!(answers[0].is_ok() && answers[2].is_ok());
+        assert!(matches!(
+            answers[1],
+            Err(FlipRefused::NotTheOwner { partition: 1, .. })
+        ));
+        let (next, txn) = written.unwrap();
+        let mut one_by_one = map.clone();
+        for one in [&moves[0], &moves[2]] {
+            one_by_one = flip(
+                &keys,
+                one.revision,
+                &one.record,
+                (&one_by_one, 5),
+                one.leases,
+                100,
+            )
+            .unwrap()
+            .1;
+        }
+        assert_eq!(next.owners, one_by_one.owners);
+        assert_eq!(next.epoch, map.epoch + 1, "one map write, one epoch");
+        assert_eq!(answers[0].as_ref().unwrap().phase, MovePhase::Flipped);
+        assert_eq!(answers[0].as_ref().unwrap().hold_until_ms, 500);
+        assert_eq!(
+            txn.when,
+            vec![
+                Condition::ModRevision(keys.map(), 5),
+                Condition::ModRevision(keys.move_of(0), 10),
+                Condition::ModRevision(keys.move_of(3), 13),
+            ]
+        );
+        assert_eq!(txn.then.len(), 3, "two moves and the map");
+        let none = flip_all(&keys, &moves[1..2], (&map, 5), 100);
+        assert!(none.1.is_none());
     }
 
     #[test]

@@ -519,46 +519,77 @@ impl Sim {
                     _ => self.restart_task(id, partition),
                 }
             }
-            Some(Receiving::Sealed { revision, record }) => {
-                let map_entry = self
-                    .store
-                    .snapshot(&self.keys.map())
-                    .entries
-                    .into_iter()
-                    .find(|entry| entry.key == self.keys.map())
-                    .expect("a map exists once moves do");
-                let map: PartitionMap = serde_json::from_slice(&map_entry.value).expect("a map");
-                let flip = protocol::flip(
-                    &self.keys,
-                    revision,
-                    &record,
-                    (&map, map_entry.mod_revision),
-                    (0, 0),
-                    self.now_ms,
-                );
-                match flip {
-                    Ok((_, next, txn)) => match self.store.apply(txn) {
-                        Ok(answer) if answer.succeeded => {
-                            if record.kind == MoveKind::Replica {
-                                self.node(id)
-                                    .followed
-                                    .insert(partition, record.from.clone());
-                            }
-                            self.note(format!("{id} flipped {partition} (epoch {})", next.epoch));
-                            self.receive_ended(id, partition, answer.revision);
-                        }
-                        _ => self.restart_task(id, partition),
-                    },
-                    Err(refused) => {
-                        let Ok(ended) = self
-                            .store
-                            .apply(protocol::end_move(&self.keys, partition, revision))
-                        else {
-                            return self.restart_task(id, partition);
-                        };
-                        self.note(format!("{id} rolled back {partition}: {refused}"));
-                        self.receive_ended(id, partition, ended.revision);
+            Some(Receiving::Sealed { .. }) => self.flip_sealed(id),
+        }
+    }
+
+    /// The flips of every move `id` has sealed, in one transaction
+    /// (`moves::flip`, which gathers those ready when it gets its turn).
+    fn flip_sealed(&mut self, id: &str) {
+        let ready: Vec<protocol::ReadyFlip> = self.nodes[id]
+            .receiving
+            .values()
+            .filter_map(|task| match task {
+                Receiving::Sealed { revision, record } => Some(protocol::ReadyFlip {
+                    revision: *revision,
+                    record: record.clone(),
+                    leases: (0, 0),
+                }),
+                _ => None,
+            })
+            .collect();
+        let map_entry = self
+            .store
+            .snapshot(&self.keys.map())
+            .entries
+            .into_iter()
+            .find(|entry| entry.key == self.keys.map())
+            .expect("a map exists once moves do");
+        let map: PartitionMap = serde_json::from_slice(&map_entry.value).expect("a map");
+        let (answers, written) = protocol::flip_all(
+            &self.keys,
+            &ready,
+            (&map, map_entry.mod_revision),
+            self.now_ms,
+        );
+        for (one, answer) in ready.iter().zip(&answers) {
+            let partition = one.record.partition;
+            if let Err(refused) = answer {
+                let Ok(ended) =
+                    self.store
+                        .apply(protocol::end_move(&self.keys, partition, one.revision))
+                else {
+                    self.restart_task(id, partition);
+                    continue;
+                };
+                self.note(format!("{id} rolled back {partition}: {refused}"));
+                self.receive_ended(id, partition, ended.revision);
+            }
+        }
+        let Some((next, txn)) = written else {
+            return;
+        };
+        let flipping = ready
+            .iter()
+            .zip(&answers)
+            .filter(|(_, answer)| answer.is_ok())
+            .map(|(one, _)| one);
+        match self.store.apply(txn) {
+            Ok(answer) if answer.succeeded => {
+                for one in flipping {
+                    let partition = one.record.partition;
+                    if one.record.kind == MoveKind::Replica {
+                        self.node(id)
+                            .followed
+                            .insert(partition, one.record.from.clone());
                     }
+                    self.note(format!("{id} flipped {partition} (epoch {})", next.epoch));
+                    self.receive_ended(id, partition, answer.revision);
+                }
+            }
+            _ => {
+                for one in flipping {
+                    self.restart_task(id, one.record.partition);
                 }
             }
         }
