@@ -58,10 +58,14 @@ impl Ingest {
             .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if marks.get(&partition) == Some(&None) {
-            return Ok(());
+        let known = match marks.get(&partition) {
+            Some(known) => known.clone(),
+            None => self.store.followed_leader(partition)?,
+        };
+        // Most partitions dropped were never followed: no durable write.
+        if known.is_some() {
+            self.store.set_followed_leader(partition, None)?;
         }
-        self.store.set_followed_leader(partition, None)?;
         marks.insert(partition, None);
         Ok(())
     }
