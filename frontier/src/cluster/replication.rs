@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use proto::admin as adm;
 use tokio::task::JoinHandle;
 
+use super::map::PartitionMap;
 use super::peers::forwarded;
 use super::{Cluster, ClusterError, View};
 use crate::ingest::{PartitionUrl, ReplicaBatch, ReplicaStep};
@@ -115,24 +116,20 @@ pub(super) fn settle(cluster: &Arc<Cluster>, previous: &View, view: &View) {
     let Some(map) = &view.map else {
         return;
     };
-    let followers_of: Vec<Vec<String>> = (0..map.owners.len() as u32)
-        .map(|p| {
-            if map.owners[p as usize] == me {
-                map.followers_of(p).to_vec()
-            } else {
-                Vec::new()
-            }
-        })
-        .collect();
-    let lagging_of: Vec<Vec<String>> = (0..map.owners.len() as u32)
-        .map(|p| {
-            if map.owners[p as usize] == me {
-                map.lagging_of(p).to_vec()
-            } else {
-                Vec::new()
-            }
-        })
-        .collect();
+    // Per partition, of those led here only.
+    let led_only = |of: fn(&PartitionMap, u32) -> &[String]| -> Vec<Vec<String>> {
+        (0..map.owners.len() as u32)
+            .map(|p| {
+                if map.owners[p as usize] == me {
+                    of(map, p).to_vec()
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect()
+    };
+    let followers_of = led_only(PartitionMap::followers_of);
+    let lagging_of = led_only(PartitionMap::lagging_of);
     let led: Vec<bool> = map.owners.iter().map(|owner| owner == me).collect();
     // The copies followed here are counted by their leaders.
     cluster
