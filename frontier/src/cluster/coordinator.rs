@@ -550,38 +550,41 @@ async fn plan(
     copies.replace_after_ms = cluster.options.replace_after.as_millis() as u64;
     copies.observe(&view, now);
     let copying = protocol::plan_copies(&view, &cluster.keys, copies, now);
-    for (planned, txn) in copying
+    let planned: Vec<_> = copying
         .into_iter()
         .chain(protocol::plan(&view, &cluster.keys, now))
-    {
+        .collect();
+    for (steps, txn) in protocol::together(planned) {
         if !cluster.etcd.txn(txn).await?.succeeded {
             continue;
         }
-        match planned {
-            protocol::Planned::RollBack {
-                partition,
-                from,
-                to,
-            } => tracing::warn!(
-                partition,
-                from,
-                to,
-                "move rolled back: its receiver is gone"
-            ),
-            protocol::Planned::Start {
-                partition,
-                from,
-                to,
-            } => tracing::info!(partition, from, to, "partition move started"),
-            protocol::Planned::Replicate {
-                partition,
-                leader,
-                to,
-            } => tracing::info!(partition, leader, to, "new follower's copy started"),
-            protocol::Planned::Trim { partitions } => {
-                tracing::info!(?partitions, "followers beyond the copies kept let go");
-                // The starts were planned from the map before the trim.
-                return Ok(());
+        for planned in steps {
+            match planned {
+                protocol::Planned::RollBack {
+                    partition,
+                    from,
+                    to,
+                } => tracing::warn!(
+                    partition,
+                    from,
+                    to,
+                    "move rolled back: its receiver is gone"
+                ),
+                protocol::Planned::Start {
+                    partition,
+                    from,
+                    to,
+                } => tracing::info!(partition, from, to, "partition move started"),
+                protocol::Planned::Replicate {
+                    partition,
+                    leader,
+                    to,
+                } => tracing::info!(partition, leader, to, "new follower's copy started"),
+                protocol::Planned::Trim { partitions } => {
+                    tracing::info!(?partitions, "followers beyond the copies kept let go");
+                    // The starts were planned from the map before the trim.
+                    return Ok(());
+                }
             }
         }
     }

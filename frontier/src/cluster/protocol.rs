@@ -318,6 +318,33 @@ pub(super) fn plan(view: &View, keys: &Keys, now_ms: u64) -> Vec<(Planned, Txn)>
     planned
 }
 
+/// The leader's steps as written: starts (of moves and copies) in a row
+/// go in one transaction, which holds while the map is the one the plan
+/// read and none of their partitions has a move (else none starts, and
+/// the next plan, on a newer view, starts them); the others alone. A
+/// node joining a large cluster gets its moves started in one write per
+/// plan rather than one each.
+pub(super) fn together(planned: Vec<(Planned, Txn)>) -> Vec<(Vec<Planned>, Txn)> {
+    let mut grouped: Vec<(Vec<Planned>, Txn)> = Vec::new();
+    for (step, txn) in planned {
+        let starts =
+            |step: &Planned| matches!(step, Planned::Start { .. } | Planned::Replicate { .. });
+        match grouped.last_mut() {
+            Some((steps, together)) if starts(&step) && steps.iter().all(starts) => {
+                for condition in txn.when {
+                    if !together.when.contains(&condition) {
+                        together.when.push(condition);
+                    }
+                }
+                together.then.extend(txn.then);
+                steps.push(step);
+            }
+            _ => grouped.push((vec![step], txn)),
+        }
+    }
+    grouped
+}
+
 /// A move's start: only while no move of its partition is recorded and
 /// the map is the one the plan read.
 fn start_move(keys: &Keys, map_revision: i64, record: &MoveRecord) -> Txn {
@@ -921,6 +948,41 @@ mod tests {
         let (given, failed_over, _) = failovers(&view, &keys).unwrap();
         assert!(given.iter().any(|(p, _, to)| *p == 1 && to == "c"));
         assert!(failed_over.lagging_of(1).is_empty());
+    }
+
+    #[test]
+    fn starts_in_a_row_are_written_together_and_hold_only_all_at_once() {
+        let keys = Keys::new("t");
+        let joined = View {
+            map: PartitionMap::first(8, &nodes(&["a", "b", "c"])),
+            map_revision: 5,
+            members: ["a", "b", "c", "d"].iter().map(|id| member(id)).collect(),
+            revision: 9,
+            ..View::default()
+        };
+        let planned = plan(&joined, &keys, 0);
+        let starts = planned.len();
+        assert!(starts >= 2, "{planned:?}");
+        let rollback = (
+            Planned::RollBack {
+                partition: 7,
+                from: "a".into(),
+                to: "e".into(),
+            },
+            Txn::writes(vec![Write::Delete(keys.move_of(7))]),
+        );
+        let grouped = together(std::iter::once(rollback).chain(planned).collect());
+        assert_eq!(grouped.len(), 2, "the rollback, then every start");
+        let (steps, txn) = &grouped[1];
+        assert_eq!(steps.len(), starts);
+        assert_eq!(txn.then.len(), starts);
+        let map_checks = txn
+            .when
+            .iter()
+            .filter(|c| **c == Condition::ModRevision(keys.map(), 5))
+            .count();
+        assert_eq!(map_checks, 1);
+        assert_eq!(txn.when.len(), 1 + starts, "each start's move absent");
     }
 
     #[test]

@@ -372,13 +372,13 @@ impl Sim {
             ..protocol::CopyPolicy::default()
         };
         let copies = protocol::plan_copies(&view, &self.keys, &policy, self.now_ms);
-        for (planned, txn) in
-            copies
-                .into_iter()
-                .chain(protocol::plan(&view, &self.keys, self.now_ms))
-        {
+        let planned = copies
+            .into_iter()
+            .chain(protocol::plan(&view, &self.keys, self.now_ms))
+            .collect();
+        for (steps, txn) in protocol::together(planned) {
             if self.store.apply(txn).is_ok_and(|answer| answer.succeeded) {
-                self.note(format!("{leader} planned {planned:?}"));
+                self.note(format!("{leader} planned {steps:?}"));
             }
         }
     }
