@@ -321,16 +321,26 @@ pub(super) fn plan(view: &View, keys: &Keys, now_ms: u64) -> Vec<(Planned, Txn)>
 /// The leader's steps as written: starts (of moves and copies) in a row
 /// go in one transaction, which holds while the map is the one the plan
 /// read and none of their partitions has a move (else none starts, and
-/// the next plan, on a newer view, starts them); the others alone. A
-/// node joining a large cluster gets its moves started in one write per
-/// plan rather than one each.
+/// the next plan, on a newer view, starts them); the others alone, as is
+/// a second start of one partition (a move and a copy planned from one
+/// view: the later fails). A node joining a large cluster gets its moves
+/// started in one write per plan rather than one each.
 pub(super) fn together(planned: Vec<(Planned, Txn)>) -> Vec<(Vec<Planned>, Txn)> {
+    let started = |step: &Planned| match step {
+        Planned::Start { partition, .. } | Planned::Replicate { partition, .. } => Some(*partition),
+        Planned::RollBack { .. } | Planned::Trim { .. } => None,
+    };
     let mut grouped: Vec<(Vec<Planned>, Txn)> = Vec::new();
     for (step, txn) in planned {
-        let starts =
-            |step: &Planned| matches!(step, Planned::Start { .. } | Planned::Replicate { .. });
+        let joins = |steps: &[Planned]| {
+            started(&step).is_some_and(|partition| {
+                steps
+                    .iter()
+                    .all(|other| started(other).is_some_and(|p| p != partition))
+            })
+        };
         match grouped.last_mut() {
-            Some((steps, together)) if starts(&step) && steps.iter().all(starts) => {
+            Some((steps, together)) if joins(steps) => {
                 for condition in txn.when {
                     if !together.when.contains(&condition) {
                         together.when.push(condition);
@@ -983,6 +993,42 @@ mod tests {
             .count();
         assert_eq!(map_checks, 1);
         assert_eq!(txn.when.len(), 1 + starts, "each start's move absent");
+        // A copy and a move of one partition, planned from one view: etcd
+        // refuses a transaction that writes a key twice.
+        let copy_of = |partition| {
+            let record = MoveRecord::started(partition, ("a", "d"), MoveKind::Replica, 0);
+            (
+                Planned::Replicate {
+                    partition,
+                    leader: "a".into(),
+                    to: "d".into(),
+                },
+                start_move(&keys, 5, &record),
+            )
+        };
+        let moves = plan(&joined, &keys, 0);
+        let Planned::Start { partition, .. } = moves[0].0 else {
+            panic!("{moves:?}");
+        };
+        let mut both = vec![copy_of(partition)];
+        both.extend(moves);
+        let grouped = together(both);
+        assert_eq!(grouped.len(), 2, "the move of the copied partition apart");
+        for (steps, txn) in &grouped {
+            let mut keys_written: Vec<&Write> = txn.then.iter().collect();
+            keys_written.dedup();
+            assert_eq!(keys_written.len(), txn.then.len(), "{steps:?}");
+            let partitions: BTreeSet<u32> = steps
+                .iter()
+                .filter_map(|s| match s {
+                    Planned::Start { partition, .. } | Planned::Replicate { partition, .. } => {
+                        Some(*partition)
+                    }
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(partitions.len(), steps.len(), "{steps:?}");
+        }
     }
 
     #[test]

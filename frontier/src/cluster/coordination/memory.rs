@@ -200,6 +200,17 @@ impl MemCoordination {
 
     /// Applies a transaction at once.
     pub fn apply(&self, txn: Txn) -> Result<TxnAnswer, CoordinationError> {
+        // As etcd: a transaction may write each key once.
+        let mut written = std::collections::BTreeSet::new();
+        for write in &txn.then {
+            if let Write::Put { key, .. } | Write::Delete(key) = write
+                && !written.insert(key.as_str())
+            {
+                return Err(CoordinationError::Unavailable(format!(
+                    "etcdserver: duplicate key given in txn request: {key}"
+                )));
+            }
+        }
         let mut state = self.state();
         let fault = state.faults.pop_front();
         if fault == Some(TxnFault::Lost) {
