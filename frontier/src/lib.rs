@@ -14,6 +14,8 @@
 //! - [`record`]: the stored value of one URL and its binary form.
 //! - [`repair`]: `frontier verify` and `frontier salvage`, the operator's
 //!   tools for a store the frontier refuses to open.
+//! - [`revisit`]: revisit policies (never, fixed, adaptive) and the change
+//!   rate estimate that picks a page's next due date from its history.
 //! - [`snapshots`]: filter snapshots written at a clean shutdown and
 //!   trusted only while the store is unchanged since.
 //! - [`store`]: the redb store: single-opener lock, schema version checks,
@@ -69,6 +71,7 @@ pub mod metrics;
 pub mod partition_page;
 pub mod record;
 pub mod repair;
+pub mod revisit;
 pub mod robots_shelf;
 pub mod scheduler;
 pub mod scope;
