@@ -243,7 +243,7 @@ mod tests {
         let mut version_seen = None;
         let mut chosen = Vec::new();
         while now < span {
-            let version = if period == 0 { 0 } else { now / period };
+            let version = now.checked_div(period).unwrap_or(0);
             let found = if version_seen == Some(version) {
                 Found::Unchanged
             } else {
