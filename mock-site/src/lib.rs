@@ -32,6 +32,12 @@
 //! crawler (seeded with `/`, a depth limit, robots and nofollow obeyed,
 //! one retry allowed) fetches it. robots.txt and sitemap.xml are left out:
 //! each worker reads them.
+//!
+//! [`changing`] is another site, for continuous crawls: pages that change
+//! on schedules, with validators and 304s, and the ground truth of their
+//! versions over time.
+
+pub mod changing;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -201,6 +207,35 @@ fn page(title: &str, body: &str) -> String {
     )
 }
 
+/// Answers every connection `listener` accepts with `answer`, HTTP/1.1 or
+/// HTTP/2, until the runtime ends.
+fn spawn_server<F, Fut>(listener: TcpListener, answer: F)
+where
+    F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let answered = answer(request);
+                    async move { Ok::<_, Infallible>(answered.await) }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+            });
+        }
+    });
+}
+
 impl MockSite {
     /// Serves the site on a listener the caller bound.
     pub fn serve(listener: TcpListener, config: SiteConfig) -> std::io::Result<Self> {
@@ -226,25 +261,9 @@ impl MockSite {
             log_hits,
         };
         let server = site.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let site = server.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
-                        let site = site.clone();
-                        async move { Ok::<_, Infallible>(site.answer(request).await) }
-                    });
-                    let _ = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-                });
-            }
+        spawn_server(listener, move |request| {
+            let site = server.clone();
+            async move { site.answer(request).await }
         });
         Ok(site)
     }
