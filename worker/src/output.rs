@@ -286,6 +286,72 @@ fn uuid_v4() -> String {
         .to_owned()
 }
 
+/// How a revisit record knows the page is as captured before (WARC 1.1
+/// revisit profiles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RevisitProfile {
+    /// The payload's digest equals the earlier capture's.
+    IdenticalPayloadDigest,
+    /// The server answered 304 Not Modified.
+    ServerNotModified,
+}
+
+impl RevisitProfile {
+    /// The profile's URI, as WARC-Profile carries it.
+    #[must_use]
+    pub fn uri(self) -> &'static str {
+        match self {
+            Self::IdenticalPayloadDigest => {
+                "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+            }
+            Self::ServerNotModified => {
+                "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+            }
+        }
+    }
+}
+
+/// What a revisit record refers to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revisit {
+    pub profile: RevisitProfile,
+    /// The earlier capture's target URI.
+    pub refers_to_uri: String,
+    /// The earlier capture's date (UTC epoch seconds).
+    pub refers_to_date: u64,
+    /// With identical-payload-digest: the digest both payloads have.
+    pub payload_digest: Option<String>,
+}
+
+/// A response's HTTP head as archived: the status line and headers, less
+/// the transfer's own (the body is stored decoded), and its length.
+fn http_head(fetched: &Fetched) -> Vec<u8> {
+    let mut http = Vec::with_capacity(1024);
+    let version = match fetched.version.as_str() {
+        "HTTP/2.0" => "HTTP/2",
+        other => other,
+    };
+    let reason = reqwest::StatusCode::from_u16(fetched.status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("");
+    http.extend_from_slice(format!("{version} {} {reason}\r\n", fetched.status).as_bytes());
+    for (name, value) in &fetched.headers {
+        if ["content-encoding", "transfer-encoding", "content-length"]
+            .iter()
+            .any(|h| name.eq_ignore_ascii_case(h))
+        {
+            continue;
+        }
+        http.extend_from_slice(name.as_bytes());
+        http.extend_from_slice(b": ");
+        http.extend_from_slice(value);
+        http.extend_from_slice(b"\r\n");
+    }
+    http.extend_from_slice(format!("content-length: {}\r\n\r\n", fetched.body.len()).as_bytes());
+    http
+}
+
 /// The worker's output directory.
 pub struct Output {
     warc: Mutex<WarcFile>,
@@ -333,31 +399,7 @@ impl Output {
     ) -> io::Result<String> {
         let payload_digest = digest(&fetched.body);
         // The HTTP message's head; its body is the page's, not copied.
-        let mut http = Vec::with_capacity(1024);
-        let version = match fetched.version.as_str() {
-            "HTTP/2.0" => "HTTP/2",
-            other => other,
-        };
-        let reason = reqwest::StatusCode::from_u16(fetched.status)
-            .ok()
-            .and_then(|s| s.canonical_reason())
-            .unwrap_or("");
-        http.extend_from_slice(format!("{version} {} {reason}\r\n", fetched.status).as_bytes());
-        for (name, value) in &fetched.headers {
-            if ["content-encoding", "transfer-encoding", "content-length"]
-                .iter()
-                .any(|h| name.eq_ignore_ascii_case(h))
-            {
-                continue;
-            }
-            http.extend_from_slice(name.as_bytes());
-            http.extend_from_slice(b": ");
-            http.extend_from_slice(value);
-            http.extend_from_slice(b"\r\n");
-        }
-        http.extend_from_slice(
-            format!("content-length: {}\r\n\r\n", fetched.body.len()).as_bytes(),
-        );
+        let http = http_head(fetched);
         let block = [http.as_slice(), &fetched.body];
 
         let mut response_fields = vec![
@@ -376,7 +418,58 @@ impl Output {
         if fetched.truncated {
             response_fields.push((WarcHeader::Truncated, "length".to_owned()));
         }
-        let response = record_header(&response_fields);
+        self.write_pair(url, request_head, &response_fields, &block)?;
+        Ok(payload_digest)
+    }
+
+    /// Writes a fetch that found the page as an earlier capture had it: a
+    /// `revisit` record (WARC 1.1, section 6.7) with the HTTP head only,
+    /// referring to that capture, and its request. `profile` says how it
+    /// is known: the same payload digest, or a 304.
+    pub fn write_revisit(
+        &self,
+        url: &str,
+        request_head: &[u8],
+        fetched: &Fetched,
+        revisit: &Revisit,
+    ) -> io::Result<()> {
+        let http = http_head(fetched);
+        let mut fields = vec![
+            (WarcHeader::WarcType, "revisit".to_owned()),
+            (WarcHeader::TargetURI, url.to_owned()),
+            (
+                WarcHeader::ContentType,
+                "application/http; msgtype=response".to_owned(),
+            ),
+            (WarcHeader::Profile, revisit.profile.uri().to_owned()),
+            (
+                WarcHeader::Unknown("WARC-Refers-To-Target-URI".to_owned()),
+                revisit.refers_to_uri.clone(),
+            ),
+            (
+                WarcHeader::Unknown("WARC-Refers-To-Date".to_owned()),
+                iso_date(revisit.refers_to_date),
+            ),
+            (WarcHeader::BlockDigest, digest(&http)),
+        ];
+        if let Some(payload) = &revisit.payload_digest {
+            fields.push((WarcHeader::PayloadDigest, payload.clone()));
+        }
+        if let Some(peer) = fetched.peer {
+            fields.push((WarcHeader::IPAddress, peer.ip().to_string()));
+        }
+        self.write_pair(url, request_head, &fields, &[http.as_slice()])
+    }
+
+    /// A response-like record (`fields`, `block`) and its request record.
+    fn write_pair(
+        &self,
+        url: &str,
+        request_head: &[u8],
+        fields: &[(WarcHeader, String)],
+        block: &[&[u8]],
+    ) -> io::Result<()> {
+        let response = record_header(fields);
         let response_id = response
             .headers
             .get(&WarcHeader::RecordID)
@@ -395,11 +488,10 @@ impl Output {
         // pair stays together and concurrent fetches only queue for the
         // write itself.
         let mut members = record_member(request, request_head)?;
-        append_record_member(&mut members, response, &block)?;
+        append_record_member(&mut members, response, block)?;
         let mut warc = self.warc.lock().unwrap_or_else(PoisonError::into_inner);
         warc.writer()?;
-        warc.append(&members)?;
-        Ok(payload_digest)
+        warc.append(&members)
     }
 
     /// Appends one crawl log line.
@@ -511,29 +603,110 @@ mod tests {
                 .unwrap();
         }
         output.flush().unwrap();
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        let files = std::fs::read_dir(dir.path())
             .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.to_string_lossy().ends_with(".warc.gz"))
-            .collect();
-        files.sort();
-        assert!(files.len() > 1, "rotated at 2,000 bytes");
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .to_string_lossy()
+                    .ends_with(".warc.gz")
+            })
+            .count();
+        assert!(files > 1, "rotated at 2,000 bytes");
         let mut responses = 0;
-        for file in files {
-            let reader = warc::WarcReader::new(BufReader::new(flate2::read::MultiGzDecoder::new(
-                File::open(&file).unwrap(),
-            )));
-            for record in reader.iter_records() {
-                let record = record.unwrap();
-                if record.warc_type() == &warc::RecordType::Response {
-                    responses += 1;
-                    let body = String::from_utf8_lossy(record.body());
-                    assert!(body.starts_with("HTTP/1.1 200 OK\r\n"));
-                    assert!(!body.to_ascii_lowercase().contains("content-encoding"));
-                }
+        for record in read_warc(dir.path()) {
+            if record.warc_type() == &warc::RecordType::Response {
+                responses += 1;
+                let body = String::from_utf8_lossy(record.body());
+                assert!(body.starts_with("HTTP/1.1 200 OK\r\n"));
+                assert!(!body.to_ascii_lowercase().contains("content-encoding"));
             }
         }
         assert_eq!(responses, 10);
+    }
+
+    #[test]
+    fn revisit_records_refer_to_the_earlier_capture_in_either_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = Output::open(dir.path(), "w1", 1 << 20).unwrap();
+        let url = "http://s.example/a";
+        let first = output
+            .write_exchange(url, b"GET /a HTTP/1.1\r\n\r\n", &fetched(b"<html>a</html>"))
+            .unwrap();
+        let same = Revisit {
+            profile: RevisitProfile::IdenticalPayloadDigest,
+            refers_to_uri: url.to_owned(),
+            refers_to_date: 1_795_000_000,
+            payload_digest: Some(first.clone()),
+        };
+        output
+            .write_revisit(
+                url,
+                b"GET /a HTTP/1.1\r\n\r\n",
+                &fetched(b"<html>a</html>"),
+                &same,
+            )
+            .unwrap();
+        let not_modified = Fetched {
+            status: 304,
+            ..fetched(b"")
+        };
+        let told = Revisit {
+            profile: RevisitProfile::ServerNotModified,
+            payload_digest: None,
+            ..same.clone()
+        };
+        output
+            .write_revisit(url, b"GET /a HTTP/1.1\r\n\r\n", &not_modified, &told)
+            .unwrap();
+        output.flush().unwrap();
+        let revisits: Vec<(String, String, String, Option<String>, String)> = read_warc(dir.path())
+            .into_iter()
+            .filter(|record| record.warc_type() == &warc::RecordType::Revisit)
+            .map(|record| {
+                let header = |name: &str| {
+                    record
+                        .header(WarcHeader::Unknown(name.to_owned()))
+                        .map(|v| v.into_owned())
+                };
+                (
+                    record.header(WarcHeader::Profile).unwrap().into_owned(),
+                    header("warc-refers-to-target-uri").unwrap(),
+                    header("warc-refers-to-date").unwrap(),
+                    record
+                        .header(WarcHeader::PayloadDigest)
+                        .map(|v| v.into_owned()),
+                    String::from_utf8_lossy(record.body()).into_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(revisits.len(), 2);
+        assert_eq!(revisits[0].0, RevisitProfile::IdenticalPayloadDigest.uri());
+        assert_eq!(revisits[0].1, url);
+        assert_eq!(revisits[0].2, "2026-11-18T11:06:40Z");
+        assert_eq!(revisits[0].3.as_deref(), Some(first.as_str()));
+        assert!(revisits[0].4.starts_with("HTTP/1.1 200 OK\r\n"));
+        assert!(revisits[0].4.ends_with("\r\n\r\n"), "the head only");
+        assert_eq!(revisits[1].0, RevisitProfile::ServerNotModified.uri());
+        assert_eq!(revisits[1].3, None);
+        assert!(revisits[1].4.starts_with("HTTP/1.1 304 Not Modified\r\n"));
+    }
+
+    /// Every record of the WARC files in `dir`.
+    fn read_warc(dir: &Path) -> Vec<warc::Record<warc::BufferedBody>> {
+        let mut records = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if !path.to_string_lossy().ends_with(".warc.gz") {
+                continue;
+            }
+            let reader = warc::WarcReader::new(BufReader::new(flate2::read::MultiGzDecoder::new(
+                File::open(&path).unwrap(),
+            )));
+            records.extend(reader.iter_records().map(Result::unwrap));
+        }
+        records
     }
 
     /// `data` as one gzip member, through a reused compressor.
