@@ -263,15 +263,20 @@ impl ReplicaLog {
         state.committed += 1;
         if !state.lags.is_empty() {
             for (op, applied) in ops.iter().zip(applied) {
-                match (op, applied) {
+                let (partition, crawl, url) = match (op, applied) {
                     (WriteOp::Discover(new), Applied::Discovered { stored: true }) => {
-                        state.lagged(new.partition, &[(new.crawl.clone(), new.url.clone())]);
+                        (new.partition, &new.crawl, &new.url)
                     }
-                    (WriteOp::Known(known), _) => {
-                        state.lagged(known.partition, &[(known.crawl.clone(), known.url.clone())]);
+                    (WriteOp::Known(known), _) => (known.partition, &known.crawl, &known.url),
+                    (WriteOp::Delete(deletion), _) => {
+                        state.lag_deleted(deletion.partition);
+                        continue;
                     }
-                    (WriteOp::Delete(deletion), _) => state.lag_deleted(deletion.partition),
-                    _ => {}
+                    _ => continue,
+                };
+                // Keys are copied only for a partition someone lags in.
+                if state.lags.contains_key(&partition) {
+                    state.lagged(partition, &[(crawl.clone(), url.clone())]);
                 }
             }
         }
