@@ -7,7 +7,7 @@ use redb::{ReadableDatabase, ReadableTable};
 
 use super::schema::{
     CLEAN_TOKEN_KEY, CRAWL_SETTINGS, FOLLOWED, LEASES_UNTIL_KEY, META, PARTITIONS_KEY, QUEUES,
-    SCHEMA_VERSION_KEY, SEED_HOSTS, SERVING_PAUSED_KEY,
+    SCHEMA_VERSION_KEY, SEED_HOSTS, SERVING_PAUSED_KEY, open_if_exists,
 };
 use super::{QueueRecord, Store, StoreError, decode_queue};
 
@@ -99,10 +99,8 @@ impl Store {
     /// its follower, if recorded (module `schema`, table `followed`).
     pub fn followed_leader(&self, partition: u32) -> Result<Option<String>, StoreError> {
         let read = self.files()?.db.begin_read()?;
-        let table = match read.open_table(FOLLOWED) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(error) => return Err(error.into()),
+        let Some(table) = open_if_exists(&read, FOLLOWED)? else {
+            return Ok(None);
         };
         Ok(table.get(partition)?.map(|v| v.value().to_owned()))
     }
