@@ -473,6 +473,11 @@ async fn cut_over(
         progress.record.copied
     };
     take_queue_settings(cluster, queues).await?;
+    if progress.record.kind == MoveKind::Replica {
+        // In sync from the flip on, this copy may take the partition over
+        // before a batch brings it the leader's lease horizon.
+        super::replication::hold_horizon(cluster, &progress.record.from, leases_until_ms).await?;
+    }
     fail::fail_point!("move-before-flip", |_| Err(crate::failpoint::hit(
         "move-before-flip"
     )

@@ -505,22 +505,31 @@ pub(super) async fn take(
             recent.pop_front();
         }
     }
+    hold_horizon(cluster, &request.leader, request.leases_until_ms).await
+}
+
+/// Notes that `leader`'s leases may run until `until_ms` (UTC ms): this
+/// node, taking its partitions over, serves none of their URLs before;
+/// kept durably when raised, so also after a restart.
+pub(super) async fn hold_horizon(
+    cluster: &Cluster,
+    leader: &str,
+    until_ms: u64,
+) -> Result<(), ClusterError> {
     let raised = {
         let mut horizons = lock(&cluster.replication.horizons);
-        let horizon = horizons.entry(request.leader).or_insert(0);
-        let raised = request.leases_until_ms > *horizon;
-        *horizon = (*horizon).max(request.leases_until_ms);
+        let horizon = horizons.entry(leader.to_owned()).or_insert(0);
+        let raised = until_ms > *horizon;
+        *horizon = (*horizon).max(until_ms);
         raised
     };
     if raised {
-        // After a restart this node serves nothing before it either.
         let frontier = Arc::clone(&cluster.frontier);
-        let until = request.leases_until_ms;
         tokio::task::spawn_blocking(move || {
             let store = frontier.ingest().store();
             match store.leases_until() {
-                Ok(ours) if ours >= until => Ok(()),
-                _ => store.set_leases_until(until),
+                Ok(ours) if ours >= until_ms => Ok(()),
+                _ => store.set_leases_until(until_ms),
             }
         })
         .await?
