@@ -406,6 +406,22 @@ impl Drop for WorkerProcess {
     }
 }
 
+/// Waits, through the frontier at `endpoint`, until the crawl is over
+/// (`frontier status --wait`, at most `timeout_secs`); then stops
+/// `workers`, each of which must exit cleanly.
+pub fn crawl_ends(
+    endpoint: &str,
+    workers: impl IntoIterator<Item = WorkerProcess>,
+    timeout_secs: u32,
+) {
+    let timeout = timeout_secs.to_string();
+    let (status, text) = frontier_cli(endpoint, &["status", "--wait", "--timeout-secs", &timeout]);
+    assert!(status.success(), "crawl did not finish: {text}");
+    for worker in workers {
+        assert!(worker.terminate().success());
+    }
+}
+
 /// Runs a `frontier` client subcommand against `endpoint`; answers its
 /// exit status and stdout.
 pub fn frontier_cli(endpoint: &str, args: &[&str]) -> (std::process::ExitStatus, String) {

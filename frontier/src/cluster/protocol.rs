@@ -450,17 +450,16 @@ pub(super) enum FlipRefused {
     },
 }
 
-/// The flip: one transaction, conditional on the move and the map being as
-/// read, gives the partition to the receiver in the next epoch and records
-/// until when the old owner's leases may run.
+/// The flip: gives the partition to the receiver in the next epoch and
+/// records until when the old owner's leases may run; answers the flipped
+/// record and the map. [`flip_all`] writes flips, conditional on the moves
+/// and the map being as read.
 pub(super) fn flip(
-    keys: &Keys,
-    revision: i64,
     record: &MoveRecord,
-    (map, map_revision): (&PartitionMap, i64),
+    map: &PartitionMap,
     (leased, leases_until_ms): (u64, u64),
     now_ms: u64,
-) -> Result<(MoveRecord, PartitionMap, Txn), FlipRefused> {
+) -> Result<(MoveRecord, PartitionMap), FlipRefused> {
     let partition = record.partition;
     let owner = map
         .owners
@@ -505,18 +504,7 @@ pub(super) fn flip(
         cutover_ms: now_ms.saturating_sub(record.cutover_at_ms),
         ..record.clone()
     };
-    let key = keys.move_of(partition);
-    let txn = Txn::when(
-        vec![
-            Condition::ModRevision(key.clone(), revision),
-            Condition::ModRevision(keys.map(), map_revision),
-        ],
-        vec![
-            Write::put(key, json(&flipped)),
-            Write::put(keys.map(), json(&next_map)),
-        ],
-    );
-    Ok((flipped, next_map, txn))
+    Ok((flipped, next_map))
 }
 
 /// One move at its cutover, ready to flip: its record as read at
@@ -550,14 +538,7 @@ pub(super) fn flip_all(
     let answers: Vec<Result<MoveRecord, FlipRefused>> = ready
         .iter()
         .map(|one| {
-            let (flipped, after, _) = flip(
-                keys,
-                one.revision,
-                &one.record,
-                (&next, map_revision),
-                one.leases,
-                now_ms,
-            )?;
+            let (flipped, after) = flip(&one.record, &next, one.leases, now_ms)?;
             next = after;
             let key = keys.move_of(one.record.partition);
             when.push(Condition::ModRevision(key.clone(), one.revision));
@@ -937,7 +918,7 @@ mod tests {
         assert!(planned.is_empty(), "{planned:?}");
         // Its copy flipped in: in sync, no longer lagging.
         let record = MoveRecord::started(0, ("a", "b"), MoveKind::Replica, 0);
-        let (_, flipped, _) = flip(&keys, 3, &record, (&dropped, 5), (0, 0), 0).unwrap();
+        let (_, flipped) = flip(&record, &dropped, (0, 0), 0).unwrap();
         assert_eq!(flipped.followers_of(0), ["b".to_owned()]);
         assert!(flipped.lagging_of(0).is_empty());
         assert_eq!(flipped.lagging_of(3), ["b".to_owned()]);
@@ -1054,16 +1035,7 @@ mod tests {
         let (next, txn) = written.unwrap();
         let mut one_by_one = map.clone();
         for one in [&moves[0], &moves[2]] {
-            one_by_one = flip(
-                &keys,
-                one.revision,
-                &one.record,
-                (&one_by_one, 5),
-                one.leases,
-                100,
-            )
-            .unwrap()
-            .1;
+            one_by_one = flip(&one.record, &one_by_one, one.leases, 100).unwrap().1;
         }
         assert_eq!(next.owners, one_by_one.owners);
         assert_eq!(next.epoch, map.epoch + 1, "one map write, one epoch");
@@ -1163,11 +1135,10 @@ mod tests {
     fn a_flip_to_a_follower_swaps_it_with_the_leader_and_a_new_copy_joins() {
         let view = view(&["a", "b", "c"]);
         let map = view.map.as_ref().unwrap();
-        let keys = Keys::new("t");
         let follower = map.followers_of(0)[0].clone();
         let leader = map.owners[0].clone();
         let record = MoveRecord::started(0, (&leader, &follower), MoveKind::Move, 0);
-        let (_, next, _) = flip(&keys, 3, &record, (map, 5), (0, 0), 0).unwrap();
+        let (_, next) = flip(&record, map, (0, 0), 0).unwrap();
         assert_eq!(next.owners[0], follower);
         assert_eq!(next.followers_of(0), std::slice::from_ref(&leader));
         let third = ["a", "b", "c"]
@@ -1175,7 +1146,7 @@ mod tests {
             .find(|n| !map.holds(n, 0))
             .unwrap();
         let record = MoveRecord::started(0, (&leader, third), MoveKind::Replica, 0);
-        let (_, next, _) = flip(&keys, 3, &record, (map, 5), (0, 0), 0).unwrap();
+        let (_, next) = flip(&record, map, (0, 0), 0).unwrap();
         assert_eq!(next.owners[0], leader, "a new copy leaves the leader");
         assert_eq!(next.followers_of(0).len(), 2);
         assert!(next.follows(third, 0));

@@ -123,18 +123,6 @@ fn a_worker_per_node(nodes: &[FrontierProcess], out: &Path) -> Vec<WorkerProcess
         .collect()
 }
 
-/// Waits, through `node`, until the crawl is over; then stops `workers`.
-fn crawl_ends(node: &FrontierProcess, workers: Vec<WorkerProcess>) {
-    let (status, text) = frontier_cli(
-        &node.endpoint(),
-        &["status", "--wait", "--timeout-secs", "180"],
-    );
-    assert!(status.success(), "crawl did not finish: {text}");
-    for worker in workers {
-        assert!(worker.terminate().success());
-    }
-}
-
 /// The cluster as `node` sees it.
 async fn cluster_of(node: &FrontierProcess) -> proto::admin::ClusterStatus {
     node.admin()
@@ -165,14 +153,7 @@ async fn three_nodes_and_three_workers_crawl_every_page_once() {
     // Each worker is given a different node and finds the others.
     let workers = a_worker_per_node(&nodes, &out);
     seed_all(&nodes[0].endpoint(), &sites);
-    let (status, text) = frontier_cli(
-        &nodes[1].endpoint(),
-        &["status", "--wait", "--timeout-secs", "180", "--json"],
-    );
-    assert!(status.success(), "crawl did not finish: {text}");
-    for worker in workers {
-        assert!(worker.terminate().success());
-    }
+    crawl_tests::crawl_ends(&nodes[1].endpoint(), workers, 180);
     check_sites(&sites, 0);
     for site in &sites {
         let robots = site.fetch_counts().get("/robots.txt").copied().unwrap_or(0);
@@ -287,7 +268,7 @@ async fn a_node_lost_with_its_disk_mid_crawl_stops_nothing_with_two_copies() {
     let lost = nodes.remove(2);
     lost.kill();
     std::fs::remove_dir_all(dir.path().join("n3")).unwrap();
-    crawl_ends(&nodes[1], workers);
+    crawl_tests::crawl_ends(&nodes[1].endpoint(), workers, 180);
     // Pages in flight at the kill (at most one per host) may be fetched
     // again once the old leader's leases have run out; nothing else.
     check_sites(&sites, sites.len() as u32);
@@ -372,7 +353,7 @@ async fn an_etcd_member_killed_mid_crawl_changes_nothing() {
     sites[0].answered_at_least(10).await;
     let leader = etcd.leader().await;
     etcd.kill_member(leader);
-    crawl_ends(&nodes[1], workers);
+    crawl_tests::crawl_ends(&nodes[1].endpoint(), workers, 180);
     check_sites(&sites, 0);
     let after = cluster_of(&nodes[2]).await;
     assert_eq!(

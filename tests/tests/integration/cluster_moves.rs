@@ -764,14 +764,7 @@ async fn a_crawl_goes_on_while_the_cluster_grows_to_three_and_shrinks_to_two() {
         "{exit:?}: {log}"
     );
 
-    let (status, text) = frontier_cli(
-        &n2.endpoint(),
-        &["status", "--wait", "--timeout-secs", "240"],
-    );
-    assert!(status.success(), "crawl did not finish: {text}");
-    for worker in workers {
-        assert!(worker.terminate().success());
-    }
+    crawl_tests::crawl_ends(&n2.endpoint(), workers, 240);
     let expected = mock_site::expected_fetches(&config, MAX_DEPTH.parse().unwrap());
     let mut surplus = 0;
     for site in &sites {

@@ -70,14 +70,7 @@ async fn three_workers_crawl_the_site_exactly_once() {
         "estimated {} for {items}",
         during.estimated_items
     );
-    let (status, text) = frontier_cli(
-        &endpoint,
-        &["status", "--wait", "--timeout-secs", "180", "--json"],
-    );
-    assert!(status.success(), "crawl did not finish: {text}");
-    for worker in workers {
-        assert!(worker.terminate().success());
-    }
+    crawl_tests::crawl_ends(&endpoint, workers, 180);
 
     let expected = expected_fetches(&SiteConfig::default(), MAX_DEPTH);
     let fetched = site.page_fetches();
