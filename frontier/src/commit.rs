@@ -598,6 +598,7 @@ mod tests {
             due_at,
             metadata: std::collections::BTreeMap::new(),
             now: 1,
+            report: None,
         })
     }
 

@@ -343,6 +343,8 @@ pub struct Ingest {
     sealed: std::sync::RwLock<std::collections::BTreeSet<u32>>,
     // Which leader each partition's copy here follows (see `followed`).
     followed: followed::FollowedMarks,
+    // Each crawl's revisit policy, which settles its reports.
+    revisits: crate::revisit::Policies,
 }
 
 /// Most bytes of metadata one URL may carry unless configured otherwise:
@@ -493,6 +495,10 @@ impl Ingest {
         store.for_each_seed_host(|crawl, host| {
             seeds.entry(crawl.to_owned()).or_default().add(host)
         })?;
+        let revisits = crate::revisit::Policies::default();
+        for (crawl, policy) in store.revisit_policies()? {
+            revisits.set(&crawl, Some(policy));
+        }
         let store = Arc::new(store);
         let hook = make_hook(&store)?;
         let copies = Arc::new(CopyTracker::default());
@@ -514,6 +520,7 @@ impl Ingest {
             replicas,
             sealed: std::sync::RwLock::default(),
             followed: followed::FollowedMarks::default(),
+            revisits,
             seeds: std::sync::RwLock::new(
                 seeds.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
             ),
@@ -689,6 +696,33 @@ impl Ingest {
         self
     }
 
+    /// Crawls without a revisit policy of their own run under `policy`.
+    #[must_use]
+    pub fn with_default_revisit(mut self, policy: crate::revisit::Policy) -> Self {
+        self.revisits = self.revisits.with_default(policy);
+        self
+    }
+
+    /// The revisit policy a crawl runs under, and whether it is the
+    /// crawl's own (not the default).
+    #[must_use]
+    pub fn revisit_policy(&self, crawl: &str) -> (crate::revisit::Policy, bool) {
+        (self.revisits.of(crawl), self.revisits.is_own(crawl))
+    }
+
+    /// Gives a crawl its own revisit policy (`Some`) or the default again,
+    /// durably. It settles the reports that follow; URLs already done stay
+    /// done, and URLs already due keep their dates.
+    pub fn set_revisit_policy(
+        &self,
+        crawl: &str,
+        policy: Option<crate::revisit::Policy>,
+    ) -> Result<(), IngestError> {
+        self.store.set_revisit_policy(crawl, policy)?;
+        self.revisits.set(crawl, policy);
+        Ok(())
+    }
+
     /// Observed false-positive figures of one partition since start-up.
     #[must_use]
     pub fn observed_false_positives(&self, partition: usize) -> Option<ObservedFalsePositives> {
@@ -768,6 +802,7 @@ impl Ingest {
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(crawl);
+            self.revisits.set(crawl, None);
         }
         if self.mode == DedupMode::Bloom {
             for &partition in removed.per_partition.keys() {
@@ -1475,6 +1510,75 @@ mod tests {
             ingest.check_url("c", "mailto:x@y").unwrap(),
             UrlCheck::Refused(_)
         ));
+    }
+
+    /// A report that leaves the date to the frontier comes due again under
+    /// its crawl's revisit policy, with the history the frontier keeps; the
+    /// policy and the history outlive a restart, and a crawl that never
+    /// revisits keeps no revisit keys.
+    #[test]
+    fn reports_come_due_again_under_their_crawls_revisit_policy() {
+        use crate::revisit::{History, Policy};
+        use proto::metadata;
+        let dir = tempfile::tempdir().unwrap();
+        let rules = Rules::default();
+        let report = |found: &str| Known {
+            url: "http://site.example/a".to_owned(),
+            metadata: [
+                (metadata::FOUND.to_owned(), vec![found.to_owned()]),
+                (metadata::DIGEST.to_owned(), vec!["sha1:AAAA".to_owned()]),
+            ]
+            .into(),
+            ..Known::default()
+        };
+        let stored = |ingest: &Ingest, crawl: &str| match ingest
+            .check_url(crawl, "http://site.example/a")
+            .unwrap()
+        {
+            UrlCheck::Checked {
+                stored: Some(record),
+                ..
+            } => record,
+            other => panic!("{other:?}"),
+        };
+        {
+            let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
+            ingest
+                .set_revisit_policy("c", Some(Policy::Fixed { secs: 30 }))
+                .unwrap();
+            ingest
+                .put_known("c", &[report("changed")], &rules, 100)
+                .unwrap();
+            let record = stored(&ingest, "c");
+            assert_eq!(record.due_at, 130);
+            assert!(!record.metadata.contains_key(metadata::FOUND));
+            ingest
+                .put_known("c", &[report("unchanged")], &rules, 140)
+                .unwrap();
+            ingest
+                .put_known("d", &[report("changed")], &rules, 140)
+                .unwrap();
+            let record = stored(&ingest, "d");
+            assert_eq!(record.due_at, 0);
+            assert!(!record.metadata.contains_key(metadata::DIGEST));
+        }
+        let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
+        assert_eq!(
+            ingest.revisit_policy("c"),
+            (Policy::Fixed { secs: 30 }, true)
+        );
+        let record = stored(&ingest, "c");
+        assert_eq!(record.due_at, 170);
+        let history = History::of(&record.metadata);
+        assert_eq!(
+            (history.fetches, history.changes, history.last_fetched),
+            (1, 0, 140)
+        );
+        ingest.delete("c", None, None).unwrap();
+        assert_eq!(ingest.revisit_policy("c"), (Policy::Never, false));
+        drop(ingest);
+        let ingest = open(dir.path(), FilterConfig::default(), DedupMode::Exact);
+        assert_eq!(ingest.revisit_policy("c"), (Policy::Never, false));
     }
 
     /// A known item brings in no URL that discovery would refuse; a URL

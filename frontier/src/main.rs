@@ -1,6 +1,6 @@
 //! `frontier`: `serve` runs the service; the other subcommands are an
 //! operator's client of a running one (seeding, progress, filter health,
-//! rebuilds, URL checks, pause and resume).
+//! rebuilds, URL checks, revisit policies, pause and resume).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -103,6 +103,22 @@ enum Command {
         client: ClientArgs,
         /// The URL.
         url: String,
+    },
+    /// Set a crawl's revisit policy, live: when a page its crawlers report
+    /// done is due again. In a cluster, every node's.
+    Revisit {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// `never`, `fixed`, `adaptive`, or `default` (the policy the
+        /// frontier was started with).
+        #[arg(long, value_parser = ["never", "fixed", "adaptive", "default"])]
+        policy: String,
+        /// Fixed: the interval; adaptive: the shortest one (seconds).
+        #[arg(long)]
+        min_secs: Option<u64>,
+        /// Adaptive: the longest interval (seconds).
+        #[arg(long)]
+        max_secs: Option<u64>,
     },
     /// Stop serving URLs (puts are still taken).
     Pause {
@@ -237,6 +253,12 @@ fn run(log_control: frontier::grpc::LogControl) -> anyhow::Result<ExitCode> {
                 no_wait,
             } => rebuild(client, partition, no_wait).await,
             Command::Check { client, url } => check(client, url).await,
+            Command::Revisit {
+                client,
+                policy,
+                min_secs,
+                max_secs,
+            } => cli::revisit::set_revisit(client, policy, min_secs, max_secs).await,
             Command::Pause { client } => set_active(client, false).await,
             Command::Resume { client } => set_active(client, true).await,
             Command::Probe { client } => probe(client).await,

@@ -31,6 +31,8 @@
 //! be static, while a change seen shortens the interval at once (what
 //! Nutch's AdaptiveFetchSchedule also does, by fixed steps).
 
+use proto::metadata;
+
 /// A crawl's revisit policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Policy {
@@ -123,6 +125,32 @@ pub enum Found {
     Changed,
     /// The same content (or a 304).
     Unchanged,
+    /// Nothing said of the content: a client that reports no finding, or
+    /// an end other than a page (a 404, a redirect, a robots refusal).
+    /// The page counts as visited; its change counts stay as they were.
+    Unknown,
+}
+
+impl Found {
+    /// The finding a report names under [`metadata::FOUND`].
+    #[must_use]
+    pub fn parse(word: &str) -> Self {
+        match word {
+            "changed" => Self::Changed,
+            "unchanged" => Self::Unchanged,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// The word a report carries for it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Changed => "changed",
+            Self::Unchanged => "unchanged",
+            Self::Unknown => "unknown",
+        }
+    }
 }
 
 impl History {
@@ -142,7 +170,7 @@ impl History {
     /// The history with one more fetch, at `now` (UTC epoch seconds).
     #[must_use]
     pub fn fetched(mut self, found: Found, now: u64) -> Self {
-        if self.last_fetched > 0 {
+        if self.last_fetched > 0 && found != Found::Unknown {
             self.fetches += 1;
             self.changes += u32::from(found == Found::Changed);
             self.observed_secs += now.saturating_sub(self.last_fetched).max(1);
@@ -177,6 +205,15 @@ impl Policy {
 
 fn adaptive_interval(history: &History, found: Found, min: u32, max: u32) -> u32 {
     let previous = history.interval_secs.clamp(min, max);
+    if found == Found::Unknown {
+        // Nothing learnt: back off as from an unchanged page, so that a
+        // page gone (404) or refused drifts to the longest interval.
+        return if history.interval_secs == 0 {
+            min
+        } else {
+            previous.saturating_mul(2).clamp(min, max)
+        };
+    }
     let Some(rate) = history.change_rate() else {
         return min; // first fetch: nothing known of change yet
     };
@@ -189,9 +226,212 @@ fn adaptive_interval(history: &History, found: Found, min: u32, max: u32) -> u32
         // A change seen: no longer than what the estimate says.
         Found::Changed => target.min(previous),
         // Unchanged: toward the estimate, at most twice as long as before.
-        Found::Unchanged => target.min(previous.saturating_mul(2)).max(min),
+        Found::Unchanged | Found::Unknown => target.min(previous.saturating_mul(2)).max(min),
     }
     .clamp(min, max)
+}
+
+impl Policy {
+    /// Nine bytes: the kind, then the two intervals (little-endian), as
+    /// the store and the write-ahead log keep a policy.
+    #[must_use]
+    pub fn encode(&self) -> [u8; 9] {
+        let (kind, min, max) = match *self {
+            Self::Never => (0u8, 0u32, 0u32),
+            Self::Fixed { secs } => (1, secs, secs),
+            Self::Adaptive { min_secs, max_secs } => (2, min_secs, max_secs),
+        };
+        let mut out = [0; 9];
+        out[0] = kind;
+        out[1..5].copy_from_slice(&min.to_le_bytes());
+        out[5..9].copy_from_slice(&max.to_le_bytes());
+        out
+    }
+
+    /// Reads what [`Self::encode`] wrote; `None` for damaged bytes.
+    #[must_use]
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let bytes: &[u8; 9] = bytes.try_into().ok()?;
+        let min = u64::from(u32::from_le_bytes(bytes[1..5].try_into().ok()?));
+        let max = u64::from(u32::from_le_bytes(bytes[5..9].try_into().ok()?));
+        let name = match bytes[0] {
+            0 => "never",
+            1 => "fixed",
+            2 => "adaptive",
+            _ => return None,
+        };
+        Self::parse(name, min, max).ok()
+    }
+
+    /// The shortest and longest intervals (0 for `never`).
+    #[must_use]
+    pub fn bounds(&self) -> (u32, u32) {
+        match *self {
+            Self::Never => (0, 0),
+            Self::Fixed { secs } => (secs, secs),
+            Self::Adaptive { min_secs, max_secs } => (min_secs, max_secs),
+        }
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::Never => f.write_str("never"),
+            Self::Fixed { secs } => write!(f, "fixed every {secs} s"),
+            Self::Adaptive { min_secs, max_secs } => {
+                write!(f, "adaptive between {min_secs} and {max_secs} s")
+            }
+        }
+    }
+}
+
+impl History {
+    /// As a URL's metadata keeps it: five numbers separated by spaces.
+    #[must_use]
+    pub fn encode(&self) -> String {
+        format!(
+            "{} {} {} {} {}",
+            self.fetches, self.changes, self.observed_secs, self.interval_secs, self.last_fetched
+        )
+    }
+
+    /// Reads what [`Self::encode`] wrote; `None` for anything else.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut words = text.split(' ');
+        let history = Self {
+            fetches: words.next()?.parse().ok()?,
+            changes: words.next()?.parse().ok()?,
+            observed_secs: words.next()?.parse().ok()?,
+            interval_secs: words.next()?.parse().ok()?,
+            last_fetched: words.next()?.parse().ok()?,
+        };
+        (words.next().is_none() && history.changes <= history.fetches).then_some(history)
+    }
+
+    /// The history a URL's metadata holds (none yet: the default).
+    #[must_use]
+    pub fn of(metadata: &Metadata) -> Self {
+        metadata
+            .get(metadata::REVISIT)
+            .and_then(|values| values.first())
+            .and_then(|text| Self::parse(text))
+            .unwrap_or_default()
+    }
+}
+
+/// A URL's metadata, as the store keeps it.
+pub type Metadata = std::collections::BTreeMap<String, Vec<String>>;
+
+/// What a report of a URL comes to: when it is due again (UTC epoch
+/// seconds; 0: completed) and the metadata stored for it.
+///
+/// - `policy` is the crawl's. It picks the date when the report leaves it
+///   to the frontier (`due_at` 0, the API's "done"); a report with a date
+///   of its own (a plain URL Frontier client's, or a retry) keeps it.
+/// - `stored` is the metadata the URL had, if the crawl held it.
+///
+/// The history is the frontier's alone: it comes from `stored`, never from
+/// the report. What a fetch found is read and dropped. A URL completed for
+/// good keeps none of the revisit keys, so a crawl that never revisits
+/// stores none of them.
+#[must_use]
+pub fn settle(
+    policy: Policy,
+    stored: Option<&Metadata>,
+    report: &Metadata,
+    due_at: u64,
+    now: u64,
+) -> (u64, Metadata) {
+    let mut metadata = report.clone();
+    let found = metadata
+        .remove(metadata::FOUND)
+        .and_then(|values| values.into_iter().next())
+        .map_or(Found::Unknown, |word| Found::parse(&word));
+    metadata.remove(metadata::REVISIT);
+    let history = stored.map(History::of).unwrap_or_default();
+    let due_at = match policy {
+        Policy::Fixed { .. } | Policy::Adaptive { .. } if due_at == 0 => {
+            // A clock behind the last fetch's (another node's) must not
+            // move the history back.
+            let now = now.max(history.last_fetched);
+            let (history, due) = policy.next(history, found, now);
+            metadata.insert(metadata::REVISIT.to_owned(), vec![history.encode()]);
+            due.unwrap_or(0)
+        }
+        _ if due_at == 0 => {
+            for key in metadata::REVISIT_KEYS {
+                metadata.remove(key);
+            }
+            0
+        }
+        _ => {
+            if history != History::default() {
+                metadata.insert(metadata::REVISIT.to_owned(), vec![history.encode()]);
+            }
+            due_at
+        }
+    };
+    (due_at, metadata)
+}
+
+/// The revisit policy of each crawl: its own when set, else the default.
+#[derive(Debug, Default)]
+pub struct Policies {
+    default: Policy,
+    // Read on every report, written by an operator: held for a copy or an
+    // insert, never across I/O.
+    by_crawl: std::sync::RwLock<std::collections::HashMap<String, Policy>>,
+}
+
+impl Policies {
+    /// Crawls without a policy of their own take `default`.
+    #[must_use]
+    pub fn new(default: Policy) -> Self {
+        Self {
+            default,
+            by_crawl: std::sync::RwLock::default(),
+        }
+    }
+
+    /// The same crawls' own policies, with another default.
+    #[must_use]
+    pub fn with_default(self, default: Policy) -> Self {
+        Self { default, ..self }
+    }
+
+    /// The policy `crawl` runs under.
+    #[must_use]
+    pub fn of(&self, crawl: &str) -> Policy {
+        self.by_crawl
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(crawl)
+            .copied()
+            .unwrap_or(self.default)
+    }
+
+    /// Whether `crawl` has a policy of its own (not the default).
+    #[must_use]
+    pub fn is_own(&self, crawl: &str) -> bool {
+        self.by_crawl
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(crawl)
+    }
+
+    /// Gives `crawl` its own policy (`Some`) or the default again.
+    pub fn set(&self, crawl: &str, policy: Option<Policy>) {
+        let mut by_crawl = self
+            .by_crawl
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match policy {
+            Some(policy) => by_crawl.insert(crawl.to_owned(), policy),
+            None => by_crawl.remove(crawl),
+        };
+    }
 }
 
 #[cfg(test)]
@@ -301,7 +541,86 @@ mod tests {
         assert_eq!(History::default().change_rate(), None);
     }
 
+    fn meta(pairs: &[(&str, &str)]) -> Metadata {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), vec![(*v).to_owned()]))
+            .collect()
+    }
+
+    #[test]
+    fn a_report_under_a_policy_is_due_again_and_keeps_the_frontiers_history() {
+        let policy = Policy::Fixed { secs: 60 };
+        let report = meta(&[
+            (metadata::FOUND, "changed"),
+            (metadata::ETAG, "\"v1\""),
+            (metadata::REVISIT, "99 99 9 9 9"),
+        ]);
+        let (due, stored) = settle(policy, None, &report, 0, 1_000);
+        assert_eq!(due, 1_060);
+        assert!(!stored.contains_key(metadata::FOUND), "never stored");
+        assert_eq!(stored[metadata::ETAG], vec!["\"v1\"".to_owned()]);
+        let history = History::of(&stored);
+        assert_eq!((history.fetches, history.last_fetched), (0, 1_000));
+        let report = meta(&[(metadata::FOUND, "unchanged")]);
+        let (due, again) = settle(policy, Some(&stored), &report, 0, 1_070);
+        assert_eq!(due, 1_130);
+        let history = History::of(&again);
+        assert_eq!((history.fetches, history.changes), (1, 0));
+        // A clock behind the last fetch does not move the history back.
+        let (_, back) = settle(policy, Some(&again), &report, 0, 10);
+        assert_eq!(History::of(&back).last_fetched, 1_070);
+    }
+
+    #[test]
+    fn a_url_done_for_good_keeps_no_revisit_keys_and_a_clients_date_wins() {
+        let report = meta(&[
+            (metadata::FOUND, "changed"),
+            (metadata::DIGEST, "sha1:X"),
+            ("outcome", "fetched"),
+        ]);
+        let (due, stored) = settle(Policy::Never, None, &report, 0, 5);
+        assert_eq!(due, 0);
+        assert_eq!(stored, meta(&[("outcome", "fetched")]));
+        let held = meta(&[(metadata::REVISIT, "3 1 30 10 100")]);
+        let (due, stored) = settle(Policy::Never, Some(&held), &report, 777, 5);
+        assert_eq!(due, 777);
+        assert_eq!(stored[metadata::REVISIT], vec!["3 1 30 10 100".to_owned()]);
+        assert!(!stored.contains_key(metadata::FOUND));
+    }
+
+    #[test]
+    fn policies_fall_back_to_the_default() {
+        let policies = Policies::new(Policy::Fixed { secs: 5 });
+        assert_eq!(policies.of("a"), Policy::Fixed { secs: 5 });
+        policies.set("a", Some(Policy::Never));
+        assert_eq!(policies.of("a"), Policy::Never);
+        assert!(policies.is_own("a"));
+        policies.set("a", None);
+        assert!(!policies.is_own("a"));
+    }
+
     proptest! {
+        #[test]
+        fn policies_and_histories_read_back_as_written(
+            kind in 0u8..3, min in 1u32.., extra in 0u32..1_000,
+            fetches in 0u32..=HISTORY_FETCHES, changes in 0u32..=HISTORY_FETCHES,
+            observed in any::<u64>(), interval in any::<u32>(), last in any::<u64>(),
+        ) {
+            let name = ["never", "fixed", "adaptive"][usize::from(kind)];
+            let max = min.saturating_add(extra);
+            let policy = Policy::parse(name, u64::from(min), u64::from(max)).unwrap();
+            prop_assert_eq!(Policy::decode(&policy.encode()), Some(policy));
+            let history = History {
+                fetches,
+                changes: changes.min(fetches),
+                observed_secs: observed,
+                interval_secs: interval,
+                last_fetched: last,
+            };
+            prop_assert_eq!(History::parse(&history.encode()), Some(history));
+        }
+
         #[test]
         fn intervals_stay_within_the_bounds_and_due_dates_follow_the_fetch(
             min in 1u32..1_000,

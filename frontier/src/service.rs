@@ -73,6 +73,8 @@ pub struct FrontierConfig {
     /// Most crawls held at once: a write that would start one more is
     /// refused (each crawl costs memory whatever its size).
     pub max_crawls: usize,
+    /// The revisit policy of crawls without one of their own.
+    pub revisit: crate::revisit::Policy,
 }
 
 /// Longest lease unless configured otherwise: an hour, far beyond any
@@ -115,6 +117,7 @@ impl FrontierConfig {
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
             robots_shelf_bytes: DEFAULT_ROBOTS_SHELF_BYTES,
             max_crawls: DEFAULT_MAX_CRAWLS,
+            revisit: crate::revisit::Policy::Never,
         }
     }
 }
@@ -249,6 +252,13 @@ pub struct Progress {
     pub due_now: u64,
     /// Not completed and due later.
     pub scheduled_later: u64,
+    /// Not completed, not leased, due within the next hour, and day.
+    pub due_next_hour: u64,
+    pub due_next_day: u64,
+    /// The earliest due date after now (UTC epoch seconds; 0: none).
+    pub next_due_at: u64,
+    /// The crawl's revisit policy, and whether it is its own.
+    pub revisit: (crate::revisit::Policy, bool),
     /// URLs refused since start-up, by reason.
     pub skipped: BTreeMap<&'static str, u64>,
     /// Per second over the last minute.
@@ -392,7 +402,8 @@ impl Frontier {
                 })))
             },
         )?
-        .with_max_metadata_bytes(config.max_metadata_bytes);
+        .with_max_metadata_bytes(config.max_metadata_bytes)
+        .with_default_revisit(config.revisit);
         let scheduler = scheduler.ok_or(FrontierError::ShuttingDown)?;
         let ingest = Arc::new(ingest);
         let rebuild_lock = Arc::new(Mutex::new(()));
@@ -786,13 +797,17 @@ impl Frontier {
         let crawl = crawl_or_default(crawl);
         let now = Timestamp::now();
         let counts = self.scheduler.counts(crawl, None, now);
-        let (due, later) = self.ingest.store().count_due(crawl, now.unix_secs(), |p| {
+        let due = self.ingest.store().count_due(crawl, now.unix_secs(), |p| {
             self.scheduler.counts_partition(p)
         })?;
         let mut progress = Progress {
             counts,
-            due_now: due.saturating_sub(counts.leased),
-            scheduled_later: later,
+            due_now: due.now.saturating_sub(counts.leased),
+            scheduled_later: due.later,
+            due_next_hour: due.next_hour.saturating_sub(counts.leased),
+            due_next_day: due.next_day.saturating_sub(counts.leased),
+            next_due_at: due.next_due_at,
+            revisit: self.ingest.revisit_policy(crawl),
             skipped: self.skipped(crawl),
             ..Progress::default()
         };

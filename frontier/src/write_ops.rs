@@ -24,8 +24,13 @@ pub struct KnownUrl {
     pub due_at: u64,
     /// The client's metadata, replacing what was stored.
     pub metadata: std::collections::BTreeMap<String, Vec<String>>,
-    /// Creation date, for a URL the crawl does not know yet.
+    /// Creation date, for a URL the crawl does not know yet; for a report,
+    /// when it was made.
     pub now: u64,
+    /// A client's report, settled under its crawl's revisit policy (see
+    /// [`crate::revisit::settle`]); `None`: a state written as given (a
+    /// copy of another store's record).
+    pub report: Option<crate::revisit::Policy>,
 }
 
 /// One write of a group transaction.

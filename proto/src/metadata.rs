@@ -45,3 +45,32 @@ pub const SITEMAP: &str = "sitemap";
 /// queue's leased URLs count against `max_urls_per_queue` and its delay
 /// runs from each serve.
 pub const HOLD_QUEUES_HEADER: &str = "x-frontier-hold-queues";
+
+/// The ETag the last fetch of a URL answered: the frontier keeps it and
+/// serves it back, the worker sends it as `If-None-Match`.
+pub const ETAG: &str = "frontier.etag";
+
+/// The Last-Modified the last fetch answered, sent as `If-Modified-Since`.
+pub const LAST_MODIFIED: &str = "frontier.last_modified";
+
+/// The payload digest (`sha1:` + base32, as WARC writes it) of the last
+/// content fetched in full: a fetch with the same digest found no change.
+pub const DIGEST: &str = "frontier.digest";
+
+/// When the content of [`DIGEST`] was captured (its WARC response
+/// record's date, UTC epoch seconds): what a revisit record refers to.
+pub const CAPTURED: &str = "frontier.captured";
+
+/// In a report only: what the fetch found, `changed` or `unchanged` (a
+/// 304, or the same digest). The frontier reads it to pick the URL's next
+/// due date under the crawl's revisit policy, and never stores it.
+pub const FOUND: &str = "frontier.found";
+
+/// The frontier's own record of a URL's fetches under a revisit policy
+/// (counts and dates, as text). Written by the frontier alone: what a
+/// report carries under this key is ignored.
+pub const REVISIT: &str = "frontier.revisit";
+
+/// The keys that exist only for revisits: a URL completed for good keeps
+/// none of them.
+pub const REVISIT_KEYS: [&str; 6] = [ETAG, LAST_MODIFIED, DIGEST, CAPTURED, FOUND, REVISIT];

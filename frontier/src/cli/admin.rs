@@ -89,9 +89,13 @@ pub async fn status(
                 .await
         }
     };
+    let first = progress(admin.clone(), client.crawl.clone()).await?;
     if !wait {
-        show(&progress(admin, client.crawl.clone()).await?);
+        show(&first);
         return Ok(ExitCode::SUCCESS);
+    }
+    if revisits(&first) {
+        return wait_caught_up(&client, admin, timeout_secs, &show).await;
     }
     // Waiting polls GetStats, which the frontier answers from memory;
     // GetProgress reads the crawl's due index, so it is asked once, at the
@@ -133,6 +137,65 @@ pub async fn status(
         // Polling an operator's view; nothing here synchronises with it.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Whether a crawl revisits its pages (and so is never done).
+fn revisits(progress: &proto::admin::Progress) -> bool {
+    progress
+        .revisit
+        .as_ref()
+        .is_some_and(|policy| !policy.policy.is_empty() && policy.policy != "never")
+}
+
+/// `status --wait` for a crawl that revisits: it never ends, so the wait
+/// ends once the crawl has caught up, with nothing due now and nothing
+/// leased, and says when the next revisit is due.
+async fn wait_caught_up(
+    client: &ClientArgs,
+    admin: AdminClient<Intercepted>,
+    timeout_secs: Option<u64>,
+    show: &impl Fn(&proto::admin::Progress),
+) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    loop {
+        let request = proto::admin::GetProgressRequest {
+            crawl_id: client.crawl.clone(),
+            local: false,
+        };
+        let progress = client
+            .retry("status", || {
+                let mut admin = admin.clone();
+                let request = request.clone();
+                async move { admin.get_progress(request).await }
+            })
+            .await?;
+        if progress.discovered > 0 && progress.due_now == 0 && progress.leased == 0 {
+            show(&progress);
+            eprintln!(
+                "caught up: nothing due before the next revisit{}; the crawl revisits ({})",
+                match progress.next_due_at {
+                    0 => String::new(),
+                    at => format!(" at {at} (in {} s)", at.saturating_sub(now_secs())),
+                },
+                super::revisit::describe(progress.revisit.as_ref())
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        if timeout_secs.is_some_and(|limit| started.elapsed() >= Duration::from_secs(limit)) {
+            show(&progress);
+            eprintln!(
+                "crawl not caught up after {} s",
+                started.elapsed().as_secs()
+            );
+            return Ok(ExitCode::from(2));
+        }
+        // GetProgress reads the crawl's due index: asked once a second.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn now_secs() -> u64 {
+    proto::time::Timestamp::now().unix_secs()
 }
 
 pub async fn health(client: ClientArgs, partitions: bool, json: bool) -> anyhow::Result<ExitCode> {
@@ -251,10 +314,24 @@ pub async fn check(client: ClientArgs, url: String) -> anyhow::Result<ExitCode> 
     println!("partition  {}", response.partition);
     println!("filter     {:?}", response.filter_answer());
     match response.stored {
-        Some(stored) => println!(
-            "stored     created {} completed {} due {} depth {} leased until {}",
-            stored.created_at, stored.completed, stored.due_at, stored.depth, stored.leased_until
-        ),
+        Some(stored) => {
+            println!(
+                "stored     created {} completed {} due {} depth {} leased until {}",
+                stored.created_at,
+                stored.completed,
+                stored.due_at,
+                stored.depth,
+                stored.leased_until
+            );
+            let metadata = stored
+                .metadata
+                .iter()
+                .map(|(key, values)| (key.clone(), values.values.clone()))
+                .collect();
+            for line in super::revisit::history_lines(&metadata, stored.due_at, stored.completed) {
+                println!("{line}");
+            }
+        }
         None => println!("stored     no"),
     }
     Ok(ExitCode::SUCCESS)

@@ -11,6 +11,15 @@ pub fn progress_json(progress: &proto::admin::Progress) -> serde_json::Value {
         "leased": progress.leased,
         "due_now": progress.due_now,
         "scheduled_later": progress.scheduled_later,
+        "due_next_hour": progress.due_next_hour,
+        "due_next_day": progress.due_next_day,
+        "next_due_at": progress.next_due_at,
+        "revisit": progress.revisit.as_ref().map(|policy| serde_json::json!({
+            "policy": policy.policy,
+            "min_secs": policy.min_secs,
+            "max_secs": policy.max_secs,
+            "own": policy.own,
+        })),
         "queues": progress.queues,
         "active_queues": progress.active_queues,
         "finished": progress.discovered > 0 && progress.completed == progress.discovered,
@@ -75,6 +84,19 @@ pub fn print_progress(progress: &proto::admin::Progress) {
         progress.leased,
         progress.due_now,
         progress.scheduled_later
+    );
+    println!(
+        "  due in the next hour {}  next day {}  next due at {}",
+        progress.due_next_hour,
+        progress.due_next_day,
+        match progress.next_due_at {
+            0 => "-".to_owned(),
+            at => at.to_string(),
+        }
+    );
+    println!(
+        "  revisit {}",
+        super::revisit::describe(progress.revisit.as_ref())
     );
     println!(
         "  queues {} (active {})",

@@ -169,6 +169,19 @@ pub struct ServeArgs {
     /// node shows its own --tls-cert to them.
     #[arg(long, env = "FRONTIER_TLS_CA", requires = "tls_cert")]
     tls_ca: Option<PathBuf>,
+    /// When a fetched page is due again, for crawls without a policy of
+    /// their own (`frontier revisit`): `never` (a page fetched is done),
+    /// `fixed` (every --revisit-min-secs) or `adaptive` (following how
+    /// often the page is found changed, between --revisit-min-secs and
+    /// --revisit-max-secs).
+    #[arg(long, env = "FRONTIER_REVISIT", default_value = "never", value_parser = ["never", "fixed", "adaptive"])]
+    revisit: String,
+    /// The shortest revisit interval, in seconds.
+    #[arg(long, env = "FRONTIER_REVISIT_MIN_SECS", default_value_t = 86_400)]
+    revisit_min_secs: u64,
+    /// The longest revisit interval (adaptive), in seconds.
+    #[arg(long, env = "FRONTIER_REVISIT_MAX_SECS", default_value_t = 30 * 86_400)]
+    revisit_max_secs: u64,
     /// Milliseconds between two serves of one queue, unless SetDelay set
     /// the queue's or the crawl's own.
     #[arg(long, env = "FRONTIER_DEFAULT_DELAY_MS", default_value_t = 1000)]
@@ -277,6 +290,12 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
         robots_shelf_bytes: usize::try_from(args.robots_cache_mb.saturating_mul(1 << 20))
             .unwrap_or(usize::MAX),
         max_crawls: usize::try_from(args.max_crawls).unwrap_or(usize::MAX),
+        revisit: frontier::revisit::Policy::parse(
+            &args.revisit,
+            args.revisit_min_secs,
+            args.revisit_max_secs,
+        )
+        .map_err(|error| anyhow::anyhow!("--revisit: {error}"))?,
     })
 }
 

@@ -115,6 +115,14 @@ fn summed(partitions: &[adm::PartitionHealth]) -> adm::PartitionHealth {
 
 fn add_progress(sum: &mut adm::Progress, part: &adm::Progress) {
     sum.discovered += part.discovered;
+    sum.due_next_hour += part.due_next_hour;
+    sum.due_next_day += part.due_next_day;
+    if part.next_due_at > 0 && (sum.next_due_at == 0 || part.next_due_at < sum.next_due_at) {
+        sum.next_due_at = part.next_due_at;
+    }
+    if sum.revisit.is_none() {
+        sum.revisit.clone_from(&part.revisit);
+    }
     sum.due_now += part.due_now;
     sum.scheduled_later += part.scheduled_later;
     sum.leased += part.leased;
@@ -533,6 +541,32 @@ impl Admin for ClusterAdmin {
             .await
             .map(Response::new)
             .map_err(Status::from)
+    }
+
+    async fn set_revisit(
+        &self,
+        request: Request<adm::SetRevisitRequest>,
+    ) -> Result<Response<adm::RevisitPolicy>, Status> {
+        if self.cluster.accept_forwarded(&request)? || request.get_ref().local {
+            return self.local.set_revisit(request).await;
+        }
+        let params = adm::SetRevisitRequest {
+            local: true,
+            ..request.into_inner()
+        };
+        let policy = crate::grpc::admin::revisit_policy_asked(&params)?;
+        // Every node, now and after restarts.
+        record_setting(
+            &self.cluster,
+            SettingChange::Revisit {
+                crawl: crawl_or_default(&params.crawl_id),
+                policy,
+            },
+        )
+        .await?;
+        let answers = fan_out!(self, true, set_revisit, params)?;
+        let answer = answers.into_iter().next().map(|(_, policy)| policy);
+        Ok(Response::new(answer.unwrap_or_default()))
     }
 
     /// Only a partition's leader sends its followers its writes.

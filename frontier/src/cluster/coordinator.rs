@@ -13,7 +13,7 @@ use super::coordination::{
     Condition, Coordination, CoordinationError, EtcdCoordination, LeaseId, Txn, Write,
 };
 use super::map::{ClusterFacts, CrawlSettings, Member};
-use super::protocol::{self, DelaySetting, Keys, SeedSetting, json};
+use super::protocol::{self, DelaySetting, Keys, RevisitSetting, SeedSetting, json};
 use super::{Cluster, ClusterError, ClusterOptions, View};
 use crate::service::SharedFrontier;
 use crate::time::Timestamp;
@@ -617,9 +617,27 @@ pub(super) async fn record_setting(
                 Write::put(format!("{}{host}", keys.seeds(crawl)), json(&value))
             })
             .collect(),
+        SettingChange::Revisit {
+            crawl,
+            policy: Some(policy),
+        } => {
+            let (min_secs, max_secs) = policy.bounds();
+            let value = RevisitSetting {
+                crawl: crawl.to_owned(),
+                policy: policy.name().to_owned(),
+                min_secs,
+                max_secs,
+            };
+            vec![Write::put(keys.revisit(crawl), json(&value))]
+        }
+        SettingChange::Revisit {
+            crawl,
+            policy: None,
+        } => vec![Write::Delete(keys.revisit(crawl))],
         SettingChange::ForgetCrawl { crawl } => vec![
             Write::DeletePrefix(keys.seeds(crawl)),
             Write::Delete(keys.delay(crawl)),
+            Write::Delete(keys.revisit(crawl)),
         ],
     };
     // etcd bounds the operations of one transaction (128 by default).
@@ -639,9 +657,22 @@ pub(super) async fn record_setting(
 /// A crawl-wide change.
 pub(super) enum SettingChange<'a> {
     Active(bool),
-    Delay { crawl: &'a str, secs: u32 },
-    Seeds { crawl: &'a str, hosts: &'a [String] },
-    ForgetCrawl { crawl: &'a str },
+    Delay {
+        crawl: &'a str,
+        secs: u32,
+    },
+    Seeds {
+        crawl: &'a str,
+        hosts: &'a [String],
+    },
+    /// A crawl's own revisit policy (`None`: the nodes' default again).
+    Revisit {
+        crawl: &'a str,
+        policy: Option<crate::revisit::Policy>,
+    },
+    ForgetCrawl {
+        crawl: &'a str,
+    },
 }
 
 /// Applies crawl-wide settings from the view to this node's frontier as
@@ -684,6 +715,16 @@ fn apply(
     for (crawl, secs) in &target.delays {
         if done.delays.get(crawl) != Some(secs) {
             frontier.scheduler().set_delay(crawl, "", *secs)?;
+        }
+    }
+    for (crawl, policy) in &target.revisits {
+        if done.revisits.get(crawl) != Some(policy) {
+            frontier.ingest().set_revisit_policy(crawl, Some(*policy))?;
+        }
+    }
+    for crawl in done.revisits.keys() {
+        if !target.revisits.contains_key(crawl) {
+            frontier.ingest().set_revisit_policy(crawl, None)?;
         }
     }
     for (crawl, hosts) in &target.seeds {

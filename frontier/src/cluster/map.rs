@@ -341,6 +341,8 @@ pub struct CrawlSettings {
     pub delays: BTreeMap<String, u32>,
     /// The seed hosts (the scope) of each crawl.
     pub seeds: BTreeMap<String, BTreeSet<String>>,
+    /// The revisit policies crawls have of their own.
+    pub revisits: BTreeMap<String, crate::revisit::Policy>,
 }
 
 /// Where a move is.

@@ -108,6 +108,10 @@ impl Keys {
         format!("{}settings/delay/{}", self.prefix, hex(crawl))
     }
 
+    pub(super) fn revisit(&self, crawl: &str) -> String {
+        format!("{}settings/revisit/{}", self.prefix, hex(crawl))
+    }
+
     pub(super) fn seeds(&self, crawl: &str) -> String {
         format!("{}seeds/{}/", self.prefix, hex(crawl))
     }
@@ -118,6 +122,15 @@ impl Keys {
 pub(super) struct DelaySetting {
     pub(super) crawl: String,
     pub(super) secs: u32,
+}
+
+/// A crawl's own revisit policy as etcd holds it.
+#[derive(Serialize, Deserialize)]
+pub(super) struct RevisitSetting {
+    pub(super) crawl: String,
+    pub(super) policy: String,
+    pub(super) min_secs: u32,
+    pub(super) max_secs: u32,
 }
 
 /// A seed host of a crawl as etcd holds it.
@@ -187,6 +200,17 @@ pub(super) fn read_view(
         } else if key.starts_with("settings/delay/") {
             serde_json::from_slice(value).map(|delay: DelaySetting| {
                 view.settings.delays.insert(delay.crawl, delay.secs);
+            })
+        } else if key.starts_with("settings/revisit/") {
+            serde_json::from_slice(value).and_then(|revisit: RevisitSetting| {
+                let policy = crate::revisit::Policy::parse(
+                    &revisit.policy,
+                    u64::from(revisit.min_secs),
+                    u64::from(revisit.max_secs),
+                )
+                .map_err(serde::de::Error::custom)?;
+                view.settings.revisits.insert(revisit.crawl, policy);
+                Ok(())
             })
         } else if key.starts_with("seeds/") {
             serde_json::from_slice(value).map(|seed: SeedSetting| {

@@ -18,7 +18,8 @@ function crawls(state) {
   $("crawls-note").textContent = all > shown ? `(the ${shown} with the most URLs of ${fmt(all)})` : "";
   fill("crawls", state.crawls.map((c) => row([
     cell(c.id), cell(fmt(c.done), "done"), cell(fmt(c.queued), "queued"), cell(fmt(c.in_flight), "in-flight"),
-    cell(fmt(c.known), "known"), cell(fmt(c.queues) + " (" + fmt(c.active_queues) + ")", "queues")], { "data-crawl": c.id })));
+    cell(fmt(c.known), "known"), cell(fmt(c.queues) + " (" + fmt(c.active_queues) + ")", "queues"),
+    cell(c.revisit || "never", "revisit")], { "data-crawl": c.id })));
 }
 
 const SVG = "http://www.w3.org/2000/svg";

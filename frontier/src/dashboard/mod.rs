@@ -211,6 +211,7 @@ impl Dashboard {
                     "known": counts.urls,
                     "queues": counts.queues,
                     "active_queues": counts.active_queues,
+                    "revisit": frontier.ingest().revisit_policy(crawl).0.to_string(),
                 })
             })
             .collect();

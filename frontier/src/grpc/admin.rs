@@ -278,6 +278,10 @@ impl adm::admin_server::Admin for AdminService {
             last_minute: Some(rates_of(&progress.rates)),
             node: String::new(),
             nodes: Vec::new(),
+            due_next_hour: progress.due_next_hour,
+            due_next_day: progress.due_next_day,
+            next_due_at: progress.next_due_at,
+            revisit: Some(revisit_policy_of(progress.revisit)),
         }))
     }
 
@@ -527,6 +531,48 @@ impl adm::admin_server::Admin for AdminService {
         _request: Request<adm::ReplicateRequest>,
     ) -> Result<Response<adm::ReplicateResponse>, Status> {
         Err(not_in_a_cluster("Replicate"))
+    }
+
+    async fn set_revisit(
+        &self,
+        request: Request<adm::SetRevisitRequest>,
+    ) -> Result<Response<adm::RevisitPolicy>, Status> {
+        let request = request.into_inner();
+        let policy = revisit_policy_asked(&request)?;
+        let crawl = crawl_or_default(&request.crawl_id).to_owned();
+        let now = blocking(&self.frontier, move |f| {
+            f.ingest().set_revisit_policy(&crawl, policy)?;
+            Ok(f.ingest().revisit_policy(&crawl))
+        })
+        .await?;
+        Ok(Response::new(revisit_policy_of(now)))
+    }
+}
+
+/// The policy a SetRevisit request asks for (`None`: the default again),
+/// or why it cannot be had.
+pub(crate) fn revisit_policy_asked(
+    request: &adm::SetRevisitRequest,
+) -> Result<Option<crate::revisit::Policy>, Status> {
+    if request.policy.is_empty() {
+        return Ok(None);
+    }
+    crate::revisit::Policy::parse(&request.policy, request.min_secs, request.max_secs)
+        .map(Some)
+        .map_err(|error| Status::invalid_argument(error.to_string()))
+}
+
+/// A revisit policy as the admin API shows it, and whether it is the
+/// crawl's own.
+pub(crate) fn revisit_policy_of(
+    (policy, own): (crate::revisit::Policy, bool),
+) -> adm::RevisitPolicy {
+    let (min_secs, max_secs) = policy.bounds();
+    adm::RevisitPolicy {
+        policy: policy.name().to_owned(),
+        min_secs,
+        max_secs,
+        own,
     }
 }
 

@@ -170,6 +170,7 @@ fn known_state(partition: u32, moved: &PartitionUrl) -> WriteOp {
         due_at: moved.record.due_at,
         metadata: moved.record.metadata.clone(),
         now: moved.record.created_at,
+        report: None,
     })
 }
 

@@ -686,6 +686,7 @@ mod tests {
             due_at: 0,
             metadata: BTreeMap::new(),
             now: 1,
+            report: None,
         })
     }
 
@@ -693,6 +694,7 @@ mod tests {
         Applied::Known {
             previous: None,
             queue_key: "h".into(),
+            due_at: 0,
         }
     }
 

@@ -191,6 +191,7 @@ impl Ingest {
     ) -> Result<PreparedWrite, IngestError> {
         let partitions = self.filters.partition_count();
         let seeds = self.seeds_of(crawl);
+        let policy = self.revisits.of(crawl);
         let mut outcomes = Vec::with_capacity(items.len());
         let mut accepted = Vec::with_capacity(items.len());
         let mut refused = Vec::new();
@@ -219,6 +220,7 @@ impl Ingest {
                     due_at: item.due_at,
                     metadata: item.metadata.clone(),
                     now,
+                    report: Some(policy),
                 },
             });
             outcomes.push(Outcome::Stored);

@@ -440,6 +440,7 @@ impl Scheduler {
                     Applied::Known {
                         previous,
                         queue_key,
+                        due_at,
                     },
                 ) => {
                     if let Some(PreviousPlace {
@@ -472,12 +473,12 @@ impl Scheduler {
                     let queue = self.queue_or_new(&known.crawl, queue_key);
                     let mut state = queue.lock();
                     state.record.urls += 1;
-                    if known.due_at == 0 {
+                    if *due_at == 0 {
                         state.record.completed += 1;
                     } else {
                         let hash = self.store.url_hash(&known.url);
-                        state.add_entry(known.due_at, hash, &known.url, known.partition);
-                        self.wake(&queue, &mut state, Timestamp::from_unix_secs(known.due_at));
+                        state.add_entry(*due_at, hash, &known.url, known.partition);
+                        self.wake(&queue, &mut state, Timestamp::from_unix_secs(*due_at));
                     }
                 }
                 (WriteOp::Delete(deletion), Applied::Deleted(removed)) => {

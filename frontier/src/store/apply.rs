@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use super::names::GroupNames;
 use super::records::RecordsWrite;
 use super::{
-    APPLIED_LSN_KEY, Applied, CRAWL_SETTINGS, Deletion, KnownUrl, META, MainFileChange, NewUrl,
-    PreviousPlace, QUEUES, Removed, SEED_HOSTS, SERVING_ORDER, Store, StoreError, URLS_META,
-    UrlKeys, WriteOp, apply_order, names_under,
+    APPLIED_LSN_KEY, Applied, CRAWL_REVISIT, CRAWL_SETTINGS, Deletion, KnownUrl, META,
+    MainFileChange, NewUrl, PreviousPlace, QUEUES, Removed, SEED_HOSTS, SERVING_ORDER, Store,
+    StoreError, URLS_META, UrlKeys, WriteOp, apply_order, names_under,
 };
 
 use super::queue_counts::{CountDelta, GroupCounts, QueueCounts};
@@ -285,12 +285,40 @@ impl Store {
             .or_else(|| previous.as_ref().map(|(_, key)| key.clone()))
             .unwrap_or_else(|| known.default_queue.clone());
         let queue = names.queue_number(crawl, &queue_key)?;
+        let (due_at, metadata) = match known.report {
+            Some(policy) => {
+                // The history lives in the stored metadata: read it only
+                // where the report may need it.
+                let stored = match &previous {
+                    Some((entry, key))
+                        if known.due_at != 0 || policy != crate::revisit::Policy::Never =>
+                    {
+                        Some(entry.record(key.clone()).map_err(|source| {
+                            StoreError::CorruptRecord {
+                                crawl: known.crawl.clone(),
+                                url: known.url.clone(),
+                                source,
+                            }
+                        })?)
+                    }
+                    _ => None,
+                };
+                crate::revisit::settle(
+                    policy,
+                    stored.as_ref().map(|record| &record.metadata),
+                    &known.metadata,
+                    known.due_at,
+                    known.now,
+                )
+            }
+            None => (known.due_at, known.metadata.clone()),
+        };
         let record = UrlRecord {
             created_at: previous.as_ref().map_or(known.now, |(e, _)| e.created_at),
-            due_at: known.due_at,
+            due_at,
             depth: previous.as_ref().map_or(0, |(e, _)| e.depth),
             queue_key: queue_key.clone(),
-            metadata: known.metadata.clone(),
+            metadata,
         };
         let mut new_value = Vec::with_capacity(value.as_ref().map_or(0, Vec::len) + 32);
         for (index, entry) in entries.iter().enumerate() {
@@ -343,6 +371,7 @@ impl Store {
                 due_at: old.due_at,
             }),
             queue_key,
+            due_at: record.due_at,
         })
     }
 
@@ -396,6 +425,7 @@ impl Store {
         let mut queues = write.open_table(QUEUES)?;
         let mut seed_hosts = write.open_table(SEED_HOSTS)?;
         let mut crawl_settings = write.open_table(CRAWL_SETTINGS)?;
+        let mut crawl_revisit = write.open_table(CRAWL_REVISIT)?;
         for index in apply_order(changes, |change| match change {
             MainFileChange::Insert {
                 queue,
@@ -440,6 +470,7 @@ impl Store {
                             seed_hosts.remove((crawl, host.as_str()))?;
                         }
                         crawl_settings.remove(crawl)?;
+                        crawl_revisit.remove(crawl)?;
                     }
                 }
             }

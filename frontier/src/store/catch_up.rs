@@ -26,7 +26,9 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::names::Names;
 use super::records::RecordsRead;
-use super::schema::{APPLIED_LSN_KEY, COUNTS_LSN_KEY, CRAWL_SETTINGS, META, QUEUES, SEED_HOSTS};
+use super::schema::{
+    APPLIED_LSN_KEY, COUNTS_LSN_KEY, CRAWL_REVISIT, CRAWL_SETTINGS, META, QUEUES, SEED_HOSTS,
+};
 use super::{QueueRecord, Store, StoreError, WriteOp, decode_queue, names_under};
 use crate::record::StoredEntry;
 use crate::wal::LogRecord;
@@ -67,6 +69,7 @@ impl Store {
             let mut queues = write.open_table(QUEUES)?;
             let mut seed_hosts = write.open_table(SEED_HOSTS)?;
             let mut crawl_settings = write.open_table(CRAWL_SETTINGS)?;
+            let mut crawl_revisit = write.open_table(CRAWL_REVISIT)?;
             for record in &gap {
                 for op in &record.ops {
                     let WriteOp::Delete(deletion) = op else {
@@ -88,6 +91,7 @@ impl Store {
                             seed_hosts.remove((crawl, host.as_str()))?;
                         }
                         crawl_settings.remove(crawl)?;
+                        crawl_revisit.remove(crawl)?;
                     }
                 }
             }

@@ -139,7 +139,8 @@ fn check(store: &Store, model: &Model) -> Result<(), TestCaseError> {
         .filter(|(_, (_, due, _))| *due != 0)
         .map(|(url, (queue, due, _))| (queue.as_str(), *due, store.url_hash(url)))
         .collect();
-    let (now, later) = store.count_due("c", 2, |_| true).unwrap();
+    let due = store.count_due("c", 2, |_| true).unwrap();
+    let (now, later) = (due.now, due.later);
     let due_by_2 = keys.iter().filter(|(_, due, _)| *due <= 2).count() as u64;
     prop_assert_eq!((now, later), (due_by_2, keys.len() as u64 - due_by_2));
     // Once what is held is written, the file has exactly those entries.
@@ -208,6 +209,7 @@ proptest! {
                         due_at: u64::from(due),
                         metadata: BTreeMap::new(),
                         now,
+                        report: None,
                     })]).unwrap();
                     let queue = queue
                         .map(|q| QUEUES[q as usize].to_owned())

@@ -167,6 +167,9 @@ pub enum StoreError {
     /// The store's crawl or queue numbers are damaged (see `names`).
     #[error("the store's crawl and queue numbers are damaged: {0}")]
     BadNames(String),
+    /// A crawl's stored revisit policy cannot be read.
+    #[error("the revisit policy stored for crawl {0:?} is damaged")]
+    BadRevisitPolicy(String),
     /// A page of a partition was asked for after a crawl this store never
     /// held.
     #[error("crawl {0:?} is not one of this store's: a page can only follow a key the store gave")]

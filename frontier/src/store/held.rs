@@ -1153,6 +1153,7 @@ mod tests {
             due_at: 0,
             metadata: Default::default(),
             now: 2,
+            report: None,
         });
         let reads = |store: &Store| {
             let record = store.get(0, "c", &url.url).unwrap().expect("stored");

@@ -164,10 +164,10 @@ use self::main_file::{MainFile, MainFileProgress};
 use self::names::Names;
 pub use self::open::{OLDEST_SCHEMA_READ_AS_IS, StoreOptions};
 use self::queue_counts::{GroupCounts, QueueCounts};
-pub use self::read::{DuePage, DueUrl, PartitionUrls};
+pub use self::read::{DueCounts, DuePage, DueUrl, PartitionUrls};
 use self::schema::{
-    APPLIED_LSN_KEY, COUNTS_LSN_KEY, CRAWL_SETTINGS, META, QUEUES, SCHEMA_VERSION_KEY, SEED_HOSTS,
-    SERVING_ORDER, URLS_META,
+    APPLIED_LSN_KEY, COUNTS_LSN_KEY, CRAWL_REVISIT, CRAWL_SETTINGS, META, QUEUES,
+    SCHEMA_VERSION_KEY, SEED_HOSTS, SERVING_ORDER, URLS_META,
 };
 pub use self::types::{Applied, PreviousPlace, QueueRecord, Removed, RemovedFromQueue};
 use crate::record::UrlRecord;
@@ -1064,6 +1064,7 @@ mod tests {
             due_at,
             metadata: std::collections::BTreeMap::new(),
             now: 5,
+            report: None,
         })
     }
 

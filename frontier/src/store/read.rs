@@ -23,6 +23,40 @@ use super::schema::{
 use super::{QueueRecord, Store, StoreError, decode_queue};
 use crate::record::{StoredEntry, UrlRecord};
 
+/// A crawl's not-completed URLs by when they are due.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DueCounts {
+    /// Due by now.
+    pub now: u64,
+    /// Due within the next hour, and within the next day (due now
+    /// included in both).
+    pub next_hour: u64,
+    pub next_day: u64,
+    /// Due after now.
+    pub later: u64,
+    /// The earliest due date after now (UTC epoch seconds; 0: none).
+    pub next_due_at: u64,
+}
+
+impl DueCounts {
+    fn count(&mut self, due_at: u64, now: u64) {
+        if due_at <= now {
+            self.now += 1;
+        } else {
+            self.later += 1;
+            if self.next_due_at == 0 || due_at < self.next_due_at {
+                self.next_due_at = due_at;
+            }
+        }
+        if due_at <= now.saturating_add(3600) {
+            self.next_hour += 1;
+        }
+        if due_at <= now.saturating_add(86_400) {
+            self.next_day += 1;
+        }
+    }
+}
+
 /// URLs of a partition as (crawl, URL, record).
 pub type PartitionUrls = Vec<(String, String, UrlRecord)>;
 
@@ -414,38 +448,33 @@ impl Store {
         )
     }
 
-    /// A crawl's not-completed URLs of the partitions `counted` takes, split
-    /// into due by `now` and later.
+    /// A crawl's not-completed URLs of the partitions `counted` takes, by
+    /// when they are due from `now` on.
     pub fn count_due(
         &self,
         crawl: &str,
         now: u64,
         counted: impl Fn(u32) -> bool,
-    ) -> Result<(u64, u64), StoreError> {
+    ) -> Result<DueCounts, StoreError> {
         let queues = {
             let names = self.read_names();
             match names.crawl_number(crawl) {
                 Some(number) => names.queues_of(number),
-                None => return Ok((0, 0)),
+                None => return Ok(DueCounts::default()),
             }
         };
-        let (mut due_now, mut later) = (0, 0);
+        let mut counts = DueCounts::default();
         for queue in queues {
             let range = (queue, 0, 0)..=(queue, u64::MAX, u64::MAX);
             let (held, read) = self.held_order_in(range.clone())?;
             merged_order(held, &read, range, |(_, due_at, _), partition| {
-                if !counted(partition) {
-                    return true;
-                }
-                if due_at <= now {
-                    due_now += 1;
-                } else {
-                    later += 1;
+                if counted(partition) {
+                    counts.count(due_at, now);
                 }
                 true
             })?;
         }
-        Ok((due_now, later))
+        Ok(counts)
     }
 
     /// Calls `visit(crawl, host)` for every registered seed host.

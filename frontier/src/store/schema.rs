@@ -54,6 +54,10 @@ pub(super) const SERVING_ORDER: TableDefinition<'_, (u32, u64, u64), u32> =
 pub(super) const QUEUES: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("queues");
 pub(super) const CRAWL_SETTINGS: TableDefinition<'_, &str, u32> =
     TableDefinition::new("crawl_settings");
+/// `frontier.redb`: crawl → its own revisit policy
+/// ([`crate::revisit::Policy::encode`]).
+pub(super) const CRAWL_REVISIT: TableDefinition<'_, &str, &[u8]> =
+    TableDefinition::new("crawl_revisit");
 pub(super) const SERVING_PAUSED_KEY: &str = "serving_paused";
 /// Epoch milliseconds no lease handed out from this store outlives.
 pub(super) const LEASES_UNTIL_KEY: &str = "leases_until_ms";

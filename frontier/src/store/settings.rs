@@ -6,8 +6,8 @@
 use redb::{ReadableDatabase, ReadableTable};
 
 use super::schema::{
-    CLEAN_TOKEN_KEY, CRAWL_SETTINGS, FOLLOWED, LEASES_UNTIL_KEY, META, PARTITIONS_KEY, QUEUES,
-    SCHEMA_VERSION_KEY, SEED_HOSTS, SERVING_PAUSED_KEY, open_if_exists,
+    CLEAN_TOKEN_KEY, CRAWL_REVISIT, CRAWL_SETTINGS, FOLLOWED, LEASES_UNTIL_KEY, META,
+    PARTITIONS_KEY, QUEUES, SCHEMA_VERSION_KEY, SEED_HOSTS, SERVING_PAUSED_KEY, open_if_exists,
 };
 use super::{QueueRecord, Store, StoreError, decode_queue};
 
@@ -74,6 +74,43 @@ impl Store {
             write.open_table(CRAWL_SETTINGS)?.insert(crawl, secs)?;
             Ok(())
         })
+    }
+
+    /// Gives a crawl its own revisit policy (`Some`) or the default again,
+    /// durably.
+    pub fn set_revisit_policy(
+        &self,
+        crawl: &str,
+        policy: Option<crate::revisit::Policy>,
+    ) -> Result<(), StoreError> {
+        self.write_durably(|write| {
+            let mut table = write.open_table(CRAWL_REVISIT)?;
+            match policy {
+                Some(policy) => {
+                    table.insert(crawl, policy.encode().as_slice())?;
+                }
+                None => {
+                    table.remove(crawl)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Every crawl's own revisit policy.
+    pub fn revisit_policies(&self) -> Result<Vec<(String, crate::revisit::Policy)>, StoreError> {
+        let read = self.files()?.db.begin_read()?;
+        let Some(table) = open_if_exists(&read, CRAWL_REVISIT)? else {
+            return Ok(Vec::new());
+        };
+        let mut policies = Vec::new();
+        for entry in table.iter()? {
+            let (crawl, bytes) = entry?;
+            let policy = crate::revisit::Policy::decode(bytes.value())
+                .ok_or_else(|| StoreError::BadRevisitPolicy(crawl.value().to_owned()))?;
+            policies.push((crawl.value().to_owned(), policy));
+        }
+        Ok(policies)
     }
 
     /// Records whether serving is paused, durably.

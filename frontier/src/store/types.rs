@@ -114,6 +114,9 @@ pub enum Applied {
         previous: Option<PreviousPlace>,
         /// The queue it is in now.
         queue_key: String,
+        /// Its due date now (0: completed): the report's, or the one its
+        /// crawl's revisit policy picked.
+        due_at: u64,
     },
     /// What a deletion removed.
     Deleted(Removed),

@@ -5,6 +5,7 @@
 //! panic or a huge allocation.
 
 use crate::record::{Reader, RecordError, UrlRecord, put_str};
+use crate::revisit::Policy;
 use crate::write_ops::{Deletion, KnownUrl, NewUrl, WriteOp};
 
 const TAG_DISCOVER: u8 = 1;
@@ -16,6 +17,9 @@ const TAG_DELETE_IN_PARTITION: u8 = 4;
 /// A chunk of one partition's deletion: [`TAG_DELETE_IN_PARTITION`]'s
 /// fields, then the URL its chunk ends before.
 const TAG_DELETE_IN_PARTITION_BELOW: u8 = 5;
+/// A client's report: [`TAG_KNOWN`]'s fields, then the crawl's revisit
+/// policy it is settled under. [`TAG_KNOWN`] is a state written as given.
+const TAG_KNOWN_REPORT: u8 = 6;
 
 /// The payload of one record: a group's writes.
 #[must_use]
@@ -33,7 +37,11 @@ pub fn encode_ops(ops: &[WriteOp]) -> Vec<u8> {
                 put_bytes(&mut out, &new.record.encode());
             }
             WriteOp::Known(known) => {
-                out.push(TAG_KNOWN);
+                out.push(if known.report.is_some() {
+                    TAG_KNOWN_REPORT
+                } else {
+                    TAG_KNOWN
+                });
                 put_str(&mut out, &known.crawl);
                 put_str(&mut out, &known.url);
                 out.extend_from_slice(&known.partition.to_le_bytes());
@@ -48,6 +56,9 @@ pub fn encode_ops(ops: &[WriteOp]) -> Vec<u8> {
                     ..UrlRecord::default()
                 };
                 put_bytes(&mut out, &carrier.encode());
+                if let Some(policy) = known.report {
+                    out.extend_from_slice(&policy.encode());
+                }
             }
             WriteOp::Delete(deletion) => {
                 // A bound is only meaningful within a partition.
@@ -98,7 +109,7 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<WriteOp>, RecordError> {
                 maybe_known: read_flag(&mut reader)?,
                 record: UrlRecord::decode(read_bytes(&mut reader)?)?,
             }),
-            TAG_KNOWN => WriteOp::Known(KnownUrl {
+            tag @ (TAG_KNOWN | TAG_KNOWN_REPORT) => WriteOp::Known(KnownUrl {
                 crawl: reader.string()?,
                 url: reader.string()?,
                 partition: reader.u32()?,
@@ -107,6 +118,12 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<WriteOp>, RecordError> {
                 due_at: reader.u64()?,
                 now: reader.u64()?,
                 metadata: UrlRecord::decode(read_bytes(&mut reader)?)?.metadata,
+                report: if tag == TAG_KNOWN_REPORT {
+                    let bytes = reader.take(9)?;
+                    Some(Policy::decode(bytes).ok_or(RecordError::UnknownTag(bytes[0]))?)
+                } else {
+                    None
+                },
             }),
             tag @ (TAG_DELETE | TAG_DELETE_IN_PARTITION | TAG_DELETE_IN_PARTITION_BELOW) => {
                 WriteOp::Delete(Deletion {

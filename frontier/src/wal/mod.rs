@@ -961,10 +961,21 @@ mod tests {
                 prop::option::of(".{0,10}"),
                 ".{0,10}",
                 any::<(u64, u64)>(),
-                metadata()
+                (
+                    metadata(),
+                    prop::option::of((0u8..3, 1u32..1_000, 0u32..1_000))
+                )
             )
                 .prop_map(
-                    |(crawl, url, partition, queue_key, default_queue, (due_at, now), metadata)| {
+                    |(
+                        crawl,
+                        url,
+                        partition,
+                        queue_key,
+                        default_queue,
+                        (due_at, now),
+                        (metadata, report),
+                    )| {
                         WriteOp::Known(KnownUrl {
                             crawl,
                             url,
@@ -974,6 +985,15 @@ mod tests {
                             due_at,
                             metadata,
                             now,
+                            report: report.map(|(kind, min, extra)| {
+                                let name = ["never", "fixed", "adaptive"][usize::from(kind)];
+                                crate::revisit::Policy::parse(
+                                    name,
+                                    u64::from(min),
+                                    u64::from(min + extra),
+                                )
+                                .unwrap()
+                            }),
                         })
                     }
                 ),
