@@ -112,6 +112,12 @@ impl ChangingSite {
         format!("http://{}", self.addr)
     }
 
+    /// Time since the site started, the clock of its fetch log.
+    #[must_use]
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     /// Every page's path, `/` included.
     #[must_use]
     pub fn pages(&self) -> Vec<String> {

@@ -40,6 +40,7 @@ use crate::links::{extract_links, resolve};
 use crate::output::Output;
 use crate::pacing::{HostPace, HostTurn};
 use crate::report::{CrawlLogEntry, Outcome, Reason};
+use crate::revisit::{Capture, validators_of};
 use crate::robots::{Lookup, RobotsCache, Verdict};
 use crate::seen::SeenCache;
 use crate::sitemap::parse_sitemap;
@@ -200,8 +201,14 @@ impl LeasedPage {
 
     /// The last step: the outcome settled and logged, the report sent
     /// until acknowledged.
-    pub(crate) async fn finish(self, context: &Context, outcome: Outcome, status: Option<u16>) {
-        finish(context, self.info, outcome, status, self.log).await;
+    pub(crate) async fn finish(
+        self,
+        context: &Context,
+        outcome: Outcome,
+        status: Option<u16>,
+        capture: Option<Capture>,
+    ) {
+        finish(context, self.info, outcome, (status, capture), self.log).await;
     }
 }
 
@@ -211,7 +218,7 @@ async fn finish(
     context: &Context,
     info: UrlInfo,
     outcome: Outcome,
-    status: Option<u16>,
+    (status, capture): (Option<u16>, Option<Capture>),
     mut log: CrawlLogEntry,
 ) {
     let Settled {
@@ -223,6 +230,9 @@ async fn finish(
     metadata.insert(metadata::OUTCOME.into(), meta_value(reason.as_str()));
     if let Some(status) = status {
         metadata.insert(metadata::STATUS.into(), meta_value(status.to_string()));
+    }
+    if let Some(capture) = &capture {
+        capture.report_into(&mut metadata);
     }
     log.outcome = Some(reason);
     log.status = status;
@@ -320,6 +330,8 @@ pub(crate) struct Fetch {
     pub(crate) outcome: Outcome,
     /// The HTTP status, when the host answered.
     pub(crate) status: Option<u16>,
+    /// What it found of the page, when it reached it (a 2xx or a 304).
+    pub(crate) capture: Option<Capture>,
 }
 
 /// A leased URL about to be fetched, as the answer's handling needs it.
@@ -347,7 +359,10 @@ async fn fetch_leased(
     metrics::gauge!("worker_in_flight").increment(1.0);
     let fetch_started = std::time::Instant::now();
     log.time = now_secs();
-    let fetched = context.fetcher.get(url).await;
+    let fetched = context
+        .fetcher
+        .get_unless_unchanged(url, &validators_of(&info.metadata))
+        .await;
     // The host has answered (or the request failed): the next one's turn.
     drop(turn);
     // Let the host's next request go out before this answer is parsed:
@@ -357,7 +372,7 @@ async fn fetch_leased(
     metrics::histogram!("worker_fetch_seconds").record(fetch_started.elapsed().as_secs_f64());
     metrics::gauge!("worker_in_flight").decrement(1.0);
     context.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
-    let (outcome, status) = match fetched {
+    let (outcome, status, capture) = match fetched {
         Ok(fetched) => {
             let page = Page {
                 info,
@@ -379,29 +394,43 @@ async fn fetch_leased(
             } else {
                 Outcome::Done(Reason::Refused)
             };
-            (outcome, None)
+            (outcome, None, None)
         }
     };
     log.duration_ms = fetch_started.elapsed().as_millis() as u64;
-    Fetch { outcome, status }
+    Fetch {
+        outcome,
+        status,
+        capture,
+    }
 }
 
-/// What an answer leads to, and its status.
+/// What an answer leads to, its status, and what it found of the page.
 async fn answered(
     context: &Context,
     page: &Page<'_>,
     fetched: Fetched,
     log: &mut CrawlLogEntry,
     slot: OwnedSemaphorePermit,
-) -> (Outcome, Option<u16>) {
+) -> (Outcome, Option<u16>, Option<Capture>) {
     let Page {
         info,
         url,
         depth,
         sitemap_level,
     } = *page;
-    record_answer(context, url, &fetched, log).await;
+    let capture = matches!(fetched.status, 200..=299 | 304)
+        .then(|| Capture::of(url.as_str(), &info.metadata, &fetched, now_secs()));
+    record_answer(context, url, &fetched, log, capture.as_ref()).await;
+    let unchanged = capture.as_ref().is_some_and(|capture| !capture.changed);
     let outcome = match fetched.status {
+        // The frontier holds what an unchanged page links to already.
+        304 => Outcome::Done(Reason::NotModified),
+        200..=299 if unchanged => {
+            drop(slot);
+            log.outlinks = Some(0);
+            Outcome::Done(Reason::Fetched)
+        }
         200..=299 if sitemap_level.is_some() => {
             let found = read_sitemap(context, url, &fetched, sitemap_level.unwrap_or(0));
             drop(slot);
@@ -440,7 +469,7 @@ async fn answered(
         408 | 500..=599 => Outcome::Retry(Reason::ServerError, None),
         _ => Outcome::Done(Reason::ClientError),
     };
-    (outcome, Some(fetched.status))
+    (outcome, Some(fetched.status), capture)
 }
 
 /// A sitemap's pages (sent as depth-1 links) and, below the depth limit,
@@ -562,8 +591,15 @@ fn robots_refusal(
     }
 }
 
-/// Counts an answer and writes its WARC records.
-async fn record_answer(context: &Context, url: &Url, fetched: &Fetched, log: &mut CrawlLogEntry) {
+/// Counts an answer and writes its WARC records: a revisit record for a
+/// page found as captured before.
+async fn record_answer(
+    context: &Context,
+    url: &Url,
+    fetched: &Fetched,
+    log: &mut CrawlLogEntry,
+    capture: Option<&Capture>,
+) {
     let stats = &context.stats;
     stats.by_class[usize::from(fetched.status / 100).min(5)].fetch_add(1, Ordering::Relaxed);
     stats
@@ -585,10 +621,27 @@ async fn record_answer(context: &Context, url: &Url, fetched: &Fetched, log: &mu
         let head = request_head(url, &context.config.fetch.user_agent);
         // Written in place: a thread hand-off per page cost more than the
         // write, which goes to the page cache.
-        match output.write_exchange(url.as_str(), &head, fetched) {
-            Ok(digest) => log.digest = Some(digest),
-            Err(error) => tracing::error!(%error, "WARC write failed"),
+        let written = match capture {
+            Some(Capture {
+                revisit: Some(revisit),
+                ..
+            }) => output.write_revisit(url.as_str(), &head, fetched, revisit),
+            Some(Capture {
+                digest: Some(digest),
+                captured: Some(captured),
+                ..
+            }) => output.write_response(url.as_str(), &head, fetched, digest, *captured),
+            _ => output
+                .write_exchange(url.as_str(), &head, fetched)
+                .map(drop),
+        };
+        if let Err(error) = written {
+            tracing::error!(%error, "WARC write failed");
         }
+    }
+    if let Some(capture) = capture {
+        log.digest.clone_from(&capture.digest);
+        log.revisit = Some(!capture.changed);
     }
 }
 

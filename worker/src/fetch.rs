@@ -34,6 +34,15 @@ pub struct FetchConfig {
     pub proxy: Option<String>,
 }
 
+/// What the last fetch of a page answered, to ask whether it changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Validators {
+    /// Its ETag, sent as If-None-Match.
+    pub etag: Option<String>,
+    /// Its Last-Modified, sent as If-Modified-Since.
+    pub last_modified: Option<String>,
+}
+
 /// A fetched response.
 #[derive(Debug, Clone)]
 pub struct Fetched {
@@ -233,6 +242,17 @@ impl Fetcher {
 
     /// GETs a URL; a non-2xx status is a response, not an error.
     pub async fn get(&self, url: &Url) -> Result<Fetched, FetchError> {
+        self.get_unless_unchanged(url, &Validators::default()).await
+    }
+
+    /// GETs a URL conditionally: with the validators of its last fetch,
+    /// the server may answer 304 Not Modified instead of the page. A
+    /// validator that is not a valid header value is left out.
+    pub async fn get_unless_unchanged(
+        &self,
+        url: &Url,
+        validators: &Validators,
+    ) -> Result<Fetched, FetchError> {
         // Literal addresses never reach the resolver.
         if !self.config.allow_private
             && let Some(host) = url.host()
@@ -261,12 +281,22 @@ impl Fetcher {
             }
         }
         let started = Instant::now();
-        let response = self
-            .client
-            .get(url.clone())
-            .send()
-            .await
-            .map_err(|e| FetchError::of(&e))?;
+        let mut request = self.client.get(url.clone());
+        for (name, value) in [
+            (reqwest::header::IF_NONE_MATCH, &validators.etag),
+            (
+                reqwest::header::IF_MODIFIED_SINCE,
+                &validators.last_modified,
+            ),
+        ] {
+            if let Some(value) = value
+                .as_deref()
+                .and_then(|v| reqwest::header::HeaderValue::from_str(v).ok())
+            {
+                request = request.header(name, value);
+            }
+        }
+        let response = request.send().await.map_err(|e| FetchError::of(&e))?;
         let status = response.status().as_u16();
         let version = format!("{:?}", response.version());
         let peer = response.remote_addr();

@@ -19,7 +19,8 @@
 //! - [`pacing`]: politeness per host: when a host's next request may start.
 //! - [`pipeline`]: the lease loop and each leased host's pipeline;
 //!   `shutdown`: the stop every loop listens to.
-//! - [`crawler`]: the steps of one leased URL.
+//! - [`crawler`]: the steps of one leased URL; [`revisit`]: a page fetched
+//!   again, asked for conditionally and judged changed or not.
 mod acked;
 mod client;
 pub mod config;
@@ -32,6 +33,7 @@ pub mod output;
 pub mod pacing;
 pub mod pipeline;
 pub mod report;
+pub mod revisit;
 pub mod robots;
 pub mod seen;
 mod shutdown;

@@ -270,7 +270,9 @@ fn record_header(fields: &[(WarcHeader, String)]) -> RawRecordHeader {
         WarcHeader::RecordID,
         format!("<urn:uuid:{}>", uuid_v4()).into_bytes(),
     );
-    headers.insert(WarcHeader::Date, warc_date().into_bytes());
+    headers
+        .entry(WarcHeader::Date)
+        .or_insert_with(|| warc_date().into_bytes());
     RawRecordHeader {
         version: "1.1".into(),
         headers,
@@ -317,8 +319,8 @@ pub struct Revisit {
     pub profile: RevisitProfile,
     /// The earlier capture's target URI.
     pub refers_to_uri: String,
-    /// The earlier capture's date (UTC epoch seconds).
-    pub refers_to_date: u64,
+    /// The earlier capture's date (UTC epoch seconds), when known.
+    pub refers_to_date: Option<u64>,
     /// With identical-payload-digest: the digest both payloads have.
     pub payload_digest: Option<String>,
 }
@@ -398,6 +400,22 @@ impl Output {
         fetched: &Fetched,
     ) -> io::Result<String> {
         let payload_digest = digest(&fetched.body);
+        let now = proto::time::Timestamp::now().unix_secs();
+        self.write_response(url, request_head, fetched, &payload_digest, now)?;
+        Ok(payload_digest)
+    }
+
+    /// [`Self::write_exchange`] with the payload's digest computed already,
+    /// and the response record dated `captured` (UTC epoch seconds), the
+    /// date later revisit records refer to.
+    pub fn write_response(
+        &self,
+        url: &str,
+        request_head: &[u8],
+        fetched: &Fetched,
+        payload_digest: &str,
+        captured: u64,
+    ) -> io::Result<()> {
         // The HTTP message's head; its body is the page's, not copied.
         let http = http_head(fetched);
         let block = [http.as_slice(), &fetched.body];
@@ -405,11 +423,12 @@ impl Output {
         let mut response_fields = vec![
             (WarcHeader::WarcType, "response".to_owned()),
             (WarcHeader::TargetURI, url.to_owned()),
+            (WarcHeader::Date, iso_date(captured)),
             (
                 WarcHeader::ContentType,
                 "application/http; msgtype=response".to_owned(),
             ),
-            (WarcHeader::PayloadDigest, payload_digest.clone()),
+            (WarcHeader::PayloadDigest, payload_digest.to_owned()),
             (WarcHeader::BlockDigest, digest_of_parts(&block)),
         ];
         if let Some(peer) = fetched.peer {
@@ -418,8 +437,7 @@ impl Output {
         if fetched.truncated {
             response_fields.push((WarcHeader::Truncated, "length".to_owned()));
         }
-        self.write_pair(url, request_head, &response_fields, &block)?;
-        Ok(payload_digest)
+        self.write_pair(url, request_head, &response_fields, &block)
     }
 
     /// Writes a fetch that found the page as an earlier capture had it: a
@@ -446,12 +464,14 @@ impl Output {
                 WarcHeader::Unknown("WARC-Refers-To-Target-URI".to_owned()),
                 revisit.refers_to_uri.clone(),
             ),
-            (
-                WarcHeader::Unknown("WARC-Refers-To-Date".to_owned()),
-                iso_date(revisit.refers_to_date),
-            ),
             (WarcHeader::BlockDigest, digest(&http)),
         ];
+        if let Some(date) = revisit.refers_to_date {
+            fields.push((
+                WarcHeader::Unknown("WARC-Refers-To-Date".to_owned()),
+                iso_date(date),
+            ));
+        }
         if let Some(payload) = &revisit.payload_digest {
             fields.push((WarcHeader::PayloadDigest, payload.clone()));
         }
@@ -530,6 +550,12 @@ pub struct ArchivedRecord {
     pub target: String,
     /// The record block: the HTTP message as recorded.
     pub block: Vec<u8>,
+    /// The WARC version the record declares (`1.1`).
+    pub version: String,
+    /// Of its fields, those that tie captures together (WARC-Date,
+    /// WARC-Payload-Digest, and a revisit's WARC-Profile and Refers-To
+    /// fields), by lower-case name, where present.
+    pub fields: std::collections::BTreeMap<String, String>,
 }
 
 /// Reads every record of the `.warc.gz` files in `dir`, files in name
@@ -552,7 +578,27 @@ pub fn read_archive(dir: &Path) -> io::Result<Vec<ArchivedRecord>> {
                     format!("{} does not parse: {error}", file.display()),
                 )
             })?;
+            let fields = [
+                "warc-profile",
+                "warc-refers-to-target-uri",
+                "warc-refers-to-date",
+                "warc-payload-digest",
+                "warc-date",
+            ]
+            .into_iter()
+            .filter_map(|name| {
+                let value = match name {
+                    "warc-profile" => record.header(WarcHeader::Profile),
+                    "warc-payload-digest" => record.header(WarcHeader::PayloadDigest),
+                    "warc-date" => record.header(WarcHeader::Date),
+                    other => record.header(WarcHeader::Unknown(other.to_owned())),
+                }?;
+                Some((name.to_owned(), value.into_owned()))
+            })
+            .collect();
             records.push(ArchivedRecord {
+                version: record.warc_version().to_owned(),
+                fields,
                 kind: record.warc_type().to_string(),
                 target: record
                     .header(WarcHeader::TargetURI)
@@ -637,7 +683,7 @@ mod tests {
         let same = Revisit {
             profile: RevisitProfile::IdenticalPayloadDigest,
             refers_to_uri: url.to_owned(),
-            refers_to_date: 1_795_000_000,
+            refers_to_date: Some(1_795_000_000),
             payload_digest: Some(first.clone()),
         };
         output

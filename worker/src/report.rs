@@ -9,6 +9,8 @@ use serde::Serialize;
 pub enum Reason {
     /// Fetched with a 2xx answer.
     Fetched,
+    /// 304 Not Modified to a conditional request: fetched, unchanged.
+    NotModified,
     /// A 3xx answer; its target went out as a discovered URL.
     Redirect,
     /// A redirect past the limit of redirects in a row.
@@ -40,6 +42,7 @@ impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Fetched => "fetched",
+            Self::NotModified => "not_modified",
             Self::Redirect => "redirect",
             Self::TooManyRedirects => "too_many_redirects",
             Self::ClientError => "client_error",
@@ -108,6 +111,11 @@ pub struct CrawlLogEntry {
     /// The WARC payload digest of the recorded body.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// Whether the page was found as captured before (a 304 or the same
+    /// payload digest: a revisit record, no outlinks sent); `false` for
+    /// new content.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revisit: Option<bool>,
     /// Links found on the page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outlinks: Option<usize>,

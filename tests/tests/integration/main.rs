@@ -7,6 +7,7 @@ mod authorization;
 mod cluster;
 mod cluster_moves;
 mod conformance;
+mod continuous_crawl;
 mod crawl_command;
 mod crawl_end_to_end;
 mod dashboard;

@@ -1,0 +1,149 @@
+//! Continuous crawling as users run it: `frontier serve --revisit
+//! adaptive`, a worker, and a site whose pages change on schedules. The
+//! frontier brings pages back as often as they change; the worker asks
+//! conditionally, and archives what did not change as WARC revisit
+//! records.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crawl_tests::{FrontierProcess, WorkerProcess, frontier_cli};
+use mock_site::changing::{ChangingConfig, ChangingSite, Fetch};
+
+/// The frontier's flags: revisits between 1 s and 30 s, so that a policy
+/// converges within the test's minute.
+const FRONTIER_ARGS: [&str; 10] = [
+    "--partitions",
+    "4",
+    "--default-delay-ms",
+    "0",
+    "--revisit",
+    "adaptive",
+    "--revisit-min-secs",
+    "1",
+    "--revisit-max-secs",
+    "30",
+];
+
+const WORKER_ARGS: [&str; 4] = ["--concurrency", "4", "--retry-base-secs", "1"];
+
+fn by_page(fetches: &[Fetch]) -> BTreeMap<&str, Vec<&Fetch>> {
+    let mut pages: BTreeMap<&str, Vec<&Fetch>> = BTreeMap::new();
+    for fetch in fetches {
+        pages.entry(fetch.path.as_str()).or_default().push(fetch);
+    }
+    pages
+}
+
+fn mean_fetches(pages: &BTreeMap<&str, Vec<&Fetch>>, kind: &str) -> f64 {
+    let counts: Vec<usize> = pages
+        .iter()
+        .filter(|(path, _)| path.starts_with(kind))
+        .map(|(_, fetches)| fetches.len())
+        .collect();
+    counts.iter().sum::<usize>() as f64 / counts.len().max(1) as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_crawl_follows_each_page_and_archives_unchanged_ones_as_revisits() {
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(&dir.path().join("data"), &FRONTIER_ARGS);
+    let endpoint = frontier.endpoint();
+    let out = dir.path().join("out");
+    let worker = WorkerProcess::start(&endpoint, &out, "w1", &WORKER_ARGS);
+    // The site's clock starts with the crawl.
+    let site = ChangingSite::start(ChangingConfig::default())
+        .await
+        .unwrap();
+    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
+    assert!(status.success(), "{text}");
+    // A crawl that revisits is never done: the wait ends once it has
+    // caught up with its first pass.
+    let (status, text) = frontier_cli(&endpoint, &["status", "--wait", "--timeout-secs", "60"]);
+    assert!(status.success(), "{text}");
+    assert!(
+        text.contains("caught up: nothing due before the next revisit"),
+        "{text}"
+    );
+    assert!(
+        text.contains("revisit adaptive between 1 and 30 s"),
+        "{text}"
+    );
+    // The crawl runs for a minute of the site's clock: the span observed.
+    let span = Duration::from_secs(60);
+    tokio::time::sleep(span.saturating_sub(site.elapsed())).await;
+    let until = site.elapsed();
+    assert!(worker.terminate().success());
+
+    let fetches = site.fetches();
+    let pages = by_page(&fetches);
+    for page in site.pages() {
+        assert!(pages.contains_key(page.as_str()), "{page} never fetched");
+    }
+    // Pages that never change: every fetch after the first is conditional,
+    // and at least nine in ten are answered 304.
+    let revisits: Vec<&&Fetch> = pages
+        .iter()
+        .filter(|(path, _)| path.starts_with("/fixed/"))
+        .flat_map(|(_, fetches)| fetches.iter().skip(1))
+        .collect();
+    assert!(!revisits.is_empty());
+    assert!(revisits.iter().all(|f| f.conditional), "{revisits:?}");
+    let not_modified = revisits.iter().filter(|f| f.status == 304).count();
+    assert!(
+        not_modified * 10 >= revisits.len() * 9,
+        "{not_modified} of {} revisits answered 304",
+        revisits.len()
+    );
+    // And they are fetched far less often than the pages that change
+    // every few seconds.
+    let (fast, fixed) = (
+        mean_fetches(&pages, "/fast/"),
+        mean_fetches(&pages, "/fixed/"),
+    );
+    assert!(fast >= 2.0 * fixed, "fast {fast:.1} fixed {fixed:.1}");
+    let freshness: Vec<f64> = pages
+        .keys()
+        .filter(|path| path.starts_with("/fast/"))
+        .map(|path| site.freshness(path, until).unwrap())
+        .collect();
+    let mean_freshness = freshness.iter().sum::<f64>() / freshness.len() as f64;
+    eprintln!(
+        "fetches a page: fast {fast:.1}, fixed {fixed:.1}; 304s {not_modified}/{}; fast pages fresh {mean_freshness:.2}",
+        revisits.len()
+    );
+    assert!(mean_freshness >= 0.4, "fast pages fresh {freshness:?}");
+
+    // Each 304 is archived as a revisit record of its profile, referring
+    // to the capture it repeats; each 200 as a response. (The site's
+    // other answers, such as its 404 for /sitemap.xml, are not pages.)
+    let records: Vec<_> = worker::output::read_archive(&out)
+        .unwrap()
+        .into_iter()
+        .filter(|r| pages.contains_key(r.target.trim_start_matches(&site.base())))
+        .collect();
+    let revisit_records: Vec<_> = records.iter().filter(|r| r.kind == "revisit").collect();
+    let answered_304 = fetches.iter().filter(|f| f.status == 304).count();
+    let answered_200 = fetches.iter().filter(|f| f.status == 200).count();
+    assert_eq!(revisit_records.len(), answered_304);
+    assert_eq!(
+        records.iter().filter(|r| r.kind == "response").count(),
+        answered_200
+    );
+    for record in revisit_records {
+        assert_eq!(record.version, "1.1");
+        assert_eq!(
+            record.fields["warc-profile"],
+            "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+        );
+        assert_eq!(record.fields["warc-refers-to-target-uri"], record.target);
+        let earlier = records.iter().find(|r| {
+            r.kind == "response"
+                && r.target == record.target
+                && r.fields.get("warc-date") == record.fields.get("warc-refers-to-date")
+        });
+        assert!(earlier.is_some(), "no capture for {record:?}");
+        let head = String::from_utf8_lossy(&record.block);
+        assert!(head.starts_with("HTTP/1.1 304"), "{head}");
+    }
+}
