@@ -66,6 +66,8 @@ pub struct ChangingSite {
     started: Instant,
     started_wall: SystemTime,
     fetches: Arc<Mutex<Vec<Fetch>>>,
+    /// How many fetches the log holds, for waiters.
+    fetched: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 /// A page's schedule: how often it changes (`None`: never), and how far
@@ -92,6 +94,7 @@ impl ChangingSite {
             started: Instant::now(),
             started_wall: SystemTime::now(),
             fetches: Arc::default(),
+            fetched: Arc::new(tokio::sync::watch::channel(0).0),
         };
         let server = site.clone();
         super::spawn_server(listener, move |request| {
@@ -110,6 +113,12 @@ impl ChangingSite {
     #[must_use]
     pub fn base(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Returns once the site has answered `n` page fetches.
+    pub async fn fetched_at_least(&self, n: usize) {
+        let mut fetched = self.fetched.subscribe();
+        let _ = fetched.wait_for(|&count| count >= n).await;
     }
 
     /// Time since the site started, the clock of its fetch log.
@@ -252,16 +261,18 @@ impl ChangingSite {
         } else {
             StatusCode::OK
         };
-        self.fetches
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Fetch {
+        let count = {
+            let mut fetches = self.fetches.lock().unwrap_or_else(PoisonError::into_inner);
+            fetches.push(Fetch {
                 path: path.clone(),
                 at,
                 status: status.as_u16(),
                 version,
                 conditional: if_none_match.is_some() || if_modified_since.is_some(),
             });
+            fetches.len()
+        };
+        self.fetched.send_replace(count);
         let body = if not_modified {
             String::new()
         } else if path == "/" {
@@ -384,6 +395,7 @@ mod tests {
             started: Instant::now(),
             started_wall: SystemTime::now(),
             fetches: Arc::default(),
+            fetched: Arc::new(tokio::sync::watch::channel(0).0),
         };
         let at = Duration::from_secs;
         // Page 1 of 2 is a period's half ahead of page 0.

@@ -147,3 +147,87 @@ async fn an_adaptive_crawl_follows_each_page_and_archives_unchanged_ones_as_revi
         assert!(head.starts_with("HTTP/1.1 304"), "{head}");
     }
 }
+
+/// Each page's revisit history as the frontier holds it (CheckUrl).
+async fn histories(
+    frontier: &FrontierProcess,
+    site: &ChangingSite,
+) -> BTreeMap<String, (frontier::revisit::History, u64)> {
+    let mut admin = frontier.admin().await;
+    let mut held = BTreeMap::new();
+    for page in site.pages() {
+        let url = format!("{}{page}", site.base());
+        let answer = admin
+            .check_url(proto::admin::CheckUrlRequest {
+                url: url.clone(),
+                ..proto::admin::CheckUrlRequest::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let Some(stored) = answer.stored else {
+            panic!("{url} is not stored");
+        };
+        let history = stored
+            .metadata
+            .get(proto::metadata::REVISIT)
+            .and_then(|values| values.values.first())
+            .and_then(|text| frontier::revisit::History::parse(text))
+            .unwrap_or_default();
+        held.insert(page, (history, stored.due_at));
+    }
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frontier_killed_during_a_continuous_crawl_loses_no_url_and_no_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // Short leases: the restarted frontier serves again once the leases
+    // handed out before the kill have run out.
+    let mut args = FRONTIER_ARGS.to_vec();
+    args.extend(["--lease-secs", "5"]);
+    let frontier = FrontierProcess::start(&data, &args);
+    let endpoint = frontier.endpoint();
+    let listen = frontier.addr.to_string();
+    let out = dir.path().join("out");
+    let _worker = WorkerProcess::start(&endpoint, &out, "w1", &WORKER_ARGS);
+    let site = ChangingSite::start(ChangingConfig::default())
+        .await
+        .unwrap();
+    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
+    assert!(status.success(), "{text}");
+    // Several rounds of revisits, then a snapshot of what was acknowledged
+    // and a kill while the crawl goes on.
+    site.fetched_at_least(80).await;
+    let before = histories(&frontier, &site).await;
+    frontier.kill();
+    let fetched_at_kill = site.fetches().len();
+    let frontier = FrontierProcess::start_on(&data, &listen, &args);
+    let after = histories(&frontier, &site).await;
+    for (page, (was, _)) in &before {
+        let (now, due_at) = after[page];
+        assert!(
+            now.last_fetched >= was.last_fetched && now.fetches >= was.fetches,
+            "{page}: history went back from {was:?} to {now:?}"
+        );
+        assert!(due_at > 0, "{page} is no longer due");
+    }
+    assert!(
+        before.values().any(|(h, _)| h.fetches >= 2),
+        "revisits before the kill: {before:?}"
+    );
+    // The schedule resumes: every page that changes every few seconds is
+    // fetched again after the restart.
+    site.fetched_at_least(fetched_at_kill + 60).await;
+    let resumed = site.fetches();
+    for page in site.pages().iter().filter(|p| p.starts_with("/fast/")) {
+        assert!(
+            resumed[fetched_at_kill..].iter().any(|f| &f.path == page),
+            "{page} not fetched since the restart"
+        );
+    }
+    let progress = frontier.progress().await;
+    assert_eq!(progress.completed, 0, "{progress:?}");
+    assert!(progress.discovered >= site.pages().len() as u64);
+}
