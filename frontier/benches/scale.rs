@@ -2,7 +2,14 @@
 //! durable acks, resident memory per stored URL, and restart time after a
 //! clean stop (SIGTERM) and after `kill -9` in the middle of ingest.
 //!
-//! `cargo bench -p frontier --bench scale [-- --urls N --streams S --window W --keep-data]`
+//! With `--revisit never|adaptive`, every stored URL is then reported
+//! fetched as this project's worker reports a page (outcome, status, and
+//! what a revisit needs: ETag, Last-Modified, payload digest, capture
+//! date, the finding), to a frontier started with that policy, before the
+//! bytes on disk are measured: `adaptive` keeps the validators and the
+//! page's history, `never` keeps none of them.
+//!
+//! `cargo bench -p frontier --bench scale [-- --urls N --streams S --window W --revisit P --keep-data]`
 //! (defaults 10,000,000 URLs, 4 streams; `--window W`: each stream keeps
 //! at most W batches unacknowledged, as a worker does, instead of sending
 //! as far ahead as flow control allows; `--keep-data` leaves the data
@@ -31,11 +38,12 @@ struct Server {
 }
 
 impl Server {
-    fn start(data_dir: &Path, log: &Path) -> Self {
+    fn start(data_dir: &Path, log: &Path, revisit: Option<&str>) -> Self {
         let started = Instant::now();
         let mut child = Command::new(env!("CARGO_BIN_EXE_frontier"))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
+            .args(["--revisit", revisit.unwrap_or("never")])
             // RUST_LOG passes through, to read the server's debug lines.
             .env(
                 "RUST_LOG",
@@ -126,6 +134,68 @@ async fn ingest(
     feed::put_discovered_within(&client, batches, streams, window).await
 }
 
+/// Reports every distinct URL of `batches` fetched, as the worker reports
+/// a page, over `streams` PutURLs streams; answers the reports acked OK.
+async fn report_fetched(endpoint: &str, batches: std::ops::Range<usize>, streams: usize) -> usize {
+    use proto::metadata;
+    let client = UrlFrontierClient::connect(endpoint.to_owned())
+        .await
+        .expect("connects");
+    let one = |key: &str, value: String| {
+        (
+            key.to_owned(),
+            uf::StringList {
+                values: vec![value],
+            },
+        )
+    };
+    let tasks = (0..streams).map(|stream| {
+        let mut client = client.clone();
+        let ids = (batches.start + stream..batches.end).step_by(streams);
+        let items = ids.flat_map(move |batch| {
+            (batch * 256..(batch + 1) * 256)
+                // The URLs of their own (the others repeat them).
+                .filter(move |n| batch == 0 || n % 100 >= 45)
+                .map(move |n| uf::UrlItem {
+                    item: Some(uf::url_item::Item::Known(uf::KnownUrlItem {
+                        info: Some(uf::UrlInfo {
+                            url: common::url(batch, n),
+                            metadata: [
+                                one("outcome", "fetched".into()),
+                                one("status", "200".into()),
+                                one(metadata::ETAG, format!("\"{n:x}-5f3a9c1b\"")),
+                                one(
+                                    metadata::LAST_MODIFIED,
+                                    "Sat, 28 Nov 2026 10:00:00 GMT".into(),
+                                ),
+                                one(metadata::DIGEST, format!("sha1:{:0>32}", format!("{n:X}"))),
+                                one(metadata::CAPTURED, "1795860000".into()),
+                                one(metadata::FOUND, "changed".into()),
+                            ]
+                            .into(),
+                            ..uf::UrlInfo::default()
+                        }),
+                        refetchable_from_date: 0,
+                    })),
+                    id: n.to_string(),
+                    ..uf::UrlItem::default()
+                })
+        });
+        async move {
+            let Ok(acks) = client.put_ur_ls(futures::stream::iter(items)).await else {
+                return 0;
+            };
+            let mut acks = acks.into_inner();
+            let mut ok = 0;
+            while let Ok(Some(ack)) = acks.message().await {
+                ok += usize::from(ack.status == uf::ack_message::Status::Ok as i32);
+            }
+            ok
+        }
+    });
+    futures::future::join_all(tasks).await.into_iter().sum()
+}
+
 async fn count_urls(endpoint: &str) -> u64 {
     let mut client = UrlFrontierClient::connect(endpoint.to_owned())
         .await
@@ -168,13 +238,18 @@ fn main() {
     let streams = arg(&args, "--streams", 4).max(1);
     // 0: each stream sends as far ahead as flow control allows.
     let window = Some(arg(&args, "--window", 0)).filter(|&w| w > 0);
+    let revisit = args
+        .iter()
+        .position(|a| a == "--revisit")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str);
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let dir = tempfile::tempdir().expect("a temporary directory");
     let data = dir.path().join("data");
     let log = |name: &str| dir.path().join(format!("{name}.log"));
     let batches = total / 256;
 
-    let server = Server::start(&data, &log("first"));
+    let server = Server::start(&data, &log("first"), revisit);
     let started = Instant::now();
     let started_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -235,6 +310,15 @@ fn main() {
         written as f64 / stored.max(1) as f64,
     );
 
+    if let Some(policy) = revisit {
+        let started = Instant::now();
+        let reported = runtime.block_on(report_fetched(&server.endpoint, 0..batches, streams));
+        assert_eq!(reported, stored, "every stored URL reported");
+        println!(
+            "Every stored URL reported fetched, with validators, under --revisit {policy}: {reported} reports in {:.1} s\n",
+            started.elapsed().as_secs_f64()
+        );
+    }
     let stop = server.terminate();
     let (held, length) = dir_bytes(&data);
     println!(
@@ -244,7 +328,7 @@ fn main() {
         length as f64 / 1048576.0,
         length as f64 / stored.max(1) as f64,
     );
-    let server = Server::start(&data, &log("after-clean-stop"));
+    let server = Server::start(&data, &log("after-clean-stop"), revisit);
     let clean_restart = server.started_in;
     let counted = runtime.block_on(count_urls(&server.endpoint));
     assert_eq!(
@@ -264,7 +348,7 @@ fn main() {
         server.kill();
         feeding.await.expect("feed ends").stored
     });
-    let server = Server::start(&data, &log("after-kill"));
+    let server = Server::start(&data, &log("after-kill"), revisit);
     let kill_restart = server.started_in;
     let counted = runtime.block_on(count_urls(&server.endpoint));
     assert!(

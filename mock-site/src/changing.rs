@@ -30,6 +30,9 @@ pub struct ChangingConfig {
     /// Whole seconds, from 1.
     pub slow_period: Duration,
     pub fixed: usize,
+    /// Each page's body is padded to at least this many bytes (as real
+    /// pages weigh tens of kilobytes), so that what a 304 saves shows.
+    pub page_bytes: usize,
 }
 
 impl Default for ChangingConfig {
@@ -40,6 +43,7 @@ impl Default for ChangingConfig {
             slow: 5,
             slow_period: Duration::from_secs(60),
             fixed: 10,
+            page_bytes: 0,
         }
     }
 }
@@ -56,6 +60,8 @@ pub struct Fetch {
     pub version: u64,
     /// It carried If-None-Match or If-Modified-Since.
     pub conditional: bool,
+    /// Body bytes sent.
+    pub bytes: usize,
 }
 
 /// The site (module docs).
@@ -261,19 +267,7 @@ impl ChangingSite {
         } else {
             StatusCode::OK
         };
-        let count = {
-            let mut fetches = self.fetches.lock().unwrap_or_else(PoisonError::into_inner);
-            fetches.push(Fetch {
-                path: path.clone(),
-                at,
-                status: status.as_u16(),
-                version,
-                conditional: if_none_match.is_some() || if_modified_since.is_some(),
-            });
-            fetches.len()
-        };
-        self.fetched.send_replace(count);
-        let body = if not_modified {
+        let mut body = if not_modified {
             String::new()
         } else if path == "/" {
             let links: String = self
@@ -289,6 +283,23 @@ impl ChangingSite {
                 &format!("<p>Version {version} of {path}.</p><a href=\"/\">home</a>"),
             )
         };
+        if !not_modified && body.len() < self.config.page_bytes {
+            let pad = self.config.page_bytes - body.len();
+            body.push_str(&format!("<!--{}-->", "x".repeat(pad.saturating_sub(7))));
+        }
+        let count = {
+            let mut fetches = self.fetches.lock().unwrap_or_else(PoisonError::into_inner);
+            fetches.push(Fetch {
+                path: path.clone(),
+                at,
+                status: status.as_u16(),
+                version,
+                conditional: if_none_match.is_some() || if_modified_since.is_some(),
+                bytes: body.len(),
+            });
+            fetches.len()
+        };
+        self.fetched.send_replace(count);
         Response::builder()
             .status(status)
             .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
@@ -335,6 +346,7 @@ mod tests {
             slow: 1,
             slow_period: Duration::from_secs(3600),
             fixed: 1,
+            page_bytes: 4096,
         };
         let site = ChangingSite::start(config).await.unwrap();
         assert_eq!(site.pages().len(), 5);
@@ -380,6 +392,11 @@ mod tests {
                 .all(|f| f.path == "/other.html" || f.version < 100)
         );
         assert!(fetches[1].conditional && !fetches[0].conditional);
+        // Bodies are padded to the configured weight; a 304 sends none.
+        assert!(
+            fetches[0].bytes >= 4096 && fetches[1].bytes == 0,
+            "{fetches:?}"
+        );
     }
 
     #[test]
@@ -411,6 +428,7 @@ mod tests {
             status: 200,
             version: 0,
             conditional: false,
+            bytes: 0,
         });
         let fresh = site.freshness("/fast/0.html", at(4)).unwrap();
         assert!((fresh - 0.5).abs() < 0.01, "{fresh}");
