@@ -31,7 +31,9 @@
 //! be static, while a change seen shortens the interval at once (what
 //! Nutch's AdaptiveFetchSchedule also does, by fixed steps).
 
-use proto::metadata;
+use std::collections::BTreeMap;
+
+use proto::metadata::{self, RevisitState};
 
 /// A crawl's revisit policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -287,42 +289,44 @@ impl std::fmt::Display for Policy {
 }
 
 impl History {
-    /// As a URL's metadata keeps it: five numbers separated by spaces.
+    /// The history a stored state holds.
     #[must_use]
-    pub fn encode(&self) -> String {
-        format!(
-            "{} {} {} {} {}",
-            self.fetches, self.changes, self.observed_secs, self.interval_secs, self.last_fetched
-        )
-    }
-
-    /// Reads what [`Self::encode`] wrote; `None` for anything else.
-    #[must_use]
-    pub fn parse(text: &str) -> Option<Self> {
-        let mut words = text.split(' ');
-        let history = Self {
-            fetches: words.next()?.parse().ok()?,
-            changes: words.next()?.parse().ok()?,
-            observed_secs: words.next()?.parse().ok()?,
-            interval_secs: words.next()?.parse().ok()?,
-            last_fetched: words.next()?.parse().ok()?,
-        };
-        (words.next().is_none() && history.changes <= history.fetches).then_some(history)
+    pub fn of_state(state: &RevisitState) -> Self {
+        Self {
+            fetches: state.fetches,
+            changes: state.changes,
+            observed_secs: state.observed_secs,
+            interval_secs: state.interval_secs,
+            last_fetched: state.last_fetched,
+        }
     }
 
     /// The history a URL's metadata holds (none yet: the default).
     #[must_use]
     pub fn of(metadata: &Metadata) -> Self {
-        metadata
-            .get(metadata::REVISIT)
-            .and_then(|values| values.first())
-            .and_then(|text| Self::parse(text))
-            .unwrap_or_default()
+        Self::of_state(&state_of(metadata).unwrap_or_default())
+    }
+
+    fn into_state(self, state: RevisitState) -> RevisitState {
+        RevisitState {
+            fetches: self.fetches,
+            changes: self.changes,
+            observed_secs: self.observed_secs,
+            interval_secs: self.interval_secs,
+            last_fetched: self.last_fetched,
+            ..state
+        }
     }
 }
 
+/// The revisit state a URL's metadata holds, if any.
+#[must_use]
+pub fn state_of(metadata: &Metadata) -> Option<RevisitState> {
+    metadata.get(metadata::REVISIT).and_then(RevisitState::of)
+}
+
 /// A URL's metadata, as the store keeps it.
-pub type Metadata = std::collections::BTreeMap<String, Vec<String>>;
+pub type Metadata = BTreeMap<String, Vec<String>>;
 
 /// What a report of a URL comes to: when it is due again (UTC epoch
 /// seconds; 0: completed) and the metadata stored for it.
@@ -345,30 +349,48 @@ pub fn settle(
     now: u64,
 ) -> (u64, Metadata) {
     let mut metadata = report.clone();
-    let found = metadata
-        .remove(metadata::FOUND)
-        .and_then(|values| values.into_iter().next())
-        .map_or(Found::Unknown, |word| Found::parse(&word));
     metadata.remove(metadata::REVISIT);
-    let history = stored.map(History::of).unwrap_or_default();
+    let mut reported: BTreeMap<&str, String> = BTreeMap::new();
+    for key in metadata::REPORT_KEYS {
+        // Folded into the state, never stored as they came; a value that
+        // would not read back from the state's text is left out.
+        if let Some(value) = metadata.remove(key).and_then(|v| v.into_iter().next())
+            && (key == metadata::ETAG || !value.contains('|'))
+        {
+            reported.insert(key, value);
+        }
+    }
+    let stored = stored.and_then(state_of).unwrap_or_default();
     let due_at = match policy {
         Policy::Fixed { .. } | Policy::Adaptive { .. } if due_at == 0 => {
+            let found = reported
+                .get(metadata::FOUND)
+                .map_or(Found::Unknown, |word| Found::parse(word));
+            let history = History::of_state(&stored);
             // A clock behind the last fetch's (another node's) must not
             // move the history back.
             let now = now.max(history.last_fetched);
             let (history, due) = policy.next(history, found, now);
-            metadata.insert(metadata::REVISIT.to_owned(), vec![history.encode()]);
+            let mut take = |key: &str, held: Option<String>| reported.remove(key).or(held);
+            let state = RevisitState {
+                captured: take(metadata::CAPTURED, None)
+                    .and_then(|at| at.parse().ok())
+                    .or(stored.captured),
+                digest: take(metadata::DIGEST, stored.digest.clone()),
+                last_modified: take(metadata::LAST_MODIFIED, stored.last_modified.clone()),
+                etag: take(metadata::ETAG, stored.etag.clone()),
+                ..RevisitState::default()
+            };
+            let state = history.into_state(state);
+            metadata.insert(metadata::REVISIT.to_owned(), vec![state.encode()]);
             due.unwrap_or(0)
         }
-        _ if due_at == 0 => {
-            for key in metadata::REVISIT_KEYS {
-                metadata.remove(key);
-            }
-            0
-        }
+        // Done for good: nothing of the revisits is kept.
+        _ if due_at == 0 => 0,
+        // A date of the client's own: the state stays as it was.
         _ => {
-            if history != History::default() {
-                metadata.insert(metadata::REVISIT.to_owned(), vec![history.encode()]);
+            if stored != RevisitState::default() {
+                metadata.insert(metadata::REVISIT.to_owned(), vec![stored.encode()]);
             }
             due_at
         }
@@ -553,20 +575,34 @@ mod tests {
         let policy = Policy::Fixed { secs: 60 };
         let report = meta(&[
             (metadata::FOUND, "changed"),
-            (metadata::ETAG, "\"v1\""),
-            (metadata::REVISIT, "99 99 9 9 9"),
+            (metadata::ETAG, "\"v1|x\""),
+            (metadata::LAST_MODIFIED, "Sat, 28 Nov 2026 10:00:00 GMT"),
+            (metadata::DIGEST, "sha1:AAAA"),
+            (metadata::CAPTURED, "999"),
+            (metadata::REVISIT, "99 99 9 9 9||||"),
         ]);
         let (due, stored) = settle(policy, None, &report, 0, 1_000);
         assert_eq!(due, 1_060);
-        assert!(!stored.contains_key(metadata::FOUND), "never stored");
-        assert_eq!(stored[metadata::ETAG], vec!["\"v1\"".to_owned()]);
+        // One key holds it all; what the report carried is folded in.
+        assert_eq!(stored.keys().collect::<Vec<_>>(), vec![metadata::REVISIT]);
+        let state = state_of(&stored).unwrap();
+        assert_eq!(
+            (
+                state.etag.as_deref(),
+                state.captured,
+                state.digest.as_deref()
+            ),
+            (Some("\"v1|x\""), Some(999), Some("sha1:AAAA"))
+        );
         let history = History::of(&stored);
         assert_eq!((history.fetches, history.last_fetched), (0, 1_000));
+        // An unchanged page's report without validators keeps the held ones.
         let report = meta(&[(metadata::FOUND, "unchanged")]);
         let (due, again) = settle(policy, Some(&stored), &report, 0, 1_070);
         assert_eq!(due, 1_130);
         let history = History::of(&again);
         assert_eq!((history.fetches, history.changes), (1, 0));
+        assert_eq!(state_of(&again).unwrap().etag, state.etag);
         // A clock behind the last fetch does not move the history back.
         let (_, back) = settle(policy, Some(&again), &report, 0, 10);
         assert_eq!(History::of(&back).last_fetched, 1_070);
@@ -582,10 +618,10 @@ mod tests {
         let (due, stored) = settle(Policy::Never, None, &report, 0, 5);
         assert_eq!(due, 0);
         assert_eq!(stored, meta(&[("outcome", "fetched")]));
-        let held = meta(&[(metadata::REVISIT, "3 1 30 10 100")]);
+        let held = meta(&[(metadata::REVISIT, "3 1 30 10 100|90|sha1:Y||")]);
         let (due, stored) = settle(Policy::Never, Some(&held), &report, 777, 5);
         assert_eq!(due, 777);
-        assert_eq!(stored[metadata::REVISIT], vec!["3 1 30 10 100".to_owned()]);
+        assert_eq!(stored[metadata::REVISIT], held[metadata::REVISIT]);
         assert!(!stored.contains_key(metadata::FOUND));
     }
 
@@ -611,14 +647,18 @@ mod tests {
             let max = min.saturating_add(extra);
             let policy = Policy::parse(name, u64::from(min), u64::from(max)).unwrap();
             prop_assert_eq!(Policy::decode(&policy.encode()), Some(policy));
-            let history = History {
+            let state = RevisitState {
                 fetches,
                 changes: changes.min(fetches),
                 observed_secs: observed,
                 interval_secs: interval,
                 last_fetched: last,
+                captured: last.checked_sub(1),
+                digest: Some(format!("sha1:{observed:X}")),
+                last_modified: (interval % 2 == 0).then(|| "Sat, 28 Nov 2026 10:00:00 GMT".into()),
+                etag: Some(format!("W/\"{extra}|{kind} \"")),
             };
-            prop_assert_eq!(History::parse(&history.encode()), Some(history));
+            prop_assert_eq!(RevisitState::parse(&state.encode()), Some(state));
         }
 
         #[test]

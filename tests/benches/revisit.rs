@@ -2,9 +2,9 @@
 //! against `fixed` at the same number of fetches a minute, as real
 //! `frontier serve` and `worker` processes (release).
 //!
-//! Adaptive runs first; fixed then gets the interval that spends at least
-//! as many fetches in the same time (all pages every `interval` seconds),
-//! so that any edge adaptive shows is not bought with more requests.
+//! Adaptive runs first; fixed then gets the whole-second interval whose
+//! fetches a minute (every page each `interval` seconds) come nearest to
+//! adaptive's, and both rates are printed.
 //! Figures per policy: fetches a minute, mean freshness (the share of
 //! time the crawler held a page's current version, from its first fetch
 //! on) over the pages that change and over every page, and the body bytes

@@ -8,19 +8,28 @@
 
 use std::collections::HashMap;
 
-use proto::metadata;
+use proto::metadata::{self, RevisitState};
 use proto::urlfrontier::StringList;
 
 use crate::fetch::{Fetched, Validators};
-use crate::frontier_link::{meta_first, meta_value};
+use crate::frontier_link::meta_value;
 use crate::output::{Revisit, RevisitProfile, digest};
+
+/// What the frontier served of a page's last fetch, if anything.
+fn served_state(metadata: &HashMap<String, StringList>) -> RevisitState {
+    metadata
+        .get(metadata::REVISIT)
+        .and_then(|list| RevisitState::of(&list.values))
+        .unwrap_or_default()
+}
 
 /// The validators of a page's last fetch, as the frontier served them.
 #[must_use]
 pub fn validators_of(metadata: &HashMap<String, StringList>) -> Validators {
+    let state = served_state(metadata);
     Validators {
-        etag: meta_first(metadata, metadata::ETAG).map(str::to_owned),
-        last_modified: meta_first(metadata, metadata::LAST_MODIFIED).map(str::to_owned),
+        etag: state.etag,
+        last_modified: state.last_modified,
     }
 }
 
@@ -50,9 +59,12 @@ impl Capture {
         fetched: &Fetched,
         now: u64,
     ) -> Self {
-        let last_digest = meta_first(served, metadata::DIGEST).map(str::to_owned);
-        let last_captured = meta_first(served, metadata::CAPTURED).and_then(|at| at.parse().ok());
-        let last = validators_of(served);
+        let state = served_state(served);
+        let (last_digest, last_captured) = (state.digest, state.captured);
+        let last = Validators {
+            etag: state.etag,
+            last_modified: state.last_modified,
+        };
         // A 304 keeps the validators it was asked with, unless it sends
         // newer ones (RFC 9110 lets it).
         let validators = Validators {
@@ -123,6 +135,7 @@ impl Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frontier_link::meta_first;
 
     fn answer(status: u16, body: &'static [u8], headers: &[(&str, &str)]) -> Fetched {
         Fetched {
@@ -151,9 +164,19 @@ mod tests {
         );
         assert!(first.changed);
         assert_eq!(first.revisit, None);
-        let mut served = HashMap::new();
-        first.report_into(&mut served);
-        assert_eq!(meta_first(&served, metadata::FOUND), Some("changed"));
+        let mut report = HashMap::new();
+        first.report_into(&mut report);
+        assert_eq!(meta_first(&report, metadata::FOUND), Some("changed"));
+        assert_eq!(meta_first(&report, metadata::ETAG), Some("\"1\""));
+        // Served back as the frontier keeps it: one state.
+        let state = RevisitState {
+            captured: first.captured,
+            digest: first.digest.clone(),
+            etag: first.validators.etag.clone(),
+            ..RevisitState::default()
+        };
+        let served: HashMap<String, StringList> =
+            [(metadata::REVISIT.to_owned(), meta_value(state.encode()))].into();
         assert_eq!(validators_of(&served).etag.as_deref(), Some("\"1\""));
 
         let same = Capture::of(url, &served, &answer(200, b"a", &[]), 20);

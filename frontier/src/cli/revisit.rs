@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use proto::metadata;
+use proto::metadata::{self, RevisitState};
 
 use super::client::ClientArgs;
 use frontier::revisit::{History, Metadata, Policy};
@@ -78,9 +78,10 @@ pub fn history_lines(metadata: &Metadata, due_at: u64, completed: bool) -> Vec<S
     let Some(text) = metadata.get(metadata::REVISIT).and_then(|v| v.first()) else {
         return Vec::new();
     };
-    let Some(history) = History::parse(text) else {
-        return vec![format!("revisits   unreadable history {text:?}")];
+    let Some(state) = RevisitState::parse(text) else {
+        return vec![format!("revisits   unreadable state {text:?}")];
     };
+    let history = History::of_state(&state);
     let mut lines = vec![format!(
         "revisits   fetched {} time(s) since counting, changed {}, last fetched {}",
         history.fetches + 1,
@@ -103,12 +104,14 @@ pub fn history_lines(metadata: &Metadata, due_at: u64, completed: bool) -> Vec<S
         "the date its crawler gave (a retry, or its own schedule)".to_owned()
     };
     lines.push(format!("next due   {due_at} ({why})"));
-    for (key, label) in [
-        (metadata::ETAG, "etag"),
-        (metadata::LAST_MODIFIED, "modified"),
-        (metadata::DIGEST, "digest"),
+    let captured = state.captured.map(|at| at.to_string());
+    for (label, value) in [
+        ("etag", &state.etag),
+        ("modified", &state.last_modified),
+        ("digest", &state.digest),
+        ("captured", &captured),
     ] {
-        if let Some(value) = metadata.get(key).and_then(|v| v.first()) {
+        if let Some(value) = value {
             lines.push(format!("{label:<10} {value}"));
         }
     }

@@ -231,6 +231,20 @@ async fn a_node_killed_mid_crawl_and_restarted_loses_nothing() {
         .expect_err("crawl-wide figures need every node");
     assert_eq!(away.code(), tonic::Code::Unavailable, "{away:?}");
     assert!(away.message().contains(&busiest), "{away:?}");
+    // A crawl-wide setting made while it is away reaches it from etcd.
+    let (status, text) = frontier_cli(
+        &survivor.endpoint(),
+        &[
+            "revisit",
+            "--crawl",
+            "news",
+            "--policy",
+            "fixed",
+            "--min-secs",
+            "600",
+        ],
+    );
+    assert!(status.success(), "{text}");
     let restarted = FrontierProcess::start_on(
         &dir.path().join(&busiest),
         &listen,
@@ -241,6 +255,26 @@ async fn a_node_killed_mid_crawl_and_restarted_loses_nothing() {
         &["status", "--wait", "--timeout-secs", "180"],
     );
     assert!(status.success(), "crawl did not finish: {text}");
+    let mut admin = restarted.admin().await;
+    let mut settled = tokio::time::interval(std::time::Duration::from_millis(100));
+    loop {
+        let own = admin
+            .get_progress(proto::admin::GetProgressRequest {
+                crawl_id: "news".into(),
+                local: true,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .revisit
+            .unwrap();
+        if own.own {
+            assert_eq!((own.policy.as_str(), own.min_secs), ("fixed", 600));
+            break;
+        }
+        // Polled: the node applies etcd's settings on its own task.
+        settled.tick().await;
+    }
     // The restarted node serves nothing until the leases it handed out
     // before the kill have run out: only a page whose report had not landed
     // by then (at most one per host) may be fetched again.

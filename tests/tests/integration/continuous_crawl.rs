@@ -171,8 +171,8 @@ async fn histories(
         let history = stored
             .metadata
             .get(proto::metadata::REVISIT)
-            .and_then(|values| values.values.first())
-            .and_then(|text| frontier::revisit::History::parse(text))
+            .and_then(|values| proto::metadata::RevisitState::of(&values.values))
+            .map(|state| frontier::revisit::History::of_state(&state))
             .unwrap_or_default();
         held.insert(page, (history, stored.due_at));
     }
