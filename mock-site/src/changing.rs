@@ -33,6 +33,9 @@ pub struct ChangingConfig {
     /// Each page's body is padded to at least this many bytes (as real
     /// pages weigh tens of kilobytes), so that what a 304 saves shows.
     pub page_bytes: usize,
+    /// Whether it answers 304 to a conditional request; many servers
+    /// send the whole page whatever the request says.
+    pub answers_304: bool,
 }
 
 impl Default for ChangingConfig {
@@ -44,6 +47,7 @@ impl Default for ChangingConfig {
             slow_period: Duration::from_secs(60),
             fixed: 10,
             page_bytes: 0,
+            answers_304: true,
         }
     }
 }
@@ -254,14 +258,15 @@ impl ChangingSite {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| httpdate::parse_http_date(v).ok());
         // If-None-Match wins over If-Modified-Since (RFC 9110, 13.2.2).
-        let not_modified = match (if_none_match, if_modified_since) {
-            (Some(tags), _) => tags.split(',').any(|tag| tag.trim() == etag),
-            (None, Some(since)) => {
-                httpdate::fmt_http_date(modified) == httpdate::fmt_http_date(since)
-                    || modified < since
-            }
-            (None, None) => false,
-        };
+        let not_modified = self.config.answers_304
+            && match (if_none_match, if_modified_since) {
+                (Some(tags), _) => tags.split(',').any(|tag| tag.trim() == etag),
+                (None, Some(since)) => {
+                    httpdate::fmt_http_date(modified) == httpdate::fmt_http_date(since)
+                        || modified < since
+                }
+                (None, None) => false,
+            };
         let status = if not_modified {
             StatusCode::NOT_MODIFIED
         } else {
@@ -347,6 +352,7 @@ mod tests {
             slow_period: Duration::from_secs(3600),
             fixed: 1,
             page_bytes: 4096,
+            answers_304: true,
         };
         let site = ChangingSite::start(config).await.unwrap();
         assert_eq!(site.pages().len(), 5);

@@ -103,6 +103,7 @@ async fn main() {
         slow_period: Duration::from_secs(arg(&args, "--slow-period", 60) as u64),
         fixed: arg(&args, "--fixed", 40),
         page_bytes: arg(&args, "--page-kib", 16) << 10,
+        answers_304: true,
     };
     let pages = 1 + config.fast + config.slow + config.fixed;
     let adaptive = crawl(

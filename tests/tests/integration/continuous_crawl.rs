@@ -231,3 +231,59 @@ async fn a_frontier_killed_during_a_continuous_crawl_loses_no_url_and_no_history
     assert_eq!(progress.completed, 0, "{progress:?}");
     assert!(progress.discovered >= site.pages().len() as u64);
 }
+
+/// A server that sends the whole page whatever the request says: the
+/// worker finds an unchanged page by its payload digest, and archives it
+/// as a revisit of profile identical-payload-digest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_sent_again_unchanged_is_archived_as_an_identical_payload_revisit() {
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(&dir.path().join("data"), &FRONTIER_ARGS);
+    let endpoint = frontier.endpoint();
+    let out = dir.path().join("out");
+    let worker = WorkerProcess::start(&endpoint, &out, "w1", &WORKER_ARGS);
+    let config = ChangingConfig {
+        fast: 0,
+        slow: 0,
+        fixed: 3,
+        answers_304: false,
+        ..ChangingConfig::default()
+    };
+    let site = ChangingSite::start(config).await.unwrap();
+    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
+    assert!(status.success(), "{text}");
+    // Each of the 4 pages fetched three times: twice again unchanged.
+    site.fetched_at_least(12).await;
+    assert!(worker.terminate().success());
+    let fetches = site.fetches();
+    assert!(fetches.iter().all(|f| f.status == 200));
+    let records = worker::output::read_archive(&out).unwrap();
+    for page in site.pages() {
+        let url = format!("{}{page}", site.base());
+        let responses: Vec<_> = records
+            .iter()
+            .filter(|r| r.target == url && r.kind == "response")
+            .collect();
+        let revisits: Vec<_> = records
+            .iter()
+            .filter(|r| r.target == url && r.kind == "revisit")
+            .collect();
+        let fetched = fetches.iter().filter(|f| f.path == page).count();
+        assert_eq!(responses.len(), 1, "{page}: one capture of its content");
+        assert_eq!(revisits.len(), fetched - 1, "{page}");
+        for revisit in revisits {
+            assert_eq!(
+                revisit.fields["warc-profile"],
+                "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+            );
+            assert_eq!(
+                revisit.fields["warc-payload-digest"],
+                responses[0].fields["warc-payload-digest"]
+            );
+            assert_eq!(
+                revisit.fields.get("warc-refers-to-date"),
+                responses[0].fields.get("warc-date")
+            );
+        }
+    }
+}
