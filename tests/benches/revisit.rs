@@ -119,9 +119,9 @@ async fn main() {
         ],
     )
     .await;
-    // Every page each `interval`: at least adaptive's fetches in the span.
+    // Every page each `interval`: adaptive's fetches in the span, nearest.
     let interval =
-        ((pages as f64 * secs as f64 / adaptive.fetches.max(1) as f64).floor() as u64).max(1);
+        ((pages as f64 * secs as f64 / adaptive.fetches.max(1) as f64).round() as u64).max(1);
     let fixed = crawl(
         config,
         secs,

@@ -44,19 +44,44 @@ fn mean_fetches(pages: &BTreeMap<&str, Vec<&Fetch>>, kind: &str) -> f64 {
     counts.iter().sum::<usize>() as f64 / counts.len().max(1) as f64
 }
 
+/// A continuous crawl under way: `frontier serve` with `args` on
+/// `dir/data`, one worker writing to `dir/out`, and the changing site
+/// (whose clock starts with the crawl), seeded.
+struct Crawl {
+    frontier: FrontierProcess,
+    worker: WorkerProcess,
+    site: ChangingSite,
+    out: std::path::PathBuf,
+}
+
+async fn crawl(dir: &std::path::Path, args: &[&str], config: ChangingConfig) -> Crawl {
+    let frontier = FrontierProcess::start(&dir.join("data"), args);
+    let out = dir.join("out");
+    let worker = WorkerProcess::start(&frontier.endpoint(), &out, "w1", &WORKER_ARGS);
+    let site = ChangingSite::start(config).await.unwrap();
+    let (status, text) = frontier_cli(
+        &frontier.endpoint(),
+        &["seed", &format!("{}/", site.base())],
+    );
+    assert!(status.success(), "{text}");
+    Crawl {
+        frontier,
+        worker,
+        site,
+        out,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adaptive_crawl_follows_each_page_and_archives_unchanged_ones_as_revisits() {
     let dir = tempfile::tempdir().unwrap();
-    let frontier = FrontierProcess::start(&dir.path().join("data"), &FRONTIER_ARGS);
+    let Crawl {
+        frontier,
+        worker,
+        site,
+        out,
+    } = crawl(dir.path(), &FRONTIER_ARGS, ChangingConfig::default()).await;
     let endpoint = frontier.endpoint();
-    let out = dir.path().join("out");
-    let worker = WorkerProcess::start(&endpoint, &out, "w1", &WORKER_ARGS);
-    // The site's clock starts with the crawl.
-    let site = ChangingSite::start(ChangingConfig::default())
-        .await
-        .unwrap();
-    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
-    assert!(status.success(), "{text}");
     // A crawl that revisits is never done: the wait ends once it has
     // caught up with its first pass.
     let (status, text) = frontier_cli(&endpoint, &["status", "--wait", "--timeout-secs", "60"]);
@@ -187,16 +212,13 @@ async fn a_frontier_killed_during_a_continuous_crawl_loses_no_url_and_no_history
     // handed out before the kill have run out.
     let mut args = FRONTIER_ARGS.to_vec();
     args.extend(["--lease-secs", "5"]);
-    let frontier = FrontierProcess::start(&data, &args);
-    let endpoint = frontier.endpoint();
+    let Crawl {
+        frontier,
+        worker: _worker,
+        site,
+        ..
+    } = crawl(dir.path(), &args, ChangingConfig::default()).await;
     let listen = frontier.addr.to_string();
-    let out = dir.path().join("out");
-    let _worker = WorkerProcess::start(&endpoint, &out, "w1", &WORKER_ARGS);
-    let site = ChangingSite::start(ChangingConfig::default())
-        .await
-        .unwrap();
-    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
-    assert!(status.success(), "{text}");
     // Several rounds of revisits, then a snapshot of what was acknowledged
     // and a kill while the crawl goes on.
     site.fetched_at_least(80).await;
@@ -238,10 +260,6 @@ async fn a_frontier_killed_during_a_continuous_crawl_loses_no_url_and_no_history
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_sent_again_unchanged_is_archived_as_an_identical_payload_revisit() {
     let dir = tempfile::tempdir().unwrap();
-    let frontier = FrontierProcess::start(&dir.path().join("data"), &FRONTIER_ARGS);
-    let endpoint = frontier.endpoint();
-    let out = dir.path().join("out");
-    let worker = WorkerProcess::start(&endpoint, &out, "w1", &WORKER_ARGS);
     let config = ChangingConfig {
         fast: 0,
         slow: 0,
@@ -249,9 +267,12 @@ async fn a_page_sent_again_unchanged_is_archived_as_an_identical_payload_revisit
         answers_304: false,
         ..ChangingConfig::default()
     };
-    let site = ChangingSite::start(config).await.unwrap();
-    let (status, text) = frontier_cli(&endpoint, &["seed", &format!("{}/", site.base())]);
-    assert!(status.success(), "{text}");
+    let Crawl {
+        frontier: _frontier,
+        worker,
+        site,
+        out,
+    } = crawl(dir.path(), &FRONTIER_ARGS, config).await;
     // Each of the 4 pages fetched three times: twice again unchanged.
     site.fetched_at_least(12).await;
     assert!(worker.terminate().success());
