@@ -336,10 +336,11 @@ pub type Metadata = BTreeMap<String, Vec<String>>;
 ///   of its own (a plain URL Frontier client's, or a retry) keeps it.
 /// - `stored` is the metadata the URL had, if the crawl held it.
 ///
-/// The history is the frontier's alone: it comes from `stored`, never from
-/// the report. What a fetch found is read and dropped. A URL completed for
-/// good keeps none of the revisit keys, so a crawl that never revisits
-/// stores none of them.
+/// The state (`frontier.revisit`) is the frontier's alone: the history in
+/// it comes from `stored`, never from the report; the report's finding,
+/// validators, digest and capture date are folded into it and not stored
+/// under their own keys. A URL completed for good keeps no state, so a
+/// crawl that never revisits stores none.
 #[must_use]
 pub fn settle(
     policy: Policy,
