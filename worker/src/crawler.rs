@@ -12,7 +12,8 @@
 //! marked as sitemaps: the frontier deduplicates them, and whichever
 //! worker leases one reads it.
 //!
-//! Outcomes: done (`refetchable_from_date` 0) for a success, a 4xx, a
+//! Outcomes: done (`refetchable_from_date` 0) for a success (a 304 to a
+//! conditional request included: see [`crate::revisit`]), a 4xx, a
 //! redirect (its target goes out as a discovered URL), a robots refusal or
 //! a permanent failure; a transient failure (timeout, connection error,
 //! 5xx, 429, robots.txt unavailable) is rescheduled with a doubling backoff
