@@ -73,23 +73,7 @@ pub async fn status(
         }
     };
     let admin = client.admin()?;
-    let progress = |admin: AdminClient<Intercepted>, crawl: String| {
-        let client = &client;
-        async move {
-            let request = proto::admin::GetProgressRequest {
-                crawl_id: crawl,
-                local: false,
-            };
-            client
-                .retry("status", || {
-                    let mut admin = admin.clone();
-                    let request = request.clone();
-                    async move { admin.get_progress(request).await }
-                })
-                .await
-        }
-    };
-    let first = progress(admin.clone(), client.crawl.clone()).await?;
+    let first = crawl_progress(&client, &admin).await?;
     if !wait {
         show(&first);
         return Ok(ExitCode::SUCCESS);
@@ -126,17 +110,35 @@ pub async fn status(
         };
         let completed = stats.counts.get("completed").copied().unwrap_or(0);
         if completed > 0 && stats.size == 0 {
-            show(&progress(admin, client.crawl.clone()).await?);
+            show(&crawl_progress(&client, &admin).await?);
             return Ok(ExitCode::SUCCESS);
         }
         if timeout_secs.is_some_and(|limit| started.elapsed() >= Duration::from_secs(limit)) {
-            show(&progress(admin.clone(), client.crawl.clone()).await?);
+            show(&crawl_progress(&client, &admin).await?);
             eprintln!("crawl not finished after {} s", started.elapsed().as_secs());
             return Ok(ExitCode::from(2));
         }
         // Polling an operator's view; nothing here synchronises with it.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The progress of the client's crawl, over the whole cluster.
+async fn crawl_progress(
+    client: &ClientArgs,
+    admin: &AdminClient<Intercepted>,
+) -> anyhow::Result<proto::admin::Progress> {
+    let request = proto::admin::GetProgressRequest {
+        crawl_id: client.crawl.clone(),
+        local: false,
+    };
+    client
+        .retry("status", || {
+            let mut admin = admin.clone();
+            let request = request.clone();
+            async move { admin.get_progress(request).await }
+        })
+        .await
 }
 
 /// Whether a crawl revisits its pages (and so is never done).
@@ -158,17 +160,7 @@ async fn wait_caught_up(
 ) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     loop {
-        let request = proto::admin::GetProgressRequest {
-            crawl_id: client.crawl.clone(),
-            local: false,
-        };
-        let progress = client
-            .retry("status", || {
-                let mut admin = admin.clone();
-                let request = request.clone();
-                async move { admin.get_progress(request).await }
-            })
-            .await?;
+        let progress = crawl_progress(client, &admin).await?;
         if progress.discovered > 0 && progress.due_now == 0 && progress.leased == 0 {
             show(&progress);
             eprintln!(

@@ -111,6 +111,19 @@ struct Node {
 }
 
 impl Node {
+    /// Drops what a node holds in memory only: a stop loses it, and a
+    /// start begins without it.
+    fn forget_memory(&mut self) {
+        self.sealed.clear();
+        self.noted.clear();
+        self.receiving.clear();
+        self.ended_at.clear();
+        self.owed_again.clear();
+        self.owed.clear();
+        self.lags.clear();
+        self.sending_to.clear();
+    }
+
     /// A partition's copy here is dropped, and with it its mark.
     fn drop_partition(&mut self, partition: u32) {
         self.disk.remove(&partition);
@@ -226,14 +239,7 @@ impl Sim {
         let node = self.node(id);
         node.up = true;
         node.lease = Some(lease);
-        node.sealed.clear();
-        node.noted.clear();
-        node.receiving.clear();
-        node.ended_at.clear();
-        node.owed_again.clear();
-        node.owed.clear();
-        node.lags.clear();
-        node.sending_to.clear();
+        node.forget_memory();
         self.deliver(id);
         self.note(format!("{id} starts"));
     }

@@ -10,14 +10,7 @@ impl Sim {
     pub(super) fn stop(&mut self, id: &str) {
         let node = self.node(id);
         node.up = false;
-        node.sealed.clear();
-        node.noted.clear();
-        node.receiving.clear();
-        node.ended_at.clear();
-        node.owed_again.clear();
-        node.owed.clear();
-        node.lags.clear();
-        node.sending_to.clear();
+        node.forget_memory();
         node.pending = None;
         self.note(format!("{id} stops"));
     }
