@@ -33,11 +33,15 @@
 //! one retry allowed) fetches it. robots.txt and sitemap.xml are left out:
 //! each worker reads them.
 //!
+//! [`wide`] is many small hosts on loopback addresses and one port, for
+//! polite crawls across thousands of hosts.
+//!
 //! [`changing`] is another site, for continuous crawls: pages that change
 //! on schedules, with validators and 304s, and the ground truth of their
 //! versions over time.
 
 pub mod changing;
+pub mod wide;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;

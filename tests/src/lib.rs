@@ -386,6 +386,12 @@ impl WorkerProcess {
         (worker, url)
     }
 
+    /// The process ID.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL.
     pub fn kill(mut self) {
         let _ = self.child.kill();

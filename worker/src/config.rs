@@ -27,8 +27,9 @@ pub struct WorkerConfig {
     pub crawl: Option<String>,
     /// Most fetches in flight.
     pub concurrency: usize,
-    /// Most queues (hosts) held at once, each with its leased URLs.
-    pub max_queues: usize,
+    /// Most queues (hosts) held at once, each with its leased URLs;
+    /// `None`: as many as the fetch slots keep busy.
+    pub max_queues: Option<usize>,
     /// URLs of one queue asked for in one lease (the frontier may give
     /// fewer: no more than its lease has room for at the host's delay).
     pub lease_per_queue: u32,
@@ -89,8 +90,8 @@ impl WorkerConfig {
             token: None,
             tls: proto::tls::ClientTls::default(),
             crawl: None,
-            concurrency: 64,
-            max_queues: 256,
+            concurrency: 256,
+            max_queues: None,
             lease_per_queue: 1024,
             per_host: 1,
             unacked_per_host: 16,
@@ -104,6 +105,7 @@ impl WorkerConfig {
                 max_inflight_bytes: 256 * 1024 * 1024,
                 allow_private: false,
                 proxy: None,
+                pinned: std::sync::Arc::default(),
             },
             max_retries: 3,
             max_redirects: 10,
@@ -128,7 +130,7 @@ impl WorkerConfig {
         let mut bad = Vec::new();
         let at_least_one = [
             ("--concurrency", self.concurrency as u64),
-            ("--max-queues", self.max_queues as u64),
+            ("--max-queues", self.max_queues.map_or(1, |cap| cap as u64)),
             ("--lease-per-queue", u64::from(self.lease_per_queue)),
             ("--per-host", u64::from(self.per_host)),
             ("--unacked-per-host", u64::from(self.unacked_per_host)),

@@ -13,6 +13,8 @@ use futures::StreamExt;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use url::Url;
 
+use crate::pinned::PinnedNames;
+
 /// How fetches are made.
 #[derive(Debug, Clone)]
 pub struct FetchConfig {
@@ -32,6 +34,8 @@ pub struct FetchConfig {
     /// Without it the proxy environment variables are ignored, so that no
     /// request reaches an internal name through a proxy the guard never saw.
     pub proxy: Option<String>,
+    /// Names resolved to these addresses before DNS (`--hosts-file`).
+    pub pinned: Arc<PinnedNames>,
 }
 
 /// What the last fetch of a page answered, to ask whether it changed.
@@ -152,29 +156,46 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 
 pub use crate::ssrf::is_public;
 
-/// Resolves names and drops non-public addresses, so the guard also holds
-/// for names that resolve to internal hosts (DNS rebinding included: the
-/// checked addresses are the ones connected to).
-#[derive(Debug, Clone, Copy)]
-struct PublicOnly;
+/// Resolves names, pinned ones first, and unless private addresses are
+/// allowed drops the non-public ones, so the guard also holds for names
+/// that resolve to internal hosts (DNS rebinding included: the checked
+/// addresses are the ones connected to).
+#[derive(Debug, Clone)]
+struct Resolver {
+    pinned: Arc<PinnedNames>,
+    public_only: bool,
+}
 
-impl Resolve for PublicOnly {
+impl Resolve for Resolver {
     fn resolve(&self, name: Name) -> Resolving {
+        let resolver = self.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let public: Vec<SocketAddr> = all.into_iter().filter(|a| is_public(a.ip())).collect();
-            if public.is_empty() {
+            let all: Vec<SocketAddr> = match resolver.pinned.get(&host) {
+                Some(pinned) => pinned.iter().map(|ip| SocketAddr::new(*ip, 0)).collect(),
+                None => tokio::net::lookup_host((host.as_str(), 0)).await?.collect(),
+            };
+            let usable: Vec<SocketAddr> = all
+                .into_iter()
+                .filter(|a| !resolver.public_only || is_public(a.ip()))
+                .collect();
+            if usable.is_empty() {
                 let error: Box<dyn std::error::Error + Send + Sync> =
                     format!("{host} resolves only to private, loopback or link-local addresses")
                         .into();
                 return Err(error);
             }
-            let addrs: Addrs = Box::new(public.into_iter());
+            let addrs: Addrs = Box::new(usable.into_iter());
             Ok(addrs)
         })
     }
 }
+
+/// How long a connection idles in the pool before it is closed. Long
+/// enough to carry a host's connection across its polite delay; short
+/// enough that a host let go does not hold a socket for long, as a wide
+/// crawl lets go of thousands.
+const POOL_IDLE: Duration = Duration::from_secs(10);
 
 /// What a body of unknown length reserves of the in-flight budget before
 /// its first byte; it grows in steps of this as the body does.
@@ -206,7 +227,8 @@ impl Fetcher {
             .gzip(true)
             .brotli(true)
             .deflate(true)
-            .pool_max_idle_per_host(4);
+            .pool_max_idle_per_host(4)
+            .pool_idle_timeout(POOL_IDLE);
         match &config.proxy {
             // The proxy resolves targets; the guard checks them itself
             // first (`get`), and the resolver must still reach the proxy.
@@ -216,10 +238,10 @@ impl Fetcher {
                 builder = builder.proxy(proxy);
             }
             None => {
-                builder = builder.no_proxy();
-                if !config.allow_private {
-                    builder = builder.dns_resolver(Arc::new(PublicOnly));
-                }
+                builder = builder.no_proxy().dns_resolver(Arc::new(Resolver {
+                    pinned: Arc::clone(&config.pinned),
+                    public_only: !config.allow_private,
+                }));
             }
         }
         let client = builder
@@ -376,6 +398,7 @@ mod tests {
             max_inflight_bytes: 1 << 20,
             allow_private: false,
             proxy: None,
+            pinned: Arc::default(),
         })
         .unwrap();
         for url in [
@@ -425,6 +448,7 @@ mod tests {
             max_inflight_bytes: budget,
             allow_private: true,
             proxy: None,
+            pinned: Arc::default(),
         })
         .unwrap();
         let url = Url::parse(&server_of(2 << 20).await).unwrap();

@@ -4,7 +4,8 @@
 //! # Layout
 //!
 //! - [`links`]: streaming link extraction from HTML.
-//! - [`fetch`]: the HTTP client: timeouts, decoding, body cap, SSRF guard.
+//! - [`fetch`]: the HTTP client: timeouts, decoding, body cap, SSRF guard;
+//!   [`pinned`]: names pinned to addresses before DNS (`--hosts-file`).
 //! - [`ssrf`]: which addresses are public (IANA special-purpose blocks).
 //! - [`robots`]: robots.txt per origin, cached, RFC 9309 answers.
 //! - [`sitemap`]: sitemap and sitemap index reading, gzip included.
@@ -31,6 +32,7 @@ pub mod frontier_link;
 pub mod links;
 pub mod output;
 pub mod pacing;
+pub mod pinned;
 pub mod pipeline;
 pub mod report;
 pub mod revisit;

@@ -39,7 +39,7 @@ struct Args {
     #[arg(long, env = "WORKER_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// Most fetches in flight.
-    #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 64)]
+    #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 256)]
     concurrency: usize,
     /// Most URLs of one host in flight.
     #[arg(long, env = "WORKER_PER_HOST", default_value_t = 1)]
@@ -53,9 +53,11 @@ struct Args {
     #[arg(long, env = "WORKER_UNACKED_PER_HOST", default_value_t = 16)]
     unacked_per_host: u32,
     /// Most hosts (queues) held at once, each with its leased URLs fetched
-    /// within its politeness; many hosts with a delay each need many held.
-    #[arg(long, env = "WORKER_MAX_QUEUES", default_value_t = 256)]
-    max_queues: usize,
+    /// within its politeness. Unset, the worker holds as many as keep its
+    /// `--concurrency` fetch slots busy: a host at a polite delay needs a
+    /// slot only a small part of the time.
+    #[arg(long, env = "WORKER_MAX_QUEUES")]
+    max_queues: Option<usize>,
     /// URLs of one host asked for per lease (the frontier gives no more
     /// than the lease has room for at the host's delay). A host's next
     /// lease waits for the last report of the one before, so a fast host
@@ -110,6 +112,11 @@ struct Args {
     /// checks every target's addresses before the request goes out.
     #[arg(long, env = "WORKER_PROXY")]
     proxy: Option<String>,
+    /// Resolve the names in this hosts(5) file to its addresses before
+    /// DNS (hosts DNS does not know, or addresses the operator fixes);
+    /// the SSRF guard still checks them. Not used through `--proxy`.
+    #[arg(long, env = "WORKER_HOSTS_FILE")]
+    hosts_file: Option<PathBuf>,
     /// Most redirects followed in a row (each target is a new URL for the
     /// frontier; the chain's length travels in its metadata).
     #[arg(long, env = "WORKER_MAX_REDIRECTS", default_value_t = 10)]
@@ -187,6 +194,13 @@ fn main_result() -> anyhow::Result<()> {
         usize::try_from(args.max_inflight_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
     config.fetch.allow_private = args.allow_private;
     config.fetch.proxy = args.proxy;
+    if let Some(path) = &args.hosts_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --hosts-file {}", path.display()))?;
+        let pinned = worker::pinned::PinnedNames::parse(&text)
+            .with_context(|| format!("--hosts-file {}", path.display()))?;
+        config.fetch.pinned = Arc::new(pinned);
+    }
     config.max_redirects = args.max_redirects;
     config.max_retries = args.max_retries;
     config.retry_base = Duration::from_secs(args.retry_base_secs);

@@ -1,8 +1,13 @@
 //! The lease loop and the per-host pipelines.
 //!
-//! The loop keeps up to `max_queues` queues (hosts) held, asking the
-//! frontier for several URLs of each at once; it backs off briefly when the
-//! frontier has none, and asks again as soon as a host's batch is done.
+//! The loop holds as many queues (hosts) as its fetch slots can serve,
+//! asking the frontier for several URLs of each at once. A held host
+//! mostly waits out its delay without a slot, so a wide polite crawl
+//! needs many more hosts than slots: while a slot stays free the loop
+//! leases more hosts, a round every [`LEASE_ROUND`], and while every slot
+//! is busy it leases none. `max_queues` caps the hosts held, when set. It
+//! backs off briefly when the frontier has nothing due, and asks again as
+//! soon as a host's batch is done.
 //! Each leased batch runs as one host pipeline: its URLs are fetched back
 //! to back, at most `per_host` at a time, and no request to the host starts
 //! before every earlier one was answered and its delay (the frontier's,
@@ -40,6 +45,35 @@ use crate::pacing::Hosts;
 pub use crate::pacing::{Pacer, Turn};
 use crate::shutdown::Shutdown;
 use crate::stats::WorkerStats;
+
+/// How often the loop looks for idle slots to lease more hosts for: short
+/// next to a polite delay, long enough for hosts just leased to take their
+/// slots before more are asked for.
+const LEASE_ROUND: Duration = Duration::from_millis(20);
+
+/// Hosts asked for in one round, per idle slot: a host at a polite delay
+/// keeps a slot busy only a small part of the time.
+const HOSTS_PER_IDLE_SLOT: usize = 8;
+
+/// Longest pause between leases while hosts are held and the frontier has
+/// nothing due: a held host's queue is due again one delay after its last
+/// report, and a later lease wastes its turn.
+const IDLE_PAUSE_HOLDING: Duration = Duration::from_millis(50);
+
+/// Longest pause between leases while nothing is held.
+const IDLE_PAUSE_EMPTY: Duration = Duration::from_millis(250);
+
+/// How many more hosts to ask for: none while every slot is busy (or at the
+/// cap), else some for each idle slot, at least one when none are held.
+fn hosts_wanted(held: usize, idle_slots: usize, cap: Option<usize>) -> usize {
+    let room = cap.map_or(usize::MAX, |cap| cap.saturating_sub(held));
+    let wanted = if held == 0 {
+        idle_slots.max(1) * HOSTS_PER_IDLE_SLOT
+    } else {
+        idle_slots * HOSTS_PER_IDLE_SLOT
+    };
+    wanted.min(room)
+}
 
 /// The frontier's delay for a served URL's queue, when it says.
 fn frontier_delay(info: &UrlInfo) -> Duration {
@@ -84,17 +118,25 @@ async fn lease(context: &Arc<Context>, mut shutdown: Shutdown) -> JoinSet<()> {
                 tracing::error!(%error, "a host pipeline failed");
             }
         }
-        let room = context.config.max_queues.saturating_sub(hosts.len());
-        if room == 0 {
+        metrics::gauge!("worker_hosts_held").set(hosts.len() as f64);
+        let wanted = hosts_wanted(
+            hosts.len(),
+            slots.available_permits(),
+            context.config.max_queues,
+        );
+        if wanted == 0 {
+            // Every slot busy or the cap reached: more hosts would only
+            // wait. Look again after a round, or when a host is let go.
             tokio::select! {
                 () = shutdown.started() => break,
                 _ = hosts.join_next() => {}
+                () = tokio::time::sleep(LEASE_ROUND) => {}
             }
             continue;
         }
         let params = GetParams {
             max_urls_per_queue: context.config.lease_per_queue,
-            max_queues: u32::try_from(room).unwrap_or(u32::MAX),
+            max_queues: u32::try_from(wanted).unwrap_or(u32::MAX),
             key: String::new(),
             delay_requestable: context.config.lease_secs,
             item: context.config.crawl.clone().map(get_params::Item::CrawlId),
@@ -121,7 +163,12 @@ async fn lease(context: &Arc<Context>, mut shutdown: Shutdown) -> JoinSet<()> {
             // lets its queue go (it may be due again a delay later, and its
             // outlinks may be due at once).
             idle_rounds = idle_rounds.saturating_add(1);
-            let pause = Duration::from_millis((10_u64 << idle_rounds.min(5)).min(250));
+            let longest = if hosts.is_empty() {
+                IDLE_PAUSE_EMPTY
+            } else {
+                IDLE_PAUSE_HOLDING
+            };
+            let pause = Duration::from_millis(10_u64 << idle_rounds.min(5)).min(longest);
             tokio::select! {
                 () = shutdown.started() => break,
                 () = tokio::time::sleep(pause) => {}
@@ -139,6 +186,12 @@ async fn lease(context: &Arc<Context>, mut shutdown: Shutdown) -> JoinSet<()> {
             hosts.spawn(async move {
                 run_host(&context, batch, lease_end, &slots, &paces, shutdown).await;
             });
+        }
+        // Let the hosts just leased take their slots before counting the
+        // idle ones again.
+        tokio::select! {
+            () = shutdown.started() => break,
+            () = tokio::time::sleep(LEASE_ROUND) => {}
         }
     }
     tracing::info!(hosts = hosts.len(), "stopping: no more leases");
@@ -261,6 +314,16 @@ mod tests {
             crawl_id: crawl.into(),
             metadata: std::collections::HashMap::new(),
         }
+    }
+
+    #[test]
+    fn hosts_are_leased_for_idle_slots_only_and_within_the_cap() {
+        assert_eq!(hosts_wanted(0, 0, None), HOSTS_PER_IDLE_SLOT);
+        assert_eq!(hosts_wanted(0, 4, None), 4 * HOSTS_PER_IDLE_SLOT);
+        assert_eq!(hosts_wanted(5_000, 0, None), 0, "every slot busy");
+        assert_eq!(hosts_wanted(5_000, 2, None), 2 * HOSTS_PER_IDLE_SLOT);
+        assert_eq!(hosts_wanted(10, 64, Some(12)), 2);
+        assert_eq!(hosts_wanted(12, 64, Some(12)), 0);
     }
 
     #[test]
