@@ -404,6 +404,9 @@ pub fn settle(
 ) -> (u64, Metadata) {
     let mut metadata = report.clone();
     metadata.remove(metadata::REVISIT);
+    // Read by the scheduler (politeness by address, slow-down), not kept.
+    metadata.remove(metadata::ADDRESS);
+    metadata.remove(metadata::FETCH_MS);
     let mut reported: BTreeMap<&str, String> = BTreeMap::new();
     for key in metadata::REPORT_KEYS {
         // Folded into the state, never stored as they came; a value that
@@ -592,7 +595,11 @@ mod tests {
         // Square-root allocation: about sqrt(2 mu / rate) = 8.5 s, where
         // an interval proportional to the changes would be 41 s.
         let minutely = intervals(policy, 60, 20_000);
-        let settled = minutely[minutely.len() / 2..].iter().copied().max().unwrap();
+        let settled = minutely[minutely.len() / 2..]
+            .iter()
+            .copied()
+            .max()
+            .unwrap();
         assert!(
             (5..=16).contains(&settled),
             "a page changing every minute: {minutely:?}"

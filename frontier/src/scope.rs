@@ -118,7 +118,7 @@ impl SeedHosts {
 
 /// The registrable domain ("eTLD+1") of a host by the public suffix list;
 /// IP addresses and hosts the list knows nothing of are their own domain.
-fn registrable_domain(host: &str) -> &str {
+pub(crate) fn registrable_domain(host: &str) -> &str {
     if host.parse::<std::net::IpAddr>().is_ok() || host.starts_with('[') {
         return host;
     }

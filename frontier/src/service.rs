@@ -75,6 +75,9 @@ pub struct FrontierConfig {
     pub max_crawls: usize,
     /// The revisit policy of crawls without one of their own.
     pub revisit: crate::revisit::Policy,
+    /// What hosts share one politeness gap: each host alone, the hosts of
+    /// a registrable domain, or the hosts at one IP address.
+    pub politeness: crate::scheduler::Politeness,
 }
 
 /// Longest lease unless configured otherwise: an hour, far beyond any
@@ -118,6 +121,7 @@ impl FrontierConfig {
             robots_shelf_bytes: DEFAULT_ROBOTS_SHELF_BYTES,
             max_crawls: DEFAULT_MAX_CRAWLS,
             revisit: crate::revisit::Policy::Never,
+            politeness: crate::scheduler::Politeness::Host,
         }
     }
 }
@@ -389,13 +393,18 @@ impl Frontier {
         )?;
         let mut scheduler = None;
         let default_delay = config.default_delay;
+        let politeness = config.politeness;
         let ingest = Ingest::open_with_hook(
             store,
             config.filters,
             config.dedup,
             config.max_url_length,
             |store| {
-                let loaded = Arc::new(Scheduler::load(Arc::clone(store), default_delay)?);
+                let loaded = Arc::new(Scheduler::load_polite(
+                    Arc::clone(store),
+                    default_delay,
+                    politeness,
+                )?);
                 scheduler = Some(Arc::clone(&loaded));
                 Ok(Some(Box::new(move |ops, applied| {
                     loaded.on_commit(ops, applied);

@@ -69,6 +69,16 @@ pub const CAPTURED: &str = "frontier.captured";
 /// date under the crawl's revisit policy.
 pub const FOUND: &str = "frontier.found";
 
+/// In a report: the IP address the host answered from. A frontier whose
+/// politeness groups hosts by address files the host's queue under it;
+/// it is not stored with the URL.
+pub const ADDRESS: &str = "frontier.address";
+
+/// In a report: how long the host took to answer, in milliseconds (the
+/// request to the last byte of the body). The frontier backs off a host
+/// whose answers slow down well past their average; it is not stored.
+pub const FETCH_MS: &str = "frontier.fetch_ms";
+
 /// A URL's revisit state ([`RevisitState`]), written by the frontier
 /// alone and served with the URL: what a report carries under this key is
 /// ignored.

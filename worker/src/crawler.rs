@@ -202,26 +202,21 @@ impl LeasedPage {
 
     /// The last step: the outcome settled and logged, the report sent
     /// until acknowledged.
-    pub(crate) async fn finish(
-        self,
-        context: &Context,
-        outcome: Outcome,
-        status: Option<u16>,
-        capture: Option<Capture>,
-    ) {
-        finish(context, self.info, outcome, (status, capture), self.log).await;
+    pub(crate) async fn finish(self, context: &Context, fetch: Fetch) {
+        finish(context, self.info, fetch, self.log).await;
     }
 }
 
 /// The URL's last step: its outcome settled and logged, its report sent
 /// until acknowledged.
-async fn finish(
-    context: &Context,
-    info: UrlInfo,
-    outcome: Outcome,
-    (status, capture): (Option<u16>, Option<Capture>),
-    mut log: CrawlLogEntry,
-) {
+async fn finish(context: &Context, info: UrlInfo, fetch: Fetch, mut log: CrawlLogEntry) {
+    let Fetch {
+        outcome,
+        status,
+        capture,
+        address,
+        answer_ms,
+    } = fetch;
     let Settled {
         reason,
         due,
@@ -234,6 +229,15 @@ async fn finish(
     }
     if let Some(capture) = &capture {
         capture.report_into(&mut metadata);
+    }
+    // Where the host answered: the frontier's politeness by address
+    // groups the hosts of one server.
+    if let Some(address) = address {
+        metadata.insert(metadata::ADDRESS.into(), meta_value(address.to_string()));
+    }
+    // How long it took: the frontier backs off a host that slows down.
+    if let Some(ms) = answer_ms {
+        metadata.insert(metadata::FETCH_MS.into(), meta_value(ms.to_string()));
     }
     log.outcome = Some(reason);
     log.status = status;
@@ -333,6 +337,23 @@ pub(crate) struct Fetch {
     pub(crate) status: Option<u16>,
     /// What it found of the page, when it reached it (a 2xx or a 304).
     pub(crate) capture: Option<Capture>,
+    /// The address the host answered from.
+    pub(crate) address: Option<std::net::IpAddr>,
+    /// How long the host took to answer, body included.
+    pub(crate) answer_ms: Option<u64>,
+}
+
+impl Fetch {
+    /// A URL that ended without a request.
+    pub(crate) fn unfetched(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            status: None,
+            capture: None,
+            address: None,
+            answer_ms: None,
+        }
+    }
 }
 
 /// A leased URL about to be fetched, as the answer's handling needs it.
@@ -364,15 +385,24 @@ async fn fetch_leased(
         .fetcher
         .get_unless_unchanged(url, &validators_of(&info.metadata))
         .await;
+    let answered_in = fetch_started.elapsed();
     // The host has answered (or the request failed): the next one's turn.
     drop(turn);
     // Let the host's next request go out before this answer is parsed:
     // the pipeline woken by the turn's end would otherwise wait on this
     // thread for the parse and the WARC write.
     tokio::task::yield_now().await;
-    metrics::histogram!("worker_fetch_seconds").record(fetch_started.elapsed().as_secs_f64());
+    metrics::histogram!("worker_fetch_seconds").record(answered_in.as_secs_f64());
     metrics::gauge!("worker_in_flight").decrement(1.0);
     context.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+    let answer_ms = fetched
+        .is_ok()
+        .then(|| u64::try_from(answered_in.as_millis()).unwrap_or(u64::MAX));
+    let address = fetched
+        .as_ref()
+        .ok()
+        .and_then(|fetched| fetched.peer)
+        .map(|peer| peer.ip());
     let (outcome, status, capture) = match fetched {
         Ok(fetched) => {
             let page = Page {
@@ -403,6 +433,8 @@ async fn fetch_leased(
         outcome,
         status,
         capture,
+        address,
+        answer_ms,
     }
 }
 

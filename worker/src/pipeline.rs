@@ -247,7 +247,7 @@ async fn run_host(
             Ok(url) => url,
             Err(outcome) => {
                 let context = Arc::clone(context);
-                tails.spawn(async move { page.finish(&context, outcome, None, None).await });
+                tails.spawn(async move { page.finish(&context, Fetch::unfetched(outcome)).await });
                 continue;
             }
         };
@@ -270,15 +270,11 @@ async fn run_host(
         let context = Arc::clone(context);
         let held_off = Arc::clone(&held_off);
         tails.spawn(async move {
-            let Fetch {
-                outcome,
-                status,
-                capture,
-            } = page.fetch(&context, &url, turn, slot).await;
-            if outcome.holds_off_the_host() {
+            let fetch = page.fetch(&context, &url, turn, slot).await;
+            if fetch.outcome.holds_off_the_host() {
                 held_off.store(true, Ordering::Release);
             }
-            page.finish(&context, outcome, status, capture).await;
+            page.finish(&context, fetch).await;
             drop(unreported);
         });
     }

@@ -182,6 +182,13 @@ pub struct ServeArgs {
     /// The longest revisit interval (adaptive), in seconds.
     #[arg(long, env = "FRONTIER_REVISIT_MAX_SECS", default_value_t = 30 * 86_400)]
     revisit_max_secs: u64,
+    /// What hosts share one politeness gap: `host` (each alone), `domain`
+    /// (the hosts of one registrable domain, by the public suffix list)
+    /// or `ip` (the hosts last fetched at one address, as workers report
+    /// it). The queues of a group take turns, each serve a delay after
+    /// the group was last let go, and a Retry-After blocks the group.
+    #[arg(long, env = "FRONTIER_POLITENESS", default_value = "host")]
+    politeness: String,
     /// Milliseconds between two serves of one queue, unless SetDelay set
     /// the queue's or the crawl's own.
     #[arg(long, env = "FRONTIER_DEFAULT_DELAY_MS", default_value_t = 1000)]
@@ -296,6 +303,8 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
             args.revisit_max_secs,
         )
         .map_err(|error| anyhow::anyhow!("--revisit: {error}"))?,
+        politeness: frontier::scheduler::Politeness::parse(&args.politeness)
+            .map_err(|error| anyhow::anyhow!("--politeness: {error}"))?,
     })
 }
 

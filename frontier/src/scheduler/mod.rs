@@ -91,15 +91,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use crate::store::{
-    Applied, Deletion, PreviousPlace, QueueRecord, Removed, Store, StoreError, WriteOp,
-};
+use crate::store::{QueueRecord, Store, StoreError};
 use crate::time::Timestamp;
 
+mod commits;
+mod groups;
 mod partitions;
 mod queue;
+mod slowdown;
 mod views;
 
+pub use groups::{Politeness, UnknownPoliteness};
 pub use views::QueueView;
 
 use queue::{Crawl, Cursor, Lease, Queue, QueueState, WakeKey};
@@ -200,6 +202,10 @@ pub struct Scheduler {
     // The partitions this node's figures count, by index; `None`: all (a
     // cluster node counts only those it leads, not the copies it follows).
     counted: arc_swap::ArcSwapOption<Vec<bool>>,
+    // What hosts share a politeness gap, and the groups so far by
+    // (crawl, name).
+    politeness: Politeness,
+    groups: Mutex<HashMap<(String, String), Arc<groups::Group>>>,
 }
 
 type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -220,6 +226,18 @@ impl Scheduler {
     /// `default_delay` between serves.
     pub fn load(store: Arc<Store>, default_delay: Duration) -> Result<Self, StoreError> {
         Self::load_with_refill(store, default_delay, BUFFER_REFILL)
+    }
+
+    /// [`Self::load`] with hosts grouped for politeness (the groups
+    /// module).
+    pub fn load_polite(
+        store: Arc<Store>,
+        default_delay: Duration,
+        politeness: Politeness,
+    ) -> Result<Self, StoreError> {
+        let mut scheduler = Self::load_with_refill(store, default_delay, BUFFER_REFILL)?;
+        scheduler.politeness = politeness;
+        Ok(scheduler)
     }
 
     /// [`Self::load`] with another refill size (tests use tiny ones to
@@ -257,6 +275,8 @@ impl Scheduler {
             held_until: horizon,
             serving: arc_swap::ArcSwapOption::empty(),
             counted: arc_swap::ArcSwapOption::empty(),
+            politeness: Politeness::Host,
+            groups: Mutex::default(),
         };
         let mut loaded = Vec::new();
         store.for_each_queue(|crawl, key, record| {
@@ -394,7 +414,7 @@ impl Scheduler {
             // A queue at this call's lease maximum stays on the list too:
             // the next call may allow more. Such queues hold leases, so
             // they are at most as many as the leases in flight.
-            at = due.max(delay_end).max(blocked_end);
+            at = due.max(delay_end).max(blocked_end).max(state.group_gate);
         }
         if let Some(expiry) = lease_expiry {
             at = at.min(expiry);
@@ -410,142 +430,6 @@ impl Scheduler {
             .load()
             .as_ref()
             .is_none_or(|served| served.get(partition as usize).copied().unwrap_or(false))
-    }
-
-    /// Brings memory in step with a committed transaction. Called by the
-    /// committer, in commit order.
-    pub fn on_commit(&self, ops: &[WriteOp], applied: &[Applied]) {
-        for (op, result) in ops.iter().zip(applied) {
-            match (op, result) {
-                (WriteOp::Discover(new), Applied::Discovered { stored: true }) => {
-                    let queue = self.queue_or_new(&new.crawl, &new.record.queue_key);
-                    let mut state = queue.lock();
-                    state.record.urls += 1;
-                    // A record stored whole (a moved partition, a salvage)
-                    // may be completed already.
-                    if new.record.is_completed() {
-                        state.record.completed += 1;
-                    } else {
-                        let hash = self.store.url_hash(&new.url);
-                        state.add_entry(new.record.due_at, hash, &new.url, new.partition);
-                        self.wake(
-                            &queue,
-                            &mut state,
-                            Timestamp::from_unix_secs(new.record.due_at),
-                        );
-                    }
-                }
-                (
-                    WriteOp::Known(known),
-                    Applied::Known {
-                        previous,
-                        queue_key,
-                        due_at,
-                    },
-                ) => {
-                    if let Some(PreviousPlace {
-                        queue_key: old_queue,
-                        due_at: old_due,
-                    }) = previous
-                    {
-                        let queue = self.queue_or_new(&known.crawl, old_queue);
-                        let mut state = queue.lock();
-                        state.record.urls = state.record.urls.saturating_sub(1);
-                        if *old_due == 0 {
-                            state.record.completed = state.record.completed.saturating_sub(1);
-                        }
-                        let hash = self.store.url_hash(&known.url);
-                        if state.remove_entry(*old_due, hash, &known.url) {
-                            // A lease given back: the queue may serve again
-                            // once its last one is, a delay later. The clock
-                            // reads the millisecond the report came in; the
-                            // delay runs from the next one, so that it is
-                            // never shorter than the delay from the report
-                            // (and so from the host's last answer).
-                            if state.leased.is_empty() {
-                                state.let_go(
-                                    (self.clock)().saturating_add(Duration::from_millis(1)),
-                                );
-                            }
-                            self.wake(&queue, &mut state, Timestamp::EPOCH);
-                        }
-                    }
-                    let queue = self.queue_or_new(&known.crawl, queue_key);
-                    let mut state = queue.lock();
-                    state.record.urls += 1;
-                    if *due_at == 0 {
-                        state.record.completed += 1;
-                    } else {
-                        let hash = self.store.url_hash(&known.url);
-                        state.add_entry(*due_at, hash, &known.url, known.partition);
-                        self.wake(&queue, &mut state, Timestamp::from_unix_secs(*due_at));
-                    }
-                }
-                (WriteOp::Delete(deletion), Applied::Deleted(removed)) => {
-                    self.apply_deletion(deletion, removed);
-                }
-                _ => {}
-            }
-        }
-    }
-
-    fn apply_deletion(&self, deletion: &Deletion, removed: &Removed) {
-        let crawl = deletion.crawl.as_str();
-        // A queue that goes: emptied, so a serve holding it hands out
-        // nothing and never puts it back on a wake-up list.
-        let forget = |queue: &Arc<Queue>| {
-            let mut state = queue.lock();
-            state.record = QueueRecord::default();
-            state.buffer.clear();
-            state.leased.clear();
-            state.held = false;
-            state.cursor = Cursor::All;
-            state.wake = None;
-        };
-        match (&deletion.queue, deletion.removes_queues()) {
-            (None, true) => {
-                let gone = self
-                    .crawls
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(crawl);
-                if let Some(gone) = gone {
-                    gone.all_queues().iter().for_each(forget);
-                }
-                self.default_delays
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(crawl);
-            }
-            (Some(key), true) => {
-                let gone = self.crawl(crawl).and_then(|c| {
-                    c.queues
-                        .write()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .remove(key)
-                });
-                if let Some(gone) = gone {
-                    forget(&gone);
-                }
-            }
-            (_, false) => {
-                // Some URLs of these queues went: their memory is read
-                // again from the store (leases stay; a lease of a removed
-                // URL ends without it coming back, as nothing is buffered
-                // before a refill reads the store).
-                for (key, gone) in &removed.per_queue {
-                    let Some(queue) = self.queue(crawl, key) else {
-                        continue;
-                    };
-                    let mut state = queue.lock();
-                    state.record.urls = state.record.urls.saturating_sub(gone.urls);
-                    state.record.completed = state.record.completed.saturating_sub(gone.completed);
-                    state.buffer.clear();
-                    state.cursor = Cursor::NotLoaded;
-                    self.wake(&queue, &mut state, Timestamp::EPOCH);
-                }
-            }
-        }
     }
 
     fn delay_of(&self, crawl: &str, record: &QueueRecord) -> Duration {
@@ -701,7 +585,7 @@ impl Scheduler {
     ) -> Result<(), StoreError> {
         let mut state = queue.lock();
         state.expire_leases(now);
-        let delay = self.delay_of(&queue.crawl, &state.record);
+        let delay = self.delay_of(&queue.crawl, &state.record) + state.answers.extra;
         self.serve_locked(queue, &mut state, request, delay, now, out)?;
         self.reschedule(queue, &mut state, delay, now);
         Ok(())
@@ -757,6 +641,17 @@ impl Scheduler {
         if wanted == 0 {
             return Ok(());
         }
+        // The group's gate, held through the handing out (groups module).
+        let group = self.group_of(queue, state);
+        let mut group = group.as_ref().map(|group| group.lock());
+        // The group adds its own extra gap to the queue's plain delay.
+        if let Some(group) = group.as_mut()
+            && let Some(at) = group.gate(&queue.key, delay.saturating_sub(state.answers.extra), now)
+        {
+            group.wait(&queue.key);
+            state.group_gate = at;
+            return Ok(());
+        }
         let now_secs = now.unix_secs();
         let until = now.saturating_add(lease);
         let mut handed = 0;
@@ -794,6 +689,9 @@ impl Scheduler {
         if handed > 0 {
             state.last_serve = Some(now);
             state.held = request.hold_queues;
+            if let Some(group) = group.as_mut() {
+                group.served(&queue.key, request.hold_queues, until, now);
+            }
         }
         // Know the next due date before rescheduling.
         while state.buffer.is_empty() && state.cursor != Cursor::All {
@@ -946,7 +844,9 @@ impl Scheduler {
 
     /// Blocks a queue until a UTC epoch second; 0 unblocks.
     pub fn block_until(&self, crawl: &str, queue: &str, until: u64) -> Result<(), StoreError> {
-        self.update_settings(crawl, queue, |record| record.blocked_until = until)
+        self.update_settings(crawl, queue, |record| record.blocked_until = until)?;
+        self.block_group(crawl, queue, until);
+        Ok(())
     }
 
     /// Stops serving a queue once `limit` of its URLs are completed; 0
@@ -995,6 +895,8 @@ mod tests {
     use super::*;
     use crate::ingest::{DedupMode, Discovered, FilterConfig, Ingest, Known};
     use crate::scope::Rules;
+    use crate::store::WriteOp;
+    use proto::metadata;
 
     const SEC: u64 = 1000;
 
@@ -1009,6 +911,10 @@ mod tests {
     }
 
     fn open_in(dir: tempfile::TempDir, refill: usize) -> Fixture {
+        open_polite(dir, refill, Politeness::Host)
+    }
+
+    fn open_polite(dir: tempfile::TempDir, refill: usize, politeness: Politeness) -> Fixture {
         let store = Store::open(dir.path()).unwrap();
         let mut slot = None;
         let now_ms = Arc::new(AtomicU64::new(0));
@@ -1026,6 +932,7 @@ mod tests {
                     Scheduler::load_with_refill(Arc::clone(store), Duration::ZERO, refill)?;
                 scheduler.clock =
                     Arc::new(move || Timestamp::from_unix_millis(clock_ms.load(Ordering::SeqCst)));
+                scheduler.politeness = politeness;
                 let scheduler = Arc::new(scheduler);
                 slot = Some(Arc::clone(&scheduler));
                 Ok(Some(Box::new(move |ops, applied| {
@@ -1406,6 +1313,90 @@ mod tests {
         };
         assert!(f.serve(&zero_room, 20 * SEC).is_empty(), "1 in flight");
         assert_eq!(f.serve(&all(1000), 20 * SEC).len(), 2);
+    }
+
+    fn hosts_of(served: &[String]) -> HashSet<String> {
+        served
+            .iter()
+            .map(|url| url::Url::parse(url).unwrap().host_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_politeness_group_serves_one_queue_at_a_time_a_delay_after_its_let_go() {
+        let f = open_polite(tempfile::tempdir().unwrap(), 8, Politeness::Domain);
+        f.scheduler.set_delay("c", "", 1).unwrap();
+        let mut all_urls = urls("a.example.org", 2);
+        all_urls.extend(urls("b.example.org", 2));
+        all_urls.extend(urls("other.example.net", 1));
+        f.discover(&all_urls, 10);
+        let hold = ServeRequest {
+            hold_queues: true,
+            ..all(1000)
+        };
+        let first = f.serve(&hold, 10 * SEC);
+        let hosts = hosts_of(&first);
+        assert_eq!(
+            hosts.len(),
+            2,
+            "one host of example.org and the other: {first:?}"
+        );
+        assert!(hosts.contains("other.example.net"));
+        f.now_ms.store(10 * SEC + 500, Ordering::SeqCst);
+        for url in first.iter().filter(|url| url.contains("example.org")) {
+            f.report(url, 0);
+        }
+        assert!(
+            f.serve(&hold, 11 * SEC).is_empty(),
+            "a delay from the let-go"
+        );
+        let second = f.serve(&hold, 11 * SEC + 502);
+        assert_eq!(second.len(), 2, "{second:?}");
+        assert_eq!(hosts_of(&second).len(), 1);
+        assert!(hosts_of(&first).is_disjoint(&hosts_of(&second)));
+        // A block on one host holds its group.
+        f.now_ms.store(12 * SEC, Ordering::SeqCst);
+        for url in &second {
+            f.report(url, 100);
+        }
+        let blocked = hosts_of(&second).into_iter().next().unwrap();
+        f.scheduler.block_until("c", &blocked, 200).unwrap();
+        assert!(f.serve(&hold, 150 * SEC).is_empty(), "the group is blocked");
+        assert_eq!(f.serve(&hold, 201 * SEC).len(), 2);
+    }
+
+    #[test]
+    fn hosts_reported_at_one_address_join_its_group() {
+        let f = open_polite(tempfile::tempdir().unwrap(), 8, Politeness::Ip);
+        f.scheduler.set_delay("c", "", 1).unwrap();
+        let mut all_urls = urls("x.test", 2);
+        all_urls.extend(urls("y.test", 2));
+        f.discover(&all_urls, 10);
+        let one_each = ServeRequest {
+            hold_queues: true,
+            max_urls_per_queue: 1,
+            ..all(1000)
+        };
+        let first = f.serve(&one_each, 10 * SEC);
+        assert_eq!(hosts_of(&first).len(), 2, "apart until an address is known");
+        f.now_ms.store(10 * SEC + 100, Ordering::SeqCst);
+        for url in &first {
+            f.ingest
+                .put_known(
+                    "c",
+                    &[Known {
+                        url: url.clone(),
+                        metadata: [(metadata::ADDRESS.to_owned(), vec!["10.0.0.1".to_owned()])]
+                            .into(),
+                        ..Known::default()
+                    }],
+                    &Rules::default(),
+                    1,
+                )
+                .unwrap();
+        }
+        let next = f.serve(&one_each, 12 * SEC);
+        assert_eq!(next.len(), 1, "one address, one queue at a time: {next:?}");
     }
 
     #[test]

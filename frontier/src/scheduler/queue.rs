@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
+use super::groups::Group;
+use super::slowdown::AnswerTimes;
 use crate::store::QueueRecord;
 use crate::time::Timestamp;
 
@@ -47,6 +49,14 @@ pub(super) struct QueueState {
     pub(super) held: bool,
     // The queue's valid entry on its crawl's wake-up list, if any.
     pub(super) wake: Option<WakeKey>,
+    /// Its politeness group (`None`: alone), once named.
+    pub(super) group: Option<Arc<Group>>,
+    pub(super) group_known: bool,
+    /// Its group turned it away until then.
+    pub(super) group_gate: Timestamp,
+    /// How long its host takes to answer, and the extra gap a slow-down
+    /// calls for.
+    pub(super) answers: AnswerTimes,
 }
 
 impl QueueState {
@@ -61,6 +71,10 @@ impl QueueState {
             last_serve: None,
             held: false,
             wake: None,
+            group: None,
+            group_known: false,
+            group_gate: Timestamp::EPOCH,
+            answers: AnswerTimes::default(),
         }
     }
 

@@ -21,6 +21,7 @@ mod hostile_sites;
 mod monitoring;
 mod plain_frontier;
 mod politeness;
+mod politeness_groups;
 mod replication;
 mod store_damage;
 mod tls;

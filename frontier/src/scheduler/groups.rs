@@ -1,0 +1,360 @@
+//! Politeness groups: queues whose hosts are one server to be polite to
+//! take turns, one delay apart.
+//!
+//! Many hosts share a server (shared hosting, a CDN's origin, every
+//! `*.blogspot.com`), and a gap kept per host lets them all be hit at
+//! once. Under `--politeness domain` the queues of one registrable domain
+//! form a group; under `ip` the queues whose hosts were last fetched at
+//! one address do (the worker reports the address it connected to; a
+//! queue not yet fetched is its own group until then). A queue keeps its
+//! own URLs, delay, block and limit; its group adds one more gate: no
+//! other queue of the group is held, and the serving queue's delay has
+//! passed since the group was last served or let go. A 429 or 503 that
+//! blocks a queue blocks its group too, and so does a host's slow-down
+//! widen the group's gaps.
+//!
+//! Lock order: a queue's lock, then its group's; never the other way, so
+//! a group never locks a queue: the queues it turned away are named in
+//! `waiting` and woken by the scheduler once both locks are dropped.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use super::Scheduler;
+use super::queue::{Queue, QueueState};
+use crate::time::Timestamp;
+
+/// What hosts share one politeness gap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Politeness {
+    /// Each queue (host) alone: the URL Frontier default.
+    #[default]
+    Host,
+    /// The hosts of one registrable domain (public suffix list).
+    Domain,
+    /// The hosts last fetched at one IP address.
+    Ip,
+}
+
+/// A politeness mode this frontier does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown politeness {0:?}: host, domain or ip")]
+pub struct UnknownPoliteness(pub String);
+
+impl Politeness {
+    /// Reads `host`, `domain` or `ip`.
+    pub fn parse(name: &str) -> Result<Self, UnknownPoliteness> {
+        match name {
+            "host" => Ok(Self::Host),
+            "domain" => Ok(Self::Domain),
+            "ip" => Ok(Self::Ip),
+            other => Err(UnknownPoliteness(other.to_owned())),
+        }
+    }
+
+    /// Its name, as [`Self::parse`] reads it.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::Domain => "domain",
+            Self::Ip => "ip",
+        }
+    }
+
+    /// The group a queue starts in, by its key (a host, or `host:port`);
+    /// `None`: alone.
+    #[must_use]
+    pub fn initial_group(self, queue_key: &str) -> Option<String> {
+        match self {
+            Self::Host | Self::Ip => None,
+            Self::Domain => {
+                let host = host_of(queue_key);
+                let domain = crate::scope::registrable_domain(host);
+                Some(format!("domain:{domain}"))
+            }
+        }
+    }
+
+    /// The group a fetch at `address` puts a queue in, under `ip`.
+    #[must_use]
+    pub fn address_group(self, address: &str) -> Option<String> {
+        let ip: IpAddr = address.parse().ok()?;
+        (self == Self::Ip).then(|| format!("ip:{ip}"))
+    }
+}
+
+impl std::fmt::Display for Politeness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The host of a queue key: without a port, and an IPv6 literal without
+/// its brackets' port.
+fn host_of(queue_key: &str) -> &str {
+    if let Some(rest) = queue_key.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    queue_key.split(':').next().unwrap_or(queue_key)
+}
+
+/// One group of a crawl.
+#[derive(Debug)]
+pub struct Group {
+    pub(super) name: String,
+    state: Mutex<GroupState>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct GroupState {
+    /// The queue holding the group (a held lease) and when its lease ends.
+    holder: Option<(String, Timestamp)>,
+    /// The group was last served or let go then; the next serve waits the
+    /// serving queue's delay past it.
+    last: Option<Timestamp>,
+    /// No queue of the group is served before then.
+    blocked_until: Timestamp,
+    /// Queues turned away, woken when the group is let go.
+    waiting: BTreeSet<String>,
+    /// Added to every gap: one of its hosts slowed down (the slowdown
+    /// module).
+    pub(super) extra: Duration,
+}
+
+impl Group {
+    pub(super) fn new(name: String) -> Self {
+        Self {
+            name,
+            state: Mutex::default(),
+        }
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, GroupState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl GroupState {
+    /// When queue `key`, with `delay`, may be served: `None` now, else the
+    /// earliest time (a held group's lease end, past which it is free
+    /// whether or not it was let go).
+    pub(super) fn gate(&self, key: &str, delay: Duration, now: Timestamp) -> Option<Timestamp> {
+        let delay = delay.saturating_add(self.extra);
+        let mut last = self.last;
+        let mut at = self.blocked_until;
+        if let Some((holder, until)) = &self.holder
+            && holder != key
+        {
+            if *until > now {
+                return Some(at.max(until.saturating_add(delay)));
+            }
+            last = Some(last.map_or(*until, |l| l.max(*until)));
+        }
+        if let Some(last) = last
+            && !delay.is_zero()
+        {
+            at = at.max(last.saturating_add(delay));
+        }
+        (at > now).then_some(at)
+    }
+
+    /// Queue `key` was turned away: woken when the group is let go.
+    pub(super) fn wait(&mut self, key: &str) {
+        self.waiting.insert(key.to_owned());
+    }
+
+    /// Queue `key` was served at `now`, held until `until` if `held`.
+    pub(super) fn served(&mut self, key: &str, held: bool, until: Timestamp, now: Timestamp) {
+        self.waiting.remove(key);
+        if held {
+            self.holder = Some((key.to_owned(), until));
+        }
+        self.last = Some(self.last.map_or(now, |last| last.max(now)));
+    }
+
+    /// Queue `key` let go at `at` (its last URL reported, or a lease given
+    /// back): the queues waiting, to wake.
+    pub(super) fn let_go(&mut self, key: &str, at: Timestamp) -> Vec<String> {
+        if self
+            .holder
+            .as_ref()
+            .is_some_and(|(holder, _)| holder == key)
+        {
+            self.holder = None;
+            self.last = Some(self.last.map_or(at, |last| last.max(at)));
+        }
+        std::mem::take(&mut self.waiting).into_iter().collect()
+    }
+
+    /// Blocks the group until `until` (a 429 or 503's Retry-After on one
+    /// of its hosts).
+    pub(super) fn block(&mut self, until: Timestamp) {
+        self.blocked_until = self.blocked_until.max(until);
+    }
+
+    /// Queue `key` leaves the group (a host found at another address).
+    pub(super) fn leave(&mut self, key: &str) -> Vec<String> {
+        self.waiting.remove(key);
+        if self
+            .holder
+            .as_ref()
+            .is_some_and(|(holder, _)| holder == key)
+        {
+            self.holder = None;
+            return std::mem::take(&mut self.waiting).into_iter().collect();
+        }
+        Vec::new()
+    }
+}
+
+impl Scheduler {
+    /// The queue's group, named on first use; `None`: alone.
+    pub(super) fn group_of(&self, queue: &Queue, state: &mut QueueState) -> Option<Arc<Group>> {
+        if !state.group_known {
+            state.group_known = true;
+            state.group = self
+                .politeness
+                .initial_group(&queue.key)
+                .map(|name| self.group_named(&queue.crawl, name));
+        }
+        state.group.clone()
+    }
+
+    fn group_named(&self, crawl: &str, name: String) -> Arc<Group> {
+        let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = groups.entry((crawl.to_owned(), name.clone()));
+        Arc::clone(entry.or_insert_with(|| Arc::new(Group::new(name))))
+    }
+
+    /// Files the queue under group `name` (its host answered from an
+    /// address): the queues its old group turned away, to wake. A queue
+    /// held now holds its new group too, as its fetches go on there.
+    pub(super) fn regroup(&self, queue: &Queue, state: &mut QueueState, name: &str) -> Vec<String> {
+        state.group_known = true;
+        if state.group.as_ref().is_some_and(|group| group.name == name) {
+            return Vec::new();
+        }
+        let woken = state
+            .group
+            .take()
+            .map(|old| old.lock().leave(&queue.key))
+            .unwrap_or_default();
+        let group = self.group_named(&queue.crawl, name.to_owned());
+        if state.held
+            && let Some(until) = state.leased.values().map(|lease| lease.until).max()
+        {
+            group.lock().served(&queue.key, true, until, (self.clock)());
+        }
+        state.group = Some(group);
+        woken
+    }
+
+    /// Looks again at queues a group turned away, once no lock is held.
+    pub(super) fn wake_turned_away(&self, crawl: &str, keys: &[String]) {
+        for key in keys {
+            if let Some(queue) = self.queue(crawl, key) {
+                let mut state = queue.lock();
+                state.group_gate = Timestamp::EPOCH;
+                self.wake(&queue, &mut state, Timestamp::EPOCH);
+            }
+        }
+    }
+
+    /// Blocks the queue's group with it (a Retry-After on one of its
+    /// hosts holds the server's other hosts too).
+    pub(super) fn block_group(&self, crawl: &str, key: &str, until: u64) {
+        if until == 0 {
+            return;
+        }
+        if let Some(queue) = self.queue(crawl, key) {
+            let mut state = queue.lock();
+            if let Some(group) = self.group_of(&queue, &mut state) {
+                let end = Timestamp::from_unix_secs(until).saturating_add(Duration::from_millis(1));
+                group.lock().block(end);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_unix_millis(ms)
+    }
+
+    #[test]
+    fn groups_are_named_by_domain_or_address() {
+        let domain = Politeness::Domain;
+        assert_eq!(
+            domain.initial_group("www.example.co.uk"),
+            Some("domain:example.co.uk".into())
+        );
+        assert_eq!(
+            domain.initial_group("blog.example.org:8080"),
+            Some("domain:example.org".into())
+        );
+        assert_eq!(
+            domain.initial_group("127.0.0.1:80"),
+            Some("domain:127.0.0.1".into())
+        );
+        assert_eq!(domain.initial_group("[::1]:80"), Some("domain:::1".into()));
+        assert_eq!(Politeness::Host.initial_group("a.example"), None);
+        assert_eq!(Politeness::Ip.initial_group("a.example"), None);
+        assert_eq!(
+            Politeness::Ip.address_group("10.0.0.7"),
+            Some("ip:10.0.0.7".into())
+        );
+        assert_eq!(Politeness::Ip.address_group("not an address"), None);
+        assert_eq!(Politeness::Domain.address_group("10.0.0.7"), None);
+        for mode in [Politeness::Host, Politeness::Domain, Politeness::Ip] {
+            assert_eq!(Politeness::parse(mode.name()), Ok(mode));
+        }
+        assert!(Politeness::parse("server").is_err());
+    }
+
+    #[test]
+    fn a_held_group_serves_no_other_queue_until_let_go_and_a_delay_after() {
+        let delay = Duration::from_millis(100);
+        let mut group = GroupState::default();
+        assert_eq!(group.gate("a", delay, at(1_000)), None);
+        group.served("a", true, at(61_000), at(1_000));
+        assert_eq!(
+            group.gate("b", delay, at(1_050)),
+            Some(at(61_100)),
+            "held: at worst until its lease ends"
+        );
+        group.wait("b");
+        assert_eq!(group.let_go("a", at(2_000)), vec!["b".to_owned()]);
+        assert_eq!(group.gate("b", delay, at(2_050)), Some(at(2_100)));
+        assert_eq!(group.gate("b", delay, at(2_100)), None);
+    }
+
+    #[test]
+    fn a_shared_serve_spaces_the_group_and_an_expired_hold_frees_it() {
+        let delay = Duration::from_millis(100);
+        let mut group = GroupState::default();
+        group.served("a", false, at(9_000), at(1_000));
+        assert_eq!(group.gate("b", delay, at(1_010)), Some(at(1_100)));
+        group.served("c", true, at(2_000), at(1_500));
+        // Never let go: free a delay after its lease ended.
+        assert_eq!(group.gate("b", delay, at(2_050)), Some(at(2_100)));
+        assert_eq!(group.gate("b", delay, at(2_100)), None);
+    }
+
+    #[test]
+    fn a_block_holds_every_queue_and_a_leaver_frees_its_hold() {
+        let mut group = GroupState::default();
+        group.block(at(5_000));
+        assert_eq!(group.gate("a", Duration::ZERO, at(4_000)), Some(at(5_000)));
+        assert_eq!(group.gate("a", Duration::ZERO, at(5_000)), None);
+        group.served("a", true, at(9_000), at(5_000));
+        group.wait("b");
+        assert_eq!(group.leave("a"), vec!["b".to_owned()]);
+        assert_eq!(group.gate("b", Duration::ZERO, at(5_001)), None);
+    }
+}

@@ -1,0 +1,177 @@
+//! Politeness groups, as the servers see them: hosts that share an
+//! address (`--politeness ip`) or a registrable domain (`domain`) take
+//! turns a delay apart across two workers, and a 429 with Retry-After on
+//! one host pauses its whole group.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crawl_tests::{FrontierProcess, WorkerProcess, crawl_ends, frontier_cli};
+use mock_site::wide::{WideConfig, WideHit, WideSite};
+
+const DELAY_MS: u64 = 250;
+
+/// Crawls the site to its end with `politeness`, two workers.
+async fn crawl(site: &WideSite, hosts: usize, politeness: &str, dir: &std::path::Path) {
+    let hosts_file = dir.join("hosts");
+    std::fs::write(&hosts_file, site.hosts_file()).unwrap();
+    let seeds = dir.join("seeds");
+    let lines: String = (0..hosts).map(|i| format!("{}/\n", site.base(i))).collect();
+    std::fs::write(&seeds, lines).unwrap();
+    let delay = DELAY_MS.to_string();
+    let frontier = FrontierProcess::start(
+        &dir.join("data"),
+        &["--politeness", politeness, "--default-delay-ms", &delay],
+    );
+    let endpoint = frontier.endpoint();
+    let hosts_file = hosts_file.to_string_lossy().into_owned();
+    let workers: Vec<WorkerProcess> = (1..=2)
+        .map(|i| {
+            WorkerProcess::start(
+                &endpoint,
+                &dir.join("out"),
+                &format!("w{i}"),
+                &[
+                    "--hosts-file",
+                    &hosts_file,
+                    "--no-sitemaps",
+                    "--retry-base-secs",
+                    "1",
+                ],
+            )
+        })
+        .collect();
+    let (status, text) = frontier_cli(&endpoint, &["seed", "--file", &seeds.to_string_lossy()]);
+    assert!(status.success(), "{text}");
+    crawl_ends(&endpoint, workers, 120);
+}
+
+/// Requests grouped by `group_of(host)`, each group's in arrival order.
+fn by_group(site: &WideSite, group_of: impl Fn(usize) -> usize) -> BTreeMap<usize, Vec<WideHit>> {
+    let mut groups: BTreeMap<usize, Vec<WideHit>> = BTreeMap::new();
+    for hit in site.hits() {
+        groups.entry(group_of(hit.host)).or_default().push(hit);
+    }
+    for hits in groups.values_mut() {
+        hits.sort_by_key(|hit| hit.at);
+    }
+    groups
+}
+
+/// Gaps between requests to different hosts of one group below the delay.
+fn close_gaps(hits: &[WideHit], from: impl Fn(&WideHit) -> bool) -> Vec<String> {
+    let delay = Duration::from_millis(DELAY_MS);
+    hits.windows(2)
+        .filter(|pair| from(&pair[0]) && pair[1].at - pair[0].at < delay)
+        .map(|pair| {
+            format!(
+                "h{} {} then h{} {} after {:?}",
+                pair[0].host,
+                pair[0].path,
+                pair[1].host,
+                pair[1].path,
+                pair[1].at - pair[0].at
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_of_one_domain_never_see_requests_closer_than_its_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = WideSite::start(WideConfig {
+        hosts: 6,
+        pages: 4,
+        hosts_per_domain: 3,
+        ..WideConfig::default()
+    })
+    .await
+    .unwrap();
+    crawl(&site, 6, "domain", dir.path()).await;
+    let groups = by_group(&site, |host| host / 3);
+    assert_eq!(groups.len(), 2);
+    for (domain, hits) in &groups {
+        // Every page and each host's robots.txt.
+        assert_eq!(hits.len(), 3 * (4 + 1), "domain {domain}: {hits:?}");
+        let close = close_gaps(hits, |_| true);
+        assert!(close.is_empty(), "domain {domain}: {close:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_at_one_address_share_its_gap_once_it_is_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = WideSite::start(WideConfig {
+        hosts: 6,
+        pages: 4,
+        hosts_per_address: 3,
+        ..WideConfig::default()
+    })
+    .await
+    .unwrap();
+    crawl(&site, 6, "ip", dir.path()).await;
+    let groups = by_group(&site, |host| host / 3);
+    for (address, hits) in &groups {
+        assert_eq!(hits.len(), 3 * (4 + 1), "address {address}: {hits:?}");
+        // A host is filed under its address by the report of its first
+        // page, and a held queue is served again only after that report:
+        // from its third request (robots.txt, the first page, then the
+        // rest) a host's requests are gated by its address's group.
+        let mut seen: BTreeMap<usize, usize> = BTreeMap::new();
+        let grouped: Vec<bool> = hits
+            .iter()
+            .map(|hit| {
+                let count = seen.entry(hit.host).or_default();
+                *count += 1;
+                *count > 2
+            })
+            .collect();
+        let close: Vec<String> = hits
+            .windows(2)
+            .zip(grouped.windows(2))
+            .filter(|(_, grouped)| grouped[0] && grouped[1])
+            .flat_map(|(pair, _)| close_gaps(pair, |_| true))
+            .collect();
+        assert!(close.is_empty(), "address {address}: {close:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_on_one_host_pauses_its_whole_domain() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = WideSite::start(WideConfig {
+        hosts: 2,
+        pages: 3,
+        hosts_per_domain: 2,
+        throttled: vec![0],
+        retry_after_secs: 2,
+        ..WideConfig::default()
+    })
+    .await
+    .unwrap();
+    let started = Instant::now();
+    crawl(&site, 2, "domain", dir.path()).await;
+    let hits = site.hits();
+    let refused: Vec<&WideHit> = hits.iter().filter(|hit| hit.status == 429).collect();
+    assert!(!refused.is_empty(), "host 0 was throttled: {hits:?}");
+    for refusal in refused {
+        // Retry-After: 2 means no request to the domain before the next
+        // whole second after two (the frontier blocks to the second).
+        let quiet = Duration::from_secs(1);
+        let during: Vec<&WideHit> = hits
+            .iter()
+            .filter(|hit| hit.at > refusal.at && hit.at - refusal.at < quiet)
+            .collect();
+        assert!(
+            during.is_empty(),
+            "requests within {quiet:?} of a 429 at {:?}: {during:?}",
+            refusal.at - started
+        );
+    }
+    // Both hosts were crawled whole in the end.
+    let pages: usize = hits
+        .iter()
+        .filter(|hit| hit.status == 200 && hit.path != "/robots.txt")
+        .count();
+    assert_eq!(pages, 2 * 3);
+}
