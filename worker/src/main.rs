@@ -166,8 +166,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// Raises the soft limit on open files to the hard one: a worker holds a
+/// connection to each host it fetches from, idle ones pooled, and a wide
+/// crawl holds thousands of hosts, past the usual soft limit of 1,024.
+fn raise_open_file_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        return;
+    }
+    let raised = Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => tracing::debug!(to = ?limit.maximum, "open file limit raised"),
+        Err(error) => tracing::warn!(%error, "cannot raise the open file limit"),
+    }
+}
+
 fn main_result() -> anyhow::Result<()> {
     let args = Args::parse();
+    raise_open_file_limit();
     let mut config = WorkerConfig::new(&args.frontier);
     config.crawl = args.crawl;
     config.token = args.token;

@@ -1,7 +1,8 @@
-//! Politeness groups, as the servers see them: hosts that share an
-//! address (`--politeness ip`) or a registrable domain (`domain`) take
-//! turns a delay apart across two workers, and a 429 with Retry-After on
-//! one host pauses its whole group.
+//! Wide polite crawls. Politeness groups, as the servers see them: hosts
+//! that share an address (`--politeness ip`) or a registrable domain
+//! (`domain`) take turns a delay apart across two workers, and a 429 with
+//! Retry-After on one host pauses its whole group. And a worker's room
+//! for thousands of hosts: it raises its open file limit.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -174,4 +175,50 @@ async fn a_retry_after_on_one_host_pauses_its_whole_domain() {
         .filter(|hit| hit.status == 200 && hit.path != "/robots.txt")
         .count();
     assert_eq!(pages, 2 * 3);
+}
+
+/// The soft and hard open file limits of a process, from /proc.
+fn open_file_limits(pid: u32) -> Option<(String, String)> {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))?;
+    let mut words = line.split_whitespace().skip(3);
+    Some((words.next()?.to_owned(), words.next()?.to_owned()))
+}
+
+#[test]
+fn a_worker_raises_its_open_file_limit_to_the_hard_one() {
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
+    let worker = crawl_tests::binary("worker");
+    // The shell lowers its soft limit, which the worker inherits.
+    let mut child = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -S -n 256 && exec \"$0\" --frontier http://127.0.0.1:1",
+        ])
+        .arg(&worker)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let expected = hard.map_or_else(|| "unlimited".to_owned(), |hard| hard.to_string());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = None;
+    // The limit is raised as the worker starts, before it dials.
+    while Instant::now() < deadline {
+        seen = open_file_limits(pid);
+        if seen.as_ref().is_some_and(|(soft, _)| *soft == expected) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        seen,
+        Some((expected.clone(), expected)),
+        "started with a soft limit of 256"
+    );
 }
