@@ -265,7 +265,7 @@ impl WideSite {
             let links: String = (1..pages)
                 .map(|p| format!("<a href=\"/p/{p}.html\">page {p}</a>\n"))
                 .collect();
-            return respond(StatusCode::OK, "text/html", html("home", &links));
+            return respond(StatusCode::OK, "text/html", super::page("home", &links));
         }
         let known = path
             .strip_prefix("/p/")
@@ -276,16 +276,12 @@ impl WideSite {
             respond(
                 StatusCode::OK,
                 "text/html",
-                html(path, "<a href=\"/\">home</a>"),
+                super::page(path, "<a href=\"/\">home</a>"),
             )
         } else {
             respond(StatusCode::NOT_FOUND, "text/plain", "not found".into())
         }
     }
-}
-
-fn html(title: &str, body: &str) -> String {
-    format!("<!doctype html><html><head><title>{title}</title></head><body>{body}</body></html>")
 }
 
 fn respond(status: StatusCode, kind: &str, body: String) -> Response<Full<Bytes>> {

@@ -64,15 +64,15 @@ const IDLE_PAUSE_HOLDING: Duration = Duration::from_millis(50);
 const IDLE_PAUSE_EMPTY: Duration = Duration::from_millis(250);
 
 /// How many more hosts to ask for: none while every slot is busy (or at the
-/// cap), else some for each idle slot, at least one when none are held.
+/// cap), else some for each idle slot, counting one when none is held.
 fn hosts_wanted(held: usize, idle_slots: usize, cap: Option<usize>) -> usize {
     let room = cap.map_or(usize::MAX, |cap| cap.saturating_sub(held));
-    let wanted = if held == 0 {
-        idle_slots.max(1) * HOSTS_PER_IDLE_SLOT
+    let slots = if held == 0 {
+        idle_slots.max(1)
     } else {
-        idle_slots * HOSTS_PER_IDLE_SLOT
+        idle_slots
     };
-    wanted.min(room)
+    (slots * HOSTS_PER_IDLE_SLOT).min(room)
 }
 
 /// The frontier's delay for a served URL's queue, when it says.

@@ -10,6 +10,7 @@ use proto::metadata;
 use super::{Cursor, Queue, Scheduler};
 use crate::store::{Applied, Deletion, PreviousPlace, QueueRecord, Removed, WriteOp};
 use crate::time::Timestamp;
+use crate::write_ops::KnownUrl;
 
 impl Scheduler {
     /// Brings memory in step with a committed transaction. Called by the
@@ -78,20 +79,14 @@ impl Scheduler {
                     }
                     let queue = self.queue_or_new(&known.crawl, queue_key);
                     let mut state = queue.lock();
-                    if let Some(address) = known
-                        .metadata
-                        .get(metadata::ADDRESS)
-                        .and_then(|values| values.first())
+                    if let Some(address) = reported(known, metadata::ADDRESS)
                         && let Some(group) = self.politeness.address_group(address)
                     {
                         let waiting = self.regroup(&queue, &mut state, &group);
                         to_wake.push((queue.crawl.clone(), waiting));
                     }
-                    if let Some(ms) = known
-                        .metadata
-                        .get(metadata::FETCH_MS)
-                        .and_then(|values| values.first())
-                        .and_then(|ms| ms.parse::<u64>().ok())
+                    if let Some(ms) =
+                        reported(known, metadata::FETCH_MS).and_then(|ms| ms.parse::<u64>().ok())
                     {
                         let extra = state.answers.observe(ms);
                         if let Some(group) = self.group_of(&queue, &mut state) {
@@ -145,6 +140,10 @@ impl Scheduler {
                     .write()
                     .unwrap_or_else(PoisonError::into_inner)
                     .remove(crawl);
+                self.groups
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain(|(of, _), _| of != crawl);
             }
             (Some(key), true) => {
                 let gone = self.crawl(crawl).and_then(|c| {
@@ -176,4 +175,9 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// The first value a report carries under `key`.
+fn reported<'a>(known: &'a KnownUrl, key: &str) -> Option<&'a str> {
+    known.metadata.get(key)?.first().map(String::as_str)
 }

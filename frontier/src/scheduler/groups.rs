@@ -86,12 +86,6 @@ impl Politeness {
     }
 }
 
-impl std::fmt::Display for Politeness {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// The host of a queue key: without a port, and an IPv6 literal without
 /// its brackets' port.
 fn host_of(queue_key: &str) -> &str {
