@@ -86,7 +86,7 @@
 //! at the queues it serves and the few it finds gated, never at all of
 //! them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -514,9 +514,8 @@ impl Scheduler {
                 .cloned()
                 .collect(),
         };
-        let first_new = self.sequence.load(Ordering::Relaxed);
         let mut deferred: Vec<Vec<(WakeKey, Arc<Queue>)>> = vec![Vec::new(); crawls.len()];
-        let result = self.serve_due(request, now, &crawls, first_new, &mut deferred);
+        let result = self.serve_due(request, now, &crawls, &mut deferred);
         for (crawl, entries) in crawls.iter().zip(deferred) {
             if !entries.is_empty() {
                 crawl.put_back(entries);
@@ -530,10 +529,12 @@ impl Scheduler {
         request: &ServeRequest,
         now: Timestamp,
         crawls: &[Arc<Crawl>],
-        first_new: u64,
         deferred: &mut [Vec<(WakeKey, Arc<Queue>)>],
     ) -> Result<Vec<Served>, StoreError> {
         let mut served = Vec::new();
+        // Queues this call took, by address: one it put back on the list
+        // waits for the next call, so that a call looks at a queue once.
+        let mut looked_at: HashSet<*const Queue> = HashSet::new();
         let mut queues_served = 0_u32;
         while (request.max_queues == 0 || queues_served < request.max_queues)
             && request.room(served.len()) > 0
@@ -547,7 +548,7 @@ impl Scheduler {
                 .filter(|(key, _)| key.0 <= now)
                 .min_by_key(|(key, _)| *key);
             let Some((_, index)) = earliest else { break };
-            let Some((key, queue)) = crawls[index].take_due(now, first_new, &mut deferred[index])
+            let Some((key, queue)) = crawls[index].take_due(now, &looked_at, &mut deferred[index])
             else {
                 continue;
             };
@@ -559,6 +560,7 @@ impl Scheduler {
                 }
                 state.wake = None;
             }
+            looked_at.insert(Arc::as_ptr(&queue));
             self.serve_queue(&queue, request, now, &mut served)?;
             if served.len() > before {
                 queues_served += 1;
@@ -1178,6 +1180,36 @@ mod tests {
         }
         let again = f.serve(&all(30), 40 * SEC);
         assert_eq!(again, first[10..].to_vec());
+    }
+
+    #[test]
+    fn a_call_sets_aside_only_the_queues_it_looked_at() {
+        let f = fixture(8);
+        f.discover(
+            &[
+                "http://a.example/1".to_owned(),
+                "http://b.example/1".to_owned(),
+            ],
+            10,
+        );
+        let crawl = f.scheduler.crawl("c").unwrap();
+        let a = crawl.queue("a.example").unwrap();
+        // A queue woken while a call runs (by another client's report) is
+        // the call's to serve; one it looked at already waits for the next.
+        let looked_at = HashSet::from([Arc::as_ptr(&a)]);
+        let mut deferred = Vec::new();
+        let now = Timestamp::from_unix_millis(20 * SEC);
+        let (_, taken) = crawl.take_due(now, &looked_at, &mut deferred).unwrap();
+        assert_eq!(taken.key, "b.example");
+        assert!(crawl.take_due(now, &looked_at, &mut deferred).is_none());
+        assert_eq!(deferred.len(), 1);
+        assert!(Arc::ptr_eq(&deferred[0].1, &a));
+        // Put back when the call ends, it is the next call's.
+        crawl.put_back(deferred);
+        let (_, taken) = crawl
+            .take_due(now, &HashSet::new(), &mut Vec::new())
+            .unwrap();
+        assert!(Arc::ptr_eq(&taken, &a));
     }
 
     #[test]

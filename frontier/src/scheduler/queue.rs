@@ -241,14 +241,17 @@ impl Crawl {
             .map(|(key, _)| *key)
     }
 
-    /// Takes the earliest wake-up whose time has come and that was there
-    /// before the call began (`first_new` is the call's first sequence
-    /// number); newer ones (queues this call already looked at) are set
-    /// aside in `deferred`, to be put back when the call ends.
+    /// Takes the earliest wake-up whose time has come, of a queue the call
+    /// has not looked at yet; those of queues it has (`looked_at`, by
+    /// address) are set aside in `deferred`, to be put back when the call
+    /// ends. Queues woken meanwhile by other threads (a report's commit)
+    /// are the call's to serve: were every entry newer than the call set
+    /// aside, a call running while another client's reports wake its
+    /// queues would find nothing and answer empty.
     pub(super) fn take_due(
         &self,
         now: Timestamp,
-        first_new: u64,
+        looked_at: &std::collections::HashSet<*const Queue>,
         deferred: &mut Vec<(WakeKey, Arc<Queue>)>,
     ) -> Option<(WakeKey, Arc<Queue>)> {
         let mut wakeups = self.wakeups.lock().unwrap_or_else(PoisonError::into_inner);
@@ -256,7 +259,7 @@ impl Crawl {
             match wakeups.first_key_value() {
                 Some((key, _)) if key.0 <= now => {
                     let entry = wakeups.pop_first()?;
-                    if entry.0.1 < first_new {
+                    if !looked_at.contains(&Arc::as_ptr(&entry.1)) {
                         return Some(entry);
                     }
                     deferred.push(entry);
