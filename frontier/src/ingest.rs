@@ -86,6 +86,8 @@ pub struct FilterConfig {
     /// larger (the frontier's rebuild thread applies it); a rebuilt filter
     /// is sized to start well below it.
     pub rebuild_fill: f64,
+    /// What a new store's partitions follow; a store keeps its own.
+    pub partition_by: PartitionBy,
 }
 
 /// A rebuilt filter is sized for this many times the keys its partition
@@ -155,6 +157,7 @@ impl Default for FilterConfig {
             fp_rate: 0.001,
             layout: Layout::Standard,
             rebuild_fill: 0.5,
+            partition_by: PartitionBy::Host,
         }
     }
 }
@@ -401,28 +404,7 @@ impl KeyFilter for PartitionedBloom {
     }
 }
 
-/// The partition of a host in a crawl, stable across builds and platforms.
-///
-/// Partitions follow the host, not the client's queue key: a URL's host is
-/// a function of the URL, so a URL always lands in the same partition and
-/// is deduplicated there even if two clients file it under different queue
-/// keys. With the default queue key (the host) the two coincide, as
-/// DESIGN.md intends.
-#[must_use]
-pub fn partition_of(crawl: &str, host: &str, partitions: usize) -> usize {
-    KeyHash::of(&joined(crawl, host)).partition(partitions)
-}
-
-fn joined(first: &str, second: &str) -> Vec<u8> {
-    // The NUL separator keeps ("a", "bc") and ("ab", "c") apart: crawl IDs
-    // and URLs never contain one that matters here (a crawl ID with a NUL
-    // would only share keys with itself).
-    let mut bytes = Vec::with_capacity(first.len() + 1 + second.len());
-    bytes.extend_from_slice(first.as_bytes());
-    bytes.push(0);
-    bytes.extend_from_slice(second.as_bytes());
-    bytes
-}
+pub use crate::partitioning::{PartitionBy, partition_of};
 
 impl Ingest {
     /// Opens ingest over a store. The filters come from the snapshots of a
@@ -445,7 +427,7 @@ impl Ingest {
     /// misses no write.
     pub fn open_with_hook(
         store: Store,
-        config: FilterConfig,
+        mut config: FilterConfig,
         mode: DedupMode,
         max_url_length: usize,
         make_hook: impl FnOnce(&Arc<Store>) -> Result<Option<CommitHook>, StoreError>,
@@ -454,6 +436,7 @@ impl Ingest {
         if config.partitions > MAX_PARTITIONS {
             return Err(IngestError::TooManyPartitions(config.partitions));
         }
+        config.partition_by = store.partition_by(config.partition_by)?;
         let recorded = store.partitions(config.partitions as u32)? as usize;
         if recorded != config.partitions {
             return Err(IngestError::PartitionsChanged {
@@ -625,7 +608,7 @@ impl Ingest {
             Ok(canonical) => canonical,
             Err(error) => return Ok(UrlCheck::Refused(error)),
         };
-        let partition = partition_of(crawl, canonical.host(), self.filters.partition_count());
+        let partition = self.partition_of(crawl, canonical.host());
         let maybe = self
             .filters
             .contains(partition, self.filter_key(crawl, canonical.as_str()))?;
@@ -680,6 +663,20 @@ impl Ingest {
     #[must_use]
     pub fn filters(&self) -> &PartitionedBloom {
         &self.filters
+    }
+
+    /// What the store's partitions follow.
+    #[must_use]
+    pub fn partition_by(&self) -> PartitionBy {
+        self.config.partition_by
+    }
+
+    /// The partition of a URL of `host` in `crawl`.
+    #[must_use]
+    pub fn partition_of(&self, crawl: &str, host: &str) -> usize {
+        self.config
+            .partition_by
+            .partition(crawl, host, self.filters.partition_count())
     }
 
     /// The filter key of a canonical URL in a crawl ([`filter_key`]).
@@ -1726,6 +1723,53 @@ mod tests {
             "http://example.com/",
         );
         assert_eq!(seed.unwrap().unwrap().depth, 0);
+    }
+
+    #[test]
+    fn a_store_keeps_the_partitioning_it_was_created_with() {
+        let open = |dir: &std::path::Path, by: PartitionBy| {
+            Ingest::open(
+                Store::open(dir).unwrap(),
+                FilterConfig {
+                    partition_by: by,
+                    ..FilterConfig::default()
+                },
+                DedupMode::Exact,
+                2048,
+            )
+            .unwrap()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let ingest = open(dir.path(), PartitionBy::Domain);
+        assert_eq!(ingest.partition_by(), PartitionBy::Domain);
+        let url = "http://www.example.co.uk/a";
+        let rules = Rules::default();
+        ingest.put_discovered("c", &[item(url)], &rules, 1).unwrap();
+        let home = ingest.partition_of("c", "www.example.co.uk");
+        assert_eq!(home, ingest.partition_of("c", "example.co.uk"));
+        ingest.shutdown().unwrap();
+        // Opened under another politeness, it finds its URLs where it
+        // stored them.
+        let ingest = open(dir.path(), PartitionBy::Host);
+        assert_eq!(ingest.partition_by(), PartitionBy::Domain);
+        assert!(matches!(
+            ingest.check_url("c", url).unwrap(),
+            UrlCheck::Checked {
+                stored: Some(_),
+                ..
+            }
+        ));
+        ingest.shutdown().unwrap();
+        // A store that holds a partition count but no partitioning was
+        // made by host, whatever a new store would be.
+        let old = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(old.path()).unwrap();
+            store.partitions(64).unwrap();
+        }
+        let ingest = open(old.path(), PartitionBy::Domain);
+        assert_eq!(ingest.partition_by(), PartitionBy::Host);
+        ingest.shutdown().unwrap();
     }
 
     #[test]

@@ -44,6 +44,8 @@
 //!   membership, the partition map and its epoch, routing of every call
 //!   to the nodes that hold its partitions.
 //! - [`partition_page`]: a partition's URLs as pages between nodes.
+//! - [`partitioning`]: which partition a URL belongs to (by host, or by
+//!   registrable domain so that one node serves a domain's hosts).
 //! - [`failpoint`]: faults injected on purpose in move tests.
 //! - [`handback`]: the frontier shared by the server's tasks, handed back
 //!   for a clean shutdown when the last of them lets go.
@@ -69,6 +71,7 @@ pub mod handback;
 pub mod ingest;
 pub mod metrics;
 pub mod partition_page;
+pub mod partitioning;
 pub mod record;
 pub mod repair;
 pub mod revisit;

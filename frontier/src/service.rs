@@ -491,8 +491,7 @@ impl Frontier {
         crawl: &str,
         queue: &str,
     ) -> Result<(), FrontierError> {
-        let partitions = self.ingest().filters().partition_count();
-        let partition = crate::ingest::partition_of(crawl, queue, partitions) as u32;
+        let partition = self.ingest().partition_of(crawl, queue) as u32;
         let log = self.ingest().replicas();
         if log.owe_queue_settings(partition, crawl, queue) {
             log.wait_for_followers(&std::collections::BTreeSet::from([partition]))
@@ -505,8 +504,7 @@ impl Frontier {
     /// is sealed (being handed to another node, which takes the settings as
     /// they were at the seal): the caller sends it again to the new owner.
     pub fn queue_settings_open(&self, crawl: &str, queue: &str) -> Result<(), FrontierError> {
-        let partitions = self.ingest.filters().partition_count();
-        let partition = crate::ingest::partition_of(crawl, queue, partitions) as u32;
+        let partition = self.ingest.partition_of(crawl, queue) as u32;
         if self.ingest.is_sealed(partition) {
             return Err(IngestError::PartitionMoving(partition).into());
         }

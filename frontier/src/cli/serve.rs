@@ -275,6 +275,8 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
         args.max_depth,
         args.max_path_repeat,
     )?;
+    let politeness = frontier::scheduler::Politeness::parse(&args.politeness)
+        .map_err(|error| anyhow::anyhow!("--politeness: {error}"))?;
     Ok(FrontierConfig {
         data_dir: args.data_dir.clone(),
         filters: FilterConfig {
@@ -283,6 +285,7 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
             fp_rate: args.fp_rate,
             layout,
             rebuild_fill: args.rebuild_fill,
+            partition_by: politeness.partitioning(),
         },
         dedup,
         max_url_length: args.max_url_length,
@@ -303,8 +306,7 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
             args.revisit_max_secs,
         )
         .map_err(|error| anyhow::anyhow!("--revisit: {error}"))?,
-        politeness: frontier::scheduler::Politeness::parse(&args.politeness)
-            .map_err(|error| anyhow::anyhow!("--politeness: {error}"))?,
+        politeness,
     })
 }
 

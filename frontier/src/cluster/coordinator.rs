@@ -69,6 +69,7 @@ pub async fn join(
         partitions: frontier.ingest().filters().partition_count() as u32,
         rules: frontier.config().rules.describe(),
         max_url_length: frontier.config().max_url_length,
+        partition_by: frontier.ingest().partition_by(),
         replicas: options.replicas.unwrap_or(1),
         min_in_sync: options
             .min_in_sync

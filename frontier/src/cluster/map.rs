@@ -24,6 +24,10 @@ pub struct ClusterFacts {
     /// is acknowledged; below it, writes are refused.
     #[serde(default = "one")]
     pub min_in_sync: u32,
+    /// What URLs' partitions follow; by host in a cluster created before
+    /// the choice existed.
+    #[serde(default)]
+    pub partition_by: crate::partitioning::PartitionBy,
 }
 
 fn one() -> u32 {
@@ -63,6 +67,16 @@ impl ClusterFacts {
                 "the cluster acknowledges a write once on {} copies and this node asks for {}: \
                  start it without --min-in-sync to take the cluster's",
                 self.min_in_sync, ours.min_in_sync
+            ));
+        }
+        if self.partition_by != ours.partition_by {
+            return Some(format!(
+                "the cluster partitions URLs by {} and this node's store by {}: a store \
+                 keeps the partitioning it was created with (--politeness domain creates \
+                 stores partitioned by domain, so that one node serves a domain's hosts); \
+                 start this node with an empty data directory and the cluster's --politeness",
+                self.partition_by.name(),
+                ours.partition_by.name()
             ));
         }
         if self.max_url_length != ours.max_url_length {
@@ -575,6 +589,7 @@ mod tests {
             max_url_length: 2048,
             replicas: 1,
             min_in_sync: 1,
+            partition_by: crate::partitioning::PartitionBy::Host,
         };
         assert_eq!(ours.mismatch(&ours.clone()), None);
         let other = ClusterFacts {
@@ -587,5 +602,16 @@ mod tests {
             ..ours.clone()
         };
         assert!(other.mismatch(&ours).unwrap().contains("admission rules"));
+        let other = ClusterFacts {
+            partition_by: crate::partitioning::PartitionBy::Domain,
+            ..ours.clone()
+        };
+        assert!(other.mismatch(&ours).unwrap().contains("by domain"));
+        // Facts written before the choice existed partition by host.
+        let old: ClusterFacts = serde_json::from_str(
+            r#"{"partitions":64,"rules":"r","max_url_length":2048,"replicas":1,"min_in_sync":1}"#,
+        )
+        .unwrap();
+        assert_eq!(old, ours);
     }
 }

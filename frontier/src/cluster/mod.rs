@@ -434,7 +434,9 @@ impl Cluster {
     /// The partition of a host (a default queue key) in a crawl.
     #[must_use]
     pub fn partition_of_host(&self, crawl: &str, host: &str) -> usize {
-        crate::ingest::partition_of(crawl_or_default(crawl), host, self.partitions())
+        self.facts
+            .partition_by
+            .partition(crawl_or_default(crawl), host, self.partitions())
     }
 
     /// Who serves a partition: UNAVAILABLE, naming the node, when its

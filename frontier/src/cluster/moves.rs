@@ -683,7 +683,6 @@ fn queues_with_settings(
     frontier: &crate::service::Frontier,
     partition: u32,
 ) -> Result<Vec<proto::admin::MovedQueue>, ClusterError> {
-    let partitions = frontier.ingest().filters().partition_count();
     let mut queues = Vec::new();
     frontier
         .ingest()
@@ -691,9 +690,7 @@ fn queues_with_settings(
         .for_each_queue(|crawl, key, record| {
             let has_settings =
                 record.blocked_until > 0 || record.delay_ms.is_some() || record.crawl_limit > 0;
-            if has_settings
-                && crate::ingest::partition_of(crawl, key, partitions) == partition as usize
-            {
+            if has_settings && frontier.ingest().partition_of(crawl, key) == partition as usize {
                 queues.push(copy::moved_queue(crawl, key, &record));
             }
         })

@@ -22,7 +22,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
 
-use super::{Ingest, IngestError, canonicalise, partition_of};
+use super::{Ingest, IngestError, canonicalise};
 use crate::record::UrlRecord;
 use crate::store::{Applied, Deletion, KnownUrl, NewUrl, WriteOp};
 
@@ -578,11 +578,7 @@ impl Ingest {
         if canonical.as_str() != moved.url {
             return Err(misplaced(format!("its canonical form is {canonical}")));
         }
-        let home = partition_of(
-            &moved.crawl,
-            canonical.host(),
-            self.filters.partition_count(),
-        );
+        let home = self.partition_of(&moved.crawl, canonical.host());
         if home != partition as usize {
             return Err(misplaced(format!("its partition here is {home}")));
         }
@@ -595,7 +591,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    use crate::ingest::{DedupMode, Discovered, FilterConfig, Known, Outcome};
+    use crate::ingest::{DedupMode, Discovered, FilterConfig, Known, Outcome, partition_of};
     use crate::scope::Rules;
     use crate::store::Store;
 

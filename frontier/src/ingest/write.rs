@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 
 use bloom_core::KeyHash;
 
-use super::{DedupMode, Discovered, Ingest, IngestError, Known, Outcome, partition_of};
+use super::{DedupMode, Discovered, Ingest, IngestError, Known, Outcome};
 use crate::commit::{CommitFailed, PendingCommit};
 use crate::record::UrlRecord;
 use crate::scope::{Rules, SkipReason};
@@ -121,7 +121,6 @@ impl Ingest {
         rules: &Rules,
         now: u64,
     ) -> Result<PreparedWrite, IngestError> {
-        let partitions = self.filters.partition_count();
         let seeds = self.seeds_of(crawl);
         let mut outcomes = Vec::with_capacity(items.len());
         let mut candidates = Vec::new();
@@ -142,7 +141,7 @@ impl Ingest {
             } else {
                 item.queue_key.clone()
             };
-            let partition = partition_of(crawl, canonical.host(), partitions);
+            let partition = self.partition_of(crawl, canonical.host());
             let hash = self.filter_key(crawl, canonical.as_str());
             let maybe = self.filters.contains(partition, hash)?;
             if maybe && self.mode == DedupMode::Bloom {
@@ -189,7 +188,6 @@ impl Ingest {
         rules: &Rules,
         now: u64,
     ) -> Result<PreparedWrite, IngestError> {
-        let partitions = self.filters.partition_count();
         let seeds = self.seeds_of(crawl);
         let policy = self.revisits.of(crawl);
         let mut outcomes = Vec::with_capacity(items.len());
@@ -203,7 +201,7 @@ impl Ingest {
                     continue;
                 }
             };
-            let partition = partition_of(crawl, canonical.host(), partitions);
+            let partition = self.partition_of(crawl, canonical.host());
             if let Err(reason) = rules.admit(&canonical, item.depth, &seeds) {
                 refused.push((accepted.len(), reason));
             }

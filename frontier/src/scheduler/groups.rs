@@ -54,6 +54,17 @@ impl Politeness {
         }
     }
 
+    /// How a new store under this politeness partitions its URLs: by
+    /// domain when a domain is a group, so that one partition, and so one
+    /// node of a cluster, holds all of a group's queues.
+    #[must_use]
+    pub fn partitioning(self) -> crate::partitioning::PartitionBy {
+        match self {
+            Self::Domain => crate::partitioning::PartitionBy::Domain,
+            Self::Host | Self::Ip => crate::partitioning::PartitionBy::Host,
+        }
+    }
+
     /// Its name, as [`Self::parse`] reads it.
     #[must_use]
     pub fn name(self) -> &'static str {

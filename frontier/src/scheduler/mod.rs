@@ -91,6 +91,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
+use crate::partitioning::PartitionBy;
 use crate::store::{QueueRecord, Store, StoreError};
 use crate::time::Timestamp;
 
@@ -205,6 +206,8 @@ pub struct Scheduler {
     // What hosts share a politeness gap, and the groups so far by
     // (crawl, name).
     politeness: Politeness,
+    // What the store's partitions follow, to find a queue's partition.
+    partition_by: PartitionBy,
     groups: Mutex<HashMap<(String, String), Arc<groups::Group>>>,
 }
 
@@ -248,6 +251,7 @@ impl Scheduler {
         refill: usize,
     ) -> Result<Self, StoreError> {
         let refill = refill.max(1);
+        let partition_by = store.partition_by(PartitionBy::Host)?;
         let mut delays = HashMap::new();
         store.for_each_default_delay(|crawl, secs| {
             delays.insert(crawl.to_owned(), Duration::from_secs(u64::from(secs)));
@@ -276,6 +280,7 @@ impl Scheduler {
             serving: arc_swap::ArcSwapOption::empty(),
             counted: arc_swap::ArcSwapOption::empty(),
             politeness: Politeness::Host,
+            partition_by,
             groups: Mutex::default(),
         };
         let mut loaded = Vec::new();
@@ -760,7 +765,9 @@ impl Scheduler {
             // A queue is counted with its key's partition, as its owner
             // is found (a key that is not its URLs' host is rare).
             if let Some(counted) = counted.as_ref() {
-                let partition = crate::ingest::partition_of(crawl, &queue.key, counted.len());
+                let partition = self
+                    .partition_by
+                    .partition(crawl, &queue.key, counted.len());
                 if !counted.get(partition).copied().unwrap_or(false) {
                     continue;
                 }

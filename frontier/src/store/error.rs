@@ -38,6 +38,14 @@ pub enum StoreError {
         /// The version in the file.
         found: u64,
     },
+    /// Partitioned a way this build does not know (a newer frontier's).
+    #[error("{path} partitions its URLs in a way ({code}) this frontier does not know")]
+    UnknownPartitioning {
+        /// The store file.
+        path: PathBuf,
+        /// The recorded value.
+        code: u64,
+    },
     /// A redb file holding tables but no schema version: not ours.
     #[error("{path} is a redb database but not a frontier store")]
     NotAFrontierStore {

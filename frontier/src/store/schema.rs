@@ -40,6 +40,9 @@ pub(super) const META: TableDefinition<'_, &str, u64> = TableDefinition::new("me
 pub(super) const SCHEMA_VERSION_KEY: &str = "schema_version";
 pub(super) const CLEAN_TOKEN_KEY: &str = "clean_shutdown_token";
 pub(super) const PARTITIONS_KEY: &str = "partitions";
+/// [`crate::partitioning::PartitionBy::code`]; absent in a store that
+/// holds a partition count: those partition by host.
+pub(super) const PARTITION_BY_KEY: &str = "partition_by";
 /// `urls.redb`'s own `meta`: `applied_lsn` only.
 pub(super) const URLS_META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 /// `urls.redb`: (partition, crawl number, URL hash) → the entries of the

@@ -7,9 +7,11 @@ use redb::{ReadableDatabase, ReadableTable};
 
 use super::schema::{
     CLEAN_TOKEN_KEY, CRAWL_REVISIT, CRAWL_SETTINGS, FOLLOWED, LEASES_UNTIL_KEY, META,
-    PARTITIONS_KEY, QUEUES, SCHEMA_VERSION_KEY, SEED_HOSTS, SERVING_PAUSED_KEY, open_if_exists,
+    PARTITION_BY_KEY, PARTITIONS_KEY, QUEUES, SCHEMA_VERSION_KEY, SEED_HOSTS, SERVING_PAUSED_KEY,
+    open_if_exists,
 };
 use super::{QueueRecord, Store, StoreError, decode_queue};
+use crate::partitioning::PartitionBy;
 
 impl Store {
     /// The schema version recorded in the file.
@@ -171,6 +173,45 @@ impl Store {
                 table.insert((crawl, host.as_str()), ())?;
             }
             Ok(())
+        })
+    }
+
+    /// What URLs' partitions follow: `configured` for a new store, as
+    /// recorded for any other (by host for a store from before the choice
+    /// existed). Read without a write once recorded, as the count is.
+    pub fn partition_by(&self, configured: PartitionBy) -> Result<PartitionBy, StoreError> {
+        let (by, count) = {
+            let read = self.files()?.db.begin_read()?;
+            let meta = read.open_table(META)?;
+            (
+                meta.get(PARTITION_BY_KEY)?.map(|v| v.value()),
+                meta.get(PARTITIONS_KEY)?.map(|v| v.value()),
+            )
+        };
+        let code = match (by, count) {
+            (Some(code), _) => code,
+            (None, existing) => {
+                let chosen = if existing.is_some() {
+                    PartitionBy::Host
+                } else {
+                    configured
+                };
+                self.write_durably(|write| {
+                    let mut meta = write.open_table(META)?;
+                    let recorded = meta.get(PARTITION_BY_KEY)?.map(|v| v.value());
+                    Ok(match recorded {
+                        Some(recorded) => recorded,
+                        None => {
+                            meta.insert(PARTITION_BY_KEY, chosen.code())?;
+                            chosen.code()
+                        }
+                    })
+                })?
+            }
+        };
+        PartitionBy::from_code(code).ok_or_else(|| StoreError::UnknownPartitioning {
+            path: self.path.clone(),
+            code,
         })
     }
 

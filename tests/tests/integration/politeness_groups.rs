@@ -1,35 +1,43 @@
 //! Wide polite crawls. Politeness groups, as the servers see them: hosts
 //! that share an address (`--politeness ip`) or a registrable domain
-//! (`domain`) take turns a delay apart across two workers, and a 429 with
-//! Retry-After on one host pauses its whole group. And a worker's room
-//! for thousands of hosts: it raises its open file limit.
+//! (`domain`) take turns a delay apart across two workers, and across two
+//! frontier nodes of a cluster (a real etcd; skipped, saying so, where
+//! none is installed), and a 429 with Retry-After on one host pauses its
+//! whole group. And a worker's room for thousands of hosts: it raises its
+//! open file limit.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crawl_tests::{FrontierProcess, WorkerProcess, crawl_ends, frontier_cli};
+use crawl_tests::{EtcdProcess, FrontierProcess, WorkerProcess, crawl_ends, frontier_cli};
 use mock_site::wide::{WideConfig, WideHit, WideSite};
 
 const DELAY_MS: u64 = 250;
 
 /// Crawls the site to its end with `politeness`, two workers.
 async fn crawl(site: &WideSite, hosts: usize, politeness: &str, dir: &std::path::Path) {
-    let hosts_file = dir.join("hosts");
-    std::fs::write(&hosts_file, site.hosts_file()).unwrap();
-    let seeds = dir.join("seeds");
-    let lines: String = (0..hosts).map(|i| format!("{}/\n", site.base(i))).collect();
-    std::fs::write(&seeds, lines).unwrap();
     let delay = DELAY_MS.to_string();
     let frontier = FrontierProcess::start(
         &dir.join("data"),
         &["--politeness", politeness, "--default-delay-ms", &delay],
     );
-    let endpoint = frontier.endpoint();
+    crawl_through(site, hosts, &[frontier.endpoint()], dir);
+}
+
+/// Seeds the site's first `hosts` hosts through the first of `endpoints`
+/// and crawls them to the end with two workers, the i-th pointed at the
+/// i-th endpoint (in turn).
+fn crawl_through(site: &WideSite, hosts: usize, endpoints: &[String], dir: &std::path::Path) {
+    let hosts_file = dir.join("hosts");
+    std::fs::write(&hosts_file, site.hosts_file()).unwrap();
+    let seeds = dir.join("seeds");
+    let lines: String = (0..hosts).map(|i| format!("{}/\n", site.base(i))).collect();
+    std::fs::write(&seeds, lines).unwrap();
     let hosts_file = hosts_file.to_string_lossy().into_owned();
     let workers: Vec<WorkerProcess> = (1..=2)
         .map(|i| {
             WorkerProcess::start(
-                &endpoint,
+                &endpoints[(i - 1) % endpoints.len()],
                 &dir.join("out"),
                 &format!("w{i}"),
                 &[
@@ -42,9 +50,10 @@ async fn crawl(site: &WideSite, hosts: usize, politeness: &str, dir: &std::path:
             )
         })
         .collect();
-    let (status, text) = frontier_cli(&endpoint, &["seed", "--file", &seeds.to_string_lossy()]);
+    let endpoint = &endpoints[0];
+    let (status, text) = frontier_cli(endpoint, &["seed", "--file", &seeds.to_string_lossy()]);
     assert!(status.success(), "{text}");
-    crawl_ends(&endpoint, workers, 120);
+    crawl_ends(endpoint, workers, 120);
 }
 
 /// Requests grouped by `group_of(host)`, each group's in arrival order.
@@ -96,6 +105,71 @@ async fn hosts_of_one_domain_never_see_requests_closer_than_its_gap() {
         assert_eq!(hits.len(), 3 * (4 + 1), "domain {domain}: {hits:?}");
         let close = close_gaps(hits, |_| true);
         assert!(close.is_empty(), "domain {domain}: {close:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domains_gap_holds_across_two_frontier_nodes() {
+    let Some(etcd) = crawl_tests::etcd_or_skip("a_domains_gap_holds_across_two_frontier_nodes")
+    else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&etcd);
+    let dir = tempfile::tempdir().unwrap();
+    // Four domains of three hosts: by host, a domain's hosts would fall
+    // in partitions of both nodes, each node keeping its own gap.
+    let site = WideSite::start(WideConfig {
+        hosts: 12,
+        pages: 3,
+        hosts_per_domain: 3,
+        ..WideConfig::default()
+    })
+    .await
+    .unwrap();
+    let delay = DELAY_MS.to_string();
+    let nodes: Vec<FrontierProcess> = ["n1", "n2"]
+        .iter()
+        .map(|id| {
+            FrontierProcess::start(
+                &dir.path().join(id),
+                &[
+                    "--etcd",
+                    &etcd.endpoint,
+                    "--cluster",
+                    "polite",
+                    "--node-id",
+                    id,
+                    "--initial-nodes",
+                    "2",
+                    "--partitions",
+                    "8",
+                    "--lease-ttl-secs",
+                    "2",
+                    "--politeness",
+                    "domain",
+                    "--default-delay-ms",
+                    &delay,
+                ],
+            )
+        })
+        .collect();
+    for node in &nodes {
+        crawl_tests::wait_for_cluster(&mut node.admin().await, 2).await;
+    }
+    let endpoints: Vec<String> = nodes.iter().map(FrontierProcess::endpoint).collect();
+    crawl_through(&site, 12, &endpoints, dir.path());
+    let groups = by_group(&site, |host| host / 3);
+    assert_eq!(groups.len(), 4);
+    for (domain, hits) in &groups {
+        assert_eq!(hits.len(), 3 * (3 + 1), "domain {domain}: {hits:?}");
+        let close = close_gaps(hits, |_| true);
+        assert!(close.is_empty(), "domain {domain}: {close:?}");
+    }
+    // Both nodes served: the domains were spread over the cluster.
+    let progress = nodes[0].progress().await;
+    assert_eq!(progress.nodes.len(), 2, "{progress:?}");
+    for node in &progress.nodes {
+        assert!(node.completed > 0, "{progress:?}");
     }
 }
 
