@@ -26,14 +26,15 @@ fn main() {
     let total = arg(&args, "--urls", 1_000_000);
     let streams = arg(&args, "--streams", 4).max(1);
     let round_trips = arg(&args, "--round-trips", 100_000);
+    let clients = arg(&args, "--clients", 1).max(1);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("a runtime");
-    runtime.block_on(run(total, streams, round_trips));
+    runtime.block_on(run(total, streams, round_trips, clients));
 }
 
-async fn run(total: usize, streams: usize, round_trips: usize) {
+async fn run(total: usize, streams: usize, round_trips: usize, clients: usize) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let mut config = FrontierConfig::new(dir.path().join("data"));
     config.filters.expected_urls_per_partition = (total as u64 / 64).max(1) * 2;
@@ -80,10 +81,52 @@ async fn run(total: usize, streams: usize, round_trips: usize) {
     println!();
 
     // 2. Round trips.
-    let mut client = client.clone();
     let started = Instant::now();
+    let loops: Vec<_> = (0..clients)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(round_trips_until(client, round_trips / clients))
+        })
+        .collect();
     let mut completed = 0;
-    while completed < round_trips {
+    for one in loops {
+        completed += one.await.expect("a round-trip loop");
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "## Round trip: {clients} clients, each GetURLs (1 URL from each of up to 1,000 queues) + PutURLs done"
+    );
+    println!();
+    println!("| URLs completed | seconds | URLs/s |");
+    println!("|---:|---:|---:|");
+    println!(
+        "| {completed} | {seconds:.1} | {:.0} |",
+        completed as f64 / seconds
+    );
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+    drop(frontier);
+    let frontier = returned
+        .within(std::time::Duration::from_secs(5))
+        .await
+        .expect("the server let go");
+    let started = Instant::now();
+    frontier.shutdown().expect("clean shutdown");
+    println!();
+    println!(
+        "Clean shutdown (snapshots): {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// One client's loop, as a worker's: lease, report every URL done, again,
+/// until `wanted` are done or nothing is left to lease.
+async fn round_trips_until(
+    mut client: UrlFrontierClient<tonic::transport::Channel>,
+    wanted: usize,
+) -> usize {
+    let mut completed = 0;
+    while completed < wanted {
         let leased: Vec<UrlInfo> = {
             let mut stream = client
                 .get_ur_ls(GetParams {
@@ -123,27 +166,5 @@ async fn run(total: usize, streams: usize, round_trips: usize) {
             completed += 1;
         }
     }
-    let seconds = started.elapsed().as_secs_f64();
-    println!("## Round trip: GetURLs (1 URL from each of up to 1,000 queues) + PutURLs done");
-    println!();
-    println!("| URLs completed | seconds | URLs/s |");
-    println!("|---:|---:|---:|");
-    println!(
-        "| {completed} | {seconds:.1} | {:.0} |",
-        completed as f64 / seconds
-    );
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
-    drop(frontier);
-    let frontier = returned
-        .within(std::time::Duration::from_secs(5))
-        .await
-        .expect("the server let go");
-    let started = Instant::now();
-    frontier.shutdown().expect("clean shutdown");
-    println!();
-    println!(
-        "Clean shutdown (snapshots): {:.2} s",
-        started.elapsed().as_secs_f64()
-    );
+    completed
 }
