@@ -163,6 +163,7 @@ pub use crate::ssrf::is_public;
 #[derive(Debug, Clone)]
 struct Resolver {
     pinned: Arc<PinnedNames>,
+    dns: crate::dns::Dns,
     public_only: bool,
 }
 
@@ -173,7 +174,9 @@ impl Resolve for Resolver {
             let host = name.as_str().to_owned();
             let all: Vec<SocketAddr> = match resolver.pinned.get(&host) {
                 Some(pinned) => pinned.iter().map(|ip| SocketAddr::new(*ip, 0)).collect(),
-                None => tokio::net::lookup_host((host.as_str(), 0)).await?.collect(),
+                None => (resolver.dns.lookup(&host).await?.into_iter())
+                    .map(|ip| SocketAddr::new(ip, 0))
+                    .collect(),
             };
             let usable: Vec<SocketAddr> = all
                 .into_iter()
@@ -210,6 +213,7 @@ fn kib(bytes: usize) -> u32 {
 #[derive(Debug, Clone)]
 pub struct Fetcher {
     client: reqwest::Client,
+    dns: crate::dns::Dns,
     config: Arc<FetchConfig>,
     /// Body bytes in flight across all fetches, in KiB.
     budget: Arc<tokio::sync::Semaphore>,
@@ -219,6 +223,7 @@ pub struct Fetcher {
 impl Fetcher {
     /// A fetcher.
     pub fn new(config: FetchConfig) -> Result<Self, FetchError> {
+        let dns = crate::dns::Dns::system();
         let mut builder = reqwest::Client::builder()
             .user_agent(config.user_agent.clone())
             .redirect(reqwest::redirect::Policy::none())
@@ -240,6 +245,7 @@ impl Fetcher {
             None => {
                 builder = builder.no_proxy().dns_resolver(Arc::new(Resolver {
                     pinned: Arc::clone(&config.pinned),
+                    dns: dns.clone(),
                     public_only: !config.allow_private,
                 }));
             }
@@ -250,6 +256,7 @@ impl Fetcher {
         let budget_kib = kib(config.max_inflight_bytes).max(1);
         Ok(Self {
             client,
+            dns,
             budget: Arc::new(tokio::sync::Semaphore::new(budget_kib as usize)),
             budget_kib,
             config: Arc::new(config),
@@ -290,12 +297,9 @@ impl Fetcher {
             // Through a proxy no resolver of ours sees the target: every
             // address its name has must be public.
             if let (Some(_), url::Host::Domain(name)) = (&self.config.proxy, host) {
-                let port = url.port_or_known_default().unwrap_or(80);
-                let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name, port))
-                    .await
-                    .map_err(|error| FetchError::Connect(format!("{name}: {error}")))?
-                    .collect();
-                if addresses.iter().any(|address| !is_public(address.ip())) {
+                let addresses = (self.dns.lookup(name).await)
+                    .map_err(|error| FetchError::Connect(format!("{name}: {error}")))?;
+                if addresses.iter().any(|address| !is_public(*address)) {
                     return Err(FetchError::PrivateAddress(format!(
                         "{url} ({name} resolves to a private, loopback or link-local address)"
                     )));

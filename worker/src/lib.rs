@@ -5,7 +5,8 @@
 //!
 //! - [`links`]: streaming link extraction from HTML.
 //! - [`fetch`]: the HTTP client: timeouts, decoding, body cap, SSRF guard;
-//!   [`pinned`]: names pinned to addresses before DNS (`--hosts-file`).
+//!   [`pinned`]: names pinned to addresses before DNS (`--hosts-file`);
+//!   [`dns`]: DNS answers kept for their TTL.
 //! - [`ssrf`]: which addresses are public (IANA special-purpose blocks).
 //! - [`robots`]: robots.txt per origin, cached, RFC 9309 answers.
 //! - [`sitemap`]: sitemap and sitemap index reading, gzip included.
@@ -26,6 +27,7 @@ mod acked;
 mod client;
 pub mod config;
 pub mod crawler;
+pub mod dns;
 pub mod error;
 pub mod fetch;
 pub mod frontier_link;
