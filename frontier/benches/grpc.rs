@@ -16,6 +16,11 @@ use frontier::service::{Frontier, FrontierConfig};
 use proto::urlfrontier::url_frontier_client::UrlFrontierClient;
 use proto::urlfrontier::{GetParams, KnownUrlItem, UrlInfo, UrlItem, url_item};
 
+// The allocator of the `frontier` binary, so that the bench measures
+// what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod common;
 #[path = "common/feed.rs"]
 mod feed;
