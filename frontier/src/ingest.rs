@@ -1773,6 +1773,72 @@ mod tests {
     }
 
     #[test]
+    fn a_salvaged_store_keeps_its_partitioning() {
+        let open = |dir: &std::path::Path| {
+            Ingest::open(
+                Store::open(dir).unwrap(),
+                FilterConfig {
+                    partition_by: PartitionBy::Host,
+                    ..FilterConfig::default()
+                },
+                DedupMode::Exact,
+                2048,
+            )
+            .unwrap()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        // Two hosts of each of 100 domains: some partition holds the last
+        // partition's URLs, so the count read from the URLs is the one
+        // recorded too.
+        let urls: Vec<String> = (0..200)
+            .map(|i| format!("http://w{}.d{}.co.uk/a", i % 2, i / 2))
+            .collect();
+        {
+            let ingest = Ingest::open(
+                Store::open(dir.path()).unwrap(),
+                FilterConfig {
+                    partition_by: PartitionBy::Domain,
+                    ..FilterConfig::default()
+                },
+                DedupMode::Exact,
+                2048,
+            )
+            .unwrap();
+            let items: Vec<Discovered> = urls.iter().map(|url| item(url)).collect();
+            ingest
+                .put_discovered("c", &items, &Rules::default(), 1)
+                .unwrap();
+            ingest.shutdown().unwrap();
+        }
+        let found_in = |salvaged: &std::path::Path| {
+            let ingest = open(salvaged);
+            assert_eq!(ingest.partition_by(), PartitionBy::Domain);
+            for url in &urls {
+                assert!(
+                    matches!(
+                        ingest.check_url("c", url).unwrap(),
+                        UrlCheck::Checked {
+                            stored: Some(_),
+                            ..
+                        }
+                    ),
+                    "{url}"
+                );
+            }
+            ingest.shutdown().unwrap();
+        };
+        // As recorded.
+        let into = tempfile::tempdir().unwrap();
+        crate::repair::salvage(dir.path(), into.path()).unwrap();
+        found_in(into.path());
+        // Without the file that records it: read from where the URLs sit.
+        std::fs::remove_file(dir.path().join(crate::store::FILE_NAME)).unwrap();
+        let into = tempfile::tempdir().unwrap();
+        crate::repair::salvage(dir.path(), into.path()).unwrap();
+        found_in(into.path());
+    }
+
+    #[test]
     fn partitions_follow_the_queue() {
         let a = partition_of("crawl", "example.com", 64);
         assert_eq!(a, partition_of("crawl", "example.com", 64));

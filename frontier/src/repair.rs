@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::partitioning::PartitionBy;
 use crate::record::UrlRecord;
 use crate::store::inspect::{MainFile, TableSpace, UrlsFile};
 use crate::store::{self, NewUrl, SCHEMA_VERSION, Store, StoreError, WriteOp};
@@ -407,7 +408,18 @@ pub fn salvage(from: &Path, into: &Path) -> Result<Report, RepairError> {
         Some(partitions) => partitions,
         None => partitions_seen(urls.as_ref(), &mut report),
     };
+    let partition_by = match main.as_ref().map(|m| (m.partition_by, m.partitions)) {
+        Some((Some(code), _)) => match PartitionBy::from_code(code) {
+            Some(by) => by,
+            None => partitioning_seen(urls.as_ref(), partitions, &mut report),
+        },
+        // A store that recorded its count and not this partitions by host.
+        Some((None, Some(_))) => PartitionBy::Host,
+        _ => partitioning_seen(urls.as_ref(), partitions, &mut report),
+    };
     let store = Store::open(into)?;
+    // Before the count: a new store records the partitioning it is given.
+    store.partition_by(partition_by)?;
     store.partitions(partitions)?;
     let mut copier = Copier {
         store: &store,
@@ -603,6 +615,36 @@ fn partitions_seen(urls: Option<&UrlsFile>, report: &mut Report) -> u32 {
         "the partition count is not recorded where it could be read; the new store takes {partitions} (start it with --partitions {partitions})"
     ));
     partitions
+}
+
+/// What URL keys' partitions follow when `frontier.redb` cannot say: the
+/// way that puts every URL read where it is (by host where both do).
+fn partitioning_seen(urls: Option<&UrlsFile>, partitions: u32, report: &mut Report) -> PartitionBy {
+    let (mut host_misses, mut domain_misses) = (0_u64, 0_u64);
+    if let Some(urls) = urls {
+        let _ = urls.for_each_url(|partition, crawl, url, _| {
+            let Some(host) = url::Url::parse(url)
+                .ok()
+                .and_then(|url| url.host_str().map(str::to_owned))
+            else {
+                return;
+            };
+            let home = |by: PartitionBy| by.partition(crawl, &host, partitions as usize);
+            host_misses += u64::from(home(PartitionBy::Host) != partition as usize);
+            domain_misses += u64::from(home(PartitionBy::Domain) != partition as usize);
+        });
+    }
+    let by = if domain_misses < host_misses {
+        PartitionBy::Domain
+    } else {
+        PartitionBy::Host
+    };
+    report.problem(format!(
+        "what partitions follow is not recorded where it could be read; the URLs read sit \
+         where partitions by {} put them, which the new store takes",
+        by.name()
+    ));
+    by
 }
 
 /// Copies queue settings, seeds, default delays and the paused flag.

@@ -39,9 +39,9 @@ use super::names::Names;
 use super::open::require_file;
 use super::records::RecordsRead;
 use super::schema::{
-    CRAWL_SETTINGS, DUE, META, PARTITIONS_KEY, QUEUES, SCHEMA_VERSION_KEY, SEED_HOSTS,
-    SERVING_ORDER, SERVING_PAUSED_KEY, STORE_ID_KEY, URLS, URLS_META, main_lsns, open_if_exists,
-    urls_lsn,
+    CRAWL_SETTINGS, DUE, META, PARTITION_BY_KEY, PARTITIONS_KEY, QUEUES, SCHEMA_VERSION_KEY,
+    SEED_HOSTS, SERVING_ORDER, SERVING_PAUSED_KEY, STORE_ID_KEY, URLS, URLS_META, main_lsns,
+    open_if_exists, urls_lsn,
 };
 use super::{FILE_NAME, QueueRecord, StoreError, URLS_FILE_NAME, UrlHasher};
 use crate::record::{RecordError, StoredEntry, UrlRecord};
@@ -59,6 +59,9 @@ pub struct MainFile {
     pub applied_lsn: u64,
     /// The partition count URL keys were made with, once recorded.
     pub partitions: Option<u32>,
+    /// What URL keys' partitions follow, once recorded
+    /// ([`crate::partitioning::PartitionBy::code`]).
+    pub partition_by: Option<u64>,
     /// Whether serving was paused.
     pub paused: bool,
 }
@@ -161,6 +164,7 @@ impl MainFile {
         let store_id = meta_value(&db, META, STORE_ID_KEY)?;
         let partitions =
             meta_value(&db, META, PARTITIONS_KEY)?.map(|p| u32::try_from(p).unwrap_or(u32::MAX));
+        let partition_by = meta_value(&db, META, PARTITION_BY_KEY)?;
         let paused = meta_value(&db, META, SERVING_PAUSED_KEY)? == Some(1);
         let (applied_lsn, _) = main_lsns(&db.begin_read()?)?;
         Ok(Self {
@@ -170,6 +174,7 @@ impl MainFile {
             store_id,
             applied_lsn,
             partitions,
+            partition_by,
             paused,
         })
     }
