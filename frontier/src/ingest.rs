@@ -436,7 +436,15 @@ impl Ingest {
         if config.partitions > MAX_PARTITIONS {
             return Err(IngestError::TooManyPartitions(config.partitions));
         }
-        config.partition_by = store.partition_by(config.partition_by)?;
+        let recorded_by = store.partition_by(config.partition_by)?;
+        if recorded_by != config.partition_by {
+            tracing::info!(
+                recorded = recorded_by.name(),
+                asked = config.partition_by.name(),
+                "the store keeps the partitioning it was created with"
+            );
+        }
+        config.partition_by = recorded_by;
         let recorded = store.partitions(config.partitions as u32)? as usize;
         if recorded != config.partitions {
             return Err(IngestError::PartitionsChanged {
