@@ -75,7 +75,7 @@ pub struct Args {
     /// What shares one politeness gap: host (each alone), domain (the
     /// hosts of one registrable domain) or ip (the hosts at one address).
     #[arg(long, default_value = "host")]
-    pub politeness: String,
+    pub politeness: frontier::scheduler::Politeness,
     /// Fetch private and loopback addresses (intranets; the demo sets it).
     #[arg(long)]
     pub allow_private: bool,
@@ -194,8 +194,7 @@ async fn open_frontier(args: &Args, out: &Path) -> anyhow::Result<Frontier> {
     let mut config = FrontierConfig::new(out.join("frontier"));
     config.rules = Rules::new(args.scope, &[], &[], args.max_depth, 3)?;
     config.default_delay = Duration::from_millis(args.delay_ms);
-    config.politeness = frontier::scheduler::Politeness::parse(&args.politeness)
-        .map_err(|error| anyhow::anyhow!("--politeness: {error}"))?;
+    config.politeness = args.politeness;
     let frontier = tokio::task::spawn_blocking(move || Frontier::open(config))
         .await?
         .with_context(|| format!("cannot open the crawl in {}", out.display()))?;

@@ -86,7 +86,8 @@ pub struct FilterConfig {
     /// larger (the frontier's rebuild thread applies it); a rebuilt filter
     /// is sized to start well below it.
     pub rebuild_fill: f64,
-    /// What a new store's partitions follow; a store keeps its own.
+    /// What a new store's partitions follow; a store keeps its own. A
+    /// frontier sets it from its politeness ([`crate::service::Frontier::open`]).
     pub partition_by: PartitionBy,
 }
 

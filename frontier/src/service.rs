@@ -383,7 +383,10 @@ impl std::fmt::Debug for Frontier {
 
 impl Frontier {
     /// Opens the store, loads or rebuilds the filters, loads the queues.
-    pub fn open(config: FrontierConfig) -> Result<Self, FrontierError> {
+    pub fn open(mut config: FrontierConfig) -> Result<Self, FrontierError> {
+        // A new store under domain politeness partitions by domain, so that
+        // one node serves a domain's queues and keeps its gap.
+        config.filters.partition_by = config.politeness.partitioning();
         let store = Store::open_with(
             &config.data_dir,
             crate::store::StoreOptions {

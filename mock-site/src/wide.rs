@@ -163,6 +163,14 @@ impl WideSite {
         format!("http://{}:{}", self.name(i), self.port)
     }
 
+    /// Every host's home page, one a line: a seed file for the whole web.
+    #[must_use]
+    pub fn seeds(&self) -> String {
+        (0..self.config.hosts)
+            .map(|i| format!("{}/\n", self.base(i)))
+            .collect()
+    }
+
     /// Every host's name pinned to its address, in hosts(5) form.
     #[must_use]
     pub fn hosts_file(&self) -> String {
@@ -178,7 +186,7 @@ impl WideSite {
         self.config.latency.mul_f64(1.0 + spread)
     }
 
-    /// Every request so far, in arrival order.
+    /// Every request so far, in the order they were answered.
     #[must_use]
     pub fn hits(&self) -> Vec<WideHit> {
         self.hits
@@ -190,11 +198,21 @@ impl WideSite {
     /// Requests per host, in arrival order.
     #[must_use]
     pub fn hits_by_host(&self) -> BTreeMap<usize, Vec<WideHit>> {
-        let mut by_host: BTreeMap<usize, Vec<WideHit>> = BTreeMap::new();
+        self.hits_by(|host| host)
+    }
+
+    /// Requests grouped by `group_of(host)` (a domain, an address), each
+    /// group's in arrival order.
+    #[must_use]
+    pub fn hits_by(&self, group_of: impl Fn(usize) -> usize) -> BTreeMap<usize, Vec<WideHit>> {
+        let mut groups: BTreeMap<usize, Vec<WideHit>> = BTreeMap::new();
         for hit in self.hits() {
-            by_host.entry(hit.host).or_default().push(hit);
+            groups.entry(group_of(hit.host)).or_default().push(hit);
         }
-        by_host
+        for hits in groups.values_mut() {
+            hits.sort_by_key(|hit| hit.at);
+        }
+        groups
     }
 
     /// The host a Host header names, by index.
@@ -337,7 +355,7 @@ mod tests {
         assert_eq!(status, 200);
         assert!(home.contains("/p/2.html") && !home.contains("/p/3.html"));
         assert_eq!(get(&site, 1, "/p/3.html").await.0, 404);
-        // Host 3 asked on host 2's address: not served there by name alone.
+        // Host 3, of the next domain, on an address of its own.
         assert_eq!(get(&site, 3, "/robots.txt").await.0, 200);
         let (status, throttled) = get(&site, 5, "/").await;
         assert_eq!(status, 429);

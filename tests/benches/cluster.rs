@@ -29,14 +29,12 @@ mod common;
 mod feed;
 use common::arg;
 
-/// Resident memory of a process, MiB, from /proc.
+#[path = "common/proc.rs"]
+mod proc;
+
+/// Resident memory of a process, MiB.
 fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+    proc::resident_bytes(pid) as f64 / f64::from(1 << 20)
 }
 
 /// What the nodes cost before any URL: mean resident MiB per node and

@@ -26,18 +26,9 @@ use mock_site::wide::{WideConfig, WideSite};
 mod common;
 use common::arg;
 
-/// Resident set of a process, bytes.
-fn rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("VmRSS:"))
-                .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib * 1024)
-}
+#[path = "common/proc.rs"]
+mod proc;
+use proc::resident_bytes as rss;
 
 /// The `worker_hosts_held` gauge a worker's metrics page shows.
 async fn hosts_held(client: &reqwest::Client, metrics: &str) -> u64 {
@@ -72,8 +63,7 @@ async fn main() {
     let hosts_file = dir.path().join("hosts");
     std::fs::write(&hosts_file, site.hosts_file()).unwrap();
     let seeds = dir.path().join("seeds");
-    let seed_lines: String = (0..hosts).map(|i| format!("{}/\n", site.base(i))).collect();
-    std::fs::write(&seeds, seed_lines).unwrap();
+    std::fs::write(&seeds, site.seeds()).unwrap();
     let delay_ms = delay.as_millis().to_string();
     let frontier =
         FrontierProcess::start(&dir.path().join("data"), &["--default-delay-ms", &delay_ms]);

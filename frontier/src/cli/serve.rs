@@ -188,7 +188,7 @@ pub struct ServeArgs {
     /// it). The queues of a group take turns, each serve a delay after
     /// the group was last let go, and a Retry-After blocks the group.
     #[arg(long, env = "FRONTIER_POLITENESS", default_value = "host")]
-    politeness: String,
+    politeness: frontier::scheduler::Politeness,
     /// Milliseconds between two serves of one queue, unless SetDelay set
     /// the queue's or the crawl's own.
     #[arg(long, env = "FRONTIER_DEFAULT_DELAY_MS", default_value_t = 1000)]
@@ -275,8 +275,6 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
         args.max_depth,
         args.max_path_repeat,
     )?;
-    let politeness = frontier::scheduler::Politeness::parse(&args.politeness)
-        .map_err(|error| anyhow::anyhow!("--politeness: {error}"))?;
     Ok(FrontierConfig {
         data_dir: args.data_dir.clone(),
         filters: FilterConfig {
@@ -285,7 +283,8 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
             fp_rate: args.fp_rate,
             layout,
             rebuild_fill: args.rebuild_fill,
-            partition_by: politeness.partitioning(),
+            // Set from the politeness by the frontier.
+            ..FilterConfig::default()
         },
         dedup,
         max_url_length: args.max_url_length,
@@ -306,7 +305,7 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
             args.revisit_max_secs,
         )
         .map_err(|error| anyhow::anyhow!("--revisit: {error}"))?,
-        politeness,
+        politeness: args.politeness,
     })
 }
 

@@ -106,6 +106,14 @@ fn host_of(queue_key: &str) -> &str {
     queue_key.split(':').next().unwrap_or(queue_key)
 }
 
+impl std::str::FromStr for Politeness {
+    type Err = UnknownPoliteness;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::parse(name)
+    }
+}
+
 /// One group of a crawl.
 #[derive(Debug)]
 pub struct Group {
@@ -277,8 +285,7 @@ impl Scheduler {
         if let Some(queue) = self.queue(crawl, key) {
             let mut state = queue.lock();
             if let Some(group) = self.group_of(&queue, &mut state) {
-                let end = Timestamp::from_unix_secs(until).saturating_add(Duration::from_millis(1));
-                group.lock().block(end);
+                group.lock().block(super::block_end(until));
             }
         }
     }

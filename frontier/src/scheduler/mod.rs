@@ -213,6 +213,15 @@ pub struct Scheduler {
 
 type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
+/// When a block until UTC epoch second `until` ends: it holds through the
+/// whole of that second (0: no block, over since the epoch).
+fn block_end(until: u64) -> Timestamp {
+    if until == 0 {
+        return Timestamp::EPOCH;
+    }
+    Timestamp::from_unix_secs(until).saturating_add(Duration::from_millis(1))
+}
+
 impl std::fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scheduler")
@@ -409,13 +418,7 @@ impl Scheduler {
                 .first_key_value()
                 .map_or(now, |((due, _, _), _)| Timestamp::from_unix_secs(*due));
             let delay_end = state.delay_end(delay);
-            // Blocked through the whole of its blocked_until second.
-            let blocked_end = if record.blocked_until > 0 {
-                Timestamp::from_unix_secs(record.blocked_until)
-                    .saturating_add(Duration::from_millis(1))
-            } else {
-                Timestamp::EPOCH
-            };
+            let blocked_end = block_end(record.blocked_until);
             // A queue at this call's lease maximum stays on the list too:
             // the next call may allow more. Such queues hold leases, so
             // they are at most as many as the leases in flight.
@@ -611,7 +614,7 @@ impl Scheduler {
         if record.urls == record.completed {
             return Ok(());
         }
-        if record.blocked_until > 0 && Timestamp::from_unix_secs(record.blocked_until) >= now {
+        if block_end(record.blocked_until) > now {
             return Ok(());
         }
         if record.crawl_limit > 0 && record.completed >= u64::from(record.crawl_limit) {

@@ -190,24 +190,8 @@ impl Store {
         };
         let code = match (by, count) {
             (Some(code), _) => code,
-            (None, existing) => {
-                let chosen = if existing.is_some() {
-                    PartitionBy::Host
-                } else {
-                    configured
-                };
-                self.write_durably(|write| {
-                    let mut meta = write.open_table(META)?;
-                    let recorded = meta.get(PARTITION_BY_KEY)?.map(|v| v.value());
-                    Ok(match recorded {
-                        Some(recorded) => recorded,
-                        None => {
-                            meta.insert(PARTITION_BY_KEY, chosen.code())?;
-                            chosen.code()
-                        }
-                    })
-                })?
-            }
+            (None, Some(_)) => self.record_once(PARTITION_BY_KEY, PartitionBy::Host.code())?,
+            (None, None) => self.record_once(PARTITION_BY_KEY, configured.code())?,
         };
         PartitionBy::from_code(code).ok_or_else(|| StoreError::UnknownPartitioning {
             path: self.path.clone(),
@@ -226,22 +210,24 @@ impl Store {
         };
         let recorded = match read {
             Some(recorded) => recorded,
-            None => self.write_partitions(configured)?,
+            None => self.record_once(PARTITIONS_KEY, u64::from(configured))?,
         };
         u32::try_from(recorded).map_err(|_| StoreError::NotAFrontierStore {
             path: self.path.clone(),
         })
     }
 
-    fn write_partitions(&self, configured: u32) -> Result<u64, StoreError> {
+    /// `value` under `key` in `meta` unless a value is there already,
+    /// durably; answers the value there now.
+    fn record_once(&self, key: &str, value: u64) -> Result<u64, StoreError> {
         self.write_durably(|write| {
             let mut meta = write.open_table(META)?;
-            let recorded = meta.get(PARTITIONS_KEY)?.map(|v| v.value());
+            let recorded = meta.get(key)?.map(|v| v.value());
             Ok(match recorded {
                 Some(recorded) => recorded,
                 None => {
-                    meta.insert(PARTITIONS_KEY, u64::from(configured))?;
-                    u64::from(configured)
+                    meta.insert(key, value)?;
+                    value
                 }
             })
         })

@@ -15,24 +15,23 @@ use mock_site::wide::{WideConfig, WideHit, WideSite};
 const DELAY_MS: u64 = 250;
 
 /// Crawls the site to its end with `politeness`, two workers.
-async fn crawl(site: &WideSite, hosts: usize, politeness: &str, dir: &std::path::Path) {
+async fn crawl(site: &WideSite, politeness: &str, dir: &std::path::Path) {
     let delay = DELAY_MS.to_string();
     let frontier = FrontierProcess::start(
         &dir.join("data"),
         &["--politeness", politeness, "--default-delay-ms", &delay],
     );
-    crawl_through(site, hosts, &[frontier.endpoint()], dir);
+    crawl_through(site, &[frontier.endpoint()], dir);
 }
 
-/// Seeds the site's first `hosts` hosts through the first of `endpoints`
-/// and crawls them to the end with two workers, the i-th pointed at the
-/// i-th endpoint (in turn).
-fn crawl_through(site: &WideSite, hosts: usize, endpoints: &[String], dir: &std::path::Path) {
+/// Seeds every host of the site through the first of `endpoints` and
+/// crawls them to the end with two workers, the i-th pointed at the i-th
+/// endpoint (in turn).
+fn crawl_through(site: &WideSite, endpoints: &[String], dir: &std::path::Path) {
     let hosts_file = dir.join("hosts");
     std::fs::write(&hosts_file, site.hosts_file()).unwrap();
     let seeds = dir.join("seeds");
-    let lines: String = (0..hosts).map(|i| format!("{}/\n", site.base(i))).collect();
-    std::fs::write(&seeds, lines).unwrap();
+    std::fs::write(&seeds, site.seeds()).unwrap();
     let hosts_file = hosts_file.to_string_lossy().into_owned();
     let workers: Vec<WorkerProcess> = (1..=2)
         .map(|i| {
@@ -56,23 +55,11 @@ fn crawl_through(site: &WideSite, hosts: usize, endpoints: &[String], dir: &std:
     crawl_ends(endpoint, workers, 120);
 }
 
-/// Requests grouped by `group_of(host)`, each group's in arrival order.
-fn by_group(site: &WideSite, group_of: impl Fn(usize) -> usize) -> BTreeMap<usize, Vec<WideHit>> {
-    let mut groups: BTreeMap<usize, Vec<WideHit>> = BTreeMap::new();
-    for hit in site.hits() {
-        groups.entry(group_of(hit.host)).or_default().push(hit);
-    }
-    for hits in groups.values_mut() {
-        hits.sort_by_key(|hit| hit.at);
-    }
-    groups
-}
-
-/// Gaps between requests to different hosts of one group below the delay.
-fn close_gaps(hits: &[WideHit], from: impl Fn(&WideHit) -> bool) -> Vec<String> {
+/// Gaps between consecutive requests of one group below the delay.
+fn close_gaps(hits: &[WideHit]) -> Vec<String> {
     let delay = Duration::from_millis(DELAY_MS);
     hits.windows(2)
-        .filter(|pair| from(&pair[0]) && pair[1].at - pair[0].at < delay)
+        .filter(|pair| pair[1].at - pair[0].at < delay)
         .map(|pair| {
             format!(
                 "h{} {} then h{} {} after {:?}",
@@ -86,6 +73,27 @@ fn close_gaps(hits: &[WideHit], from: impl Fn(&WideHit) -> bool) -> Vec<String> 
         .collect()
 }
 
+/// Each of `domains` domains of `hosts_per_domain` hosts saw every page
+/// and each host's robots.txt, never two requests closer than the gap.
+fn assert_each_domain_kept_its_gap(
+    site: &WideSite,
+    domains: usize,
+    hosts_per_domain: usize,
+    pages: usize,
+) {
+    let groups = site.hits_by(|host| host / hosts_per_domain);
+    assert_eq!(groups.len(), domains);
+    for (domain, hits) in &groups {
+        assert_eq!(
+            hits.len(),
+            hosts_per_domain * (pages + 1),
+            "domain {domain}: {hits:?}"
+        );
+        let close = close_gaps(hits);
+        assert!(close.is_empty(), "domain {domain}: {close:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hosts_of_one_domain_never_see_requests_closer_than_its_gap() {
     let dir = tempfile::tempdir().unwrap();
@@ -97,15 +105,8 @@ async fn hosts_of_one_domain_never_see_requests_closer_than_its_gap() {
     })
     .await
     .unwrap();
-    crawl(&site, 6, "domain", dir.path()).await;
-    let groups = by_group(&site, |host| host / 3);
-    assert_eq!(groups.len(), 2);
-    for (domain, hits) in &groups {
-        // Every page and each host's robots.txt.
-        assert_eq!(hits.len(), 3 * (4 + 1), "domain {domain}: {hits:?}");
-        let close = close_gaps(hits, |_| true);
-        assert!(close.is_empty(), "domain {domain}: {close:?}");
-    }
+    crawl(&site, "domain", dir.path()).await;
+    assert_each_domain_kept_its_gap(&site, 2, 3, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,14 +158,8 @@ async fn a_domains_gap_holds_across_two_frontier_nodes() {
         crawl_tests::wait_for_cluster(&mut node.admin().await, 2).await;
     }
     let endpoints: Vec<String> = nodes.iter().map(FrontierProcess::endpoint).collect();
-    crawl_through(&site, 12, &endpoints, dir.path());
-    let groups = by_group(&site, |host| host / 3);
-    assert_eq!(groups.len(), 4);
-    for (domain, hits) in &groups {
-        assert_eq!(hits.len(), 3 * (3 + 1), "domain {domain}: {hits:?}");
-        let close = close_gaps(hits, |_| true);
-        assert!(close.is_empty(), "domain {domain}: {close:?}");
-    }
+    crawl_through(&site, &endpoints, dir.path());
+    assert_each_domain_kept_its_gap(&site, 4, 3, 3);
     // Both nodes served: the domains were spread over the cluster.
     let progress = nodes[0].progress().await;
     assert_eq!(progress.nodes.len(), 2, "{progress:?}");
@@ -184,8 +179,8 @@ async fn hosts_at_one_address_share_its_gap_once_it_is_known() {
     })
     .await
     .unwrap();
-    crawl(&site, 6, "ip", dir.path()).await;
-    let groups = by_group(&site, |host| host / 3);
+    crawl(&site, "ip", dir.path()).await;
+    let groups = site.hits_by(|host| host / 3);
     for (address, hits) in &groups {
         assert_eq!(hits.len(), 3 * (4 + 1), "address {address}: {hits:?}");
         // A host is filed under its address by the report of its first
@@ -205,7 +200,7 @@ async fn hosts_at_one_address_share_its_gap_once_it_is_known() {
             .windows(2)
             .zip(grouped.windows(2))
             .filter(|(_, grouped)| grouped[0] && grouped[1])
-            .flat_map(|(pair, _)| close_gaps(pair, |_| true))
+            .flat_map(|(pair, _)| close_gaps(pair))
             .collect();
         assert!(close.is_empty(), "address {address}: {close:?}");
     }
@@ -225,7 +220,7 @@ async fn a_retry_after_on_one_host_pauses_its_whole_domain() {
     .await
     .unwrap();
     let started = Instant::now();
-    crawl(&site, 2, "domain", dir.path()).await;
+    crawl(&site, "domain", dir.path()).await;
     let hits = site.hits();
     let refused: Vec<&WideHit> = hits.iter().filter(|hit| hit.status == 429).collect();
     assert!(!refused.is_empty(), "host 0 was throttled: {hits:?}");
