@@ -83,6 +83,7 @@ pub async fn run(
         0 => MAX_CONNECTIONS,
         limit => limit,
     };
+    frontier.start_address_lookups();
     let watcher = tokio::spawn(watch_writes(Some(health.clone()), Arc::clone(&frontier)));
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = options.tls.clone() {
@@ -179,6 +180,7 @@ impl InProcess {
             options.node = IN_PROCESS_NODE.to_owned();
         }
         let (stopping, stopping_seen) = tokio::sync::watch::channel(false);
+        frontier.start_address_lookups();
         let watcher = tokio::spawn(watch_writes(None, Arc::clone(&frontier)));
         let routes = tower_layer::Layer::layer(
             &crate::auth::AuthLayer(options.access.clone()),

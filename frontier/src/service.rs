@@ -78,6 +78,9 @@ pub struct FrontierConfig {
     /// What hosts share one politeness gap: each host alone, the hosts of
     /// a registrable domain, or the hosts at one IP address.
     pub politeness: crate::scheduler::Politeness,
+    /// Names pinned to addresses before DNS (`--hosts-file`), for politeness
+    /// by address: the worker's hosts file, so both see one address.
+    pub pinned_names: Arc<names::PinnedNames>,
 }
 
 /// Longest lease unless configured otherwise: an hour, far beyond any
@@ -122,6 +125,7 @@ impl FrontierConfig {
             max_crawls: DEFAULT_MAX_CRAWLS,
             revisit: crate::revisit::Policy::Never,
             politeness: crate::scheduler::Politeness::Host,
+            pinned_names: Arc::default(),
         }
     }
 }
@@ -467,6 +471,16 @@ impl Frontier {
         // --expected-urls than last time) is rebuilt at once.
         frontier.signal_rebuild();
         Ok(frontier)
+    }
+
+    /// Under politeness by address, starts looking hosts up before their
+    /// first serve (on the current tokio runtime).
+    pub fn start_address_lookups(&self) {
+        if self.config.politeness == crate::scheduler::Politeness::Ip {
+            let names =
+                names::Names::new(Arc::clone(&self.config.pinned_names), names::Dns::system());
+            self.scheduler.look_up_addresses(names);
+        }
     }
 
     /// The configuration.

@@ -162,8 +162,7 @@ pub use crate::ssrf::is_public;
 /// addresses are the ones connected to).
 #[derive(Debug, Clone)]
 struct Resolver {
-    pinned: Arc<PinnedNames>,
-    dns: crate::dns::Dns,
+    names: names::Names,
     public_only: bool,
 }
 
@@ -172,12 +171,9 @@ impl Resolve for Resolver {
         let resolver = self.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let all: Vec<SocketAddr> = match resolver.pinned.get(&host) {
-                Some(pinned) => pinned.iter().map(|ip| SocketAddr::new(*ip, 0)).collect(),
-                None => (resolver.dns.lookup(&host).await?.into_iter())
-                    .map(|ip| SocketAddr::new(ip, 0))
-                    .collect(),
-            };
+            let all: Vec<SocketAddr> = (resolver.names.lookup(&host).await?.into_iter())
+                .map(|ip| SocketAddr::new(ip, 0))
+                .collect();
             let usable: Vec<SocketAddr> = all
                 .into_iter()
                 .filter(|a| !resolver.public_only || is_public(a.ip()))
@@ -244,8 +240,7 @@ impl Fetcher {
             }
             None => {
                 builder = builder.no_proxy().dns_resolver(Arc::new(Resolver {
-                    pinned: Arc::clone(&config.pinned),
-                    dns: dns.clone(),
+                    names: names::Names::new(Arc::clone(&config.pinned), dns.clone()),
                     public_only: !config.allow_private,
                 }));
             }

@@ -5,8 +5,8 @@
 //!
 //! - [`links`]: streaming link extraction from HTML.
 //! - [`fetch`]: the HTTP client: timeouts, decoding, body cap, SSRF guard;
-//!   [`pinned`]: names pinned to addresses before DNS (`--hosts-file`);
-//!   [`dns`]: DNS answers kept for their TTL.
+//!   [`pinned`] and [`dns`] (the `names` crate's): names pinned to
+//!   addresses before DNS (`--hosts-file`), DNS answers kept for their TTL.
 //! - [`ssrf`]: which addresses are public (IANA special-purpose blocks).
 //! - [`robots`]: robots.txt per origin, cached, RFC 9309 answers.
 //! - [`sitemap`]: sitemap and sitemap index reading, gzip included.
@@ -24,17 +24,16 @@
 //! - [`crawler`]: the steps of one leased URL; [`revisit`]: a page fetched
 //!   again, asked for conditionally and judged changed or not.
 mod acked;
+pub use names::{dns, pinned};
 mod client;
 pub mod config;
 pub mod crawler;
-pub mod dns;
 pub mod error;
 pub mod fetch;
 pub mod frontier_link;
 pub mod links;
 pub mod output;
 pub mod pacing;
-pub mod pinned;
 pub mod pipeline;
 pub mod report;
 pub mod revisit;

@@ -184,11 +184,16 @@ pub struct ServeArgs {
     revisit_max_secs: u64,
     /// What hosts share one politeness gap: `host` (each alone), `domain`
     /// (the hosts of one registrable domain, by the public suffix list)
-    /// or `ip` (the hosts last fetched at one address, as workers report
-    /// it). The queues of a group take turns, each serve a delay after
-    /// the group was last let go, and a Retry-After blocks the group.
+    /// or `ip` (the hosts at one address: looked up before a host's first
+    /// request, then as workers report it). The queues of a group take
+    /// turns, each serve a delay after the group was last let go, and a
+    /// Retry-After blocks the group.
     #[arg(long, env = "FRONTIER_POLITENESS", default_value = "host")]
     politeness: frontier::scheduler::Politeness,
+    /// A hosts(5) file of names pinned to addresses before DNS, for
+    /// politeness by address: give it the workers' --hosts-file.
+    #[arg(long, env = "FRONTIER_HOSTS_FILE")]
+    hosts_file: Option<PathBuf>,
     /// Milliseconds between two serves of one queue, unless SetDelay set
     /// the queue's or the crawl's own.
     #[arg(long, env = "FRONTIER_DEFAULT_DELAY_MS", default_value_t = 1000)]
@@ -306,7 +311,18 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<FrontierConfig> {
         )
         .map_err(|error| anyhow::anyhow!("--revisit: {error}"))?,
         politeness: args.politeness,
+        pinned_names: Arc::new(pinned_names(args.hosts_file.as_deref())?),
     })
+}
+
+/// The names `--hosts-file` pins, none without it.
+fn pinned_names(path: Option<&std::path::Path>) -> anyhow::Result<names::PinnedNames> {
+    let Some(path) = path else {
+        return Ok(names::PinnedNames::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --hosts-file {}", path.display()))?;
+    names::PinnedNames::parse(&text).with_context(|| format!("--hosts-file {}", path.display()))
 }
 
 /// Whether opening failed for want of disk room.

@@ -4,9 +4,9 @@
 //! Many hosts share a server (shared hosting, a CDN's origin, every
 //! `*.blogspot.com`), and a gap kept per host lets them all be hit at
 //! once. Under `--politeness domain` the queues of one registrable domain
-//! form a group; under `ip` the queues whose hosts were last fetched at
-//! one address do (the worker reports the address it connected to; a
-//! queue not yet fetched is its own group until then). A queue keeps its
+//! form a group; under `ip` the queues whose hosts are at one address do:
+//! looked up before a queue's first serve (the addresses module), then
+//! the address the worker reports it connected to. A queue keeps its
 //! own URLs, delay, block and limit; its group adds one more gate: no
 //! other queue of the group is held, and the serving queue's delay has
 //! passed since the group was last served or let go. A 429 or 503 that
@@ -99,7 +99,7 @@ impl Politeness {
 
 /// The host of a queue key: without a port, and an IPv6 literal without
 /// its brackets' port.
-fn host_of(queue_key: &str) -> &str {
+pub(super) fn host_of(queue_key: &str) -> &str {
     if let Some(rest) = queue_key.strip_prefix('[') {
         return rest.split(']').next().unwrap_or(rest);
     }

@@ -95,6 +95,7 @@ use crate::partitioning::PartitionBy;
 use crate::store::{QueueRecord, Store, StoreError};
 use crate::time::Timestamp;
 
+mod addresses;
 mod commits;
 mod groups;
 mod partitions;
@@ -102,6 +103,7 @@ mod queue;
 mod slowdown;
 mod views;
 
+pub use addresses::LOOKUP_WAIT;
 pub use groups::{Politeness, UnknownPoliteness};
 pub use views::QueueView;
 
@@ -209,6 +211,9 @@ pub struct Scheduler {
     // What the store's partitions follow, to find a queue's partition.
     partition_by: PartitionBy,
     groups: Mutex<HashMap<(String, String), Arc<groups::Group>>>,
+    // Where hosts are sent to be looked up before their first serve
+    // (addresses module).
+    address_lookups: addresses::Lookups,
 }
 
 type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -291,6 +296,7 @@ impl Scheduler {
             politeness: Politeness::Host,
             partition_by,
             groups: Mutex::default(),
+            address_lookups: addresses::Lookups::new(),
         };
         let mut loaded = Vec::new();
         store.for_each_queue(|crawl, key, record| {
@@ -649,6 +655,9 @@ impl Scheduler {
         }
         .min(request.room(out.len()));
         if wanted == 0 {
+            return Ok(());
+        }
+        if self.awaiting_address(queue, state, now) {
             return Ok(());
         }
         // The group's gate, held through the handing out (groups module).
@@ -1439,6 +1448,56 @@ mod tests {
         }
         let next = f.serve(&one_each, 12 * SEC);
         assert_eq!(next.len(), 1, "one address, one queue at a time: {next:?}");
+    }
+
+    #[test]
+    fn under_ip_a_host_is_filed_under_its_looked_up_address_before_its_first_serve() {
+        let f = open_polite(tempfile::tempdir().unwrap(), 8, Politeness::Ip);
+        f.scheduler.set_delay("c", "", 1).unwrap();
+        let (lookups, mut asked) = tokio::sync::mpsc::unbounded_channel();
+        f.scheduler.address_lookups.set(lookups).unwrap();
+        let mut all_urls = urls("x.test", 2);
+        all_urls.extend(urls("y.test", 2));
+        all_urls.extend(urls("10.0.0.1", 2));
+        f.discover(&all_urls, 10);
+        let one_each = ServeRequest {
+            hold_queues: true,
+            max_urls_per_queue: 1,
+            ..all(1000)
+        };
+        // An address literal is its own address; the names wait.
+        let first = f.serve(&one_each, 10 * SEC);
+        assert_eq!(hosts_of(&first), ["10.0.0.1".to_owned()].into());
+        let mut names = vec![asked.try_recv().unwrap(), asked.try_recv().unwrap()];
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                ("c".to_owned(), "x.test".to_owned()),
+                ("c".to_owned(), "y.test".to_owned())
+            ]
+        );
+        assert!(asked.try_recv().is_err(), "each host asked for once");
+        let ip = "10.0.0.1".parse().unwrap();
+        f.scheduler.address_found("c", "x.test", Some(ip));
+        f.scheduler.address_found("c", "y.test", Some(ip));
+        assert!(
+            f.serve(&one_each, 10 * SEC + 10).is_empty(),
+            "the literal holds the address"
+        );
+        f.now_ms.store(10 * SEC + 100, Ordering::SeqCst);
+        for url in &first {
+            f.report(url, 100);
+        }
+        let next = f.serve(&one_each, 12 * SEC);
+        assert_eq!(next.len(), 1, "one address, one queue at a time: {next:?}");
+        // A host whose lookup never answers is served alone after the wait.
+        f.discover(&urls("z.test", 1), 10);
+        assert!(f.serve(&one_each, 13 * SEC).is_empty());
+        assert_eq!(asked.try_recv().unwrap().1, "z.test");
+        let wait = u64::try_from(LOOKUP_WAIT.as_millis()).unwrap();
+        assert!(f.serve(&one_each, 13 * SEC + wait - 1).is_empty());
+        assert_eq!(f.serve(&one_each, 13 * SEC + wait), urls("z.test", 1));
     }
 
     #[test]

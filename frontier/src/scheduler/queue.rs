@@ -54,6 +54,8 @@ pub(super) struct QueueState {
     pub(super) group_known: bool,
     /// Its group turned it away until then.
     pub(super) group_gate: Timestamp,
+    /// Its host's address was asked for then, and has not come yet.
+    pub(super) looked_up_since: Option<Timestamp>,
     /// How long its host takes to answer, and the extra gap a slow-down
     /// calls for.
     pub(super) answers: AnswerTimes,
@@ -74,6 +76,7 @@ impl QueueState {
             group: None,
             group_known: false,
             group_gate: Timestamp::EPOCH,
+            looked_up_since: None,
             answers: AnswerTimes::default(),
         }
     }
