@@ -580,4 +580,16 @@ impl Admin for ClusterAdmin {
             .map(|()| Response::new(adm::ReplicateResponse {}))
             .map_err(Status::from)
     }
+
+    /// Only another node asks for a group's turns.
+    async fn group_turns(
+        &self,
+        request: Request<adm::GroupTurnsRequest>,
+    ) -> Result<Response<adm::GroupTurnsResponse>, Status> {
+        self.cluster.check_from_node(&request)?;
+        Ok(Response::new(super::turns::keep(
+            &self.cluster,
+            &request.into_inner(),
+        )))
+    }
 }

@@ -158,13 +158,17 @@ pub async fn join(
     };
     super::moves::end_finished_drain(&cluster).await;
     cluster.registered_until(registered_at + cluster.options.lease_ttl);
-    let tasks = vec![
+    let mut tasks = vec![
         tokio::spawn(keep_registered(Arc::clone(&cluster), lease, member)),
         tokio::spawn(watch(Arc::clone(&cluster), read_at)),
         tokio::spawn(apply_settings(Arc::clone(&cluster))),
         tokio::spawn(lead(Arc::clone(&cluster))),
         tokio::spawn(super::moves::run(Arc::clone(&cluster))),
     ];
+    // Only address groups span partitions, and so nodes.
+    if cluster.frontier.config().politeness == crate::scheduler::Politeness::Ip {
+        tasks.push(super::turns::start(&cluster));
+    }
     cluster
         .tasks
         .lock()

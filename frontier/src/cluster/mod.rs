@@ -17,6 +17,8 @@
 //!   the leader's senders, the followers' Replicate, takeovers.
 //! - `peers`: clients of the other nodes, with one long-lived put stream
 //!   per peer and call kind.
+//! - `turns`: politeness groups kept across nodes: this node's asks for
+//!   turns of groups other nodes keep, and GroupTurns, the keeper's side.
 //! - `router`: the URL Frontier service of a node: puts split by owning
 //!   partition, owner-only calls sent to the owner, the rest fanned out and
 //!   merged.
@@ -86,6 +88,7 @@ mod replication;
 mod router;
 #[cfg(test)]
 mod sim;
+mod turns;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -533,6 +533,13 @@ impl adm::admin_server::Admin for AdminService {
         Err(not_in_a_cluster("Replicate"))
     }
 
+    async fn group_turns(
+        &self,
+        _request: Request<adm::GroupTurnsRequest>,
+    ) -> Result<Response<adm::GroupTurnsResponse>, Status> {
+        Err(not_in_a_cluster("GroupTurns"))
+    }
+
     async fn set_revisit(
         &self,
         request: Request<adm::SetRevisitRequest>,

@@ -69,8 +69,8 @@ impl Scheduler {
                             if state.leased.is_empty() {
                                 let at = (self.clock)().saturating_add(Duration::from_millis(1));
                                 state.let_go(at);
-                                if let Some(group) = &state.group {
-                                    let waiting = group.lock().let_go(&queue.key, at);
+                                if let Some(group) = state.group.clone() {
+                                    let waiting = self.group_let_go(&queue, &group, at);
                                     to_wake.push((queue.crawl.clone(), waiting));
                                 }
                             }

@@ -135,6 +135,9 @@ pub(super) struct GroupState {
     /// Added to every gap: one of its hosts slowed down (the slowdown
     /// module).
     pub(super) extra: Duration,
+    /// This node's turn, when another node keeps the group (the turns
+    /// module).
+    pub(super) turn: super::turns::Turn,
 }
 
 impl Group {
@@ -199,6 +202,21 @@ impl GroupState {
             self.holder = None;
             self.last = Some(self.last.map_or(at, |last| last.max(at)));
         }
+        self.take_waiting()
+    }
+
+    /// Holder `key` still holds the group, until `until`; it holds it now
+    /// if no one does (its keeper changed and had not heard of it).
+    pub(super) fn renew(&mut self, key: &str, until: Timestamp) {
+        match &mut self.holder {
+            Some((holder, end)) if holder == key => *end = (*end).max(until),
+            Some(_) => {}
+            None => self.holder = Some((key.to_owned(), until)),
+        }
+    }
+
+    /// The queues turned away, to wake.
+    pub(super) fn take_waiting(&mut self) -> Vec<String> {
         std::mem::take(&mut self.waiting).into_iter().collect()
     }
 
@@ -236,7 +254,7 @@ impl Scheduler {
         state.group.clone()
     }
 
-    fn group_named(&self, crawl: &str, name: String) -> Arc<Group> {
+    pub(super) fn group_named(&self, crawl: &str, name: String) -> Arc<Group> {
         let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = groups.entry((crawl.to_owned(), name.clone()));
         Arc::clone(entry.or_insert_with(|| Arc::new(Group::new(name))))
@@ -253,13 +271,41 @@ impl Scheduler {
         let woken = state
             .group
             .take()
-            .map(|old| old.lock().leave(&queue.key))
+            .map(|old| {
+                let mut old_state = old.lock();
+                if old_state.turn.let_go(&queue.key) {
+                    self.send_turn(super::TurnMessage::LetGo {
+                        crawl: queue.crawl.clone(),
+                        group: old.name.clone(),
+                        queue: queue.key.clone(),
+                    });
+                }
+                old_state.leave(&queue.key)
+            })
             .unwrap_or_default();
         let group = self.group_named(&queue.crawl, name.to_owned());
         if state.held
             && let Some(until) = state.leased.values().map(|lease| lease.until).max()
         {
-            group.lock().served(&queue.key, true, until, (self.clock)());
+            let now = (self.clock)();
+            match self.keeper(&queue.crawl, &group) {
+                super::turns::Keeper::Here { .. } => {
+                    group.lock().served(&queue.key, true, until, now);
+                }
+                // Its keeper takes a renewal from a queue it has not
+                // heard of as a hold, when no one holds the group.
+                super::turns::Keeper::Elsewhere => {
+                    let mut new_state = group.lock();
+                    if new_state.turn == super::turns::Turn::Idle {
+                        new_state.turn.served(&queue.key);
+                        self.send_turn(super::TurnMessage::Renew {
+                            crawl: queue.crawl.clone(),
+                            group: group.name.clone(),
+                            queue: queue.key.clone(),
+                        });
+                    }
+                }
+            }
         }
         state.group = Some(group);
         woken
@@ -285,7 +331,15 @@ impl Scheduler {
         if let Some(queue) = self.queue(crawl, key) {
             let mut state = queue.lock();
             if let Some(group) = self.group_of(&queue, &mut state) {
-                group.lock().block(super::block_end(until));
+                let end = super::block_end(until);
+                group.lock().block(end);
+                if self.keeper(crawl, &group) == super::turns::Keeper::Elsewhere {
+                    self.send_turn(super::TurnMessage::Block {
+                        crawl: crawl.to_owned(),
+                        group: group.name.clone(),
+                        until: end,
+                    });
+                }
             }
         }
     }

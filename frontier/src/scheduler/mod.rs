@@ -101,10 +101,12 @@ mod groups;
 mod partitions;
 mod queue;
 mod slowdown;
+mod turns;
 mod views;
 
 pub use addresses::LOOKUP_WAIT;
 pub use groups::{Politeness, UnknownPoliteness};
+pub use turns::{TURN_HOLD, TURN_RENEW, TurnAnswer, TurnKeepers, TurnMessage, holder_name};
 pub use views::QueueView;
 
 use queue::{Crawl, Cursor, Lease, Queue, QueueState, WakeKey};
@@ -214,6 +216,11 @@ pub struct Scheduler {
     // Where hosts are sent to be looked up before their first serve
     // (addresses module).
     address_lookups: addresses::Lookups,
+    // Who keeps groups that span nodes (turns module); unset: all here.
+    turn_keepers: std::sync::OnceLock<Arc<dyn TurnKeepers>>,
+    // When each partition became served here (partitions module), for the
+    // quiet of a new keeper (turns module).
+    served_since: Mutex<Vec<Timestamp>>,
 }
 
 type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -297,6 +304,8 @@ impl Scheduler {
             partition_by,
             groups: Mutex::default(),
             address_lookups: addresses::Lookups::new(),
+            turn_keepers: std::sync::OnceLock::new(),
+            served_since: Mutex::default(),
         };
         let mut loaded = Vec::new();
         store.for_each_queue(|crawl, key, record| {
@@ -662,12 +671,17 @@ impl Scheduler {
         }
         // The group's gate, held through the handing out (groups module).
         let group = self.group_of(queue, state);
-        let mut group = group.as_ref().map(|group| group.lock());
+        let mut group_state = group.as_ref().map(|group| group.lock());
         // The group adds its own extra gap to the queue's plain delay.
-        if let Some(group) = group.as_mut()
-            && let Some(at) = group.gate(&queue.key, delay.saturating_sub(state.answers.extra), now)
+        if let (Some(group), Some(group_state)) = (&group, group_state.as_mut())
+            && let Some(at) = self.group_gate(
+                queue,
+                group,
+                group_state,
+                delay.saturating_sub(state.answers.extra),
+                now,
+            )
         {
-            group.wait(&queue.key);
             state.group_gate = at;
             return Ok(());
         }
@@ -708,8 +722,8 @@ impl Scheduler {
         if handed > 0 {
             state.last_serve = Some(now);
             state.held = request.hold_queues;
-            if let Some(group) = group.as_mut() {
-                group.served(&queue.key, request.hold_queues, until, now);
+            if let (Some(group), Some(group_state)) = (&group, group_state.as_mut()) {
+                self.group_served(queue, group, group_state, request.hold_queues, until, now);
             }
         }
         // Know the next due date before rescheduling.

@@ -13,13 +13,61 @@ impl Scheduler {
     /// with `None`; every queue is looked at again, so one of a partition
     /// now served is woken.
     pub fn set_served_partitions(&self, served: Option<Vec<bool>>) {
-        self.serving.store(served.map(Arc::new));
         let now = (self.clock)();
+        {
+            let before = self.serving.load();
+            let mut since = self
+                .served_since
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let count = served.as_ref().map_or(0, Vec::len);
+            since.resize(count, Timestamp::EPOCH);
+            for (partition, slot) in since.iter_mut().enumerate() {
+                let was = before
+                    .as_ref()
+                    .is_some_and(|b| b.get(partition).copied().unwrap_or(false));
+                let is = served
+                    .as_ref()
+                    .is_some_and(|s| s.get(partition).copied().unwrap_or(false));
+                if is && !was {
+                    *slot = now;
+                }
+            }
+        }
+        self.serving.store(served.map(Arc::new));
         for queue in self.every_queue() {
             let mut state = queue.lock();
             let delay = self.delay_of(&queue.crawl, &state.record);
             self.reschedule(&queue, &mut state, delay, now);
         }
+    }
+
+    /// How many partitions the served set names (0: all served, no
+    /// cluster).
+    pub(super) fn partitions_served(&self) -> usize {
+        self.serving
+            .load()
+            .as_ref()
+            .map_or(0, |served| served.len())
+    }
+
+    /// When `partition` became served here; the epoch when all are, and
+    /// never when it is not served.
+    pub(super) fn served_since(&self, partition: usize) -> Timestamp {
+        if !self
+            .serving
+            .load()
+            .as_ref()
+            .is_none_or(|served| served.get(partition).copied().unwrap_or(false))
+        {
+            return Timestamp::NEVER;
+        }
+        self.served_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(partition)
+            .copied()
+            .unwrap_or(Timestamp::EPOCH)
     }
 
     /// Counts only the partitions marked in `counted` (by index) in this

@@ -122,30 +122,23 @@ async fn hosts_of_one_domain_never_see_requests_closer_than_its_gap() {
     assert_each_domain_kept_its_gap(&site, 2, 3, 4);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_domains_gap_holds_across_two_frontier_nodes() {
-    let Some(etcd) = crawl_tests::etcd_or_skip("a_domains_gap_holds_across_two_frontier_nodes")
-    else {
-        return;
-    };
-    let etcd = EtcdProcess::start(&etcd);
-    let dir = tempfile::tempdir().unwrap();
-    // Four domains of three hosts: by host, a domain's hosts would fall
-    // in partitions of both nodes, each node keeping its own gap.
-    let site = WideSite::start(WideConfig {
-        hosts: 12,
-        pages: 3,
-        hosts_per_domain: 3,
-        ..WideConfig::default()
-    })
-    .await
-    .unwrap();
+/// Crawls the site to its end through a cluster of two frontier nodes
+/// (real etcd) under `politeness`, two workers, one at each node; checks
+/// that both nodes served.
+async fn crawl_on_two_nodes(
+    site: &WideSite,
+    politeness: &str,
+    etcd: &std::path::Path,
+    dir: &std::path::Path,
+) {
+    let etcd = EtcdProcess::start(etcd);
     let delay = DELAY_MS.to_string();
+    let hosts_file = write_hosts_file(site, dir);
     let nodes: Vec<FrontierProcess> = ["n1", "n2"]
         .iter()
         .map(|id| {
             FrontierProcess::start(
-                &dir.path().join(id),
+                &dir.join(id),
                 &[
                     "--etcd",
                     &etcd.endpoint,
@@ -160,9 +153,11 @@ async fn a_domains_gap_holds_across_two_frontier_nodes() {
                     "--lease-ttl-secs",
                     "2",
                     "--politeness",
-                    "domain",
+                    politeness,
                     "--default-delay-ms",
                     &delay,
+                    "--hosts-file",
+                    &hosts_file,
                 ],
             )
         })
@@ -171,13 +166,60 @@ async fn a_domains_gap_holds_across_two_frontier_nodes() {
         crawl_tests::wait_for_cluster(&mut node.admin().await, 2).await;
     }
     let endpoints: Vec<String> = nodes.iter().map(FrontierProcess::endpoint).collect();
-    crawl_through(&site, &endpoints, dir.path());
-    assert_each_domain_kept_its_gap(&site, 4, 3, 3);
-    // Both nodes served: the domains were spread over the cluster.
+    crawl_through(site, &endpoints, dir);
+    // Both nodes served: the groups' hosts were spread over the cluster.
     let progress = nodes[0].progress().await;
     assert_eq!(progress.nodes.len(), 2, "{progress:?}");
     for node in &progress.nodes {
         assert!(node.completed > 0, "{progress:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domains_gap_holds_across_two_frontier_nodes() {
+    let Some(etcd) = crawl_tests::etcd_or_skip("a_domains_gap_holds_across_two_frontier_nodes")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Four domains of three hosts: by host, a domain's hosts would fall
+    // in partitions of both nodes, each node keeping its own gap.
+    let site = WideSite::start(WideConfig {
+        hosts: 12,
+        pages: 3,
+        hosts_per_domain: 3,
+        ..WideConfig::default()
+    })
+    .await
+    .unwrap();
+    crawl_on_two_nodes(&site, "domain", &etcd, dir.path()).await;
+    assert_each_domain_kept_its_gap(&site, 4, 3, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_addresss_gap_holds_across_two_frontier_nodes() {
+    let Some(etcd) = crawl_tests::etcd_or_skip("an_addresss_gap_holds_across_two_frontier_nodes")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Four addresses of three hosts: partitioned by host, an address's
+    // hosts are led by both nodes, and one node keeps its turns.
+    let site = WideSite::start(WideConfig {
+        hosts: 12,
+        pages: 3,
+        hosts_per_address: 3,
+        ..WideConfig::default()
+    })
+    .await
+    .unwrap();
+    crawl_on_two_nodes(&site, "ip", &etcd, dir.path()).await;
+    let groups = site.hits_by(|host| host / 3);
+    assert_eq!(groups.len(), 4);
+    for (address, hits) in &groups {
+        assert_eq!(hits.len(), 3 * (3 + 1), "address {address}: {hits:?}");
+        let close = close_gaps(hits);
+        assert!(close.is_empty(), "address {address}: {close:?}");
     }
 }
 
