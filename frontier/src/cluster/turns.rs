@@ -96,10 +96,10 @@ fn send(cluster: &Arc<Cluster>, batch: Vec<TurnMessage>) {
     let me = cluster.node_id().to_owned();
     let mut by_keeper: BTreeMap<String, (super::map::Member, Vec<TurnMessage>)> = BTreeMap::new();
     for message in batch {
-        let (crawl, group, queue) = names(&message);
+        let (crawl, group) = message.group();
         match cluster.owner_of(keeping_partition(cluster, crawl, group)) {
             Ok(Owner::Local) => {
-                let answer = scheduler.keep_turn(&holder_name(&me, queue), &message);
+                let answer = scheduler.keep_turn(&holder_of(&me, &message), &message);
                 answered(cluster, &message, answer);
             }
             Ok(Owner::Remote(member)) => {
@@ -151,13 +151,14 @@ fn answered(cluster: &Cluster, message: &TurnMessage, answer: TurnAnswer) {
         crawl,
         group,
         queue,
+        serial,
         ..
     } = message
     {
         cluster
             .frontier
             .scheduler()
-            .turn_answered(crawl, group, queue, answer);
+            .turn_answered(crawl, group, queue, *serial, answer);
     }
 }
 
@@ -170,8 +171,7 @@ pub(super) fn keep(cluster: &Cluster, request: &adm::GroupTurnsRequest) -> adm::
         .iter()
         .map(|step| match message_of(step) {
             Some(message) => {
-                let answer =
-                    scheduler.keep_turn(&holder_name(&request.node, &step.queue), &message);
+                let answer = scheduler.keep_turn(&holder_of(&request.node, &message), &message);
                 adm::GroupTurnAnswer {
                     granted: answer.granted,
                     not_before_ms: answer.not_before.unix_millis(),
@@ -183,36 +183,23 @@ pub(super) fn keep(cluster: &Cluster, request: &adm::GroupTurnsRequest) -> adm::
     adm::GroupTurnsResponse { answers }
 }
 
-/// (crawl, group, queue) of a message; a block names no queue.
-fn names(message: &TurnMessage) -> (&str, &str, &str) {
-    match message {
-        TurnMessage::Ask {
-            crawl,
-            group,
-            queue,
-            ..
-        }
-        | TurnMessage::Renew {
-            crawl,
-            group,
-            queue,
-        }
-        | TurnMessage::LetGo {
-            crawl,
-            group,
-            queue,
-        } => (crawl, group, queue),
-        TurnMessage::Block { crawl, group, .. } => (crawl, group, ""),
-    }
+/// The keeper's name for the hold a message is about (none for a block).
+fn holder_of(node: &str, message: &TurnMessage) -> String {
+    message
+        .asker()
+        .map(|(queue, serial)| holder_name(node, queue, serial))
+        .unwrap_or_default()
 }
 
 fn step_of(message: &TurnMessage) -> adm::GroupTurnStep {
     use adm::group_turn_step::Kind;
-    let (crawl, group, queue) = names(message);
+    let (crawl, group) = message.group();
+    let (queue, serial) = message.asker().unwrap_or_default();
     let mut step = adm::GroupTurnStep {
         crawl: crawl.to_owned(),
         group: group.to_owned(),
         queue: queue.to_owned(),
+        serial,
         ..adm::GroupTurnStep::default()
     };
     match message {
@@ -235,22 +222,26 @@ fn message_of(step: &adm::GroupTurnStep) -> Option<TurnMessage> {
     let crawl = step.crawl.clone();
     let group = step.group.clone();
     let queue = step.queue.clone();
+    let serial = step.serial;
     Some(match Kind::try_from(step.kind).ok()? {
         Kind::Ask => TurnMessage::Ask {
             crawl,
             group,
             queue,
+            serial,
             delay: std::time::Duration::from_millis(step.delay_ms),
         },
         Kind::Renew => TurnMessage::Renew {
             crawl,
             group,
             queue,
+            serial,
         },
         Kind::LetGo => TurnMessage::LetGo {
             crawl,
             group,
             queue,
+            serial,
         },
         Kind::Block => TurnMessage::Block {
             crawl,
@@ -271,17 +262,20 @@ mod tests {
                 crawl: "c".into(),
                 group: "ip:10.0.0.1".into(),
                 queue: "a.test".into(),
+                serial: 1,
                 delay: std::time::Duration::from_millis(250),
             },
             TurnMessage::Renew {
                 crawl: "c".into(),
                 group: "ip:10.0.0.1".into(),
                 queue: "a.test".into(),
+                serial: 2,
             },
             TurnMessage::LetGo {
                 crawl: "c".into(),
                 group: "ip:10.0.0.1".into(),
                 queue: "a.test:8080".into(),
+                serial: u64::MAX,
             },
             TurnMessage::Block {
                 crawl: "c".into(),

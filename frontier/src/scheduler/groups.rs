@@ -136,8 +136,9 @@ pub(super) struct GroupState {
     /// module).
     pub(super) extra: Duration,
     /// This node's turn, when another node keeps the group (the turns
-    /// module).
+    /// module), and the serial number of its last ask.
     pub(super) turn: super::turns::Turn,
+    pub(super) asks: u64,
 }
 
 impl Group {
@@ -206,13 +207,27 @@ impl GroupState {
     }
 
     /// Holder `key` still holds the group, until `until`; it holds it now
-    /// if no one does (its keeper changed and had not heard of it).
-    pub(super) fn renew(&mut self, key: &str, until: Timestamp) {
+    /// if no one does at `now` (its keeper changed and had not heard of
+    /// it).
+    pub(super) fn renew(&mut self, key: &str, until: Timestamp, now: Timestamp) {
         match &mut self.holder {
             Some((holder, end)) if holder == key => *end = (*end).max(until),
-            Some(_) => {}
-            None => self.holder = Some((key.to_owned(), until)),
+            Some((_, end)) if *end > now => {}
+            _ => self.holder = Some((key.to_owned(), until)),
         }
+    }
+
+    /// Takes the hold of a queue of this node (a key without `/`) whose
+    /// lease runs past `now`: the group is kept elsewhere now, and the
+    /// hold goes to its keeper.
+    pub(super) fn take_local_holder(&mut self, now: Timestamp) -> Option<String> {
+        let (holder, until) = self.holder.as_ref()?;
+        if holder.contains('/') || *until <= now {
+            return None;
+        }
+        let holder = holder.clone();
+        self.holder = None;
+        Some(holder)
     }
 
     /// The queues turned away, to wake.
@@ -273,13 +288,7 @@ impl Scheduler {
             .take()
             .map(|old| {
                 let mut old_state = old.lock();
-                if old_state.turn.let_go(&queue.key) {
-                    self.send_turn(super::TurnMessage::LetGo {
-                        crawl: queue.crawl.clone(),
-                        group: old.name.clone(),
-                        queue: queue.key.clone(),
-                    });
-                }
+                self.give_turn_back(&queue.crawl, &old, &mut old_state, &queue.key);
                 old_state.leave(&queue.key)
             })
             .unwrap_or_default();
@@ -287,25 +296,7 @@ impl Scheduler {
         if state.held
             && let Some(until) = state.leased.values().map(|lease| lease.until).max()
         {
-            let now = (self.clock)();
-            match self.keeper(&queue.crawl, &group) {
-                super::turns::Keeper::Here { .. } => {
-                    group.lock().served(&queue.key, true, until, now);
-                }
-                // Its keeper takes a renewal from a queue it has not
-                // heard of as a hold, when no one holds the group.
-                super::turns::Keeper::Elsewhere => {
-                    let mut new_state = group.lock();
-                    if new_state.turn == super::turns::Turn::Idle {
-                        new_state.turn.served(&queue.key);
-                        self.send_turn(super::TurnMessage::Renew {
-                            crawl: queue.crawl.clone(),
-                            group: group.name.clone(),
-                            queue: queue.key.clone(),
-                        });
-                    }
-                }
-            }
+            self.carry_hold(queue, &group, until);
         }
         state.group = Some(group);
         woken

@@ -922,6 +922,9 @@ impl Scheduler {
 }
 
 #[cfg(test)]
+mod turns_sim;
+
+#[cfg(test)]
 mod tests {
     use std::collections::{BTreeMap, HashSet};
 
@@ -935,13 +938,13 @@ mod tests {
 
     const SEC: u64 = 1000;
 
-    struct Fixture {
+    pub(super) struct Fixture {
         // The test's time (ms): a report lets a queue go at the time of the
         // last serve unless the test sets another.
-        now_ms: Arc<AtomicU64>,
+        pub(super) now_ms: Arc<AtomicU64>,
         // Dropped before the directory.
-        ingest: Ingest,
-        scheduler: Arc<Scheduler>,
+        pub(super) ingest: Ingest,
+        pub(super) scheduler: Arc<Scheduler>,
         _dir: tempfile::TempDir,
     }
 
@@ -949,7 +952,11 @@ mod tests {
         open_polite(dir, refill, Politeness::Host)
     }
 
-    fn open_polite(dir: tempfile::TempDir, refill: usize, politeness: Politeness) -> Fixture {
+    pub(super) fn open_polite(
+        dir: tempfile::TempDir,
+        refill: usize,
+        politeness: Politeness,
+    ) -> Fixture {
         let store = Store::open(dir.path()).unwrap();
         let mut slot = None;
         let now_ms = Arc::new(AtomicU64::new(0));
@@ -995,7 +1002,7 @@ mod tests {
             urls
         }
 
-        fn discover(&self, urls: &[String], now_secs: u64) {
+        pub(super) fn discover(&self, urls: &[String], now_secs: u64) {
             let items: Vec<Discovered> = urls
                 .iter()
                 .map(|url| Discovered {
@@ -1009,7 +1016,7 @@ mod tests {
                 .unwrap();
         }
 
-        fn report(&self, url: &str, due_at: u64) {
+        pub(super) fn report(&self, url: &str, due_at: u64) {
             self.ingest
                 .put_known(
                     "c",
@@ -1024,7 +1031,7 @@ mod tests {
                 .unwrap();
         }
 
-        fn serve(&self, request: &ServeRequest, now_ms: u64) -> Vec<String> {
+        pub(super) fn serve(&self, request: &ServeRequest, now_ms: u64) -> Vec<String> {
             self.now_ms.store(now_ms, Ordering::SeqCst);
             self.scheduler
                 .serve(request, Timestamp::from_unix_millis(now_ms))

@@ -6,14 +6,18 @@
 //! group state is the one gate of the whole cluster, and the other nodes
 //! ask it for a turn before serving a queue of the group.
 //!
-//! A turn, as the keeper holds it, is a hold of the group by
-//! `node/queue` that lasts [`TURN_HOLD`] unless renewed: the holding node
+//! A turn, as the keeper holds it, is a hold of the group by one ask of
+//! one queue of one node ([`holder_name`]: the ask's serial number keeps
+//! a late let-go of an earlier turn from ending a later one), lasting
+//! [`TURN_HOLD`] unless renewed: the holding node
 //! renews it every [`TURN_RENEW`] while the queue's leases are out and
 //! lets it go when the last is reported, from which the group's delay
 //! runs, as for a queue of the keeper's own. A keeper that was not the
 //! group's keeper a moment ago (a start, a partition gained) grants
 //! nothing for one [`TURN_HOLD`]: by then every hold handed out by the
-//! keeper before it was renewed to it or has ended.
+//! keeper before it was renewed to it or has ended; and a node that no
+//! longer keeps a group its queue holds renews that hold to the new
+//! keeper.
 //!
 //! The asking node's side of a group is its [`Turn`]: at most one of its
 //! queues asks for or holds the group at a time, the others wait behind
@@ -28,7 +32,8 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::Scheduler;
-use super::groups::Group;
+use super::groups::{Group, GroupState};
+use super::queue::Queue;
 use crate::time::Timestamp;
 
 /// A turn's life at its keeper unless renewed: long against the renewals'
@@ -50,14 +55,17 @@ const MIN_ASK_GAP: Duration = Duration::from_millis(50);
 /// Where a group's turns are kept, as this node sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Keeper {
-    /// Here; asks are turned away until `quiet_until`.
-    Here { quiet_until: Timestamp },
+    /// Here, since `since`: nothing is granted before a turn's life has
+    /// passed since then, nor the group's delay (holds and let-gos the
+    /// keeper before may have handed out).
+    Here { since: Timestamp },
     /// On another node.
     Elsewhere,
 }
 
-/// A message to a group's keeper.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A message to a group's keeper. `serial` numbers the asking node's
+/// asks for the group.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum TurnMessage {
     /// Queue `queue` asks for the group, to be served a delay after its
     /// last let-go.
@@ -65,19 +73,22 @@ pub enum TurnMessage {
         crawl: String,
         group: String,
         queue: String,
+        serial: u64,
         delay: Duration,
     },
-    /// Queue `queue` still holds the group.
+    /// Queue `queue` still holds the turn its ask `serial` was given.
     Renew {
         crawl: String,
         group: String,
         queue: String,
+        serial: u64,
     },
-    /// Queue `queue` lets the group go (or gives back an unused turn).
+    /// Queue `queue` lets go of that turn (or gives it back unused).
     LetGo {
         crawl: String,
         group: String,
         queue: String,
+        serial: u64,
     },
     /// A Retry-After on a host of the group: no queue of it until then.
     Block {
@@ -85,6 +96,30 @@ pub enum TurnMessage {
         group: String,
         until: Timestamp,
     },
+}
+
+impl TurnMessage {
+    /// The crawl and group it is about.
+    #[must_use]
+    pub fn group(&self) -> (&str, &str) {
+        match self {
+            Self::Ask { crawl, group, .. }
+            | Self::Renew { crawl, group, .. }
+            | Self::LetGo { crawl, group, .. }
+            | Self::Block { crawl, group, .. } => (crawl, group),
+        }
+    }
+
+    /// The asking queue and ask: `None` for a block.
+    #[must_use]
+    pub fn asker(&self) -> Option<(&str, u64)> {
+        match self {
+            Self::Ask { queue, serial, .. }
+            | Self::Renew { queue, serial, .. }
+            | Self::LetGo { queue, serial, .. } => Some((queue, *serial)),
+            Self::Block { .. } => None,
+        }
+    }
 }
 
 /// The keepers of groups, as a cluster node sees them.
@@ -105,18 +140,27 @@ pub struct TurnAnswer {
     pub not_before: Timestamp,
 }
 
-/// This node's side of a group kept elsewhere.
+/// This node's side of a group kept elsewhere: which of its queues asks
+/// for or holds the group, under which ask.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) enum Turn {
     /// Nothing asked.
     #[default]
     Idle,
     /// `queue` asked at `since`.
-    Asking { queue: String, since: Timestamp },
+    Asking {
+        queue: String,
+        serial: u64,
+        since: Timestamp,
+    },
     /// `queue` was given the turn at `at`, not served yet.
-    Granted { queue: String, at: Timestamp },
+    Granted {
+        queue: String,
+        serial: u64,
+        at: Timestamp,
+    },
     /// `queue` holds the group with leases out.
-    Holding { queue: String },
+    Holding { queue: String, serial: u64 },
 }
 
 /// What the gate of a group kept elsewhere says to a queue.
@@ -126,25 +170,27 @@ pub(super) enum RemoteGate {
     Pass,
     /// Wait until woken, or at most until then.
     Wait(Timestamp),
-    /// Ask the keeper (the turn is now the queue's ask), and wait.
-    Ask(Timestamp),
+    /// Send ask `serial` to the keeper, and wait.
+    Ask(Timestamp, u64),
 }
 
 impl Turn {
-    /// The gate for `queue` at `now`.
-    pub(super) fn gate(&mut self, queue: &str, now: Timestamp) -> RemoteGate {
+    /// The gate for `queue` at `now`; a new ask takes the next of `asks`.
+    pub(super) fn gate(&mut self, queue: &str, now: Timestamp, asks: &mut u64) -> RemoteGate {
         match self {
-            Self::Granted { queue: holder, .. } | Self::Holding { queue: holder }
+            Self::Granted { queue: holder, .. } | Self::Holding { queue: holder, .. }
                 if holder == queue =>
             {
                 RemoteGate::Pass
             }
             Self::Idle => {
+                *asks += 1;
                 *self = Self::Asking {
                     queue: queue.to_owned(),
+                    serial: *asks,
                     since: now,
                 };
-                RemoteGate::Ask(now.saturating_add(ASK_WAIT))
+                RemoteGate::Ask(now.saturating_add(ASK_WAIT), *asks)
             }
             Self::Asking { since, .. } => RemoteGate::Wait(since.saturating_add(ASK_WAIT)),
             Self::Granted { at, .. } => RemoteGate::Wait(at.saturating_add(TURN_USE)),
@@ -152,30 +198,58 @@ impl Turn {
         }
     }
 
-    /// `queue` was served with the turn.
+    /// `queue` was served with its granted turn.
     pub(super) fn served(&mut self, queue: &str) {
-        *self = Self::Holding {
-            queue: queue.to_owned(),
-        };
-    }
-
-    /// `queue` let go of its leases: whether it held the turn (now idle).
-    pub(super) fn let_go(&mut self, queue: &str) -> bool {
-        let held = matches!(self, Self::Holding { queue: holder } | Self::Granted { queue: holder, .. } if holder == queue);
-        if held {
-            *self = Self::Idle;
+        if let Self::Granted {
+            queue: holder,
+            serial,
+            ..
+        } = self
+            && holder == queue
+        {
+            *self = Self::Holding {
+                queue: queue.to_owned(),
+                serial: *serial,
+            };
         }
-        held
     }
 
-    /// The keeper answered `queue`'s ask: whether it was the ask pending.
-    pub(super) fn answered(&mut self, queue: &str, granted: bool, now: Timestamp) -> bool {
-        if !matches!(self, Self::Asking { queue: asker, .. } if asker == queue) {
+    /// `queue` let go of its leases: the ask whose turn it held, if it
+    /// held one (the turn is idle now).
+    pub(super) fn let_go(&mut self, queue: &str) -> Option<u64> {
+        let serial = match self {
+            Self::Holding {
+                queue: holder,
+                serial,
+            }
+            | Self::Granted {
+                queue: holder,
+                serial,
+                ..
+            } if holder == queue => *serial,
+            _ => return None,
+        };
+        *self = Self::Idle;
+        Some(serial)
+    }
+
+    /// The keeper answered ask `serial`: whether it is the ask pending.
+    pub(super) fn answered(&mut self, serial: u64, granted: bool, now: Timestamp) -> bool {
+        let Self::Asking {
+            queue,
+            serial: asked,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        if *asked != serial {
             return false;
         }
         *self = if granted {
             Self::Granted {
-                queue: queue.to_owned(),
+                queue: std::mem::take(queue),
+                serial,
                 at: now,
             }
         } else {
@@ -185,27 +259,35 @@ impl Turn {
     }
 
     /// Drops an ask or a grant that ran out at `now`: the queue it named,
-    /// and whether a grant must be given back.
-    pub(super) fn run_out(&mut self, now: Timestamp) -> Option<(String, bool)> {
-        let (queue, give_back) = match self {
-            Self::Asking { queue, since } if now >= since.saturating_add(ASK_WAIT) => {
-                (queue.clone(), false)
+    /// and the grant's serial if it must be given back.
+    pub(super) fn run_out(&mut self, now: Timestamp) -> Option<(String, Option<u64>)> {
+        let ran_out = match self {
+            Self::Asking { queue, since, .. } if now >= since.saturating_add(ASK_WAIT) => {
+                (std::mem::take(queue), None)
             }
-            Self::Granted { queue, at } if now >= at.saturating_add(TURN_USE) => {
-                (queue.clone(), true)
+            Self::Granted { queue, serial, at } if now >= at.saturating_add(TURN_USE) => {
+                (std::mem::take(queue), Some(*serial))
             }
             _ => return None,
         };
         *self = Self::Idle;
-        Some((queue, give_back))
+        Some(ran_out)
     }
 }
 
-/// The holder name a keeper gives a queue of node `node`: apart from its
-/// own queues' keys, which hold no `/`.
+/// When a keeper since `since` may grant a group with `delay`.
+fn quiet_end(since: Timestamp, delay: Duration) -> Timestamp {
+    if since == Timestamp::EPOCH {
+        return since;
+    }
+    since.saturating_add(TURN_HOLD.max(delay))
+}
+
+/// The holder name a keeper gives ask `serial` of queue `queue` of node
+/// `node`: apart from its own queues' keys, which hold no `/`.
 #[must_use]
-pub fn holder_name(node: &str, queue: &str) -> String {
-    format!("{node}/{queue}")
+pub fn holder_name(node: &str, queue: &str, serial: u64) -> String {
+    format!("{node}/{serial}/{queue}")
 }
 
 impl Scheduler {
@@ -219,7 +301,7 @@ impl Scheduler {
     /// partitions: a domain's are one partition's, kept by its node.
     pub(super) fn keeper(&self, crawl: &str, group: &Group) -> Keeper {
         let here = Keeper::Here {
-            quiet_until: Timestamp::EPOCH,
+            since: Timestamp::EPOCH,
         };
         let Some(keepers) = self.turn_keepers.get() else {
             return here;
@@ -236,7 +318,7 @@ impl Scheduler {
         }
         let partition = crate::partitioning::partition_of(crawl, &group.name, partitions);
         Keeper::Here {
-            quiet_until: self.served_since(partition).saturating_add(TURN_HOLD),
+            since: self.served_since(partition),
         }
     }
 
@@ -246,25 +328,29 @@ impl Scheduler {
     /// its keeper's quiet.
     pub(super) fn group_gate(
         &self,
-        queue: &super::queue::Queue,
+        queue: &Queue,
         group: &Group,
-        state: &mut super::groups::GroupState,
+        state: &mut GroupState,
         delay: Duration,
         now: Timestamp,
     ) -> Option<Timestamp> {
         let turned_away = match self.keeper(&queue.crawl, group) {
-            Keeper::Here { quiet_until } => match state.gate(&queue.key, delay, now) {
-                Some(at) => Some(at.max(quiet_until)),
-                None => (now < quiet_until).then_some(quiet_until),
+            Keeper::Here { since } => match state.gate(&queue.key, delay, now) {
+                Some(at) => Some(at.max(quiet_end(since, delay))),
+                None => {
+                    let quiet_until = quiet_end(since, delay);
+                    (now < quiet_until).then_some(quiet_until)
+                }
             },
-            Keeper::Elsewhere => match state.turn.gate(&queue.key, now) {
+            Keeper::Elsewhere => match state.turn.gate(&queue.key, now, &mut state.asks) {
                 RemoteGate::Pass => None,
                 RemoteGate::Wait(at) => Some(at),
-                RemoteGate::Ask(at) => {
+                RemoteGate::Ask(at, serial) => {
                     self.send_turn(TurnMessage::Ask {
                         crawl: queue.crawl.clone(),
                         group: group.name.clone(),
                         queue: queue.key.clone(),
+                        serial,
                         delay: delay.saturating_add(state.extra),
                     });
                     Some(at)
@@ -281,9 +367,9 @@ impl Scheduler {
     /// `until` if `held`.
     pub(super) fn group_served(
         &self,
-        queue: &super::queue::Queue,
+        queue: &Queue,
         group: &Group,
-        state: &mut super::groups::GroupState,
+        state: &mut GroupState,
         held: bool,
         until: Timestamp,
         now: Timestamp,
@@ -295,23 +381,63 @@ impl Scheduler {
     }
 
     /// `queue` let its group go at `at` (its last lease ended): the queues
-    /// waiting, to wake. A turn held of a group kept elsewhere goes back.
-    pub(super) fn group_let_go(
-        &self,
-        queue: &super::queue::Queue,
-        group: &Group,
-        at: Timestamp,
-    ) -> Vec<String> {
+    /// waiting, to wake. A turn of a group kept elsewhere goes back.
+    pub(super) fn group_let_go(&self, queue: &Queue, group: &Group, at: Timestamp) -> Vec<String> {
         let mut state = group.lock();
         let waiting = state.let_go(&queue.key, at);
-        if state.turn.let_go(&queue.key) {
+        self.give_turn_back(&queue.crawl, group, &mut state, &queue.key);
+        waiting
+    }
+
+    /// Gives back the turn `queue_key` holds of `group`, if any.
+    pub(super) fn give_turn_back(
+        &self,
+        crawl: &str,
+        group: &Group,
+        state: &mut GroupState,
+        queue_key: &str,
+    ) {
+        if let Some(serial) = state.turn.let_go(queue_key) {
             self.send_turn(TurnMessage::LetGo {
-                crawl: queue.crawl.clone(),
+                crawl: crawl.to_owned(),
                 group: group.name.clone(),
-                queue: queue.key.clone(),
+                queue: queue_key.to_owned(),
+                serial,
             });
         }
-        waiting
+    }
+
+    /// `queue`, held until `until`, joins `group` (its host was found at
+    /// another address): it holds the group too, as its fetches go on
+    /// there. A keeper elsewhere takes the renewal of a hold it has not
+    /// heard of as a hold, when no one holds the group.
+    pub(super) fn carry_hold(&self, queue: &Queue, group: &Group, until: Timestamp) {
+        let now = (self.clock)();
+        let mut state = group.lock();
+        match self.keeper(&queue.crawl, group) {
+            Keeper::Here { .. } => state.served(&queue.key, true, until, now),
+            Keeper::Elsewhere => {
+                if state.turn == Turn::Idle {
+                    let serial = self.adopt_hold(&mut state, &queue.key);
+                    self.send_turn(TurnMessage::Renew {
+                        crawl: queue.crawl.clone(),
+                        group: group.name.clone(),
+                        queue: queue.key.clone(),
+                        serial,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Makes `queue_key` the holder of the group's turn under a new ask.
+    fn adopt_hold(&self, state: &mut GroupState, queue_key: &str) -> u64 {
+        state.asks += 1;
+        state.turn = Turn::Holding {
+            queue: queue_key.to_owned(),
+            serial: state.asks,
+        };
+        state.asks
     }
 
     pub(super) fn send_turn(&self, message: TurnMessage) {
@@ -320,17 +446,33 @@ impl Scheduler {
         }
     }
 
-    /// The keeper answered queue `queue`'s ask for `group`: granted, it is
-    /// looked at again at once; refused, at `not_before`, and so are the
-    /// queues waiting behind it.
-    pub fn turn_answered(&self, crawl: &str, group: &str, queue: &str, answer: TurnAnswer) {
+    /// The keeper answered ask `serial` of queue `queue` for `group`:
+    /// granted, the queue is looked at again at once; refused, at
+    /// `not_before`, and so are the queues waiting behind it.
+    pub fn turn_answered(
+        &self,
+        crawl: &str,
+        group: &str,
+        queue: &str,
+        serial: u64,
+        answer: TurnAnswer,
+    ) {
         let now = (self.clock)();
         let Some(group) = self.existing_group(crawl, group) else {
             return;
         };
         let waiting = {
             let mut state = group.lock();
-            if !state.turn.answered(queue, answer.granted, now) {
+            if !state.turn.answered(serial, answer.granted, now) {
+                if answer.granted {
+                    // A grant come too late: given back at once.
+                    self.send_turn(TurnMessage::LetGo {
+                        crawl: crawl.to_owned(),
+                        group: group.name.clone(),
+                        queue: queue.to_owned(),
+                        serial,
+                    });
+                }
                 return;
             }
             if answer.granted {
@@ -349,22 +491,31 @@ impl Scheduler {
         }
     }
 
-    /// Renews the turns held here and drops the asks and grants that ran
+    /// Renews the turns held here, hands holds of groups now kept
+    /// elsewhere to their keepers, and drops the asks and grants that ran
     /// out (giving the grants back); called every [`TURN_RENEW`].
     pub fn renew_turns(&self) {
         let now = (self.clock)();
-        let groups: Vec<((String, String), Arc<Group>)> = self
+        let mut groups: Vec<((String, String), Arc<Group>)> = self
             .groups
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .map(|(key, group)| (key.clone(), Arc::clone(group)))
             .collect();
+        groups.sort_by(|a, b| a.0.cmp(&b.0));
         for ((crawl, name), group) in groups {
+            let elsewhere = self.keeper(&crawl, &group) == Keeper::Elsewhere;
             let (holding, ran_out, waiting) = {
                 let mut state = group.lock();
+                if elsewhere
+                    && state.turn == Turn::Idle
+                    && let Some(holder) = state.take_local_holder(now)
+                {
+                    self.adopt_hold(&mut state, &holder);
+                }
                 let holding = match &state.turn {
-                    super::turns::Turn::Holding { queue } => Some(queue.clone()),
+                    Turn::Holding { queue, serial } => Some((queue.clone(), *serial)),
                     _ => None,
                 };
                 let ran_out = state.turn.run_out(now);
@@ -375,35 +526,29 @@ impl Scheduler {
                 };
                 (holding, ran_out, waiting)
             };
-            if let Some(queue) = holding {
+            if let Some((queue, serial)) = holding {
                 // A hold whose leases all ran out unreported is let go.
                 let leased = self
                     .queue(&crawl, &queue)
                     .is_some_and(|q| q.lock().leased.values().any(|lease| lease.until > now));
-                let message = if leased {
-                    TurnMessage::Renew {
+                if leased {
+                    self.send_turn(TurnMessage::Renew {
                         crawl: crawl.clone(),
                         group: name.clone(),
                         queue,
-                    }
+                        serial,
+                    });
                 } else {
-                    if !group.lock().turn.let_go(&queue) {
-                        continue;
-                    }
-                    TurnMessage::LetGo {
-                        crawl: crawl.clone(),
-                        group: name.clone(),
-                        queue,
-                    }
-                };
-                self.send_turn(message);
+                    self.give_turn_back(&crawl, &group, &mut group.lock(), &queue);
+                }
             }
             if let Some((queue, give_back)) = ran_out {
-                if give_back {
+                if let Some(serial) = give_back {
                     self.send_turn(TurnMessage::LetGo {
                         crawl: crawl.clone(),
                         group: name.clone(),
                         queue: queue.clone(),
+                        serial,
                     });
                 }
                 for key in std::iter::once(queue).chain(waiting) {
@@ -413,37 +558,27 @@ impl Scheduler {
         }
     }
 
-    /// A keeper's side: `holder` (a queue of another node,
-    /// [`holder_name`]) sends `message`. Asks are refused while this
-    /// node's keeping is quiet (it became the group's keeper lately), and
-    /// every step of a group this node does not keep (the two nodes'
-    /// maps differ for a moment: the asker asks again).
+    /// A keeper's side: `holder` (an ask of a queue of another node,
+    /// [`holder_name`]; none for a block) sends `message`. Asks are
+    /// refused while this node's keeping is quiet (it became the group's
+    /// keeper lately), and every step of a group this node does not keep
+    /// (the two nodes' maps differ for a moment: the asker asks again).
     pub fn keep_turn(&self, holder: &str, message: &TurnMessage) -> TurnAnswer {
         let now = (self.clock)();
-        let (crawl, group) = match message {
-            TurnMessage::Ask { crawl, group, .. }
-            | TurnMessage::Renew { crawl, group, .. }
-            | TurnMessage::LetGo { crawl, group, .. }
-            | TurnMessage::Block { crawl, group, .. } => (crawl, group),
-        };
-        let group = self.group_named(crawl, group.clone());
-        let quiet_until = match self.keeper(crawl, &group) {
-            Keeper::Here { quiet_until } => quiet_until,
-            Keeper::Elsewhere => {
-                return TurnAnswer {
-                    granted: false,
-                    not_before: now.saturating_add(MIN_ASK_GAP),
-                };
-            }
-        };
+        let (crawl, name) = message.group();
+        let group = self.group_named(crawl, name.to_owned());
         let mut answer = TurnAnswer {
             granted: false,
-            not_before: Timestamp::EPOCH,
+            not_before: now.saturating_add(MIN_ASK_GAP),
+        };
+        let Keeper::Here { since } = self.keeper(crawl, &group) else {
+            return answer;
         };
         let waiting = {
             let mut state = group.lock();
             match message {
                 TurnMessage::Ask { delay, .. } => {
+                    let quiet_until = quiet_end(since, *delay);
                     // Held by another: free a delay after its let-go at the
                     // soonest, so asking again then loses no time.
                     let gated = state
@@ -463,7 +598,7 @@ impl Scheduler {
                     Vec::new()
                 }
                 TurnMessage::Renew { .. } => {
-                    state.renew(holder, now.saturating_add(TURN_HOLD));
+                    state.renew(holder, now.saturating_add(TURN_HOLD), now);
                     Vec::new()
                 }
                 TurnMessage::LetGo { .. } => state.let_go(holder, now),
@@ -505,40 +640,90 @@ mod tests {
     #[test]
     fn one_queue_asks_and_holds_while_the_others_wait() {
         let mut turn = Turn::default();
-        assert_eq!(turn.gate("a", at(1_000)), RemoteGate::Ask(at(4_000)));
-        assert_eq!(turn.gate("a", at(1_500)), RemoteGate::Wait(at(4_000)));
-        assert_eq!(turn.gate("b", at(1_500)), RemoteGate::Wait(at(4_000)));
-        assert!(!turn.answered("b", true, at(1_600)), "not b's ask");
-        assert!(turn.answered("a", true, at(1_600)));
-        assert_eq!(turn.gate("b", at(1_700)), RemoteGate::Wait(at(3_600)));
-        assert_eq!(turn.gate("a", at(1_700)), RemoteGate::Pass);
+        let mut asks = 0;
+        assert_eq!(
+            turn.gate("a", at(1_000), &mut asks),
+            RemoteGate::Ask(at(4_000), 1)
+        );
+        assert_eq!(
+            turn.gate("a", at(1_500), &mut asks),
+            RemoteGate::Wait(at(4_000))
+        );
+        assert_eq!(
+            turn.gate("b", at(1_500), &mut asks),
+            RemoteGate::Wait(at(4_000))
+        );
+        assert!(!turn.answered(7, true, at(1_600)), "not the ask pending");
+        assert!(turn.answered(1, true, at(1_600)));
+        assert_eq!(
+            turn.gate("b", at(1_700), &mut asks),
+            RemoteGate::Wait(at(3_600))
+        );
+        assert_eq!(turn.gate("a", at(1_700), &mut asks), RemoteGate::Pass);
         turn.served("a");
         assert_eq!(
-            turn.gate("b", at(9_000)),
+            turn.gate("b", at(9_000), &mut asks),
             RemoteGate::Wait(Timestamp::NEVER)
         );
         assert_eq!(turn.run_out(at(99_000)), None, "a hold never runs out");
-        assert!(!turn.let_go("b"));
-        assert!(turn.let_go("a"));
+        assert_eq!(turn.let_go("b"), None);
+        assert_eq!(turn.let_go("a"), Some(1));
         assert_eq!(turn, Turn::Idle);
+        assert_eq!(
+            turn.gate("b", at(9_000), &mut asks),
+            RemoteGate::Ask(at(12_000), 2)
+        );
     }
 
     #[test]
     fn a_lost_answer_or_an_unused_grant_runs_out() {
         let mut turn = Turn::default();
-        let _ = turn.gate("a", at(1_000));
+        let mut asks = 0;
+        let _ = turn.gate("a", at(1_000), &mut asks);
         assert_eq!(turn.run_out(at(3_999)), None);
-        assert_eq!(turn.run_out(at(4_000)), Some(("a".into(), false)));
-        let _ = turn.gate("a", at(5_000));
-        assert!(turn.answered("a", true, at(5_100)));
+        assert_eq!(turn.run_out(at(4_000)), Some(("a".into(), None)));
+        let _ = turn.gate("a", at(5_000), &mut asks);
+        assert!(
+            !turn.answered(1, true, at(5_100)),
+            "the first ask's answer came late"
+        );
+        assert!(turn.answered(2, true, at(5_100)));
         assert_eq!(
             turn.run_out(at(7_100)),
-            Some(("a".into(), true)),
+            Some(("a".into(), Some(2))),
             "given back"
         );
         assert_eq!(turn, Turn::Idle);
-        let _ = turn.gate("a", at(8_000));
-        assert!(turn.answered("a", false, at(8_100)));
+        let _ = turn.gate("a", at(8_000), &mut asks);
+        assert!(turn.answered(3, false, at(8_100)));
         assert_eq!(turn, Turn::Idle, "refused: asked again later");
+    }
+
+    #[test]
+    fn a_keepers_hold_is_one_ask_so_a_late_let_go_ends_nothing_later() {
+        let mut group = GroupState::default();
+        let first = holder_name("n2", "a.test", 1);
+        let second = holder_name("n2", "a.test", 2);
+        group.served(&first, true, at(6_000), at(1_000));
+        assert!(
+            group
+                .gate(&second, Duration::from_secs(1), at(1_500))
+                .is_some()
+        );
+        group.let_go(&first, at(2_000));
+        group.served(&second, true, at(8_000), at(3_000));
+        // The first turn's let-go, sent again or late, leaves the second.
+        group.let_go(&first, at(3_100));
+        assert!(
+            group
+                .gate("b.test", Duration::from_secs(1), at(3_200))
+                .is_some()
+        );
+        group.renew(&second, at(9_000), at(4_000));
+        assert_eq!(
+            group.gate("b.test", Duration::ZERO, at(8_500)),
+            Some(at(9_000)),
+            "renewed"
+        );
     }
 }
