@@ -33,6 +33,7 @@
 //!   page by page into another store (`ingest/partition_copy.rs`).
 //! - [`scheduler`]: queues, leases, the serving gate, wake-up lists.
 //! - [`robots_shelf`]: robots.txt answers kept for the workers, per origin.
+//! - [`config`]: how a frontier is set up, and the defaults.
 //! - [`service`]: the frontier as one object (ingest, scheduler, rebuild
 //!   thread, progress), what the gRPC layer and `crawl` call.
 //! - [`grpc`]: the URL Frontier v2.6 and admin services, errors to statuses
@@ -64,6 +65,7 @@ pub mod auth;
 pub use canon as canonical;
 pub mod cluster;
 pub mod commit;
+pub mod config;
 pub mod dashboard;
 pub mod failpoint;
 pub mod grpc;
