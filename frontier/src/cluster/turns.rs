@@ -203,9 +203,10 @@ fn step_of(message: &TurnMessage) -> adm::GroupTurnStep {
         ..adm::GroupTurnStep::default()
     };
     match message {
-        TurnMessage::Ask { delay, .. } => {
+        TurnMessage::Ask { delay, lease, .. } => {
             step.kind = Kind::Ask.into();
             step.delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+            step.lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
         }
         TurnMessage::Renew { .. } => step.kind = Kind::Renew.into(),
         TurnMessage::LetGo { .. } => step.kind = Kind::LetGo.into(),
@@ -230,6 +231,7 @@ fn message_of(step: &adm::GroupTurnStep) -> Option<TurnMessage> {
             queue,
             serial,
             delay: std::time::Duration::from_millis(step.delay_ms),
+            lease: std::time::Duration::from_millis(step.lease_ms),
         },
         Kind::Renew => TurnMessage::Renew {
             crawl,
@@ -264,6 +266,7 @@ mod tests {
                 queue: "a.test".into(),
                 serial: 1,
                 delay: std::time::Duration::from_millis(250),
+                lease: std::time::Duration::from_secs(30),
             },
             TurnMessage::Renew {
                 crawl: "c".into(),

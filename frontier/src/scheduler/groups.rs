@@ -17,7 +17,7 @@
 //! a group never locks a queue: the queues it turned away are named in
 //! `waiting` and woken by the scheduler once both locks are dropped.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -123,8 +123,10 @@ pub struct Group {
 
 #[derive(Debug, Default)]
 pub(super) struct GroupState {
-    /// The queue holding the group (a held lease) and when its lease ends.
-    holder: Option<(String, Timestamp)>,
+    /// The queues holding the group (held leases), each with when its
+    /// hold ends: one, but for a while after its keeper changed, when
+    /// holds the keeper before gave out are renewed to this one.
+    holders: BTreeMap<String, Timestamp>,
     /// The group was last served or let go then; the next serve waits the
     /// serving queue's delay past it.
     last: Option<Timestamp>,
@@ -136,9 +138,8 @@ pub(super) struct GroupState {
     /// module).
     pub(super) extra: Duration,
     /// This node's turn, when another node keeps the group (the turns
-    /// module), and the serial number of its last ask.
+    /// module).
     pub(super) turn: super::turns::Turn,
-    pub(super) asks: u64,
 }
 
 impl Group {
@@ -156,19 +157,26 @@ impl Group {
 
 impl GroupState {
     /// When queue `key`, with `delay`, may be served: `None` now, else the
-    /// earliest time (a held group's lease end, past which it is free
+    /// earliest time (a held group's hold end, past which it is free
     /// whether or not it was let go).
     pub(super) fn gate(&self, key: &str, delay: Duration, now: Timestamp) -> Option<Timestamp> {
         let delay = delay.saturating_add(self.extra);
         let mut last = self.last;
         let mut at = self.blocked_until;
-        if let Some((holder, until)) = &self.holder
-            && holder != key
-        {
-            if *until > now {
-                return Some(at.max(until.saturating_add(delay)));
+        let mut held = false;
+        for (holder, until) in &self.holders {
+            if holder == key {
+                continue;
             }
-            last = Some(last.map_or(*until, |l| l.max(*until)));
+            if *until > now {
+                held = true;
+                at = at.max(until.saturating_add(delay));
+            } else {
+                last = Some(last.map_or(*until, |l| l.max(*until)));
+            }
+        }
+        if held {
+            return Some(at);
         }
         if let Some(last) = last
             && !delay.is_zero()
@@ -186,8 +194,18 @@ impl GroupState {
     /// Queue `key` was served at `now`, held until `until` if `held`.
     pub(super) fn served(&mut self, key: &str, held: bool, until: Timestamp, now: Timestamp) {
         self.waiting.remove(key);
+        // Holds that ended unreported count as let go when they ended.
+        let ended: Vec<String> = (self.holders.iter())
+            .filter(|(_, end)| **end <= now)
+            .map(|(holder, _)| holder.clone())
+            .collect();
+        for holder in ended {
+            if let Some(end) = self.holders.remove(&holder) {
+                self.last = Some(self.last.map_or(end, |last| last.max(end)));
+            }
+        }
         if held {
-            self.holder = Some((key.to_owned(), until));
+            self.holders.insert(key.to_owned(), until);
         }
         self.last = Some(self.last.map_or(now, |last| last.max(now)));
     }
@@ -195,39 +213,35 @@ impl GroupState {
     /// Queue `key` let go at `at` (its last URL reported, or a lease given
     /// back): the queues waiting, to wake.
     pub(super) fn let_go(&mut self, key: &str, at: Timestamp) -> Vec<String> {
-        if self
-            .holder
-            .as_ref()
-            .is_some_and(|(holder, _)| holder == key)
-        {
-            self.holder = None;
+        if self.holders.remove(key).is_some() {
             self.last = Some(self.last.map_or(at, |last| last.max(at)));
         }
         self.take_waiting()
     }
 
-    /// Holder `key` still holds the group, until `until`; it holds it now
-    /// if no one does at `now` (its keeper changed and had not heard of
-    /// it).
-    pub(super) fn renew(&mut self, key: &str, until: Timestamp, now: Timestamp) {
-        match &mut self.holder {
-            Some((holder, end)) if holder == key => *end = (*end).max(until),
-            Some((_, end)) if *end > now => {}
-            _ => self.holder = Some((key.to_owned(), until)),
-        }
+    /// Holder `key` still holds the group, until `until` at least; a hold
+    /// this keeper had not heard of (given out by the keeper before it) is
+    /// taken as one.
+    pub(super) fn renew(&mut self, key: &str, until: Timestamp) {
+        let end = self.holders.entry(key.to_owned()).or_insert(until);
+        *end = (*end).max(until);
     }
 
     /// Takes the hold of a queue of this node (a key without `/`) whose
-    /// lease runs past `now`: the group is kept elsewhere now, and the
-    /// hold goes to its keeper.
+    /// hold runs past `now`: the group is kept elsewhere now, and the hold
+    /// goes to its keeper.
     pub(super) fn take_local_holder(&mut self, now: Timestamp) -> Option<String> {
-        let (holder, until) = self.holder.as_ref()?;
-        if holder.contains('/') || *until <= now {
-            return None;
-        }
-        let holder = holder.clone();
-        self.holder = None;
+        let holder = (self.holders.iter())
+            .find(|(holder, end)| !holder.contains('/') && **end > now)
+            .map(|(holder, _)| holder.clone())?;
+        self.holders.remove(&holder);
         Some(holder)
+    }
+
+    /// Forgets the holds of other nodes' queues: the group is kept
+    /// elsewhere now, and they renew there.
+    pub(super) fn forget_remote_holders(&mut self) {
+        self.holders.retain(|holder, _| !holder.contains('/'));
     }
 
     /// The queues turned away, to wake.
@@ -244,13 +258,8 @@ impl GroupState {
     /// Queue `key` leaves the group (a host found at another address).
     pub(super) fn leave(&mut self, key: &str) -> Vec<String> {
         self.waiting.remove(key);
-        if self
-            .holder
-            .as_ref()
-            .is_some_and(|(holder, _)| holder == key)
-        {
-            self.holder = None;
-            return std::mem::take(&mut self.waiting).into_iter().collect();
+        if self.holders.remove(key).is_some() {
+            return self.take_waiting();
         }
         Vec::new()
     }

@@ -221,6 +221,10 @@ pub struct Scheduler {
     // When each partition became served here (partitions module), for the
     // quiet of a new keeper (turns module).
     served_since: Mutex<Vec<Timestamp>>,
+    // Serial numbers of this process's asks for turns: from its start
+    // time, so that a late message to an earlier process names no ask of
+    // this one.
+    turn_serials: AtomicU64,
 }
 
 type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -306,6 +310,7 @@ impl Scheduler {
             address_lookups: addresses::Lookups::new(),
             turn_keepers: std::sync::OnceLock::new(),
             served_since: Mutex::default(),
+            turn_serials: AtomicU64::new(now.unix_millis() << 16),
         };
         let mut loaded = Vec::new();
         store.for_each_queue(|crawl, key, record| {
@@ -679,6 +684,7 @@ impl Scheduler {
                 group,
                 group_state,
                 delay.saturating_sub(state.answers.extra),
+                lease,
                 now,
             )
         {
@@ -945,7 +951,7 @@ mod tests {
         // Dropped before the directory.
         pub(super) ingest: Ingest,
         pub(super) scheduler: Arc<Scheduler>,
-        _dir: tempfile::TempDir,
+        pub(super) _dir: tempfile::TempDir,
     }
 
     fn open_in(dir: tempfile::TempDir, refill: usize) -> Fixture {

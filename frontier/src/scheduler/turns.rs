@@ -8,26 +8,32 @@
 //!
 //! A turn, as the keeper holds it, is a hold of the group by one ask of
 //! one queue of one node ([`holder_name`]: the ask's serial number keeps
-//! a late let-go of an earlier turn from ending a later one), lasting
-//! [`TURN_HOLD`] unless renewed: the holding node
-//! renews it every [`TURN_RENEW`] while the queue's leases are out and
-//! lets it go when the last is reported, from which the group's delay
-//! runs, as for a queue of the keeper's own. A keeper that was not the
-//! group's keeper a moment ago (a start, a partition gained) grants
-//! nothing for one [`TURN_HOLD`]: by then every hold handed out by the
-//! keeper before it was renewed to it or has ended; and a node that no
-//! longer keeps a group its queue holds renews that hold to the new
-//! keeper.
+//! a late let-go of an earlier turn from ending a later one). It holds
+//! as long as the leases the queue's serve may hand out, unless let go,
+//! as a held lease holds a queue: a node that stops while its workers
+//! fetch on keeps the group held for them. The holding node renews it
+//! every [`TURN_RENEW`] while the queue's leases are out, [`TURN_HOLD`]
+//! ahead at least, and lets it go when the last is reported, from which
+//! the group's delay runs, as for a queue of the keeper's own. A keeper
+//! that was not the group's keeper a moment ago (a start, a partition
+//! gained) grants nothing for one [`TURN_HOLD`], or the group's delay if
+//! longer: by then every hold handed out by the keeper before it was
+//! renewed to it or has ended. After a start it also waits out the
+//! leases of the process before it, whose own queues' holds it forgot.
+//! A node that no longer keeps a group forgets the other nodes' holds
+//! (they renew to the new keeper) and hands its own queue's hold to the
+//! new keeper as a turn.
 //!
 //! The asking node's side of a group is its [`Turn`]: at most one of its
 //! queues asks for or holds the group at a time, the others wait behind
 //! it as behind a local holder. Messages go out through [`TurnKeepers`]
 //! (the cluster's peers); answers come back through
 //! [`Scheduler::turn_answered`]. A turn asked for and not answered in
-//! [`ASK_WAIT`], or granted and not used in [`TURN_USE`], is dropped (and
-//! a granted one given back), so a lost message costs a wait, never a
-//! stuck group.
+//! [`ASK_WAIT`], or granted and not used in [`TURN_USE`], is dropped and
+//! given back (the answer to an ask may have been a lost grant), so a
+//! lost message costs a wait, never a stuck group.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
@@ -36,8 +42,9 @@ use super::groups::{Group, GroupState};
 use super::queue::Queue;
 use crate::time::Timestamp;
 
-/// A turn's life at its keeper unless renewed: long against the renewals'
-/// round trips, short as a stall after a keeper changes.
+/// How far ahead a renewal holds a turn, and a new keeper's quiet: long
+/// against the renewals' round trips, short as a stall after a keeper
+/// changes.
 pub const TURN_HOLD: Duration = Duration::from_secs(5);
 
 /// How often a held turn is renewed.
@@ -68,13 +75,14 @@ pub(super) enum Keeper {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum TurnMessage {
     /// Queue `queue` asks for the group, to be served a delay after its
-    /// last let-go.
+    /// last let-go, with leases of `lease`.
     Ask {
         crawl: String,
         group: String,
         queue: String,
         serial: u64,
         delay: Duration,
+        lease: Duration,
     },
     /// Queue `queue` still holds the turn its ask `serial` was given.
     Renew {
@@ -175,8 +183,9 @@ pub(super) enum RemoteGate {
 }
 
 impl Turn {
-    /// The gate for `queue` at `now`; a new ask takes the next of `asks`.
-    pub(super) fn gate(&mut self, queue: &str, now: Timestamp, asks: &mut u64) -> RemoteGate {
+    /// The gate for `queue` at `now`; a new ask takes the next of
+    /// `serials`.
+    pub(super) fn gate(&mut self, queue: &str, now: Timestamp, serials: &AtomicU64) -> RemoteGate {
         match self {
             Self::Granted { queue: holder, .. } | Self::Holding { queue: holder, .. }
                 if holder == queue =>
@@ -184,13 +193,13 @@ impl Turn {
                 RemoteGate::Pass
             }
             Self::Idle => {
-                *asks += 1;
+                let serial = serials.fetch_add(1, Ordering::Relaxed);
                 *self = Self::Asking {
                     queue: queue.to_owned(),
-                    serial: *asks,
+                    serial,
                     since: now,
                 };
-                RemoteGate::Ask(now.saturating_add(ASK_WAIT), *asks)
+                RemoteGate::Ask(now.saturating_add(ASK_WAIT), serial)
             }
             Self::Asking { since, .. } => RemoteGate::Wait(since.saturating_add(ASK_WAIT)),
             Self::Granted { at, .. } => RemoteGate::Wait(at.saturating_add(TURN_USE)),
@@ -259,14 +268,17 @@ impl Turn {
     }
 
     /// Drops an ask or a grant that ran out at `now`: the queue it named,
-    /// and the grant's serial if it must be given back.
-    pub(super) fn run_out(&mut self, now: Timestamp) -> Option<(String, Option<u64>)> {
+    /// and the serial to give back (an ask's answer may have been a grant
+    /// that was lost).
+    pub(super) fn run_out(&mut self, now: Timestamp) -> Option<(String, u64)> {
         let ran_out = match self {
-            Self::Asking { queue, since, .. } if now >= since.saturating_add(ASK_WAIT) => {
-                (std::mem::take(queue), None)
-            }
+            Self::Asking {
+                queue,
+                serial,
+                since,
+            } if now >= since.saturating_add(ASK_WAIT) => (std::mem::take(queue), *serial),
             Self::Granted { queue, serial, at } if now >= at.saturating_add(TURN_USE) => {
-                (std::mem::take(queue), Some(*serial))
+                (std::mem::take(queue), *serial)
             }
             _ => return None,
         };
@@ -275,12 +287,13 @@ impl Turn {
     }
 }
 
-/// When a keeper since `since` may grant a group with `delay`.
-fn quiet_end(since: Timestamp, delay: Duration) -> Timestamp {
-    if since == Timestamp::EPOCH {
-        return since;
-    }
-    since.saturating_add(TURN_HOLD.max(delay))
+/// How long a turn granted at `now` for leases of `lease` holds unless
+/// let go: as long as the leases its serve may hand out, so that a node
+/// that stops (its workers fetching on) holds the group as a lease holds
+/// a queue. The answer may take up to an ask's wait to arrive, and the
+/// serve a grant's use.
+fn hold_end(now: Timestamp, lease: Duration) -> Timestamp {
+    now.saturating_add(ASK_WAIT + TURN_USE + lease.max(TURN_HOLD))
 }
 
 /// The holder name a keeper gives ask `serial` of queue `queue` of node
@@ -295,6 +308,19 @@ impl Scheduler {
     /// group is kept here.
     pub fn set_turn_keepers(&self, keepers: Arc<dyn TurnKeepers>) {
         let _ = self.turn_keepers.set(keepers);
+    }
+
+    /// When a keeper since `since` may first grant a group with `delay`:
+    /// once every hold the keeper before it gave out was renewed to it or
+    /// has ended, and, after a start, once the leases of the process
+    /// before it (its own queues' holds, forgotten) have run out.
+    fn quiet_end(&self, since: Timestamp, delay: Duration) -> Timestamp {
+        if since == Timestamp::EPOCH {
+            return since;
+        }
+        since
+            .saturating_add(TURN_HOLD.max(delay))
+            .max(self.held_until.saturating_add(delay))
     }
 
     /// Where `group`'s turns are kept. Only address groups span
@@ -332,17 +358,22 @@ impl Scheduler {
         group: &Group,
         state: &mut GroupState,
         delay: Duration,
+        lease: Duration,
         now: Timestamp,
     ) -> Option<Timestamp> {
         let turned_away = match self.keeper(&queue.crawl, group) {
             Keeper::Here { since } => match state.gate(&queue.key, delay, now) {
-                Some(at) => Some(at.max(quiet_end(since, delay))),
+                Some(at) => Some(at.max(self.quiet_end(since, delay))),
                 None => {
-                    let quiet_until = quiet_end(since, delay);
+                    let quiet_until = self.quiet_end(since, delay);
                     (now < quiet_until).then_some(quiet_until)
                 }
             },
-            Keeper::Elsewhere => match state.turn.gate(&queue.key, now, &mut state.asks) {
+            Keeper::Elsewhere => match self.hand_over_local_holds(state, now).turn.gate(
+                &queue.key,
+                now,
+                &self.turn_serials,
+            ) {
                 RemoteGate::Pass => None,
                 RemoteGate::Wait(at) => Some(at),
                 RemoteGate::Ask(at, serial) => {
@@ -352,6 +383,7 @@ impl Scheduler {
                         queue: queue.key.clone(),
                         serial,
                         delay: delay.saturating_add(state.extra),
+                        lease,
                     });
                     Some(at)
                 }
@@ -430,14 +462,31 @@ impl Scheduler {
         }
     }
 
+    /// The group is kept elsewhere now: holds of other nodes' queues
+    /// renew there, and a hold of one of this node's queues becomes this
+    /// node's turn (renewed there) before any of its queues asks.
+    fn hand_over_local_holds<'a>(
+        &self,
+        state: &'a mut GroupState,
+        now: Timestamp,
+    ) -> &'a mut GroupState {
+        state.forget_remote_holders();
+        if state.turn == Turn::Idle
+            && let Some(holder) = state.take_local_holder(now)
+        {
+            self.adopt_hold(state, &holder);
+        }
+        state
+    }
+
     /// Makes `queue_key` the holder of the group's turn under a new ask.
     fn adopt_hold(&self, state: &mut GroupState, queue_key: &str) -> u64 {
-        state.asks += 1;
+        let serial = self.turn_serials.fetch_add(1, Ordering::Relaxed);
         state.turn = Turn::Holding {
             queue: queue_key.to_owned(),
-            serial: state.asks,
+            serial,
         };
-        state.asks
+        serial
     }
 
     pub(super) fn send_turn(&self, message: TurnMessage) {
@@ -508,11 +557,8 @@ impl Scheduler {
             let elsewhere = self.keeper(&crawl, &group) == Keeper::Elsewhere;
             let (holding, ran_out, waiting) = {
                 let mut state = group.lock();
-                if elsewhere
-                    && state.turn == Turn::Idle
-                    && let Some(holder) = state.take_local_holder(now)
-                {
-                    self.adopt_hold(&mut state, &holder);
+                if elsewhere {
+                    self.hand_over_local_holds(&mut state, now);
                 }
                 let holding = match &state.turn {
                     Turn::Holding { queue, serial } => Some((queue.clone(), *serial)),
@@ -542,15 +588,13 @@ impl Scheduler {
                     self.give_turn_back(&crawl, &group, &mut group.lock(), &queue);
                 }
             }
-            if let Some((queue, give_back)) = ran_out {
-                if let Some(serial) = give_back {
-                    self.send_turn(TurnMessage::LetGo {
-                        crawl: crawl.clone(),
-                        group: name.clone(),
-                        queue: queue.clone(),
-                        serial,
-                    });
-                }
+            if let Some((queue, serial)) = ran_out {
+                self.send_turn(TurnMessage::LetGo {
+                    crawl: crawl.clone(),
+                    group: name.clone(),
+                    queue: queue.clone(),
+                    serial,
+                });
                 for key in std::iter::once(queue).chain(waiting) {
                     self.wake_at_gate(&crawl, &key, Timestamp::EPOCH);
                 }
@@ -577,8 +621,8 @@ impl Scheduler {
         let waiting = {
             let mut state = group.lock();
             match message {
-                TurnMessage::Ask { delay, .. } => {
-                    let quiet_until = quiet_end(since, *delay);
+                TurnMessage::Ask { delay, lease, .. } => {
+                    let quiet_until = self.quiet_end(since, *delay);
                     // Held by another: free a delay after its let-go at the
                     // soonest, so asking again then loses no time.
                     let gated = state
@@ -591,14 +635,14 @@ impl Scheduler {
                     match not_before {
                         Some(at) => answer.not_before = at,
                         None => {
-                            state.served(holder, true, now.saturating_add(TURN_HOLD), now);
+                            state.served(holder, true, hold_end(now, *lease), now);
                             answer.granted = true;
                         }
                     }
                     Vec::new()
                 }
                 TurnMessage::Renew { .. } => {
-                    state.renew(holder, now.saturating_add(TURN_HOLD), now);
+                    state.renew(holder, now.saturating_add(TURN_HOLD));
                     Vec::new()
                 }
                 TurnMessage::LetGo { .. } => state.let_go(holder, now),
@@ -640,29 +684,29 @@ mod tests {
     #[test]
     fn one_queue_asks_and_holds_while_the_others_wait() {
         let mut turn = Turn::default();
-        let mut asks = 0;
+        let asks = AtomicU64::new(1);
         assert_eq!(
-            turn.gate("a", at(1_000), &mut asks),
+            turn.gate("a", at(1_000), &asks),
             RemoteGate::Ask(at(4_000), 1)
         );
         assert_eq!(
-            turn.gate("a", at(1_500), &mut asks),
+            turn.gate("a", at(1_500), &asks),
             RemoteGate::Wait(at(4_000))
         );
         assert_eq!(
-            turn.gate("b", at(1_500), &mut asks),
+            turn.gate("b", at(1_500), &asks),
             RemoteGate::Wait(at(4_000))
         );
         assert!(!turn.answered(7, true, at(1_600)), "not the ask pending");
         assert!(turn.answered(1, true, at(1_600)));
         assert_eq!(
-            turn.gate("b", at(1_700), &mut asks),
+            turn.gate("b", at(1_700), &asks),
             RemoteGate::Wait(at(3_600))
         );
-        assert_eq!(turn.gate("a", at(1_700), &mut asks), RemoteGate::Pass);
+        assert_eq!(turn.gate("a", at(1_700), &asks), RemoteGate::Pass);
         turn.served("a");
         assert_eq!(
-            turn.gate("b", at(9_000), &mut asks),
+            turn.gate("b", at(9_000), &asks),
             RemoteGate::Wait(Timestamp::NEVER)
         );
         assert_eq!(turn.run_out(at(99_000)), None, "a hold never runs out");
@@ -670,7 +714,7 @@ mod tests {
         assert_eq!(turn.let_go("a"), Some(1));
         assert_eq!(turn, Turn::Idle);
         assert_eq!(
-            turn.gate("b", at(9_000), &mut asks),
+            turn.gate("b", at(9_000), &asks),
             RemoteGate::Ask(at(12_000), 2)
         );
     }
@@ -678,23 +722,23 @@ mod tests {
     #[test]
     fn a_lost_answer_or_an_unused_grant_runs_out() {
         let mut turn = Turn::default();
-        let mut asks = 0;
-        let _ = turn.gate("a", at(1_000), &mut asks);
+        let asks = AtomicU64::new(1);
+        let _ = turn.gate("a", at(1_000), &asks);
         assert_eq!(turn.run_out(at(3_999)), None);
-        assert_eq!(turn.run_out(at(4_000)), Some(("a".into(), None)));
-        let _ = turn.gate("a", at(5_000), &mut asks);
+        assert_eq!(
+            turn.run_out(at(4_000)),
+            Some(("a".into(), 1)),
+            "given back: a grant may have been lost"
+        );
+        let _ = turn.gate("a", at(5_000), &asks);
         assert!(
             !turn.answered(1, true, at(5_100)),
             "the first ask's answer came late"
         );
         assert!(turn.answered(2, true, at(5_100)));
-        assert_eq!(
-            turn.run_out(at(7_100)),
-            Some(("a".into(), Some(2))),
-            "given back"
-        );
+        assert_eq!(turn.run_out(at(7_100)), Some(("a".into(), 2)), "given back");
         assert_eq!(turn, Turn::Idle);
-        let _ = turn.gate("a", at(8_000), &mut asks);
+        let _ = turn.gate("a", at(8_000), &asks);
         assert!(turn.answered(3, false, at(8_100)));
         assert_eq!(turn, Turn::Idle, "refused: asked again later");
     }
@@ -719,7 +763,7 @@ mod tests {
                 .gate("b.test", Duration::from_secs(1), at(3_200))
                 .is_some()
         );
-        group.renew(&second, at(9_000), at(4_000));
+        group.renew(&second, at(9_000));
         assert_eq!(
             group.gate("b.test", Duration::ZERO, at(8_500)),
             Some(at(9_000)),

@@ -2,8 +2,9 @@
 //! module): three schedulers, each over a store of its own as three
 //! nodes are, whose hosts all share one address; a worker per node that
 //! leases and reports; the messages between the nodes delivered late,
-//! out of order or not at all; and the group's keeper moved from node to
-//! node. Every decision is the schedulers' own; the simulation only
+//! out of order or not at all; the group's keeper moved from node to
+//! node; and nodes restarted (memory lost, store kept) while their
+//! workers fetch on. Every decision is the schedulers' own; the simulation only
 //! carries messages and keeps time.
 //!
 //! The network it assumes is the one the turns rely on: a message
@@ -133,6 +134,32 @@ fn address() -> String {
         .expect("an address whose group's partition holds no host")
 }
 
+impl Node {
+    /// Node `me` over `fixture`, at `now`: its keepers and lookups set.
+    fn boot(me: usize, fixture: Fixture, keeper: &Arc<AtomicUsize>, now: u64) -> Self {
+        fixture.now_ms.store(now, Ordering::SeqCst);
+        let keepers = Arc::new(SimKeepers {
+            me,
+            keeper: Arc::clone(keeper),
+            outbox: Mutex::default(),
+        });
+        fixture
+            .scheduler
+            .set_turn_keepers(Arc::clone(&keepers) as Arc<dyn TurnKeepers>);
+        // Names, each found at the one address when looked up.
+        let (lookups, asked) = tokio::sync::mpsc::unbounded_channel();
+        fixture.scheduler.address_lookups.set(lookups).unwrap();
+        Self {
+            fixture,
+            keepers,
+            asked,
+            leased: Vec::new(),
+            fetched_at: 0,
+            next_renewal: now,
+        }
+    }
+}
+
 impl Sim {
     fn new(seed: u64, verbose: bool) -> Self {
         let keeper = Arc::new(AtomicUsize::new(0));
@@ -143,19 +170,7 @@ impl Sim {
         let mut urls = 0;
         for me in 0..NODES {
             let fixture = open_polite(tempfile::tempdir().unwrap(), 8, Politeness::Ip);
-            fixture.now_ms.store(START_MS, Ordering::SeqCst);
             fixture.scheduler.set_delay("c", "", 1).unwrap();
-            let keepers = Arc::new(SimKeepers {
-                me,
-                keeper: Arc::clone(&keeper),
-                outbox: Mutex::default(),
-            });
-            fixture
-                .scheduler
-                .set_turn_keepers(Arc::clone(&keepers) as Arc<dyn TurnKeepers>);
-            // Names, each found at the one address when looked up.
-            let (lookups, asked) = tokio::sync::mpsc::unbounded_channel();
-            fixture.scheduler.address_lookups.set(lookups).unwrap();
             let mut node_urls = Vec::new();
             for host in 0..HOSTS_PER_NODE {
                 for page in 0..PAGES {
@@ -164,14 +179,7 @@ impl Sim {
             }
             urls += node_urls.len();
             fixture.discover(&node_urls, START_MS / 1000);
-            nodes.push(Node {
-                fixture,
-                keepers,
-                asked,
-                leased: Vec::new(),
-                fetched_at: 0,
-                next_renewal: START_MS,
-            });
+            nodes.push(Node::boot(me, fixture, &keeper, START_MS));
         }
         let sim = Self {
             rng: Rng(seed),
@@ -236,6 +244,7 @@ impl Sim {
                 self.work(node);
             }
             800..802 if self.faults => self.move_keeper(),
+            802..803 if self.faults => self.restart(),
             _ => {}
         }
         self.post_outboxes();
@@ -407,6 +416,30 @@ impl Sim {
         self.log(|| format!("keeper n{old} -> n{new}"));
         self.serve_partitions(old);
         self.serve_partitions(new);
+    }
+
+    /// A node stops and starts again: its memory (turns, groups) is
+    /// lost, its store kept; its worker fetches on and reports to the new
+    /// process.
+    fn restart(&mut self) {
+        let me = self.rng.below(NODES as u64) as usize;
+        self.log(|| format!("n{me} restarts"));
+        let old = self.nodes.remove(me);
+        let (leased, fetched_at) = (old.leased, old.fetched_at);
+        let Fixture {
+            ingest,
+            scheduler,
+            _dir,
+            ..
+        } = old.fixture;
+        drop(scheduler);
+        ingest.shutdown().unwrap();
+        let fixture = open_polite(_dir, 8, Politeness::Ip);
+        let mut node = Node::boot(me, fixture, &self.keeper, self.now);
+        node.leased = leased;
+        node.fetched_at = fetched_at;
+        self.nodes.insert(me, node);
+        self.serve_partitions(me);
     }
 
     fn completed(&self) -> usize {
