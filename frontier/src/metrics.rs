@@ -64,6 +64,20 @@ fn describe() {
         "frontier_cluster_replica_copies_total",
         "New copies of partitions made on this node, by source: log (a lagging copy brought up to date with what its leader noted it missed) or whole (copied whole)"
     );
+    metrics::describe_counter!(
+        "frontier_address_lookups_total",
+        "Hosts looked up before their first serve under politeness by address, by result (found, none)"
+    );
+    metrics::describe_counter!(
+        "frontier_group_turns_total",
+        "Asks for the turn of an address group this node keeps, by answer (granted, refused)"
+    );
+    for result in ["found", "none"] {
+        metrics::counter!("frontier_address_lookups_total", "result" => result).increment(0);
+    }
+    for answer in ["granted", "refused"] {
+        metrics::counter!("frontier_group_turns_total", "answer" => answer).increment(0);
+    }
     for source in ["log", "whole"] {
         metrics::counter!("frontier_cluster_replica_copies_total", "source" => source).increment(0);
     }

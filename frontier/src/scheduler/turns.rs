@@ -639,6 +639,9 @@ impl Scheduler {
                             answer.granted = true;
                         }
                     }
+                    let counted = if answer.granted { "granted" } else { "refused" };
+                    metrics::counter!("frontier_group_turns_total", "answer" => counted)
+                        .increment(1);
                     Vec::new()
                 }
                 TurnMessage::Renew { .. } => {
