@@ -77,6 +77,8 @@ pub struct WideSite {
     config: Arc<WideConfig>,
     port: u16,
     hits: Arc<Mutex<Vec<WideHit>>>,
+    // Requests answered so far, for tests that act after the n-th.
+    answered: tokio::sync::watch::Sender<usize>,
     throttled_once: Arc<Mutex<HashSet<(usize, String)>>>,
 }
 
@@ -112,6 +114,7 @@ impl WideSite {
                         config: Arc::new(config),
                         port,
                         hits: Arc::default(),
+                        answered: tokio::sync::watch::channel(0).0,
                         throttled_once: Arc::default(),
                     };
                     for listener in listeners {
@@ -267,7 +270,14 @@ impl WideSite {
                 at,
                 status: response.status().as_u16(),
             });
+        self.answered.send_modify(|count| *count += 1);
         response
+    }
+
+    /// Waits until the hosts have answered at least `n` requests.
+    pub async fn answered_at_least(&self, n: usize) {
+        let mut answered = self.answered.subscribe();
+        let _ = answered.wait_for(|&count| count >= n).await;
     }
 
     fn page(&self, path: &str) -> Response<Full<Bytes>> {

@@ -43,29 +43,43 @@ fn write_hosts_file(site: &WideSite, dir: &std::path::Path) -> String {
 /// crawls them to the end with two workers, the i-th pointed at the i-th
 /// endpoint (in turn).
 fn crawl_through(site: &WideSite, endpoints: &[String], dir: &std::path::Path) {
+    let workers = seed_and_start_workers(site, endpoints, dir, &[]);
+    crawl_ends(&endpoints[0], workers, 120);
+}
+
+/// Seeds every host of the site through the first of `endpoints` and
+/// starts two workers with `args` besides their own, the i-th pointed at
+/// the i-th endpoint (in turn).
+fn seed_and_start_workers(
+    site: &WideSite,
+    endpoints: &[String],
+    dir: &std::path::Path,
+    args: &[&str],
+) -> Vec<WorkerProcess> {
     let hosts_file = write_hosts_file(site, dir);
     let seeds = dir.join("seeds");
     std::fs::write(&seeds, site.seeds()).unwrap();
+    let mut worker_args = vec![
+        "--hosts-file",
+        &hosts_file,
+        "--no-sitemaps",
+        "--retry-base-secs",
+        "1",
+    ];
+    worker_args.extend_from_slice(args);
     let workers: Vec<WorkerProcess> = (1..=2)
         .map(|i| {
             WorkerProcess::start(
                 &endpoints[(i - 1) % endpoints.len()],
                 &dir.join("out"),
                 &format!("w{i}"),
-                &[
-                    "--hosts-file",
-                    &hosts_file,
-                    "--no-sitemaps",
-                    "--retry-base-secs",
-                    "1",
-                ],
+                &worker_args,
             )
         })
         .collect();
-    let endpoint = &endpoints[0];
-    let (status, text) = frontier_cli(endpoint, &["seed", "--file", &seeds.to_string_lossy()]);
+    let (status, text) = frontier_cli(&endpoints[0], &["seed", "--file", &seeds.to_string_lossy()]);
     assert!(status.success(), "{text}");
-    crawl_ends(endpoint, workers, 120);
+    workers
 }
 
 /// Gaps between consecutive requests of one group below the delay.
@@ -122,6 +136,70 @@ async fn hosts_of_one_domain_never_see_requests_closer_than_its_gap() {
     assert_each_domain_kept_its_gap(&site, 2, 3, 4);
 }
 
+/// The flags of node `id` of a two-node cluster under `politeness`.
+fn node_args(etcd: &str, id: &str, politeness: &str, hosts_file: &str) -> Vec<String> {
+    [
+        "--etcd",
+        etcd,
+        "--cluster",
+        "polite",
+        "--node-id",
+        id,
+        "--initial-nodes",
+        "2",
+        "--partitions",
+        "8",
+        "--lease-ttl-secs",
+        "2",
+        "--politeness",
+        politeness,
+        "--default-delay-ms",
+        &DELAY_MS.to_string(),
+        "--hosts-file",
+        hosts_file,
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect()
+}
+
+/// Starts node `id` of a two-node cluster in `dir/id`, on `listen` when
+/// given.
+fn start_node(
+    etcd: &EtcdProcess,
+    id: &str,
+    politeness: &str,
+    dir: &std::path::Path,
+    listen: Option<&str>,
+) -> FrontierProcess {
+    let hosts_file = dir.join("hosts").to_string_lossy().into_owned();
+    let args = node_args(&etcd.endpoint, id, politeness, &hosts_file);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match listen {
+        Some(listen) => FrontierProcess::start_on(&dir.join(id), listen, &args),
+        None => FrontierProcess::start(&dir.join(id), &args),
+    }
+}
+
+/// A cluster of two nodes under `politeness` (the site's hosts file
+/// written for them), formed.
+async fn two_nodes(
+    site: &WideSite,
+    etcd: &EtcdProcess,
+    politeness: &str,
+    dir: &std::path::Path,
+) -> Vec<FrontierProcess> {
+    write_hosts_file(site, dir);
+    let nodes: Vec<FrontierProcess> = ["n1", "n2"]
+        .iter()
+        .map(|id| start_node(etcd, id, politeness, dir, None))
+        .collect();
+    for node in &nodes {
+        crawl_tests::wait_for_cluster(&mut node.admin().await, 2).await;
+    }
+    nodes
+}
+
 /// Crawls the site to its end through a cluster of two frontier nodes
 /// (real etcd) under `politeness`, two workers, one at each node; checks
 /// that both nodes served.
@@ -132,39 +210,7 @@ async fn crawl_on_two_nodes(
     dir: &std::path::Path,
 ) {
     let etcd = EtcdProcess::start(etcd);
-    let delay = DELAY_MS.to_string();
-    let hosts_file = write_hosts_file(site, dir);
-    let nodes: Vec<FrontierProcess> = ["n1", "n2"]
-        .iter()
-        .map(|id| {
-            FrontierProcess::start(
-                &dir.join(id),
-                &[
-                    "--etcd",
-                    &etcd.endpoint,
-                    "--cluster",
-                    "polite",
-                    "--node-id",
-                    id,
-                    "--initial-nodes",
-                    "2",
-                    "--partitions",
-                    "8",
-                    "--lease-ttl-secs",
-                    "2",
-                    "--politeness",
-                    politeness,
-                    "--default-delay-ms",
-                    &delay,
-                    "--hosts-file",
-                    &hosts_file,
-                ],
-            )
-        })
-        .collect();
-    for node in &nodes {
-        crawl_tests::wait_for_cluster(&mut node.admin().await, 2).await;
-    }
+    let nodes = two_nodes(site, &etcd, politeness, dir).await;
     let endpoints: Vec<String> = nodes.iter().map(FrontierProcess::endpoint).collect();
     crawl_through(site, &endpoints, dir);
     // Both nodes served: the groups' hosts were spread over the cluster.
@@ -172,6 +218,19 @@ async fn crawl_on_two_nodes(
     assert_eq!(progress.nodes.len(), 2, "{progress:?}");
     for node in &progress.nodes {
         assert!(node.completed > 0, "{progress:?}");
+    }
+}
+
+/// Each address's requests (`hosts_per_address` hosts of `pages` pages
+/// and a robots.txt each) are all there, none closer than the gap.
+fn assert_each_address_kept_its_gap(site: &WideSite, hosts_per_address: usize, pages: usize) {
+    for (address, hits) in &site.hits_by(|host| host / hosts_per_address) {
+        assert!(
+            hits.len() >= hosts_per_address * (pages + 1),
+            "address {address}: {hits:?}"
+        );
+        let close = close_gaps(hits);
+        assert!(close.is_empty(), "address {address}: {close:?}");
     }
 }
 
@@ -214,13 +273,44 @@ async fn an_addresss_gap_holds_across_two_frontier_nodes() {
     .await
     .unwrap();
     crawl_on_two_nodes(&site, "ip", &etcd, dir.path()).await;
-    let groups = site.hits_by(|host| host / 3);
-    assert_eq!(groups.len(), 4);
-    for (address, hits) in &groups {
-        assert_eq!(hits.len(), 3 * (3 + 1), "address {address}: {hits:?}");
-        let close = close_gaps(hits);
-        assert!(close.is_empty(), "address {address}: {close:?}");
-    }
+    assert_eq!(site.hits_by(|host| host / 3).len(), 4);
+    assert_each_address_kept_its_gap(&site, 3, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_addresss_gap_holds_while_a_node_is_killed_and_restarted() {
+    let Some(etcd) =
+        crawl_tests::etcd_or_skip("an_addresss_gap_holds_while_a_node_is_killed_and_restarted")
+    else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&etcd);
+    let dir = tempfile::tempdir().unwrap();
+    let site = WideSite::start(WideConfig {
+        hosts: 12,
+        pages: 6,
+        hosts_per_address: 3,
+        ..WideConfig::default()
+    })
+    .await
+    .unwrap();
+    let mut nodes = two_nodes(&site, &etcd, "ip", dir.path()).await;
+    let endpoints: Vec<String> = nodes.iter().map(FrontierProcess::endpoint).collect();
+    // Short leases: a restarted node waits them out before it serves or
+    // grants a turn.
+    let workers = seed_and_start_workers(&site, &endpoints, dir.path(), &["--lease-secs", "5"]);
+    // kill -9 one node a third into the crawl, its workers fetching on,
+    // and start it again where it was.
+    site.answered_at_least(12 * 7 / 3).await;
+    let killed = nodes.remove(1);
+    let listen = killed.addr.to_string();
+    killed.kill();
+    let restarted = start_node(&etcd, "n2", "ip", dir.path(), Some(&listen));
+    crawl_ends(&restarted.endpoint(), workers, 180);
+    // A page in flight at the kill may be fetched again; never two
+    // requests to an address closer than its gap.
+    assert_eq!(site.hits_by(|host| host / 3).len(), 4);
+    assert_each_address_kept_its_gap(&site, 3, 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
