@@ -87,7 +87,7 @@ mod protocol;
 mod replication;
 mod router;
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;
 mod turns;
 
 use std::collections::{BTreeMap, BTreeSet};

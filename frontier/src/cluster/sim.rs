@@ -44,11 +44,12 @@ const PARTITIONS: u32 = 8;
 const STEPS: usize = 400;
 const HEAL_STEPS: usize = 4000;
 
-/// SplitMix64: small, seedable, and the same on every machine.
-struct Rng(u64);
+/// SplitMix64: small, seedable, and the same on every machine (the
+/// scheduler's turns simulation draws from it too).
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -56,7 +57,7 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 }

@@ -147,19 +147,7 @@ fn send(cluster: &Arc<Cluster>, batch: Vec<TurnMessage>) {
 
 /// Hands an ask's answer to the scheduler.
 fn answered(cluster: &Cluster, message: &TurnMessage, answer: TurnAnswer) {
-    if let TurnMessage::Ask {
-        crawl,
-        group,
-        queue,
-        serial,
-        ..
-    } = message
-    {
-        cluster
-            .frontier
-            .scheduler()
-            .turn_answered(crawl, group, queue, *serial, answer);
-    }
+    cluster.frontier.scheduler().ask_answered(message, answer);
 }
 
 /// The keeper's side of GroupTurns: each step through the scheduler, a

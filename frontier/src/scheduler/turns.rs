@@ -495,6 +495,20 @@ impl Scheduler {
         }
     }
 
+    /// The keeper answered `message`, if an ask (else nothing to do).
+    pub fn ask_answered(&self, message: &TurnMessage, answer: TurnAnswer) {
+        if let TurnMessage::Ask {
+            crawl,
+            group,
+            queue,
+            serial,
+            ..
+        } = message
+        {
+            self.turn_answered(crawl, group, queue, *serial, answer);
+        }
+    }
+
     /// The keeper answered ask `serial` of queue `queue` for `group`:
     /// granted, the queue is looked at again at once; refused, at
     /// `not_before`, and so are the queues waiting behind it.

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::tests::{Fixture, open_polite};
 use super::{Politeness, ServeRequest, TurnAnswer, TurnKeepers, TurnMessage, holder_name};
+use crate::cluster::sim::Rng;
 use crate::time::Timestamp;
 
 const NODES: usize = 3;
@@ -36,23 +37,6 @@ const HEAL_STEPS: usize = 20_000;
 const PARTITIONS: usize = 4;
 /// Time starts here, well past the epoch.
 const START_MS: u64 = 1_000_000_000;
-
-/// SplitMix64, as the cluster simulation's.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A node's keepers: the simulation's keeper, and an outbox it carries.
 struct SimKeepers {
@@ -220,7 +204,7 @@ impl Sim {
     }
 
     fn step(&mut self) {
-        self.now += self.rng.below(200);
+        self.now += self.rng.below(200) as u64;
         for node in &self.nodes {
             node.fixture.now_ms.store(self.now, Ordering::SeqCst);
         }
@@ -240,7 +224,7 @@ impl Sim {
         match self.rng.below(1000) {
             0..400 => self.deliver(),
             400..800 => {
-                let node = self.rng.below(NODES as u64) as usize;
+                let node = self.rng.below(NODES);
                 self.work(node);
             }
             800..802 if self.faults => self.move_keeper(),
@@ -280,7 +264,7 @@ impl Sim {
                     self.log(|| format!("lost {from}->{to} {message:?}"));
                     continue;
                 }
-                let at = self.now + self.rng.below(MAX_LATENCY_MS);
+                let at = self.now + self.rng.below(MAX_LATENCY_MS as usize) as u64;
                 self.network
                     .push((at, Envelope::Step { from, to, message }));
             }
@@ -307,7 +291,7 @@ impl Sim {
             self.log(|| "answer lost".to_owned());
             return;
         }
-        let at = self.now + self.rng.below(MAX_LATENCY_MS);
+        let at = self.now + self.rng.below(MAX_LATENCY_MS as usize) as u64;
         self.network.push((
             at,
             Envelope::Answer {
@@ -319,19 +303,10 @@ impl Sim {
     }
 
     fn answered(&self, to: usize, message: &TurnMessage, answer: TurnAnswer) {
-        if let TurnMessage::Ask {
-            crawl,
-            group,
-            queue,
-            serial,
-            ..
-        } = message
-        {
-            self.nodes[to]
-                .fixture
-                .scheduler
-                .turn_answered(crawl, group, queue, *serial, answer);
-        }
+        self.nodes[to]
+            .fixture
+            .scheduler
+            .ask_answered(message, answer);
     }
 
     /// Delivers one message whose time has come, any of them: the network
@@ -343,7 +318,7 @@ impl Sim {
         if ready.is_empty() {
             return;
         }
-        let pick = ready[self.rng.below(ready.len() as u64) as usize];
+        let pick = ready[self.rng.below(ready.len())];
         let (_, envelope) = self.network.swap_remove(pick);
         match envelope {
             Envelope::Step { from, to, message } => self.take(from, to, &message),
@@ -394,7 +369,7 @@ impl Sim {
             let fetch = if self.rng.below(10) == 0 {
                 2 * super::TURN_HOLD.as_millis() as u64
             } else {
-                self.rng.below(1000)
+                self.rng.below(1000) as u64
             };
             self.nodes[node].fetched_at = now + fetch;
         } else if now >= self.nodes[node].fetched_at {
@@ -411,7 +386,7 @@ impl Sim {
     /// The group's partition, and so its keeping, moves to another node.
     fn move_keeper(&mut self) {
         let old = self.keeper.load(Ordering::SeqCst);
-        let new = (old + 1 + self.rng.below(NODES as u64 - 1) as usize) % NODES;
+        let new = (old + 1 + self.rng.below(NODES - 1)) % NODES;
         self.keeper.store(new, Ordering::SeqCst);
         self.log(|| format!("keeper n{old} -> n{new}"));
         self.serve_partitions(old);
@@ -422,7 +397,7 @@ impl Sim {
     /// lost, its store kept; its worker fetches on and reports to the new
     /// process.
     fn restart(&mut self) {
-        let me = self.rng.below(NODES as u64) as usize;
+        let me = self.rng.below(NODES);
         self.log(|| format!("n{me} restarts"));
         let old = self.nodes.remove(me);
         let (leased, fetched_at) = (old.leased, old.fetched_at);
