@@ -97,10 +97,12 @@ use crate::time::Timestamp;
 
 mod addresses;
 mod commits;
+mod grouping;
 mod groups;
 mod partitions;
 mod queue;
 mod slowdown;
+mod turn;
 mod turns;
 mod views;
 
