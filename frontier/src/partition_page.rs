@@ -20,7 +20,7 @@ pub fn copy_page_limit(asked: u32) -> usize {
 }
 
 /// A page of a partition's URLs as they travel, cut once it passes
-/// [`COPY_PAGE_BYTES`]; answers whether it was cut (the next page then
+/// `COPY_PAGE_BYTES`; answers whether it was cut (the next page then
 /// goes on after its last key).
 pub fn wire_page(
     page: Vec<crate::ingest::PartitionUrl>,

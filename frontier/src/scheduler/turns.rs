@@ -28,7 +28,7 @@
 //! queues asks for or holds the group at a time, the others wait behind
 //! it as behind a local holder. Messages go out through [`TurnKeepers`]
 //! (the cluster's peers); answers come back through
-//! [`Scheduler::turn_answered`]. A turn asked for and not answered in
+//! [`Scheduler::ask_answered`]. A turn asked for and not answered in
 //! [`ASK_WAIT`], or granted and not used in [`TURN_USE`], is dropped and
 //! given back (the answer to an ask may have been a lost grant), so a
 //! lost message costs a wait, never a stuck group.
@@ -58,9 +58,8 @@ const MIN_ASK_GAP: Duration = Duration::from_millis(50);
 /// Where a group's turns are kept, as this node sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Keeper {
-    /// Here, since `since`: nothing is granted before a turn's life has
-    /// passed since then, nor the group's delay (holds and let-gos the
-    /// keeper before may have handed out).
+    /// Here, since `since`: nothing is granted before its quiet after
+    /// then has passed ([`Scheduler::quiet_end`]).
     Here { since: Timestamp },
     /// On another node.
     Elsewhere,
@@ -131,7 +130,7 @@ pub trait TurnKeepers: Send + Sync {
     /// Whether another node keeps group `group` of `crawl`.
     fn kept_elsewhere(&self, crawl: &str, group: &str) -> bool;
     /// Sends a message to the group's keeper; an Ask's answer comes back
-    /// through [`Scheduler::turn_answered`].
+    /// through [`Scheduler::ask_answered`].
     fn send(&self, message: TurnMessage);
 }
 
@@ -380,7 +379,7 @@ impl Scheduler {
     /// The keeper answered ask `serial` of queue `queue` for `group`:
     /// granted, the queue is looked at again at once; refused, at
     /// `not_before`, and so are the queues waiting behind it.
-    pub fn turn_answered(
+    fn turn_answered(
         &self,
         crawl: &str,
         group: &str,

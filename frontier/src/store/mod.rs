@@ -39,7 +39,7 @@
 //! # Each URL once
 //!
 //! A URL is kept in one place: its entry in `url_records`, under the
-//! 64-bit hash of its canonical form ([`UrlHasher`], seeded with the store
+//! 64-bit hash of its canonical form (`UrlHasher`, seeded with the store
 //! ID), with its record. The serving order names it by queue number and
 //! hash, and a serve reads the URL from its entry. Crawl IDs and queue keys
 //! are numbers in keys and entries (module `names`), and an entry leaves

@@ -177,7 +177,7 @@ impl Wal {
         }
     }
 
-    /// The first step of [`Self::restart_keeping`], under the writer's
+    /// The first step of `restart_keeping` (tests), under the writer's
     /// lock: the records to keep, and the spare file they go to.
     pub fn begin_restart(&mut self, data_dir: &Path, durable: u64) -> Result<Restart, WalError> {
         self.check_writable()?;
@@ -227,7 +227,7 @@ impl Wal {
         }))
     }
 
-    /// The last step of [`Self::restart_keeping`], under the writer's
+    /// The last step of `restart_keeping` (tests), under the writer's
     /// lock: the records logged since `pending` began are copied too, and
     /// the files swap. Answers `false`, keeping the log as it is, if the
     /// log started another pass since.
