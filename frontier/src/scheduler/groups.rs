@@ -18,7 +18,7 @@
 //! `waiting` and woken by the scheduler once both locks are dropped (the
 //! grouping module: the scheduler's part).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -113,6 +113,10 @@ impl std::str::FromStr for Politeness {
     }
 }
 
+/// Let-gos of other nodes' holds a group remembers: more than the turns
+/// a group goes through while a renewal is on its way.
+const LET_GO_REMEMBERED: usize = 16;
+
 /// One group of a crawl.
 #[derive(Debug)]
 pub struct Group {
@@ -133,6 +137,9 @@ pub(super) struct GroupState {
     blocked_until: Timestamp,
     /// Queues turned away, woken when the group is let go.
     waiting: BTreeSet<String>,
+    /// Holds of other nodes' queues let go lately: a renewal of one sent
+    /// before its let-go and arriving after it is not a hold.
+    let_go_lately: VecDeque<String>,
     /// Added to every gap: one of its hosts slowed down (the slowdown
     /// module).
     pub(super) extra: Duration,
@@ -215,6 +222,12 @@ impl GroupState {
         if self.holders.remove(key).is_some() {
             self.last = Some(self.last.map_or(at, |last| last.max(at)));
         }
+        if key.contains('/') {
+            if self.let_go_lately.len() == LET_GO_REMEMBERED {
+                self.let_go_lately.pop_front();
+            }
+            self.let_go_lately.push_back(key.to_owned());
+        }
         self.take_waiting()
     }
 
@@ -222,6 +235,9 @@ impl GroupState {
     /// this keeper had not heard of (given out by the keeper before it) is
     /// taken as one.
     pub(super) fn renew(&mut self, key: &str, until: Timestamp) {
+        if self.let_go_lately.iter().any(|gone| gone == key) {
+            return;
+        }
         let end = self.holders.entry(key.to_owned()).or_insert(until);
         *end = (*end).max(until);
     }

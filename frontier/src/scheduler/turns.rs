@@ -591,5 +591,9 @@ mod tests {
             Some(at(9_000)),
             "renewed"
         );
+        // A renewal that was on its way when the turn was let go.
+        group.let_go(&second, at(8_600));
+        group.renew(&second, at(13_000));
+        assert_eq!(group.gate("b.test", Duration::ZERO, at(8_700)), None);
     }
 }
