@@ -117,6 +117,6 @@ mod tests {
             .find(|f| f.package() == "frontier.admin.v1")
             .unwrap();
         assert_eq!(admin.service[0].name(), "Admin");
-        assert_eq!(admin.service[0].method.len(), 16);
+        assert_eq!(admin.service[0].method.len(), 17);
     }
 }
