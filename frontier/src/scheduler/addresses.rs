@@ -117,11 +117,7 @@ impl Scheduler {
     }
 
     fn file_under_address(&self, queue: &Queue, state: &mut QueueState, ip: IpAddr) -> Vec<String> {
-        let name = Politeness::Ip.address_group(&ip.to_string());
-        match name {
-            Some(name) => self.regroup(queue, state, &name),
-            None => Vec::new(),
-        }
+        self.regroup(queue, state, &super::groups::address_group_of(ip))
     }
 
     /// The lookup of a queue's host answered `found`: the queue is filed

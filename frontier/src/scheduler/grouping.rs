@@ -58,11 +58,7 @@ impl Scheduler {
     /// Looks again at queues a group turned away, once no lock is held.
     pub(super) fn wake_turned_away(&self, crawl: &str, keys: &[String]) {
         for key in keys {
-            if let Some(queue) = self.queue(crawl, key) {
-                let mut state = queue.lock();
-                state.group_gate = Timestamp::EPOCH;
-                self.wake(&queue, &mut state, Timestamp::EPOCH);
-            }
+            self.wake_at_gate(crawl, key, Timestamp::EPOCH);
         }
     }
 

@@ -92,8 +92,13 @@ impl Politeness {
     #[must_use]
     pub fn address_group(self, address: &str) -> Option<String> {
         let ip: IpAddr = address.parse().ok()?;
-        (self == Self::Ip).then(|| format!("ip:{ip}"))
+        (self == Self::Ip).then(|| address_group_of(ip))
     }
+}
+
+/// The name of the group of the hosts at `ip`.
+pub(super) fn address_group_of(ip: IpAddr) -> String {
+    format!("ip:{ip}")
 }
 
 /// The host of a queue key: without a port, and an IPv6 literal without

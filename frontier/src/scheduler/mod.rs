@@ -679,19 +679,26 @@ impl Scheduler {
         // The group's gate, held through the handing out (groups module).
         let group = self.group_of(queue, state);
         let mut group_state = group.as_ref().map(|group| group.lock());
-        // The group adds its own extra gap to the queue's plain delay.
-        if let (Some(group), Some(group_state)) = (&group, group_state.as_mut())
-            && let Some(at) = self.group_gate(
+        // The group adds its own extra gap to the queue's plain delay. The
+        // gate answers where the group's turns are kept, so that the serve
+        // is recorded by the same view of the cluster.
+        let mut keeper = None;
+        if let (Some(group), Some(group_state)) = (&group, group_state.as_mut()) {
+            let gate = self.group_gate(
                 queue,
                 group,
                 group_state,
                 delay.saturating_sub(state.answers.extra),
                 lease,
                 now,
-            )
-        {
-            state.group_gate = at;
-            return Ok(());
+            );
+            match gate {
+                Ok(kept) => keeper = Some(kept),
+                Err(at) => {
+                    state.group_gate = at;
+                    return Ok(());
+                }
+            }
         }
         let now_secs = now.unix_secs();
         let until = now.saturating_add(lease);
@@ -730,8 +737,9 @@ impl Scheduler {
         if handed > 0 {
             state.last_serve = Some(now);
             state.held = request.hold_queues;
-            if let (Some(group), Some(group_state)) = (&group, group_state.as_mut()) {
-                self.group_served(queue, group, group_state, request.hold_queues, until, now);
+            if let (Some(group_state), Some(keeper)) = (group_state.as_mut(), keeper) {
+                let held = request.hold_queues;
+                Self::group_served(queue, group_state, keeper, held, until, now);
             }
         }
         // Know the next due date before rescheduling.

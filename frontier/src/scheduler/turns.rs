@@ -204,8 +204,9 @@ impl Scheduler {
         }
     }
 
-    /// The gate of `queue`'s group at `now` (`state` locked): `None` to
-    /// serve, else until when at most the queue waits. A queue of a group
+    /// The gate of `queue`'s group at `now` (`state` locked): where the
+    /// group's turns are kept, to serve by ([`Self::group_served`]), else
+    /// until when at most the queue waits. A queue of a group
     /// kept elsewhere asks for its turn; one kept here is gated here, past
     /// its keeper's quiet.
     pub(super) fn group_gate(
@@ -216,8 +217,9 @@ impl Scheduler {
         delay: Duration,
         lease: Duration,
         now: Timestamp,
-    ) -> Option<Timestamp> {
-        let turned_away = match self.keeper(&queue.crawl, group) {
+    ) -> Result<Keeper, Timestamp> {
+        let keeper = self.keeper(&queue.crawl, group);
+        let turned_away = match keeper {
             Keeper::Here { since } => match state.gate(&queue.key, delay, now) {
                 Some(at) => Some(at.max(self.quiet_end(since, delay))),
                 None => {
@@ -245,24 +247,26 @@ impl Scheduler {
                 }
             },
         };
-        if turned_away.is_some() {
-            state.wait(&queue.key);
+        match turned_away {
+            Some(at) => {
+                state.wait(&queue.key);
+                Err(at)
+            }
+            None => Ok(keeper),
         }
-        turned_away
     }
 
     /// `queue` was served at `now` through its group's gate, held until
     /// `until` if `held`.
     pub(super) fn group_served(
-        &self,
         queue: &Queue,
-        group: &Group,
         state: &mut GroupState,
+        keeper: Keeper,
         held: bool,
         until: Timestamp,
         now: Timestamp,
     ) {
-        match self.keeper(&queue.crawl, group) {
+        match keeper {
             Keeper::Here { .. } => state.served(&queue.key, held, until, now),
             Keeper::Elsewhere => state.turn.served(&queue.key),
         }
@@ -548,7 +552,8 @@ impl Scheduler {
             .cloned()
     }
 
-    fn wake_at_gate(&self, crawl: &str, key: &str, at: Timestamp) {
+    /// Looks again at queue `key` at `at`, its group's gate lifted then.
+    pub(super) fn wake_at_gate(&self, crawl: &str, key: &str, at: Timestamp) {
         if let Some(queue) = self.queue(crawl, key) {
             let mut state = queue.lock();
             state.group_gate = at;
