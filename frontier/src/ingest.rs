@@ -1856,4 +1856,67 @@ mod tests {
             .collect();
         assert_eq!(spread.len(), 64);
     }
+
+    /// A page's outlinks and its report joined in one write are stored
+    /// together or not at all: with the report's partition sealed for a
+    /// move, the outlinks (in other partitions) are refused with it.
+    #[test]
+    fn a_joined_write_stores_outlinks_and_report_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = FilterConfig {
+            partitions: 8,
+            ..FilterConfig::default()
+        };
+        let ingest = open(dir.path(), config, DedupMode::Exact);
+        let rules = Rules::default();
+        let page = "http://page.example/";
+        ingest
+            .put_discovered("c", &[item(page)], &rules, 1)
+            .unwrap();
+        let report = Known {
+            url: page.to_owned(),
+            ..Known::default()
+        };
+        let page_partition = ingest.partition_of("c", "page.example");
+        let outlinks: Vec<Discovered> = (0..40)
+            .map(|i| item(&format!("http://out{i}.example/")))
+            .filter(|link| ingest.partition_of("c", &host_of(&link.url)) != page_partition)
+            .collect();
+        assert!(outlinks.len() > 10);
+        let joined = |ingest: &Ingest| {
+            ingest
+                .prepare_discovered("c", &outlinks, &rules, 2)
+                .unwrap()
+                .join(
+                    ingest
+                        .prepare_known("c", std::slice::from_ref(&report), &rules, 2)
+                        .unwrap(),
+                )
+        };
+        let stored = |ingest: &Ingest, url: &str| match ingest.check_url("c", url).unwrap() {
+            UrlCheck::Checked { stored, .. } => stored,
+            UrlCheck::Refused(error) => panic!("{url}: {error}"),
+        };
+
+        let _untracked = ingest.seal_partition(page_partition as u32);
+        assert!(matches!(
+            ingest.submit(joined(&ingest)),
+            Err(IngestError::PartitionMoving(p)) if p as usize == page_partition
+        ));
+        for link in &outlinks {
+            assert!(stored(&ingest, &link.url).is_none(), "{} stored", link.url);
+        }
+        assert!(!stored(&ingest, page).unwrap().is_completed());
+
+        ingest.unseal_partition(page_partition as u32);
+        let outcomes = ingest
+            .wait(ingest.submit(joined(&ingest)).unwrap())
+            .unwrap();
+        assert_eq!(outcomes, vec![Outcome::Stored; outlinks.len() + 1]);
+        for link in &outlinks {
+            assert!(stored(&ingest, &link.url).is_some(), "{} lost", link.url);
+        }
+        assert!(stored(&ingest, page).unwrap().is_completed());
+        assert_eq!(stored_keys_in_filters(&ingest), outlinks.len() as u64 + 1);
+    }
 }

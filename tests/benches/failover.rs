@@ -89,6 +89,7 @@ async fn put_one(
 ) -> bool {
     let batch = uf::DiscoveredBatch {
         id: "0".into(),
+        done: None,
         items: vec![uf::UrlInfo {
             url: url.to_owned(),
             crawl_id: CRAWL.into(),

@@ -92,6 +92,7 @@ async fn feed_until(
                         Some((
                             uf::DiscoveredBatch {
                                 id: batch.to_string(),
+                                done: None,
                                 items: (0..256)
                                     .map(|i| uf::UrlInfo {
                                         url: common::url(batch, batch * 256 + i),

@@ -5,7 +5,7 @@
 //! is unacknowledged (on a new stream, to the next node). Callers wait for
 //! their own item's final ack, so many pages' reports share a stream and
 //! the frontier's group commits, while a page's outlinks are still
-//! acknowledged before its report is sent.
+//! acknowledged before (or with) its report.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -263,8 +263,9 @@ impl AckedCall for Outlinks {
         &ack.id
     }
 
+    // A batch carrying a page's report is final once the report is too.
     fn is_final(ack: &uf::BatchAck) -> bool {
-        !ack.statuses.contains(&(Ack::Fail as i32))
+        !ack.statuses.contains(&(Ack::Fail as i32)) && ack.done != Some(Ack::Fail as i32)
     }
 
     fn open(

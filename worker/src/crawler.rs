@@ -1,10 +1,10 @@
 //! The life of one leased URL, a [`LeasedPage`], in three steps the host
 //! pipeline (see [`crate::pipeline`]) runs: `prepare` (robots.txt, from
 //! the worker's cache, the frontier's shelf or the origin), `fetch` (the
-//! request, WARC records, links), `finish` (outlinks acknowledged, then
-//! the URL's own report, so the frontier never looks finished while a
-//! page's outlinks are on their way). The shared [`Context`] holds what
-//! every page uses.
+//! request, WARC records, links), `finish` (the outlinks and the URL's
+//! own report, which the frontier stores with the last of them, so it
+//! never looks finished while a page's outlinks are on their way; see
+//! `outlinks`). The shared [`Context`] holds what every page uses.
 //!
 //! robots.txt read from the origin (the first read of the deployment) is
 //! shelved at the frontier for the other workers, its Crawl-delay becomes
@@ -38,6 +38,7 @@ pub use crate::error::WorkerError;
 use crate::fetch::{Fetched, Fetcher};
 use crate::frontier_link::{FrontierLink, meta_first, meta_value};
 use crate::links::{extract_links, resolve};
+use crate::outlinks::{LinkBatch, Links, link_batches, send_links, send_page};
 use crate::output::Output;
 use crate::pacing::{HostPace, HostTurn};
 use crate::report::{CrawlLogEntry, Outcome, Reason};
@@ -46,7 +47,6 @@ use crate::robots::{Lookup, RobotsCache, Verdict};
 use crate::seen::SeenCache;
 use crate::sitemap::parse_sitemap;
 pub use crate::stats::WorkerStats;
-use proto::urlfrontier::ack_message::Status as Ack;
 
 /// Now, in the whole UTC epoch seconds the API's dates carry.
 pub(crate) fn now_secs() -> u64 {
@@ -59,9 +59,9 @@ pub(crate) struct Context {
     pub(crate) link: FrontierLink,
     fetcher: Fetcher,
     robots: RobotsCache,
-    seen: SeenCache,
+    pub(crate) seen: SeenCache,
     output: Option<Arc<Output>>,
-    stats: Arc<WorkerStats>,
+    pub(crate) stats: Arc<WorkerStats>,
 }
 
 impl Context {
@@ -207,8 +207,8 @@ impl LeasedPage {
     }
 }
 
-/// The URL's last step: its outcome settled and logged, its report sent
-/// until acknowledged.
+/// The URL's last step: its outcome settled and logged, its outlinks and
+/// report sent until acknowledged (the report with the last outlinks).
 async fn finish(context: &Context, info: UrlInfo, fetch: Fetch, mut log: CrawlLogEntry) {
     let Fetch {
         outcome,
@@ -216,6 +216,7 @@ async fn finish(context: &Context, info: UrlInfo, fetch: Fetch, mut log: CrawlLo
         capture,
         address,
         answer_ms,
+        outlinks,
     } = fetch;
     let Settled {
         reason,
@@ -248,7 +249,7 @@ async fn finish(context: &Context, info: UrlInfo, fetch: Fetch, mut log: CrawlLo
         tracing::error!(%error, "crawl log write failed");
     }
     let report = UrlInfo { metadata, ..info };
-    context.link.put_known(report, due).await;
+    send_page(context, outlinks, report, due).await;
     context.stats.reported.notify_one();
 }
 
@@ -341,6 +342,8 @@ pub(crate) struct Fetch {
     pub(crate) address: Option<std::net::IpAddr>,
     /// How long the host took to answer, body included.
     pub(crate) answer_ms: Option<u64>,
+    /// What it links to, sent with its report.
+    pub(crate) outlinks: Vec<LinkBatch>,
 }
 
 impl Fetch {
@@ -352,6 +355,7 @@ impl Fetch {
             capture: None,
             address: None,
             answer_ms: None,
+            outlinks: Vec::new(),
         }
     }
 }
@@ -403,6 +407,7 @@ async fn fetch_leased(
         .ok()
         .and_then(|fetched| fetched.peer)
         .map(|peer| peer.ip());
+    let mut outlinks = Vec::new();
     let (outcome, status, capture) = match fetched {
         Ok(fetched) => {
             let page = Page {
@@ -412,7 +417,7 @@ async fn fetch_leased(
                 sitemap_level: meta_first(&info.metadata, metadata::SITEMAP)
                     .and_then(|level| level.parse::<u32>().ok()),
             };
-            answered(context, &page, fetched, log, slot).await
+            answered(context, &page, fetched, log, slot, &mut outlinks).await
         }
         Err(error) => {
             drop(slot);
@@ -435,6 +440,7 @@ async fn fetch_leased(
         capture,
         address,
         answer_ms,
+        outlinks,
     }
 }
 
@@ -445,6 +451,7 @@ async fn answered(
     fetched: Fetched,
     log: &mut CrawlLogEntry,
     slot: OwnedSemaphorePermit,
+    outlinks: &mut Vec<LinkBatch>,
 ) -> (Outcome, Option<u16>, Option<Capture>) {
     let Page {
         info,
@@ -469,24 +476,24 @@ async fn answered(
             drop(slot);
             for (links, level) in found {
                 let kind = level.map_or(Links::SitemapPages, Links::Sitemaps);
-                send_links(context, info, url, 0, links, kind).await;
+                outlinks.extend(link_batches(context, info, url, 0, links, kind));
             }
             Outcome::Done(Reason::Fetched)
         }
         200..=299 => {
-            let outlinks = if fetched.is_html() {
+            let links = if fetched.is_html() {
                 html_outlinks(context, url, &fetched, log)
             } else {
                 Vec::new()
             };
             drop(slot);
-            log.outlinks = Some(outlinks.len());
-            send_links(context, info, url, depth, outlinks, Links::Page).await;
+            log.outlinks = Some(links.len());
+            outlinks.extend(link_batches(context, info, url, depth, links, Links::Page));
             Outcome::Done(Reason::Fetched)
         }
         300..=399 => {
             drop(slot);
-            follow_redirect(context, info, url, depth, &fetched, log).await
+            follow_redirect(context, info, url, depth, &fetched, log, outlinks)
         }
         429 | 503 => {
             drop(slot);
@@ -680,13 +687,14 @@ async fn record_answer(
 
 /// A 3xx answer: its target goes out as a discovered URL carrying the
 /// length of the chain, unless the chain is already too long.
-async fn follow_redirect(
+fn follow_redirect(
     context: &Context,
     info: &UrlInfo,
     url: &Url,
     depth: u32,
     fetched: &Fetched,
     log: &mut CrawlLogEntry,
+    outlinks: &mut Vec<LinkBatch>,
 ) -> Outcome {
     let target = fetched
         .header("location")
@@ -705,15 +713,14 @@ async fn follow_redirect(
             Outcome::Done(Reason::TooManyRedirects)
         }
         Some(target) => {
-            send_links(
+            outlinks.extend(link_batches(
                 context,
                 info,
                 url,
                 depth,
                 vec![target],
                 Links::Redirect(hops),
-            )
-            .await;
+            ));
             Outcome::Done(Reason::Redirect)
         }
         None => Outcome::Done(Reason::Redirect),
@@ -751,116 +758,6 @@ fn html_outlinks(
     }
 }
 
-/// What a batch of links is, which decides their metadata.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Links {
-    /// Found on a page: one link deeper.
-    Page,
-    /// A redirect's target, with the length of the chain that led to it.
-    Redirect(u32),
-    /// A sitemap's pages: one hop from the crawl's start (depth 1).
-    SitemapPages,
-    /// Sitemaps, at this sitemap index level.
-    Sitemaps(u32),
-}
-
-/// Sends links found at `url`, in the frontier's canonical spelling (so
-/// any URL Frontier server sees one spelling per page), each once, and
-/// none the seen cache knows the frontier has; waits for the frontier's
-/// acknowledgement.
-async fn send_links(
-    context: &Context,
-    info: &UrlInfo,
-    url: &Url,
-    depth: u32,
-    links: Vec<String>,
-    kind: Links,
-) {
-    let link_depth = match kind {
-        Links::Page | Links::Redirect(_) => depth + 1,
-        Links::SitemapPages => 1,
-        Links::Sitemaps(_) => 0,
-    };
-    if context.config.max_depth.is_some_and(|max| link_depth > max) {
-        return;
-    }
-    let mut spelled = std::collections::HashSet::new();
-    let mut items = Vec::new();
-    let mut cacheable = Vec::new();
-    for link in links {
-        // A URL no frontier takes is not sent.
-        let Ok(canonical) = canon::canonicalise(&link, context.config.max_url_length) else {
-            continue;
-        };
-        if !spelled.insert(canonical.as_str().to_owned()) {
-            continue;
-        }
-        // Only a page's links to its own host are cached: the host is in
-        // the crawl's scope already, so the frontier's answer for them
-        // cannot change but by depth, which the cache keeps.
-        let key = (kind == Links::Page && Some(canonical.host()) == url.host_str())
-            .then(|| SeenCache::key(&info.crawl_id, canonical.as_str()));
-        if let Some(key) = key
-            && context.seen.knows(key, link_depth)
-        {
-            context.stats.links_cached.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
-        let mut metadata = HashMap::from([
-            (
-                metadata::DEPTH.to_owned(),
-                meta_value(link_depth.to_string()),
-            ),
-            (metadata::PARENT.to_owned(), meta_value(url.as_str())),
-        ]);
-        match kind {
-            Links::Redirect(hops) => {
-                metadata.insert(
-                    metadata::REDIRECT_HOPS.to_owned(),
-                    meta_value(hops.to_string()),
-                );
-            }
-            Links::Sitemaps(level) => {
-                metadata.insert(metadata::SITEMAP.to_owned(), meta_value(level.to_string()));
-            }
-            Links::Page | Links::SitemapPages => {}
-        }
-        items.push(UrlInfo {
-            url: canonical.into_string(),
-            key: String::new(),
-            metadata,
-            crawl_id: info.crawl_id.clone(),
-        });
-        cacheable.push(key);
-    }
-    if items.is_empty() {
-        return;
-    }
-    context
-        .stats
-        .links_sent
-        .fetch_add(items.len() as u64, Ordering::Relaxed);
-    // Large sitemaps go in batches the frontier takes in one transaction.
-    let mut new = 0;
-    for (items, keys) in items.chunks(1000).zip(cacheable.chunks(1000)) {
-        let statuses = context
-            .link
-            .put_outlinks(url.to_string(), items.to_vec())
-            .await;
-        for (status, key) in statuses.iter().zip(keys) {
-            if *status == Ack::Ok as i32 {
-                new += 1;
-            }
-            if let Some(key) = key
-                && *status != Ack::Fail as i32
-            {
-                context.seen.insert(*key, link_depth);
-            }
-        }
-    }
-    context.stats.new_outlinks.fetch_add(new, Ordering::Relaxed);
-}
-
 /// First read of an origin's robots.txt in the deployment: its
 /// Crawl-delay becomes the queue's delay at the frontier, and its sitemaps
 /// (or `/sitemap.xml` when it names none) go to the frontier marked as
@@ -889,7 +786,7 @@ async fn on_new_robots(
     } else {
         robots.sitemaps.clone()
     };
-    send_links(context, info, url, 0, sitemaps, Links::Sitemaps(0)).await;
+    send_links(context, info, url, sitemaps, Links::Sitemaps(0)).await;
 }
 
 #[cfg(test)]

@@ -64,6 +64,9 @@ pub struct FrontierLink {
     // The frontier answered UNIMPLEMENTED to PutDiscovered: outlinks go as
     // discovered items of PutURLs.
     no_put_discovered: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    // The frontier acknowledged a batch carrying a report without a status
+    // for it: reports go by PutURLs.
+    no_batched_reports: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How often the link asks for the frontier's nodes again.
@@ -141,6 +144,7 @@ impl FrontierLink {
             reports: std::sync::Arc::default(),
             outlinks: std::sync::Arc::default(),
             no_put_discovered: std::sync::Arc::default(),
+            no_batched_reports: std::sync::Arc::default(),
         }
     }
 
@@ -247,6 +251,17 @@ impl FrontierLink {
         Err(last_error.unwrap_or_else(|| tonic::Status::unavailable("no frontier node")))
     }
 
+    fn note_no_put_discovered(&self) {
+        if !self
+            .no_put_discovered
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::info!(
+                "the frontier lacks PutDiscovered: outlinks go as discovered items of PutURLs"
+            );
+        }
+    }
+
     /// Sends a page's outlinks as one batch until it is acknowledged;
     /// answers each item's status (OK: stored as new). A frontier without
     /// PutDiscovered gets them as discovered items of PutURLs.
@@ -256,17 +271,11 @@ impl FrontierLink {
             let batch = DiscoveredBatch {
                 id,
                 items: items.clone(),
+                done: None,
             };
             match self.outlinks().send(batch).await {
                 Ok(ack) => return ack.statuses,
-                Err(Refused::Unimplemented) => {
-                    if !self.no_put_discovered.swap(true, Relaxed) {
-                        tracing::info!(
-                            "the frontier lacks PutDiscovered: outlinks go as discovered \
-                             items of PutURLs"
-                        );
-                    }
-                }
+                Err(Refused::Unimplemented) => self.note_no_put_discovered(),
             }
         }
         let sends = items.into_iter().map(|info| {
@@ -282,6 +291,48 @@ impl FrontierLink {
             .into_iter()
             .map(|ack| ack.map_or(Ack::Fail as i32, |ack| ack.status))
             .collect()
+    }
+
+    /// Sends a page's last outlinks with its report (`refetchable_from_date`
+    /// `due`) as one batch until it is acknowledged, so that the frontier
+    /// stores them in one commit; answers each outlink's status. A frontier
+    /// that leaves the report untaken (one without reports in batches, or
+    /// without PutDiscovered) gets it by PutURLs after the outlinks.
+    pub async fn put_outlinks_and_report(
+        &self,
+        id: String,
+        items: Vec<UrlInfo>,
+        report: UrlInfo,
+        due: u64,
+    ) -> Vec<i32> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.no_put_discovered.load(Relaxed) && !self.no_batched_reports.load(Relaxed) {
+            let batch = DiscoveredBatch {
+                id: id.clone(),
+                items: items.clone(),
+                done: Some(uf::KnownUrlItem {
+                    info: Some(report.clone()),
+                    refetchable_from_date: due,
+                }),
+            };
+            match self.outlinks().send(batch).await {
+                Ok(ack) if ack.done.is_some() => return ack.statuses,
+                Ok(ack) => {
+                    if !self.no_batched_reports.swap(true, Relaxed) {
+                        tracing::info!(
+                            "the frontier does not take reports in outlink batches: reports go \
+                             by PutURLs"
+                        );
+                    }
+                    self.put_known(report, due).await;
+                    return ack.statuses;
+                }
+                Err(Refused::Unimplemented) => self.note_no_put_discovered(),
+            }
+        }
+        let statuses = self.put_outlinks(id, items).await;
+        self.put_known(report, due).await;
+        statuses
     }
 
     /// Reports a URL's state (a known item) until it is acknowledged.

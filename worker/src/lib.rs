@@ -12,6 +12,8 @@
 //! - [`sitemap`]: sitemap and sitemap index reading, gzip included.
 //! - [`output`]: WARC 1.1 files and the crawl log.
 //! - [`report`]: how a URL ended: the reasons, the crawl log's line.
+//! - `outlinks`: a page's links as batches for the frontier, the last one
+//!   carrying the page's report.
 //! - [`frontier_link`]: leasing and acknowledged reports to the frontier,
 //!   and our frontier's extensions (robots.txt shelf, millisecond delays).
 //! - `acked`: the long-lived report and outlink streams under it.
@@ -32,6 +34,7 @@ pub mod error;
 pub mod fetch;
 pub mod frontier_link;
 pub mod links;
+mod outlinks;
 pub mod output;
 pub mod pacing;
 pub mod pipeline;

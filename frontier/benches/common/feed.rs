@@ -119,6 +119,7 @@ pub async fn put_discovered_within(
                         .insert(batch.to_string(), Instant::now());
                     uf::DiscoveredBatch {
                         id: batch.to_string(),
+                        done: None,
                         items: (0..256)
                             .map(|i| uf::UrlInfo {
                                 url: crate::common::url(batch, batch * 256 + i),

@@ -138,12 +138,15 @@ impl Peer {
         &self,
         mut batch: uf::DiscoveredBatch,
         epoch: u64,
-    ) -> Result<Vec<i32>, Status> {
+    ) -> Result<crate::grpc::BatchStatuses, Status> {
         let id = self.discovered.next_id();
         batch.id = id.clone();
         let ack = self.discovered.send(id, batch, epoch).await;
-        ack.map(|ack| ack.statuses)
-            .map_err(|status| self.unavailable(status))
+        ack.map(|ack| crate::grpc::BatchStatuses {
+            statuses: ack.statuses,
+            done: ack.done,
+        })
+        .map_err(|status| self.unavailable(status))
     }
 
     /// Stores known or discovered items at the peer; answers one status

@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::coordinator::{SettingChange, record_setting};
 use super::peers::forwarded;
 use super::{Cluster, Owner};
-use crate::grpc::UrlFrontierService;
+use crate::grpc::{BatchStatuses, UrlFrontierService};
 use crate::service::crawl_or_default;
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -180,24 +180,49 @@ async fn split_past_cutovers(
 /// Routes one batch: each URL to its partition's owner, the statuses back
 /// in order once every owner has committed its share. URLs whose owner
 /// cannot be reached are answered FAIL (the client sends them again).
+///
+/// A report the batch carries (`done`) goes to its owner with that node's
+/// share, after every other share is stored: the page is done only once
+/// its outlinks are durable wherever they live. If one of them is not,
+/// the report is answered FAIL and not stored.
 async fn route_batch(
     local: UrlFrontierService,
     cluster: Arc<Cluster>,
-    batch: uf::DiscoveredBatch,
+    mut batch: uf::DiscoveredBatch,
 ) -> Result<uf::BatchAck, Status> {
     let fail = uf::ack_message::Status::Fail as i32;
     let mut statuses = vec![fail; batch.items.len()];
-    let partitions = batch
+    let done = batch.done.take();
+    let done_index = batch.items.len();
+    let mut partitions: Vec<Option<usize>> = batch
         .items
         .iter()
         .map(|info| cluster.partition_of_url(&info.crawl_id, &info.url))
         .collect();
+    if let Some(done) = &done {
+        partitions.push(
+            done.info
+                .as_ref()
+                .and_then(|info| cluster.partition_of_url(&info.crawl_id, &info.url)),
+        );
+    }
     let (epoch, split) = split_past_cutovers(&cluster, partitions).await;
-    let shares = split.by_owner.into_iter().map(|(owner, indexes)| {
-        let items: Vec<uf::UrlInfo> = indexes.iter().map(|&i| batch.items[i].clone()).collect();
+    let mut shares = split.by_owner;
+    // The share of the report's owner goes last, carrying the report.
+    let last = shares
+        .iter()
+        .position(|(_, indexes)| indexes.contains(&done_index))
+        .filter(|_| done.is_some())
+        .map(|at| shares.remove(at));
+    let send = |owner: Owner, indexes: Vec<usize>, done: Option<uf::KnownUrlItem>| {
+        // The report's index is past the items: it names none of them.
+        let items: Vec<uf::UrlInfo> = (indexes.iter())
+            .filter_map(|&i| batch.items.get(i).cloned())
+            .collect();
         let share = uf::DiscoveredBatch {
             id: batch.id.clone(),
             items,
+            done,
         };
         let local = local.clone();
         let cluster = Arc::clone(&cluster);
@@ -211,23 +236,60 @@ async fn route_batch(
             };
             (indexes, answer)
         }
-    });
-    for (indexes, answer) in futures::future::join_all(shares).await {
+    };
+    let mut all_stored = split.away.is_none();
+    let mut done_status = done.as_ref().map(|_| fail);
+    let mut place = |indexes: Vec<usize>,
+                     answer: Result<BatchStatuses, Status>,
+                     all_stored: &mut bool|
+     -> Result<Option<i32>, Status> {
+        let items: Vec<usize> = indexes.into_iter().filter(|&i| i != done_index).collect();
         match answer {
-            Ok(answered) if answered.len() == indexes.len() => {
-                for (index, status) in indexes.into_iter().zip(answered) {
+            Ok(answered) if answered.statuses.len() == items.len() => {
+                for (index, status) in items.into_iter().zip(answered.statuses) {
+                    *all_stored &= status != fail;
                     statuses[index] = status;
                 }
+                Ok(answered.done)
             }
-            Ok(_) => log_unrouted(&Status::internal("a peer answered a batch short")),
+            Ok(_) => {
+                *all_stored = false;
+                log_unrouted(&Status::internal("a peer answered a batch short"));
+                Ok(None)
+            }
             // Storage failures here are the client's to retry, as on one node.
-            Err(status) if status.code() != tonic::Code::Unavailable => return Err(status),
-            Err(status) => log_unrouted(&status),
+            Err(status) if status.code() != tonic::Code::Unavailable => Err(status),
+            Err(status) => {
+                *all_stored = false;
+                log_unrouted(&status);
+                Ok(None)
+            }
+        }
+    };
+    let others = shares
+        .into_iter()
+        .map(|(owner, indexes)| send(owner, indexes, None));
+    for (indexes, answer) in futures::future::join_all(others).await {
+        place(indexes, answer, &mut all_stored)?;
+    }
+    if let Some((owner, indexes)) = last {
+        // With an outlink not stored, the page stays undone: its report
+        // goes nowhere and is answered FAIL, so the client sends both
+        // again.
+        let done = done.filter(|_| all_stored);
+        let carried = done.is_some();
+        let (indexes, answer) = send(owner, indexes, done).await;
+        let answered = place(indexes, answer, &mut all_stored)?;
+        if carried {
+            // An owner that does not take reports in batches leaves it
+            // unset: the client sends the report by PutURLs then.
+            done_status = answered;
         }
     }
     Ok(uf::BatchAck {
         id: batch.id,
         statuses,
+        done: done_status,
     })
 }
 

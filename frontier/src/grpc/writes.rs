@@ -87,6 +87,15 @@ enum Run<'a> {
     Known(&'a [Known]),
 }
 
+impl Run<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Run::Discovered(items) => items.len(),
+            Run::Known(items) => items.len(),
+        }
+    }
+}
+
 /// Writes one run and settles it. `turn` is given up once the run's
 /// writes are queued (or refused).
 async fn write_run(
@@ -95,9 +104,29 @@ async fn write_run(
     run: Run<'_>,
     turn: Option<SubmitTurn>,
 ) -> Result<Vec<Outcome>, WriteFailure> {
-    let mut write = match run {
-        Run::Discovered(items) => frontier.prepare_discovered(crawl, items)?,
-        Run::Known(items) => frontier.prepare_known(crawl, items)?,
+    write_runs(frontier, &[(crawl, run)], turn).await
+}
+
+/// Writes runs in one commit, which stores all of them or none, and
+/// settles each; the outcomes are the runs' in order.
+async fn write_runs(
+    frontier: &SharedFrontier,
+    runs: &[(&str, Run<'_>)],
+    turn: Option<SubmitTurn>,
+) -> Result<Vec<Outcome>, WriteFailure> {
+    let mut joined: Option<crate::ingest::PreparedWrite> = None;
+    for (crawl, run) in runs {
+        let write = match run {
+            Run::Discovered(items) => frontier.prepare_discovered(crawl, items)?,
+            Run::Known(items) => frontier.prepare_known(crawl, items)?,
+        };
+        joined = Some(match joined {
+            Some(before) => before.join(write),
+            None => write,
+        });
+    }
+    let Some(mut write) = joined else {
+        return Ok(Vec::new());
     };
     if write.needs_store_reads() {
         let reader = Arc::clone(frontier);
@@ -121,22 +150,31 @@ async fn write_run(
         .replicas()
         .wait_for_followers(&partitions)
         .await?;
-    match run {
-        Run::Discovered(_) => frontier.discovered_settled(crawl, &outcomes),
-        Run::Known(items) => frontier.known_settled(crawl, items, &outcomes),
+    let mut start = 0;
+    for (crawl, run) in runs {
+        let end = (start + run.len()).min(outcomes.len());
+        let own = &outcomes[start..end];
+        match run {
+            Run::Discovered(_) => frontier.discovered_settled(crawl, own),
+            Run::Known(items) => frontier.known_settled(crawl, items, own),
+        }
+        start = end;
     }
     Ok(outcomes)
 }
 
 impl UrlFrontierService {
-    /// Stores one batch of discovered URLs here, as PutDiscovered does,
-    /// answering its statuses after the commit (a cluster node's share of
-    /// a batch it routes).
-    pub(crate) async fn store_batch(&self, batch: uf::DiscoveredBatch) -> Result<Vec<i32>, Status> {
-        if batch.items.is_empty() {
-            return Ok(Vec::new());
+    /// Stores one batch of discovered URLs (and the report it carries)
+    /// here, as PutDiscovered does, answering its statuses after the
+    /// commit (a cluster node's share of a batch it routes).
+    pub(crate) async fn store_batch(
+        &self,
+        batch: uf::DiscoveredBatch,
+    ) -> Result<BatchStatuses, Status> {
+        if batch.items.is_empty() && batch.done.is_none() {
+            return Ok(BatchStatuses::default());
         }
-        if let (_, Some(status)) = admitted(&self.frontier, batch.items.iter().collect(), |info| {
+        if let (_, Some(status)) = admitted(&self.frontier, batch_infos(&batch), |info| {
             info.crawl_id.as_str()
         }) {
             return Err(status);
@@ -270,14 +308,15 @@ impl UrlFrontierService {
             let owns = owns.clone();
             async move {
                 let mut batch = batch.map_err(super::incoming_error)?;
-                if batch.items.is_empty() {
+                if batch.items.is_empty() && batch.done.is_none() {
                     return Ok(uf::BatchAck {
                         id: batch.id,
                         statuses: Vec::new(),
+                        done: None,
                     });
                 }
                 let id = batch.id.clone();
-                let (_, refused) = admitted(&frontier, batch.items.iter().collect(), |info| {
+                let (_, refused) = admitted(&frontier, batch_infos(&batch), |info| {
                     info.crawl_id.as_str()
                 });
                 if let Some(status) = refused {
@@ -289,8 +328,18 @@ impl UrlFrontierService {
                     .zip(&owned)
                     .filter_map(|(item, owned)| owned.then_some(item))
                     .collect();
-                let stored = if batch.items.is_empty() {
-                    Vec::new()
+                // A report this node does not own is left to its sender,
+                // as its URLs are.
+                let done_refused = batch.done.as_ref().is_some_and(|done| {
+                    !owned_mask(owns.as_ref(), std::slice::from_ref(done), |done| {
+                        done.info.as_ref()
+                    })[0]
+                });
+                if done_refused {
+                    batch.done = None;
+                }
+                let stored = if batch.items.is_empty() && batch.done.is_none() {
+                    BatchStatuses::default()
                 } else {
                     detached_write(
                         slots,
@@ -298,7 +347,12 @@ impl UrlFrontierService {
                     )
                     .await?
                 };
-                let mut stored = stored.into_iter();
+                let done = if done_refused {
+                    Some(uf::ack_message::Status::Fail as i32)
+                } else {
+                    stored.done
+                };
+                let mut stored = stored.statuses.into_iter();
                 let statuses = owned
                     .iter()
                     .map(|&owned| {
@@ -311,7 +365,7 @@ impl UrlFrontierService {
                         }
                     })
                     .collect();
-                Ok(uf::BatchAck { id, statuses })
+                Ok(uf::BatchAck { id, statuses, done })
             }
         });
         Box::pin(acks.buffered(DISCOVERED_BATCHES_IN_FLIGHT))
@@ -372,6 +426,18 @@ enum PutItem {
     Invalid,
 }
 
+/// A report as the store takes it.
+fn known_of(info: &uf::UrlInfo, due_at: u64) -> Known {
+    let metadata: BTreeMap<String, Vec<String>> = metadata_in(&info.metadata);
+    Known {
+        url: info.url.clone(),
+        queue_key: info.key.clone(),
+        depth: depth_of(&metadata),
+        due_at,
+        metadata,
+    }
+}
+
 fn put_item_of(item: &uf::UrlItem) -> (String, PutItem) {
     let (info, kind) = match &item.item {
         Some(uf::url_item::Item::Discovered(d)) => (d.info.as_ref(), None),
@@ -385,19 +451,7 @@ fn put_item_of(item: &uf::UrlItem) -> (String, PutItem) {
     let crawl = crawl_or_default(&info.crawl_id).to_owned();
     match kind {
         None => (id, PutItem::Discovered(crawl, discovered_of(info))),
-        Some(due_at) => (
-            id,
-            PutItem::Known(crawl, {
-                let metadata: BTreeMap<String, Vec<String>> = metadata_in(&info.metadata);
-                Known {
-                    url: info.url.clone(),
-                    queue_key: info.key.clone(),
-                    depth: depth_of(&metadata),
-                    due_at,
-                    metadata,
-                }
-            }),
-        ),
+        Some(due_at) => (id, PutItem::Known(crawl, known_of(info, due_at))),
     }
 }
 
@@ -515,39 +569,89 @@ fn same_run(a: &PutItem, b: &PutItem) -> bool {
     }
 }
 
-/// Statuses of one discovered batch, in order; a storage failure fails the
-/// whole batch (nothing of it was stored).
-async fn batch_statuses(frontier: &SharedFrontier, batch: &uf::DiscoveredBatch) -> Vec<i32> {
+/// What a batch's commit answers: a status per item, in order, and the
+/// status of the report it carried, if any.
+#[derive(Debug, Default)]
+pub struct BatchStatuses {
+    /// One per item, in order.
+    pub statuses: Vec<i32>,
+    /// The report's, if the batch carried one.
+    pub done: Option<i32>,
+}
+
+/// The URLs a batch names: its items, then its report's.
+fn batch_infos(batch: &uf::DiscoveredBatch) -> Vec<&uf::UrlInfo> {
+    let done = batch.done.as_ref().and_then(|done| done.info.as_ref());
+    batch.items.iter().chain(done).collect()
+}
+
+/// Statuses of one discovered batch, in order, and of its report. The
+/// items and the report are stored in one commit, so a page is never done
+/// without its outlinks; a storage failure fails them all (nothing of the
+/// batch was stored).
+async fn batch_statuses(frontier: &SharedFrontier, batch: &uf::DiscoveredBatch) -> BatchStatuses {
     // Items may name different crawls: each run of one crawl goes together.
-    let mut statuses = Vec::with_capacity(batch.items.len());
-    let mut start = 0;
-    while start < batch.items.len() {
-        let crawl = crawl_or_default(&batch.items[start].crawl_id);
-        let mut end = start + 1;
-        while end < batch.items.len() && crawl_or_default(&batch.items[end].crawl_id) == crawl {
-            end += 1;
+    let mut discovered: Vec<(&str, Vec<Discovered>)> = Vec::new();
+    for info in &batch.items {
+        let crawl = crawl_or_default(&info.crawl_id);
+        match discovered.last_mut() {
+            Some((last, items)) if *last == crawl => items.push(discovered_of(info)),
+            _ => discovered.push((crawl, vec![discovered_of(info)])),
         }
-        let items: Vec<Discovered> = batch.items[start..end].iter().map(discovered_of).collect();
-        match write_run(frontier, crawl, Run::Discovered(&items), None).await {
-            Ok(outcomes) => statuses.extend(outcomes.iter().map(|o| {
-                let status = status_code(o);
-                count_ack("discovered", status);
-                status as i32
-            })),
-            Err(error) => {
-                log_write_failure(
-                    &error,
-                    "PutDiscovered batch failed; its items are answered FAIL",
-                );
-                for _ in 0..batch.items.len() {
-                    count_ack("discovered", uf::ack_message::Status::Fail);
+    }
+    let done = batch.done.as_ref().map(|done| {
+        done.info.as_ref().map(|info| {
+            (
+                crawl_or_default(&info.crawl_id),
+                [known_of(info, done.refetchable_from_date)],
+            )
+        })
+    });
+    let mut runs: Vec<(&str, Run<'_>)> = discovered
+        .iter()
+        .map(|(crawl, items)| (*crawl, Run::Discovered(items)))
+        .collect();
+    if let Some(Some((crawl, known))) = &done {
+        runs.push((crawl, Run::Known(known)));
+    }
+    let items = batch.items.len();
+    match write_runs(frontier, &runs, None).await {
+        Ok(outcomes) => {
+            let mut statuses: Vec<i32> = Vec::with_capacity(outcomes.len());
+            for (index, outcome) in outcomes.iter().enumerate() {
+                let status = status_code(outcome);
+                count_ack(if index < items { "discovered" } else { "known" }, status);
+                statuses.push(status as i32);
+            }
+            let done = match done {
+                Some(Some(_)) => statuses.pop(),
+                // A report without a URL is refused, as in PutURLs.
+                Some(None) => {
+                    count_ack("known", uf::ack_message::Status::Skipped);
+                    Some(uf::ack_message::Status::Skipped as i32)
                 }
-                return vec![uf::ack_message::Status::Fail as i32; batch.items.len()];
+                None => None,
+            };
+            BatchStatuses { statuses, done }
+        }
+        Err(error) => {
+            log_write_failure(
+                &error,
+                "PutDiscovered batch failed; its items are answered FAIL",
+            );
+            let fail = uf::ack_message::Status::Fail;
+            for _ in 0..items {
+                count_ack("discovered", fail);
+            }
+            if done.is_some() {
+                count_ack("known", fail);
+            }
+            BatchStatuses {
+                statuses: vec![fail as i32; items],
+                done: done.map(|_| fail as i32),
             }
         }
-        start = end;
     }
-    statuses
 }
 
 #[cfg(test)]

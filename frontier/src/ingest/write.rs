@@ -8,7 +8,9 @@
 //!    the one step that may read the disk, needed only when
 //!    [`PreparedWrite::needs_store_reads`] says so.
 //! 3. [`Ingest::submit`] queues the writes with the group commit without
-//!    waiting for it.
+//!    waiting for it. Writes joined first ([`PreparedWrite::join`]) share
+//!    one commit: a page's outlinks and its report are stored together or
+//!    not at all.
 //! 4. [`Ingest::committed`] (or [`Ingest::wait`] off the runtime) waits for
 //!    the commit, teaches the filters what was stored and answers the
 //!    outcomes. A write submitted must be taken through this step even when
@@ -30,7 +32,9 @@ use crate::store::{Applied, KnownUrl, NewUrl, StoreError, WriteOp};
 pub struct PreparedWrite {
     /// One per item; `Stored` for the writes still to be settled.
     outcomes: Vec<Outcome>,
-    writes: Writes,
+    /// The batches joined, in order; their items' indexes are into
+    /// `outcomes`.
+    writes: Vec<Writes>,
     /// Store reads are still due before the writes are queued.
     reads_pending: bool,
 }
@@ -87,7 +91,8 @@ enum Settle {
 #[must_use]
 pub struct InFlight {
     outcomes: Vec<Outcome>,
-    settle: Settle,
+    /// One per batch joined, in the order of their writes.
+    settle: Vec<Settle>,
     /// `None` when nothing was left to write.
     answer: Option<PendingCommit>,
 }
@@ -96,12 +101,42 @@ impl PreparedWrite {
     /// The partitions the batch writes to.
     #[must_use]
     pub fn partitions(&self) -> std::collections::BTreeSet<u32> {
-        match &self.writes {
-            Writes::Discovered(candidates) => {
-                candidates.iter().map(|c| c.mark.partition as u32).collect()
+        let mut partitions = std::collections::BTreeSet::new();
+        for writes in &self.writes {
+            match writes {
+                Writes::Discovered(candidates) => {
+                    partitions.extend(candidates.iter().map(|c| c.mark.partition as u32));
+                }
+                Writes::Known { items, .. } => {
+                    partitions.extend(items.iter().map(|i| i.partition as u32));
+                }
             }
-            Writes::Known { items, .. } => items.iter().map(|i| i.partition as u32).collect(),
         }
+        partitions
+    }
+
+    /// This batch and `other` as one write: one commit stores both or
+    /// neither, and the outcomes are this batch's followed by `other`'s.
+    pub fn join(mut self, other: PreparedWrite) -> PreparedWrite {
+        let shift = self.outcomes.len();
+        self.outcomes.extend(other.outcomes);
+        self.reads_pending |= other.reads_pending;
+        for mut writes in other.writes {
+            match &mut writes {
+                Writes::Discovered(candidates) => {
+                    for candidate in candidates {
+                        candidate.mark.outcome += shift;
+                    }
+                }
+                Writes::Known { items, .. } => {
+                    for item in items {
+                        item.outcome += shift;
+                    }
+                }
+            }
+            self.writes.push(writes);
+        }
+        self
     }
 
     /// Whether [`Ingest::read_store`] has work to do for this batch.
@@ -175,7 +210,7 @@ impl Ingest {
         Ok(PreparedWrite {
             reads_pending: candidates.iter().any(|c| c.mark.maybe),
             outcomes,
-            writes: Writes::Discovered(candidates),
+            writes: vec![Writes::Discovered(candidates)],
         })
     }
 
@@ -226,10 +261,10 @@ impl Ingest {
         Ok(PreparedWrite {
             reads_pending: !refused.is_empty(),
             outcomes,
-            writes: Writes::Known {
+            writes: vec![Writes::Known {
                 items: accepted,
                 refused,
-            },
+            }],
         })
     }
 
@@ -245,7 +280,20 @@ impl Ingest {
             return Ok(());
         }
         let outcomes = &mut write.outcomes;
-        match &mut write.writes {
+        for writes in &mut write.writes {
+            self.read_store_for(writes, outcomes)?;
+        }
+        write.reads_pending = false;
+        Ok(())
+    }
+
+    /// [`Self::read_store`] for one of the batches joined.
+    fn read_store_for(
+        &self,
+        writes: &mut Writes,
+        outcomes: &mut [Outcome],
+    ) -> Result<(), IngestError> {
+        match writes {
             Writes::Discovered(candidates) => {
                 let mut known =
                     self.store
@@ -277,7 +325,6 @@ impl Ingest {
                 refused.clear();
             }
         }
-        write.reads_pending = false;
         Ok(())
     }
 
@@ -287,24 +334,31 @@ impl Ingest {
     /// commit.
     pub fn submit(&self, mut write: PreparedWrite) -> Result<InFlight, IngestError> {
         self.read_store(&mut write)?;
-        let (settle, ops, partitions): (Settle, Vec<WriteOp>, Vec<usize>) = match write.writes {
-            Writes::Discovered(candidates) => {
-                let partitions = candidates.iter().map(|c| c.mark.partition).collect();
-                let (marks, ops) = candidates
-                    .into_iter()
-                    .map(|c| (c.mark, WriteOp::Discover(c.url)))
-                    .unzip();
-                (Settle::Discovered(marks), ops, partitions)
+        let mut settle = Vec::with_capacity(write.writes.len());
+        let mut ops: Vec<WriteOp> = Vec::new();
+        let mut partitions: Vec<usize> = Vec::new();
+        for writes in write.writes {
+            match writes {
+                Writes::Discovered(candidates) => {
+                    partitions.extend(candidates.iter().map(|c| c.mark.partition));
+                    let (marks, batch_ops): (Vec<FilterMark>, Vec<WriteOp>) = candidates
+                        .into_iter()
+                        .map(|c| (c.mark, WriteOp::Discover(c.url)))
+                        .unzip();
+                    ops.extend(batch_ops);
+                    settle.push(Settle::Discovered(marks));
+                }
+                Writes::Known { items, .. } => {
+                    partitions.extend(items.iter().map(|item| item.partition));
+                    let (keys, batch_ops): (Vec<(usize, KeyHash)>, Vec<WriteOp>) = items
+                        .into_iter()
+                        .map(|item| ((item.partition, item.hash), WriteOp::Known(item.write)))
+                        .unzip();
+                    ops.extend(batch_ops);
+                    settle.push(Settle::Known(keys));
+                }
             }
-            Writes::Known { items, .. } => {
-                let partitions = items.iter().map(|item| item.partition).collect();
-                let (keys, ops) = items
-                    .into_iter()
-                    .map(|item| ((item.partition, item.hash), WriteOp::Known(item.write)))
-                    .unzip();
-                (Settle::Known(keys), ops, partitions)
-            }
-        };
+        }
         let answer = if ops.is_empty() {
             None
         } else {
@@ -348,9 +402,30 @@ impl Ingest {
     ) -> Result<Vec<Outcome>, IngestError> {
         let applied = applied.transpose()?.unwrap_or_default();
         let mut outcomes = in_flight.outcomes;
-        match in_flight.settle {
+        let mut applied = applied.as_slice();
+        for settle in &in_flight.settle {
+            let ops = match settle {
+                Settle::Discovered(marks) => marks.len(),
+                Settle::Known(keys) => keys.len(),
+            };
+            let (own, rest) = applied.split_at(ops.min(applied.len()));
+            applied = rest;
+            self.settle_batch(settle, own, &mut outcomes)?;
+        }
+        Ok(outcomes)
+    }
+
+    /// [`Self::settle`] for one of the batches joined, given its share of
+    /// the commit's answers.
+    fn settle_batch(
+        &self,
+        settle: &Settle,
+        applied: &[Applied],
+        outcomes: &mut [Outcome],
+    ) -> Result<(), IngestError> {
+        match settle {
             Settle::Discovered(marks) => {
-                for (mark, applied) in marks.iter().zip(&applied) {
+                for (mark, applied) in marks.iter().zip(applied) {
                     let counters = &self.counters[mark.partition];
                     if matches!(applied, Applied::Discovered { stored: true }) {
                         self.filters.insert(mark.partition, mark.hash)?;
@@ -364,7 +439,7 @@ impl Ingest {
                 }
             }
             Settle::Known(keys) => {
-                for (&(partition, hash), applied) in keys.iter().zip(&applied) {
+                for (&(partition, hash), applied) in keys.iter().zip(applied) {
                     if matches!(applied, Applied::Known { previous: None, .. }) {
                         self.filters.insert(partition, hash)?;
                         self.counters[partition]
@@ -374,7 +449,7 @@ impl Ingest {
                 }
             }
         }
-        Ok(outcomes)
+        Ok(())
     }
 
     /// Records the state clients report for URLs: each record is

@@ -651,6 +651,7 @@ async fn no_ack_goes_out_before_the_owner_committed() {
             for (n, chunk) in urls.chunks(20).enumerate() {
                 let batch = uf::DiscoveredBatch {
                     id: n.to_string(),
+                    done: None,
                     items: chunk
                         .iter()
                         .map(|url| uf::UrlInfo {
@@ -790,5 +791,99 @@ async fn a_cluster_seeded_the_moment_it_starts_takes_every_seed() {
             // Polling an operator's view; nothing here synchronises with it.
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         }
+    }
+}
+
+/// A page's report carried in its outlinks' batch is stored only once
+/// every outlink is, wherever it lives: with the owner of some outlinks
+/// down, the report is answered FAIL and the page stays undone; sent again
+/// once that owner is back, both are stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_is_done_only_once_its_outlinks_are_stored_on_every_node() {
+    let Some(binary) =
+        etcd_or_skip("a_page_is_done_only_once_its_outlinks_are_stored_on_every_node")
+    else {
+        return;
+    };
+    let etcd = EtcdProcess::start(&binary);
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = three_nodes(&etcd, dir.path()).await;
+    let page = urls_owned_by(&nodes[0], "n1", 1).await.remove(0);
+    let at_n2 = urls_owned_by(&nodes[0], "n2", 3).await;
+    let at_n3 = urls_owned_by(&nodes[0], "n3", 3).await;
+    let info = |url: &str| uf::UrlInfo {
+        url: url.to_owned(),
+        crawl_id: "acks".into(),
+        ..uf::UrlInfo::default()
+    };
+    let batch = |id: &str| uf::DiscoveredBatch {
+        id: id.to_owned(),
+        items: at_n2.iter().chain(&at_n3).map(|url| info(url)).collect(),
+        done: Some(uf::KnownUrlItem {
+            info: Some(info(&page)),
+            refetchable_from_date: 0,
+        }),
+    };
+    let (ok, skipped, fail) = (
+        uf::ack_message::Status::Ok as i32,
+        uf::ack_message::Status::Skipped as i32,
+        uf::ack_message::Status::Fail as i32,
+    );
+
+    let n3 = nodes.remove(2);
+    let listen = n3.addr.to_string();
+    n3.kill();
+    // Sent to n2, which owns neither the page nor all of its outlinks.
+    let ack = one_batch(&nodes[1], batch("n3 away")).await;
+    assert_eq!(ack.statuses, [[ok; 3], [fail; 3]].concat(), "{ack:?}");
+    assert_eq!(ack.done, Some(fail), "{ack:?}");
+    assert_eq!(due_of(&nodes[0], &page).await, None, "the page was stored");
+
+    let n3 = FrontierProcess::start_on(
+        &dir.path().join("n3"),
+        &listen,
+        &node_args(&etcd.endpoint, "n3", &[]),
+    );
+    wait_for_cluster(&n3, 3).await;
+    // Sent again until n3's partitions are reachable from n2 once more.
+    let ack = loop {
+        let ack = one_batch(&nodes[1], batch("n3 back")).await;
+        if ack.done != Some(fail) {
+            break ack;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(ack.statuses, [[skipped; 3], [ok; 3]].concat(), "{ack:?}");
+    assert_eq!(ack.done, Some(ok), "{ack:?}");
+    assert_eq!(due_of(&nodes[0], &page).await, Some(0), "the page is done");
+}
+
+/// Sends one batch to `node` and answers its ack.
+async fn one_batch(node: &FrontierProcess, batch: uf::DiscoveredBatch) -> uf::BatchAck {
+    let mut client = node.client().await;
+    let mut acks = client
+        .put_discovered(futures::stream::iter([batch]))
+        .await
+        .unwrap()
+        .into_inner();
+    acks.message().await.unwrap().expect("an ack")
+}
+
+/// When a URL of crawl `acks` is due, as `node` answers; `None` when it is
+/// not stored.
+async fn due_of(node: &FrontierProcess, url: &str) -> Option<u64> {
+    let item = node
+        .client()
+        .await
+        .get_url_status(uf::UrlStatusRequest {
+            url: url.to_owned(),
+            key: String::new(),
+            crawl_id: "acks".into(),
+        })
+        .await
+        .map(|item| item.into_inner().item);
+    match item {
+        Ok(Some(uf::url_item::Item::Known(known))) => Some(known.refetchable_from_date),
+        _ => None,
     }
 }

@@ -696,7 +696,7 @@ async fn a_crawl_goes_on_while_the_cluster_grows_to_three_and_shrinks_to_two() {
                 MAX_DEPTH,
                 // Politeness stretches the crawl over the resizes.
                 "--default-delay-ms",
-                "250",
+                "400",
             ],
         )
     };

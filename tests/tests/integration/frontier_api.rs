@@ -21,10 +21,12 @@ async fn the_api_answers_as_the_spec_says() {
     let batches = vec![
         DiscoveredBatch {
             id: "empty".into(),
+            done: None,
             items: vec![],
         },
         DiscoveredBatch {
             id: "b1".into(),
+            done: None,
             items: [
                 "http://a.example/x",
                 "http://A.example:80/x#f",
@@ -138,6 +140,108 @@ async fn the_api_answers_as_the_spec_says() {
     }
 }
 
+/// A batch that carries its page's report (`done`) is stored with it: the
+/// page is done and its outlinks are there; a report without a URL is
+/// SKIPPED, and a batch of a report alone is taken too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_stores_its_pages_report_with_its_outlinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let frontier = FrontierProcess::start(&dir.path().join("data"), &[]);
+    let mut client = frontier.client().await;
+    let page = "http://page.example/";
+    put_urls(&frontier, vec![discovered(page)], 1).await;
+    let leased: Vec<UrlInfo> = client
+        .get_ur_ls(GetParams {
+            max_urls_per_queue: 1,
+            delay_requestable: 60,
+            ..GetParams::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(leased.len(), 1);
+    // The crawl `discovered` puts its URLs in.
+    let info = |url: &str| UrlInfo {
+        url: url.into(),
+        crawl_id: "kill".into(),
+        ..UrlInfo::default()
+    };
+    let report = |info: Option<UrlInfo>| uf::KnownUrlItem {
+        info,
+        refetchable_from_date: 0,
+    };
+    let batches = vec![
+        DiscoveredBatch {
+            id: "page".into(),
+            items: vec![info("http://page.example/a"), info("http://other.example/")],
+            done: Some(report(leased.into_iter().next())),
+        },
+        DiscoveredBatch {
+            id: "no url".into(),
+            items: vec![info("http://page.example/b")],
+            done: Some(report(None)),
+        },
+        DiscoveredBatch {
+            id: "alone".into(),
+            items: vec![],
+            done: Some(report(Some(info("http://alone.example/")))),
+        },
+    ];
+    let acks: Vec<uf::BatchAck> = client
+        .put_discovered(futures::stream::iter(batches))
+        .await
+        .unwrap()
+        .into_inner()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    let answered: Vec<(&str, &[i32], Option<i32>)> = acks
+        .iter()
+        .map(|ack| (ack.id.as_str(), ack.statuses.as_slice(), ack.done))
+        .collect();
+    let (ok, skipped) = (Ack::Ok as i32, Ack::Skipped as i32);
+    assert_eq!(
+        answered,
+        vec![
+            ("page", &[ok, ok][..], Some(ok)),
+            ("no url", &[ok][..], Some(skipped)),
+            ("alone", &[][..], Some(ok)),
+        ]
+    );
+    // The page and the URL reported alone are done; the outlinks wait.
+    // (Batches of one stream are stored concurrently: no two name one URL.)
+    let mut refetchable = Vec::new();
+    for url in [
+        page,
+        "http://alone.example/",
+        "http://page.example/a",
+        "http://other.example/",
+        "http://page.example/b",
+    ] {
+        let item = client
+            .get_url_status(UrlStatusRequest {
+                url: url.into(),
+                crawl_id: "kill".into(),
+                ..UrlStatusRequest::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let Some(url_item::Item::Known(known)) = item.item else {
+            panic!("{url}: {item:?}");
+        };
+        refetchable.push(known.refetchable_from_date);
+    }
+    assert_eq!(refetchable[..2], [0, 0]);
+    assert!(
+        refetchable[2..].iter().all(|&due| due > 0),
+        "{refetchable:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_token_guards_calls_that_change_the_frontier() {
     let dir = tempfile::tempdir().unwrap();
@@ -235,6 +339,7 @@ async fn bad_input_gets_clear_answers_and_the_server_stays_up() {
     // A batch past the message limit is refused as too large.
     let huge = DiscoveredBatch {
         id: "huge".into(),
+        done: None,
         items: (0..60_000)
             .map(|i| UrlInfo {
                 url: format!("http://b.example/{i}/{}", "y".repeat(64)),

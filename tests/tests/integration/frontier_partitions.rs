@@ -40,6 +40,7 @@ async fn rebuilds_under_concurrent_puts_and_serves_lose_nothing_and_serve_nothin
                 .enumerate()
                 .map(|(i, chunk)| DiscoveredBatch {
                     id: i.to_string(),
+                    done: None,
                     items: chunk
                         .iter()
                         .map(|&n| UrlInfo {

@@ -26,6 +26,7 @@ async fn ingest(frontier: &FrontierProcess, client_id: usize, batches: usize) ->
     let stream = futures::stream::iter((0..batches).map(move |b| {
         DiscoveredBatch {
             id: b.to_string(),
+            done: None,
             items: (0..256)
                 .map(|i| UrlInfo {
                     url: format!("http://rs{client_id}-{}.example/{b}/{i}", i % 31),

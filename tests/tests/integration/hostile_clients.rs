@@ -52,6 +52,7 @@ async fn leases_and_urls_per_call_are_capped_whatever_the_call_asks() {
         .await
         .put_discovered(futures::stream::iter([DiscoveredBatch {
             id: "all".into(),
+            done: None,
             items,
         }]))
         .await

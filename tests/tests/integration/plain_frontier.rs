@@ -3,7 +3,9 @@
 //! canonicalisation to clients) and serves nothing of this project's
 //! extensions (no PutDiscovered, no admin service): the worker sends its
 //! outlinks in canonical spelling, falls back to PutURLs and whole-second
-//! delays, and so fetches every page of the mock site exactly once.
+//! delays, and so fetches every page of the mock site exactly once. The
+//! same server with PutDiscovered but without reports in batches (a
+//! frontier from before them) gets each page's report by PutURLs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
@@ -48,6 +50,9 @@ struct Store {
 struct PlainFrontier {
     store: Arc<Mutex<Store>>,
     settled: Arc<tokio::sync::Notify>,
+    /// Serves PutDiscovered, ignoring a batch's report as a server that
+    /// does not know the field does.
+    takes_batches: bool,
 }
 
 fn now_secs() -> u64 {
@@ -280,10 +285,29 @@ impl UrlFrontier for PlainFrontier {
 
     async fn put_discovered(
         &self,
-        _: Request<Streaming<uf::DiscoveredBatch>>,
+        request: Request<Streaming<uf::DiscoveredBatch>>,
     ) -> Result<Response<Self::PutDiscoveredStream>, Status> {
+        use futures::StreamExt;
         self.count("PutDiscovered");
-        unimplemented("PutDiscovered")
+        if !self.takes_batches {
+            return unimplemented("PutDiscovered");
+        }
+        let frontier = self.clone();
+        let acks = request.into_inner().map(move |batch| {
+            batch.map(|batch| {
+                if batch.done.is_some() {
+                    frontier.count("a report in a batch");
+                }
+                uf::BatchAck {
+                    id: batch.id,
+                    statuses: (batch.items.into_iter())
+                        .map(|info| frontier.discover(info) as i32)
+                        .collect(),
+                    done: None,
+                }
+            })
+        });
+        Ok(Response::new(Box::pin(acks)))
     }
 
     async fn get_stats(
@@ -385,6 +409,32 @@ async fn serve(frontier: PlainFrontier) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_worker_crawls_exactly_once_against_a_frontier_that_stores_urls_as_given() {
+    let frontier = PlainFrontier::default();
+    crawl_exactly_once(&frontier).await;
+    let calls = frontier.store().calls.clone();
+    for call in ["SetDelay", "PutURLs", "PutDiscovered"] {
+        assert!(calls.contains_key(call), "{calls:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_worker_reports_by_put_urls_to_a_frontier_that_ignores_reports_in_batches() {
+    let frontier = PlainFrontier {
+        takes_batches: true,
+        ..PlainFrontier::default()
+    };
+    // Completed only if every report the server ignored in a batch came
+    // again by PutURLs.
+    crawl_exactly_once(&frontier).await;
+    let calls = frontier.store().calls.clone();
+    assert!(calls.get("a report in a batch") >= Some(&1), "{calls:?}");
+    assert!(calls["PutURLs"] >= 1, "{calls:?}");
+}
+
+/// Crawls the mock site through `frontier` with one worker, and checks
+/// that every page was fetched once, stored in canonical spelling, and
+/// spaced by the host's Crawl-delay.
+async fn crawl_exactly_once(frontier: &PlainFrontier) {
     // Ten pages: `/` links them all, so each is within the depth limit
     // whichever route finds it first.
     let config = SiteConfig {
@@ -393,7 +443,6 @@ async fn our_worker_crawls_exactly_once_against_a_frontier_that_stores_urls_as_g
         ..SiteConfig::default()
     };
     let site = MockSite::start(config).await.unwrap();
-    let frontier = PlainFrontier::default();
     frontier.discover(uf::UrlInfo {
         url: format!("{}/", site.base()),
         ..uf::UrlInfo::default()
@@ -455,9 +504,7 @@ async fn our_worker_crawls_exactly_once_against_a_frontier_that_stores_urls_as_g
         "{:?}",
         store.delays
     );
-    for call in ["SetDelay", "PutURLs", "PutDiscovered"] {
-        assert!(store.calls.contains_key(call), "{:?}", store.calls);
-    }
+    drop(store);
     // Request starts to the host stay a second apart.
     let hits = site.hits();
     for pair in hits.windows(2) {

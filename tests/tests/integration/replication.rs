@@ -95,6 +95,7 @@ async fn put_all(
         .enumerate()
         .map(|(n, chunk)| uf::DiscoveredBatch {
             id: n.to_string(),
+            done: None,
             items: chunk
                 .iter()
                 .map(|url| uf::UrlInfo {

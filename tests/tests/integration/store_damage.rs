@@ -28,6 +28,7 @@ async fn put_discovered(frontier: &FrontierProcess, urls: &[String]) -> (Vec<Str
         .enumerate()
         .map(|(i, chunk)| DiscoveredBatch {
             id: i.to_string(),
+            done: None,
             items: chunk
                 .iter()
                 .map(|url| UrlInfo {
