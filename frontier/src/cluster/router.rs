@@ -239,6 +239,8 @@ async fn route_batch(
     };
     let mut all_stored = split.away.is_none();
     let mut done_status = done.as_ref().map(|_| fail);
+    // Places a share's statuses, and answers the status of the report it
+    // carried: as answered, or FAIL when the share was not stored.
     let mut place = |indexes: Vec<usize>,
                      answer: Result<BatchStatuses, Status>,
                      all_stored: &mut bool|
@@ -255,14 +257,14 @@ async fn route_batch(
             Ok(_) => {
                 *all_stored = false;
                 log_unrouted(&Status::internal("a peer answered a batch short"));
-                Ok(None)
+                Ok(Some(fail))
             }
             // Storage failures here are the client's to retry, as on one node.
             Err(status) if status.code() != tonic::Code::Unavailable => Err(status),
             Err(status) => {
                 *all_stored = false;
                 log_unrouted(&status);
-                Ok(None)
+                Ok(Some(fail))
             }
         }
     };
