@@ -5,16 +5,25 @@
 //!    Printed per tenth of the run, so a collapse as the store grows shows.
 //! 2. Round trip: GetURLs (1 URL from each of up to 1,000 queues) then
 //!    PutURLs reporting each done, over the 10,000 queues ingest made.
+//! 3. With `--outlinks N`: the round trip as a worker makes it, each page
+//!    reporting N new outlinks, in two ways taken in turn (which goes
+//!    first alternates), rounds of `--round-trips` URLs each: the outlinks' batches acknowledged, then
+//!    the reports by PutURLs (two commits, two waits); and each page's
+//!    report in its outlinks' batch (one commit, one wait).
 //!
-//! `cargo bench -p frontier --bench grpc [-- --urls N --streams S --round-trips R]`
-//! (defaults 1,000,000 URLs, 4 streams, 100,000 round-trip URLs).
+//! `cargo bench -p frontier --bench grpc [-- --urls N --streams S --round-trips R
+//! --clients C --outlinks N --rounds K]` (defaults 1,000,000 URLs, 4
+//! streams, 100,000 round-trip URLs, 1 client, no outlinks, 3 rounds).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use frontier::service::{Frontier, FrontierConfig};
 use proto::urlfrontier::url_frontier_client::UrlFrontierClient;
-use proto::urlfrontier::{GetParams, KnownUrlItem, UrlInfo, UrlItem, url_item};
+use proto::urlfrontier::{
+    DiscoveredBatch, GetParams, KnownUrlItem, UrlInfo, UrlItem, ack_message::Status as Ack,
+    url_item,
+};
 
 // The allocator of the `frontier` binary, so that the bench measures
 // what it runs.
@@ -32,14 +41,23 @@ fn main() {
     let streams = arg(&args, "--streams", 4).max(1);
     let round_trips = arg(&args, "--round-trips", 100_000);
     let clients = arg(&args, "--clients", 1).max(1);
+    let outlinks = arg(&args, "--outlinks", 0);
+    let rounds = arg(&args, "--rounds", 3);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("a runtime");
-    runtime.block_on(run(total, streams, round_trips, clients));
+    runtime.block_on(run(total, streams, round_trips, clients, outlinks, rounds));
 }
 
-async fn run(total: usize, streams: usize, round_trips: usize, clients: usize) {
+async fn run(
+    total: usize,
+    streams: usize,
+    round_trips: usize,
+    clients: usize,
+    outlinks: usize,
+    rounds: usize,
+) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let mut config = FrontierConfig::new(dir.path().join("data"));
     config.filters.expected_urls_per_partition = (total as u64 / 64).max(1) * 2;
@@ -86,18 +104,8 @@ async fn run(total: usize, streams: usize, round_trips: usize, clients: usize) {
     println!();
 
     // 2. Round trips.
-    let started = Instant::now();
-    let loops: Vec<_> = (0..clients)
-        .map(|_| {
-            let client = client.clone();
-            tokio::spawn(round_trips_until(client, round_trips / clients))
-        })
-        .collect();
-    let mut completed = 0;
-    for one in loops {
-        completed += one.await.expect("a round-trip loop");
-    }
-    let seconds = started.elapsed().as_secs_f64();
+    let (completed, seconds) =
+        timed_round_trips(&client, clients, round_trips, Report::Alone).await;
     println!(
         "## Round trip: {clients} clients, each GetURLs (1 URL from each of up to 1,000 queues) + PutURLs done"
     );
@@ -108,6 +116,39 @@ async fn run(total: usize, streams: usize, round_trips: usize, clients: usize) {
         "| {completed} | {seconds:.1} | {:.0} |",
         completed as f64 / seconds
     );
+
+    // 3. Round trips with outlinks, the two ways in turn.
+    if outlinks > 0 {
+        println!();
+        println!(
+            "## Round trip with {outlinks} outlinks a page: {clients} clients, rounds of {round_trips} URLs"
+        );
+        println!();
+        println!(
+            "| round | outlinks acked, then reports: URLs/s | report in the outlinks' batch: URLs/s | ratio |"
+        );
+        println!("|---:|---:|---:|---:|");
+        for round in 1..=rounds {
+            // The store grows with each round's outlinks: the way that goes
+            // first alternates.
+            let mut ways = [Report::After(outlinks), Report::Joined(outlinks)];
+            if round % 2 == 0 {
+                ways.reverse();
+            }
+            let (mut after, mut joined) = (0.0, 0.0);
+            for way in ways {
+                let (done, secs) = timed_round_trips(&client, clients, round_trips, way).await;
+                match way {
+                    Report::Joined(_) => joined = done as f64 / secs,
+                    _ => after = done as f64 / secs,
+                }
+            }
+            println!(
+                "| {round} | {after:.0} | {joined:.0} | {:.2} |",
+                joined / after
+            );
+        }
+    }
     let _ = stop.send(());
     server.await.unwrap().unwrap();
     drop(frontier);
@@ -124,11 +165,45 @@ async fn run(total: usize, streams: usize, round_trips: usize, clients: usize) {
     );
 }
 
+/// How a leased page is reported.
+#[derive(Debug, Clone, Copy)]
+enum Report {
+    /// Done by PutURLs, with no outlinks.
+    Alone,
+    /// With this many new outlinks, their batches acknowledged first.
+    After(usize),
+    /// With this many new outlinks, the report in their batch.
+    Joined(usize),
+}
+
+/// `clients` loops of [`round_trips_until`] sharing `wanted` URLs; answers
+/// how many were completed, and in how many seconds.
+async fn timed_round_trips(
+    client: &UrlFrontierClient<tonic::transport::Channel>,
+    clients: usize,
+    wanted: usize,
+    report: Report,
+) -> (usize, f64) {
+    let started = Instant::now();
+    let loops: Vec<_> = (0..clients)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(round_trips_until(client, wanted / clients, report))
+        })
+        .collect();
+    let mut completed = 0;
+    for one in loops {
+        completed += one.await.expect("a round-trip loop");
+    }
+    (completed, started.elapsed().as_secs_f64())
+}
+
 /// One client's loop, as a worker's: lease, report every URL done, again,
 /// until `wanted` are done or nothing is left to lease.
 async fn round_trips_until(
     mut client: UrlFrontierClient<tonic::transport::Channel>,
     wanted: usize,
+    report: Report,
 ) -> usize {
     let mut completed = 0;
     while completed < wanted {
@@ -152,6 +227,22 @@ async fn round_trips_until(
         if leased.is_empty() {
             break;
         }
+        match report {
+            Report::Alone => {}
+            Report::After(outlinks) => {
+                let batches: Vec<DiscoveredBatch> = (leased.iter())
+                    .map(|info| outlinks_of(info, outlinks, None))
+                    .collect();
+                send_batches(&mut client, batches).await;
+            }
+            Report::Joined(outlinks) => {
+                let batches: Vec<DiscoveredBatch> = (leased.into_iter())
+                    .map(|info| outlinks_of(&info.clone(), outlinks, Some(info)))
+                    .collect();
+                completed += send_batches(&mut client, batches).await;
+                continue;
+            }
+        }
         let reports: Vec<UrlItem> = leased
             .into_iter()
             .map(|info| UrlItem {
@@ -172,4 +263,41 @@ async fn round_trips_until(
         }
     }
     completed
+}
+
+/// A leased page's batch of `count` new outlinks, carrying its report
+/// when `done` is given.
+fn outlinks_of(page: &UrlInfo, count: usize, done: Option<UrlInfo>) -> DiscoveredBatch {
+    DiscoveredBatch {
+        id: page.url.clone(),
+        items: (0..count)
+            .map(|n| UrlInfo {
+                url: format!("{}/{n}", page.url.trim_end_matches(".html")),
+                crawl_id: page.crawl_id.clone(),
+                ..UrlInfo::default()
+            })
+            .collect(),
+        done: done.map(|info| KnownUrlItem {
+            info: Some(info),
+            refetchable_from_date: 0,
+        }),
+    }
+}
+
+/// Sends batches on one PutDiscovered stream and waits for every ack;
+/// answers how many reports they carried were stored.
+async fn send_batches(
+    client: &mut UrlFrontierClient<tonic::transport::Channel>,
+    batches: Vec<DiscoveredBatch>,
+) -> usize {
+    let mut acks = client
+        .put_discovered(futures::stream::iter(batches))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut reports = 0;
+    while let Some(ack) = acks.message().await.unwrap() {
+        reports += usize::from(ack.done == Some(Ack::Ok as i32));
+    }
+    reports
 }
