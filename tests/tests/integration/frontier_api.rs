@@ -41,14 +41,7 @@ async fn the_api_answers_as_the_spec_says() {
             .collect(),
         },
     ];
-    let acks: Vec<uf::BatchAck> = client
-        .put_discovered(futures::stream::iter(batches))
-        .await
-        .unwrap()
-        .into_inner()
-        .map(Result::unwrap)
-        .collect()
-        .await;
+    let acks = put_batches(&mut client, batches).await;
     assert_eq!(acks[0].id, "empty");
     assert!(acks[0].statuses.is_empty());
     assert_eq!(acks[1].id, "b1");
@@ -140,6 +133,21 @@ async fn the_api_answers_as_the_spec_says() {
     }
 }
 
+/// Sends batches on one PutDiscovered stream; answers every ack.
+async fn put_batches(
+    client: &mut uf::url_frontier_client::UrlFrontierClient<tonic::transport::Channel>,
+    batches: Vec<DiscoveredBatch>,
+) -> Vec<uf::BatchAck> {
+    client
+        .put_discovered(futures::stream::iter(batches))
+        .await
+        .unwrap()
+        .into_inner()
+        .map(Result::unwrap)
+        .collect()
+        .await
+}
+
 /// A batch that carries its page's report (`done`) is stored with it: the
 /// page is done and its outlinks are there; a report without a URL is
 /// SKIPPED, and a batch of a report alone is taken too.
@@ -190,14 +198,7 @@ async fn a_batch_stores_its_pages_report_with_its_outlinks() {
             done: Some(report(Some(info("http://alone.example/")))),
         },
     ];
-    let acks: Vec<uf::BatchAck> = client
-        .put_discovered(futures::stream::iter(batches))
-        .await
-        .unwrap()
-        .into_inner()
-        .map(Result::unwrap)
-        .collect()
-        .await;
+    let acks = put_batches(&mut client, batches).await;
     let answered: Vec<(&str, &[i32], Option<i32>)> = acks
         .iter()
         .map(|ack| (ack.id.as_str(), ack.statuses.as_slice(), ack.done))
