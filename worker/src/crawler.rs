@@ -38,7 +38,7 @@ pub use crate::error::WorkerError;
 use crate::fetch::{Fetched, Fetcher};
 use crate::frontier_link::{FrontierLink, meta_first, meta_value};
 use crate::links::{extract_links, resolve};
-use crate::outlinks::{LinkBatch, Links, link_batches, send_links, send_page};
+use crate::outlinks::{LinkBatch, LinkSink, Links, link_batches, send_links, send_page};
 use crate::output::Output;
 use crate::pacing::{HostPace, HostTurn};
 use crate::report::{CrawlLogEntry, Outcome, Reason};
@@ -59,12 +59,23 @@ pub(crate) struct Context {
     pub(crate) link: FrontierLink,
     fetcher: Fetcher,
     robots: RobotsCache,
-    pub(crate) seen: SeenCache,
+    seen: SeenCache,
     output: Option<Arc<Output>>,
-    pub(crate) stats: Arc<WorkerStats>,
+    stats: Arc<WorkerStats>,
 }
 
 impl Context {
+    /// What sending links takes of the worker.
+    fn links(&self) -> LinkSink<'_> {
+        LinkSink {
+            link: &self.link,
+            seen: &self.seen,
+            stats: &self.stats,
+            max_depth: self.config.max_depth,
+            max_url_length: self.config.max_url_length,
+        }
+    }
+
     pub(crate) fn open(config: WorkerConfig, stats: Arc<WorkerStats>) -> Result<Self, WorkerError> {
         config.validate()?;
         let output = match &config.output {
@@ -249,7 +260,7 @@ async fn finish(context: &Context, info: UrlInfo, fetch: Fetch, mut log: CrawlLo
         tracing::error!(%error, "crawl log write failed");
     }
     let report = UrlInfo { metadata, ..info };
-    send_page(context, outlinks, report, due).await;
+    send_page(&context.links(), outlinks, report, due).await;
     context.stats.reported.notify_one();
 }
 
@@ -476,7 +487,7 @@ async fn answered(
             drop(slot);
             for (links, level) in found {
                 let kind = level.map_or(Links::SitemapPages, Links::Sitemaps);
-                outlinks.extend(link_batches(context, info, url, 0, links, kind));
+                outlinks.extend(link_batches(&context.links(), info, url, 0, links, kind));
             }
             Outcome::Done(Reason::Fetched)
         }
@@ -488,7 +499,14 @@ async fn answered(
             };
             drop(slot);
             log.outlinks = Some(links.len());
-            outlinks.extend(link_batches(context, info, url, depth, links, Links::Page));
+            outlinks.extend(link_batches(
+                &context.links(),
+                info,
+                url,
+                depth,
+                links,
+                Links::Page,
+            ));
             Outcome::Done(Reason::Fetched)
         }
         300..=399 => {
@@ -714,7 +732,7 @@ fn follow_redirect(
         }
         Some(target) => {
             outlinks.extend(link_batches(
-                context,
+                &context.links(),
                 info,
                 url,
                 depth,
@@ -786,7 +804,7 @@ async fn on_new_robots(
     } else {
         robots.sitemaps.clone()
     };
-    send_links(context, info, url, sitemaps, Links::Sitemaps(0)).await;
+    send_links(&context.links(), info, url, sitemaps, Links::Sitemaps(0)).await;
 }
 
 #[cfg(test)]

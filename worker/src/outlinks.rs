@@ -18,9 +18,9 @@ use proto::urlfrontier::UrlInfo;
 use proto::urlfrontier::ack_message::Status as Ack;
 use url::Url;
 
-use crate::crawler::Context;
-use crate::frontier_link::meta_value;
+use crate::frontier_link::{FrontierLink, meta_value};
 use crate::seen::{SeenCache, SeenKey};
+use crate::stats::WorkerStats;
 
 /// Links in one batch at most: the frontier takes a batch in one
 /// transaction, and large sitemaps are split so that none grows huge.
@@ -39,6 +39,17 @@ pub(crate) enum Links {
     Sitemaps(u32),
 }
 
+/// What sending links takes of the worker.
+pub(crate) struct LinkSink<'a> {
+    pub(crate) link: &'a FrontierLink,
+    pub(crate) seen: &'a SeenCache,
+    pub(crate) stats: &'a WorkerStats,
+    /// No link deeper than this is sent.
+    pub(crate) max_depth: Option<u32>,
+    /// Nor one longer than this, canonical.
+    pub(crate) max_url_length: usize,
+}
+
 /// Links ready to send, and what the seen cache learns once the frontier
 /// has them.
 #[derive(Debug, Default)]
@@ -53,7 +64,7 @@ pub(crate) struct LinkBatch {
 /// The links found at `url` (leased as `info`, at `depth`) as batches to
 /// send; none when they are past the depth limit.
 pub(crate) fn link_batches(
-    context: &Context,
+    context: &LinkSink<'_>,
     info: &UrlInfo,
     url: &Url,
     depth: u32,
@@ -65,7 +76,7 @@ pub(crate) fn link_batches(
         Links::SitemapPages => 1,
         Links::Sitemaps(_) => 0,
     };
-    if context.config.max_depth.is_some_and(|max| link_depth > max) {
+    if context.max_depth.is_some_and(|max| link_depth > max) {
         return Vec::new();
     }
     let mut spelled = std::collections::HashSet::new();
@@ -73,7 +84,7 @@ pub(crate) fn link_batches(
     let mut cacheable = Vec::new();
     for link in links {
         // A URL no frontier takes is not sent.
-        let Ok(canonical) = canon::canonicalise(&link, context.config.max_url_length) else {
+        let Ok(canonical) = canon::canonicalise(&link, context.max_url_length) else {
             continue;
         };
         if !spelled.insert(canonical.as_str().to_owned()) {
@@ -135,7 +146,7 @@ pub(crate) fn link_batches(
 /// Sends links found at `url` now, without a report (a new origin's
 /// sitemaps); waits for the frontier's acknowledgement.
 pub(crate) async fn send_links(
-    context: &Context,
+    context: &LinkSink<'_>,
     info: &UrlInfo,
     url: &Url,
     links: Vec<String>,
@@ -154,7 +165,7 @@ pub(crate) async fn send_links(
 /// date), the report in the last batch; returns once the frontier has
 /// acknowledged all of them.
 pub(crate) async fn send_page(
-    context: &Context,
+    context: &LinkSink<'_>,
     batches: Vec<LinkBatch>,
     report: UrlInfo,
     due: u64,
@@ -180,7 +191,7 @@ pub(crate) async fn send_page(
 
 /// What the frontier's answer to a batch teaches: the count of new URLs,
 /// and the seen cache (a URL answered other than FAIL is the frontier's).
-fn note_acked(context: &Context, batch: &LinkBatch, statuses: &[i32]) {
+fn note_acked(context: &LinkSink<'_>, batch: &LinkBatch, statuses: &[i32]) {
     let mut new = 0;
     for (status, key) in statuses.iter().zip(&batch.cacheable) {
         if *status == Ack::Ok as i32 {

@@ -132,21 +132,17 @@ impl Peer {
         self.admin.clone()
     }
 
-    /// Stores a batch at the peer; answers its statuses once the peer
-    /// acknowledged them (after its commit).
+    /// Stores a batch at the peer; answers its ack once the peer gave it
+    /// (after its commit).
     pub async fn put_discovered(
         &self,
         mut batch: uf::DiscoveredBatch,
         epoch: u64,
-    ) -> Result<crate::grpc::BatchStatuses, Status> {
+    ) -> Result<uf::BatchAck, Status> {
         let id = self.discovered.next_id();
         batch.id = id.clone();
         let ack = self.discovered.send(id, batch, epoch).await;
-        ack.map(|ack| crate::grpc::BatchStatuses {
-            statuses: ack.statuses,
-            done: ack.done,
-        })
-        .map_err(|status| self.unavailable(status))
+        ack.map_err(|status| self.unavailable(status))
     }
 
     /// Stores known or discovered items at the peer; answers one status

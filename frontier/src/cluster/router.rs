@@ -230,7 +230,12 @@ async fn route_batch(
             let answer = match owner {
                 Owner::Local => local.store_batch(share).await,
                 Owner::Remote(member) => match cluster.peers.get(&member.endpoint()) {
-                    Ok(peer) => peer.put_discovered(share, epoch).await,
+                    Ok(peer) => {
+                        (peer.put_discovered(share, epoch).await).map(|ack| BatchStatuses {
+                            statuses: ack.statuses,
+                            done: ack.done,
+                        })
+                    }
                     Err(status) => Err(status),
                 },
             };
