@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::coordinator::{SettingChange, record_setting};
 use super::peers::forwarded;
 use super::{Cluster, Owner};
-use crate::grpc::{BatchStatuses, UrlFrontierService};
+use crate::grpc::UrlFrontierService;
 use crate::service::crawl_or_default;
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -230,12 +230,7 @@ async fn route_batch(
             let answer = match owner {
                 Owner::Local => local.store_batch(share).await,
                 Owner::Remote(member) => match cluster.peers.get(&member.endpoint()) {
-                    Ok(peer) => {
-                        (peer.put_discovered(share, epoch).await).map(|ack| BatchStatuses {
-                            statuses: ack.statuses,
-                            done: ack.done,
-                        })
-                    }
+                    Ok(peer) => peer.put_discovered(share, epoch).await,
                     Err(status) => Err(status),
                 },
             };
@@ -247,7 +242,7 @@ async fn route_batch(
     // Places a share's statuses, and answers the status of the report it
     // carried: as answered, or FAIL when the share was not stored.
     let mut place = |indexes: Vec<usize>,
-                     answer: Result<BatchStatuses, Status>,
+                     answer: Result<uf::BatchAck, Status>,
                      all_stored: &mut bool|
      -> Result<Option<i32>, Status> {
         let items: Vec<usize> = indexes.into_iter().filter(|&i| i != done_index).collect();

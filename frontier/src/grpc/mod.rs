@@ -20,7 +20,6 @@ use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status, Streaming};
 
 pub use self::admin::AdminService;
-pub use self::writes::BatchStatuses;
 use crate::ingest::{Discovered, IngestError};
 use crate::record::UrlRecord;
 use crate::scheduler::{Scheduler, ServeRequest};

@@ -170,9 +170,12 @@ impl UrlFrontierService {
     pub(crate) async fn store_batch(
         &self,
         batch: uf::DiscoveredBatch,
-    ) -> Result<BatchStatuses, Status> {
+    ) -> Result<uf::BatchAck, Status> {
         if batch.items.is_empty() && batch.done.is_none() {
-            return Ok(BatchStatuses::default());
+            return Ok(uf::BatchAck {
+                id: batch.id,
+                ..uf::BatchAck::default()
+            });
         }
         if let (_, Some(status)) = admitted(&self.frontier, batch_infos(&batch), |info| {
             info.crawl_id.as_str()
@@ -181,7 +184,7 @@ impl UrlFrontierService {
         }
         let frontier = Arc::clone(&self.frontier);
         detached_write(Arc::clone(&self.write_slots), async move {
-            batch_statuses(&frontier, &batch).await
+            batch_ack(&frontier, &batch).await
         })
         .await
     }
@@ -339,13 +342,9 @@ impl UrlFrontierService {
                     batch.done = None;
                 }
                 let stored = if batch.items.is_empty() && batch.done.is_none() {
-                    BatchStatuses::default()
+                    uf::BatchAck::default()
                 } else {
-                    detached_write(
-                        slots,
-                        async move { batch_statuses(&frontier, &batch).await },
-                    )
-                    .await?
+                    detached_write(slots, async move { batch_ack(&frontier, &batch).await }).await?
                 };
                 let done = if done_refused {
                     Some(uf::ack_message::Status::Fail as i32)
@@ -569,27 +568,17 @@ fn same_run(a: &PutItem, b: &PutItem) -> bool {
     }
 }
 
-/// What a batch's commit answers: a status per item, in order, and the
-/// status of the report it carried, if any.
-#[derive(Debug, Default)]
-pub struct BatchStatuses {
-    /// One per item, in order.
-    pub statuses: Vec<i32>,
-    /// The report's, if the batch carried one.
-    pub done: Option<i32>,
-}
-
 /// The URLs a batch names: its items, then its report's.
 fn batch_infos(batch: &uf::DiscoveredBatch) -> Vec<&uf::UrlInfo> {
     let done = batch.done.as_ref().and_then(|done| done.info.as_ref());
     batch.items.iter().chain(done).collect()
 }
 
-/// Statuses of one discovered batch, in order, and of its report. The
+/// The ack of one discovered batch: its statuses, in order, and its report's. The
 /// items and the report are stored in one commit, so a page is never done
 /// without its outlinks; a storage failure fails them all (nothing of the
 /// batch was stored).
-async fn batch_statuses(frontier: &SharedFrontier, batch: &uf::DiscoveredBatch) -> BatchStatuses {
+async fn batch_ack(frontier: &SharedFrontier, batch: &uf::DiscoveredBatch) -> uf::BatchAck {
     // Items may name different crawls: each run of one crawl goes together.
     let mut discovered: Vec<(&str, Vec<Discovered>)> = Vec::new();
     for info in &batch.items {
@@ -632,7 +621,11 @@ async fn batch_statuses(frontier: &SharedFrontier, batch: &uf::DiscoveredBatch) 
                 }
                 None => None,
             };
-            BatchStatuses { statuses, done }
+            uf::BatchAck {
+                id: batch.id.clone(),
+                statuses,
+                done,
+            }
         }
         Err(error) => {
             log_write_failure(
@@ -646,7 +639,8 @@ async fn batch_statuses(frontier: &SharedFrontier, batch: &uf::DiscoveredBatch) 
             if done.is_some() {
                 count_ack("known", fail);
             }
-            BatchStatuses {
+            uf::BatchAck {
+                id: batch.id.clone(),
                 statuses: vec![fail as i32; items],
                 done: done.map(|_| fail as i32),
             }
