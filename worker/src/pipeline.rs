@@ -114,9 +114,7 @@ async fn lease(context: &Arc<Context>, mut shutdown: Shutdown) -> JoinSet<()> {
     let mut idle_rounds = 0_u32;
     loop {
         while let Some(done) = hosts.try_join_next() {
-            if let Err(error) = done {
-                tracing::error!(%error, "a host pipeline failed");
-            }
+            host_ended(done);
         }
         metrics::gauge!("worker_hosts_held").set(hosts.len() as f64);
         let wanted = hosts_wanted(
@@ -129,7 +127,7 @@ async fn lease(context: &Arc<Context>, mut shutdown: Shutdown) -> JoinSet<()> {
             // wait. Look again after a round, or when a host is let go.
             tokio::select! {
                 () = shutdown.started() => break,
-                _ = hosts.join_next() => {}
+                Some(done) = hosts.join_next() => host_ended(done),
                 () = tokio::time::sleep(LEASE_ROUND) => {}
             }
             continue;
@@ -172,7 +170,10 @@ async fn lease(context: &Arc<Context>, mut shutdown: Shutdown) -> JoinSet<()> {
             tokio::select! {
                 () = shutdown.started() => break,
                 () = tokio::time::sleep(pause) => {}
-                Some(_) = hosts.join_next(), if !hosts.is_empty() => idle_rounds = 0,
+                Some(done) = hosts.join_next(), if !hosts.is_empty() => {
+                    host_ended(done);
+                    idle_rounds = 0;
+                }
             }
             continue;
         }
@@ -188,14 +189,24 @@ async fn lease(context: &Arc<Context>, mut shutdown: Shutdown) -> JoinSet<()> {
             });
         }
         // Let the hosts just leased take their slots before counting the
-        // idle ones again.
+        // idle ones again, unless a host is let go first: its queue may be
+        // due again at once, and a crawl of few hosts would otherwise lose
+        // a round between each host's batches.
         tokio::select! {
             () = shutdown.started() => break,
             () = tokio::time::sleep(LEASE_ROUND) => {}
+            Some(done) = hosts.join_next() => host_ended(done),
         }
     }
     tracing::info!(hosts = hosts.len(), "stopping: no more leases");
     hosts
+}
+
+/// Logs a host pipeline that panicked; its URLs' leases run out.
+fn host_ended(done: Result<(), tokio::task::JoinError>) {
+    if let Err(error) = done {
+        tracing::error!(%error, "a host pipeline failed");
+    }
 }
 
 /// Served URLs grouped by their queue, in the order served.
