@@ -19,7 +19,9 @@ use super::View;
 use super::coordination::{Condition, Entry, Snapshot, Txn, Write};
 use super::map::{ClusterFacts, Member, MoveKind, MovePhase, MoveRecord, PartitionMap};
 
+mod batches;
 mod copies;
+pub(super) use batches::*;
 pub(super) use copies::*;
 
 /// Moves in flight at once, cluster-wide, per [`PARTITIONS_PER_MOVE_SLOTS`]

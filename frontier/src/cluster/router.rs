@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::coordinator::{SettingChange, record_setting};
 use super::peers::forwarded;
+use super::protocol::{self, BatchAnswers, ShareAnswer};
 use super::{Cluster, Owner};
 use crate::grpc::UrlFrontierService;
 use crate::service::crawl_or_default;
@@ -190,10 +191,8 @@ async fn route_batch(
     cluster: Arc<Cluster>,
     mut batch: uf::DiscoveredBatch,
 ) -> Result<uf::BatchAck, Status> {
-    let fail = uf::ack_message::Status::Fail as i32;
-    let mut statuses = vec![fail; batch.items.len()];
+    let items = batch.items.len();
     let done = batch.done.take();
-    let done_index = batch.items.len();
     let mut partitions: Vec<Option<usize>> = batch
         .items
         .iter()
@@ -207,13 +206,8 @@ async fn route_batch(
         );
     }
     let (epoch, split) = split_past_cutovers(&cluster, partitions).await;
-    let mut shares = split.by_owner;
-    // The share of the report's owner goes last, carrying the report.
-    let last = shares
-        .iter()
-        .position(|(_, indexes)| indexes.contains(&done_index))
-        .filter(|_| done.is_some())
-        .map(|at| shares.remove(at));
+    let route = protocol::route(split.by_owner, items, done.is_some());
+    let mut answers = BatchAnswers::new(items, done.is_some(), split.away.is_some());
     let send = |owner: Owner, indexes: Vec<usize>, done: Option<uf::KnownUrlItem>| {
         // The report's index is past the items: it names none of them.
         let items: Vec<uf::UrlInfo> = (indexes.iter())
@@ -237,62 +231,41 @@ async fn route_batch(
             (indexes, answer)
         }
     };
-    let mut all_stored = split.away.is_none();
-    let mut done_status = done.as_ref().map(|_| fail);
-    // Places a share's statuses, and answers the status of the report it
-    // carried: as answered, or FAIL when the share was not stored.
-    let mut place = |indexes: Vec<usize>,
-                     answer: Result<uf::BatchAck, Status>,
-                     all_stored: &mut bool|
-     -> Result<Option<i32>, Status> {
-        let items: Vec<usize> = indexes.into_iter().filter(|&i| i != done_index).collect();
-        match answer {
-            Ok(answered) if answered.statuses.len() == items.len() => {
-                for (index, status) in items.into_iter().zip(answered.statuses) {
-                    *all_stored &= status != fail;
-                    statuses[index] = status;
-                }
-                Ok(answered.done)
-            }
-            Ok(_) => {
-                *all_stored = false;
-                log_unrouted(&Status::internal("a peer answered a batch short"));
-                Ok(Some(fail))
-            }
-            // Storage failures here are the client's to retry, as on one node.
-            Err(status) if status.code() != tonic::Code::Unavailable => Err(status),
-            Err(status) => {
-                *all_stored = false;
-                log_unrouted(&status);
-                Ok(Some(fail))
-            }
-        }
-    };
-    let others = shares
-        .into_iter()
-        .map(|(owner, indexes)| send(owner, indexes, None));
-    for (indexes, answer) in futures::future::join_all(others).await {
-        place(indexes, answer, &mut all_stored)?;
+    let first = (route.first.into_iter()).map(|(owner, indexes)| send(owner, indexes, None));
+    for (indexes, answer) in futures::future::join_all(first).await {
+        answers.place(&indexes, share_answer(answer)?, false);
     }
-    if let Some((owner, indexes)) = last {
+    if let Some((owner, indexes)) = route.last {
         // With an outlink not stored, the page stays undone: its report
         // goes nowhere and is answered FAIL, so the client sends both
         // again.
-        let done = done.filter(|_| all_stored);
+        let done = done.filter(|_| answers.report_may_go());
         let carried = done.is_some();
         let (indexes, answer) = send(owner, indexes, done).await;
-        let answered = place(indexes, answer, &mut all_stored)?;
-        if carried {
-            // An owner that does not take reports in batches leaves it
-            // unset: the client sends the report by PutURLs then.
-            done_status = answered;
-        }
+        answers.place(&indexes, share_answer(answer)?, carried);
     }
+    let (statuses, done) = answers.finish();
     Ok(uf::BatchAck {
         id: batch.id,
         statuses,
-        done: done_status,
+        done,
     })
+}
+
+/// An owner's answer to its share; storage failures other than an owner
+/// out of reach are the client's to retry, as on one node.
+fn share_answer(answer: Result<uf::BatchAck, Status>) -> Result<ShareAnswer, Status> {
+    match answer {
+        Ok(ack) => Ok(ShareAnswer::Answered {
+            statuses: ack.statuses,
+            report: ack.done,
+        }),
+        Err(status) if status.code() != tonic::Code::Unavailable => Err(status),
+        Err(status) => {
+            log_unrouted(&status);
+            Ok(ShareAnswer::NotStored)
+        }
+    }
 }
 
 /// Routes PutURLs items like [`route_batch`], one ack per item in order.

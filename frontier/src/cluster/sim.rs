@@ -31,6 +31,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+mod batches;
 mod faults;
 mod moves;
 mod writes;
