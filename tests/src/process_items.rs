@@ -1,5 +1,5 @@
 //! What the frontier process tests share: URL items of the crawl they use,
-//! PutURLs over a stream, and that crawl's stats.
+//! PutURLs and PutDiscovered over a stream, and that crawl's stats.
 
 use futures::StreamExt;
 use proto::urlfrontier::{
@@ -76,6 +76,21 @@ pub async fn put_urls(
         }
     }
     ok
+}
+
+/// Sends batches on one PutDiscovered stream; answers every ack.
+pub async fn put_batches(
+    client: &mut uf::url_frontier_client::UrlFrontierClient<tonic::transport::Channel>,
+    batches: Vec<uf::DiscoveredBatch>,
+) -> Vec<uf::BatchAck> {
+    client
+        .put_discovered(futures::stream::iter(batches))
+        .await
+        .unwrap()
+        .into_inner()
+        .map(Result::unwrap)
+        .collect()
+        .await
 }
 
 /// GetStats of the crawl the kill tests use.

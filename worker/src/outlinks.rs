@@ -64,7 +64,7 @@ pub(crate) struct LinkBatch {
 /// The links found at `url` (leased as `info`, at `depth`) as batches to
 /// send; none when they are past the depth limit.
 pub(crate) fn link_batches(
-    context: &LinkSink<'_>,
+    sink: &LinkSink<'_>,
     info: &UrlInfo,
     url: &Url,
     depth: u32,
@@ -76,7 +76,7 @@ pub(crate) fn link_batches(
         Links::SitemapPages => 1,
         Links::Sitemaps(_) => 0,
     };
-    if context.max_depth.is_some_and(|max| link_depth > max) {
+    if sink.max_depth.is_some_and(|max| link_depth > max) {
         return Vec::new();
     }
     let mut spelled = std::collections::HashSet::new();
@@ -84,7 +84,7 @@ pub(crate) fn link_batches(
     let mut cacheable = Vec::new();
     for link in links {
         // A URL no frontier takes is not sent.
-        let Ok(canonical) = canon::canonicalise(&link, context.max_url_length) else {
+        let Ok(canonical) = canon::canonicalise(&link, sink.max_url_length) else {
             continue;
         };
         if !spelled.insert(canonical.as_str().to_owned()) {
@@ -96,9 +96,9 @@ pub(crate) fn link_batches(
         let key = (kind == Links::Page && Some(canonical.host()) == url.host_str())
             .then(|| SeenCache::key(&info.crawl_id, canonical.as_str()));
         if let Some(key) = key
-            && context.seen.knows(key, link_depth)
+            && sink.seen.knows(key, link_depth)
         {
-            context.stats.links_cached.fetch_add(1, Ordering::Relaxed);
+            sink.stats.links_cached.fetch_add(1, Ordering::Relaxed);
             continue;
         }
         let mut metadata = HashMap::from([
@@ -128,8 +128,7 @@ pub(crate) fn link_batches(
         });
         cacheable.push(key);
     }
-    context
-        .stats
+    sink.stats
         .links_sent
         .fetch_add(items.len() as u64, Ordering::Relaxed);
     items
@@ -146,18 +145,18 @@ pub(crate) fn link_batches(
 /// Sends links found at `url` now, without a report (a new origin's
 /// sitemaps); waits for the frontier's acknowledgement.
 pub(crate) async fn send_links(
-    context: &LinkSink<'_>,
+    sink: &LinkSink<'_>,
     info: &UrlInfo,
     url: &Url,
     links: Vec<String>,
     kind: Links,
 ) {
-    for batch in link_batches(context, info, url, 0, links, kind) {
-        let statuses = context
+    for batch in link_batches(sink, info, url, 0, links, kind) {
+        let statuses = sink
             .link
             .put_outlinks(url.to_string(), batch.items.clone())
             .await;
-        note_acked(context, &batch, &statuses);
+        note_acked(sink, &batch, &statuses);
     }
 }
 
@@ -165,33 +164,33 @@ pub(crate) async fn send_links(
 /// date), the report in the last batch; returns once the frontier has
 /// acknowledged all of them.
 pub(crate) async fn send_page(
-    context: &LinkSink<'_>,
+    sink: &LinkSink<'_>,
     batches: Vec<LinkBatch>,
     report: UrlInfo,
     due: u64,
 ) {
     let id = report.url.clone();
     let Some((last, earlier)) = batches.split_last() else {
-        context.link.put_known(report, due).await;
+        sink.link.put_known(report, due).await;
         return;
     };
     for batch in earlier {
-        let statuses = context
+        let statuses = sink
             .link
             .put_outlinks(id.clone(), batch.items.clone())
             .await;
-        note_acked(context, batch, &statuses);
+        note_acked(sink, batch, &statuses);
     }
-    let statuses = context
+    let statuses = sink
         .link
         .put_outlinks_and_report(id, last.items.clone(), report, due)
         .await;
-    note_acked(context, last, &statuses);
+    note_acked(sink, last, &statuses);
 }
 
 /// What the frontier's answer to a batch teaches: the count of new URLs,
 /// and the seen cache (a URL answered other than FAIL is the frontier's).
-fn note_acked(context: &LinkSink<'_>, batch: &LinkBatch, statuses: &[i32]) {
+fn note_acked(sink: &LinkSink<'_>, batch: &LinkBatch, statuses: &[i32]) {
     let mut new = 0;
     for (status, key) in statuses.iter().zip(&batch.cacheable) {
         if *status == Ack::Ok as i32 {
@@ -200,8 +199,8 @@ fn note_acked(context: &LinkSink<'_>, batch: &LinkBatch, statuses: &[i32]) {
         if let Some(key) = key
             && *status != Ack::Fail as i32
         {
-            context.seen.insert(*key, batch.depth);
+            sink.seen.insert(*key, batch.depth);
         }
     }
-    context.stats.new_outlinks.fetch_add(new, Ordering::Relaxed);
+    sink.stats.new_outlinks.fetch_add(new, Ordering::Relaxed);
 }

@@ -4,7 +4,7 @@
 //! reflection services.
 
 use crawl_tests::FrontierProcess;
-use crawl_tests::process_items::{discovered, known, put_urls, url};
+use crawl_tests::process_items::{discovered, known, put_batches, put_urls, url};
 use futures::StreamExt;
 use proto::urlfrontier::{
     self as uf, DiscoveredBatch, GetParams, UrlInfo, UrlItem, UrlStatusRequest,
@@ -131,21 +131,6 @@ async fn the_api_answers_as_the_spec_says() {
     ] {
         assert!(names.iter().any(|n| n == expected), "{names:?}");
     }
-}
-
-/// Sends batches on one PutDiscovered stream; answers every ack.
-async fn put_batches(
-    client: &mut uf::url_frontier_client::UrlFrontierClient<tonic::transport::Channel>,
-    batches: Vec<DiscoveredBatch>,
-) -> Vec<uf::BatchAck> {
-    client
-        .put_discovered(futures::stream::iter(batches))
-        .await
-        .unwrap()
-        .into_inner()
-        .map(Result::unwrap)
-        .collect()
-        .await
 }
 
 /// A batch that carries its page's report (`done`) is stored with it: the

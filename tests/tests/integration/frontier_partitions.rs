@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use crawl_tests::FrontierProcess;
-use crawl_tests::process_items::{discovered, known, put_urls, url};
+use crawl_tests::process_items::{discovered, known, put_batches, put_urls, url};
 use futures::StreamExt;
 use proto::urlfrontier::{
     self as uf, DiscoveredBatch, GetParams, KnownUrlItem, UrlInfo, UrlItem,
@@ -50,14 +50,7 @@ async fn rebuilds_under_concurrent_puts_and_serves_lose_nothing_and_serve_nothin
                         .collect(),
                 })
                 .collect();
-            let acks: Vec<uf::BatchAck> = client
-                .put_discovered(futures::stream::iter(batches))
-                .await
-                .unwrap()
-                .into_inner()
-                .map(Result::unwrap)
-                .collect()
-                .await;
+            let acks = put_batches(&mut client, batches).await;
             acks.iter()
                 .flat_map(|ack| ack.statuses.iter())
                 .filter(|s| **s == Ack::Ok as i32)
