@@ -14,7 +14,9 @@
 //!
 //! Per `url_records` key and per `serving_order` key, its newest value or
 //! its removal, in two layers: what groups wrote since the applier's last
-//! copy (`fresh`), over what the applier is writing (`writing`); the held
+//! copy (`fresh`), over what the applier is writing (`writing`); under
+//! both, the `serving_order` removals of written layers, held back from
+//! `frontier.redb` until there are many (module `put_off`); the held
 //! groups' queue count changes; crawl and queue numbers given but not
 //! written (module `names`). A group is worked out against what is held
 //! over a snapshot of `urls.redb`, so the files need not hold it yet.
@@ -48,7 +50,7 @@
 //! (no applier runs: tests, the repair tools, a store being opened) applies
 //! every group to the files before answering it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar};
@@ -61,6 +63,7 @@ use super::locks::{
 };
 use super::names::GroupNames;
 use super::pace::Pace;
+use super::put_off::PutOff;
 use super::queue_counts::{GroupCounts, QueueCounts};
 use super::record_access::RecordAccess;
 use super::record_map::RecordMap;
@@ -88,7 +91,7 @@ const HELD_LIMIT_MIN: usize = 16 << 20;
 /// overestimate makes the applier's turns smaller than the memory allows,
 /// and larger turns are what keep ingest up once the files outgrow the
 /// cache.
-const ORDER_ENTRY: usize = 54;
+pub(super) const ORDER_ENTRY: usize = 54;
 
 /// Held writes of some groups: per key, its newest value (`None`:
 /// removed).
@@ -112,10 +115,15 @@ impl Layer {
         self.records.insert(key, value.map(Vec::into_boxed_slice));
     }
 
-    fn hold_order(&mut self, key: OrderKey, value: Option<u32>) {
+    pub(super) fn hold_order(&mut self, key: OrderKey, value: Option<u32>) {
         if self.order.insert(key, value).is_none() {
             self.order_bytes += ORDER_ENTRY;
         }
+    }
+
+    /// Its `serving_order` changes, in key order.
+    pub(super) fn order_changes(&self) -> impl Iterator<Item = (&OrderKey, &Option<u32>)> {
+        self.order.iter()
     }
 }
 
@@ -135,9 +143,12 @@ pub(super) struct Held {
     /// takes, and a group waited with it; one opened by the applier
     /// spares the groups that wait.
     pub(super) snapshot: Option<Arc<Option<RecordsRead>>>,
-    /// Counts the written layers let go: a snapshot of a file opened
-    /// while it stays the same holds whatever such a layer held (see
-    /// [`Store::held_and_snapshot`]).
+    /// `serving_order` removals of written layers that `frontier.redb`
+    /// has yet to make (module `put_off`).
+    pub(super) put_off: PutOff,
+    /// Counts the written layers let go, and the held-back removals
+    /// written: a snapshot of a file opened while it stays the same holds
+    /// whatever such a layer held (see [`Store::held_and_snapshot`]).
     released: u64,
     /// Queue count changes of the groups held since the applier's last
     /// copy.
@@ -177,12 +188,14 @@ impl Held {
         &self,
         range: impl std::ops::RangeBounds<OrderKey> + Clone,
     ) -> HeldOrder {
-        overlay(
+        let held = overlay(
             self.fresh.order.range(range.clone()),
-            self.writing.order.range(range),
-        )
-        .map(|(key, value)| (*key, *value))
-        .collect()
+            self.writing.order.range(range.clone()),
+        );
+        let put_off = self.put_off.range(range).map(|key| (key, &None));
+        overlay(held, put_off)
+            .map(|(key, value)| (*key, *value))
+            .collect()
     }
 
     /// How many layers have been let go: a snapshot opened after a look
@@ -191,8 +204,13 @@ impl Held {
         self.released
     }
 
+    /// Counts something let go that a file now holds.
+    pub(super) fn count_released(&mut self) {
+        self.released += 1;
+    }
+
     fn bytes(&self) -> usize {
-        self.fresh.bytes() + self.writing.bytes()
+        self.fresh.bytes() + self.writing.bytes() + self.put_off.bytes()
     }
 }
 
@@ -687,7 +705,13 @@ impl Store {
         (writing, names_upto): (Arc<Layer>, super::names::NamesMark),
     ) -> Result<(), StoreError> {
         let started = Instant::now();
-        let written = self.write_copied(&writing, names_upto);
+        // Taken now, unchanged until the layer is let go: only the applier
+        // (which this is) changes it.
+        let put_off = {
+            let held = self.held.read();
+            (held.put_off.due(self.held_limit())).then(|| held.put_off.share())
+        };
+        let written = self.write_copied(&writing, names_upto, put_off.as_deref());
         if let Err(error) = &written {
             self.note_failure(error);
         }
@@ -711,13 +735,18 @@ impl Store {
             held.snapshot = snapshot;
             held.released += 1;
             let written = std::mem::take(&mut held.writing);
+            if put_off.is_some() {
+                held.put_off.clear();
+            } else {
+                held.put_off.absorb(&written);
+            }
             metrics::gauge!("frontier_held_bytes").set(held.bytes() as f64);
             self.held.note_unwritten(&held);
             written
         };
         self.held.notify();
         // Freed here, off the lock.
-        drop((written, writing));
+        drop((written, writing, put_off));
         Ok(())
     }
 
@@ -742,21 +771,24 @@ impl Store {
     /// per file, and each file's B-tree work is about half of a copy's. A
     /// small one (a crawl's few writes a page) costs less than starting a
     /// thread, and is written on this one.
+    /// `put_off`: the held-back removals, when they go with this copy
+    /// (else the copy's own removals are held back: module `put_off`).
     fn write_copied(
         &self,
         copied: &Layer,
         names_upto: super::names::NamesMark,
+        put_off: Option<&BTreeSet<OrderKey>>,
     ) -> Result<(), StoreError> {
         let files = self.files()?;
         let new_names = self.read_names().unpersisted(names_upto);
         let (records, order) = if copied.records.len() + copied.order.len() < PARALLEL_COPY_MIN {
             (
                 self.write_records(&files.urls_db, copied, &new_names),
-                Self::write_order(&files.db, copied),
+                Self::write_order(&files.db, copied, put_off),
             )
         } else {
             std::thread::scope(|scope| {
-                let order = scope.spawn(|| Self::write_order(&files.db, copied));
+                let order = scope.spawn(|| Self::write_order(&files.db, copied, put_off));
                 let records = self.write_records(&files.urls_db, copied, &new_names);
                 let order = order
                     .join()
@@ -811,20 +843,30 @@ impl Store {
         Ok(())
     }
 
-    /// The `serving_order` part of a copy, to `frontier.redb`.
-    fn write_order(db: &redb::Database, copied: &Layer) -> Result<(), StoreError> {
+    /// The `serving_order` part of a copy, to `frontier.redb`: its
+    /// inserts, and its removals only with the held-back ones (`put_off`),
+    /// which go first: a key the copy inserts again stays.
+    pub(super) fn write_order(
+        db: &redb::Database,
+        copied: &Layer,
+        put_off: Option<&BTreeSet<OrderKey>>,
+    ) -> Result<(), StoreError> {
         let mut write = db.begin_write()?;
         write.set_durability(redb::Durability::None)?;
         {
             let mut order = write.open_table(SERVING_ORDER)?;
+            if let Some(keys) = put_off {
+                super::put_off::remove_from(&mut order, keys)?;
+            }
             for (key, value) in &copied.order {
                 match *value {
                     Some(partition) => {
                         order.insert(*key, partition)?;
                     }
-                    None => {
+                    None if put_off.is_some() => {
                         order.remove(*key)?;
                     }
+                    None => {}
                 }
             }
             write
@@ -839,7 +881,8 @@ impl Store {
     /// meanwhile.
     pub(super) fn drain_held(&self) -> Result<(), StoreError> {
         while self.apply_held()? {}
-        Ok(())
+        let applying = self.held.lock_applying();
+        self.write_put_off(&applying)
     }
 
     /// The applier's checkpoint: when one is due, both files are made
@@ -866,6 +909,13 @@ impl Store {
         let _checkpointing = self.held.checkpointing.lock();
         let applying = self.held.lock_applying();
         self.check_poisoned()?;
+        // The restarted log keeps no group before `upto`: the removals held
+        // back from those groups are made durable with them.
+        if let Err(error) = self.write_put_off(&applying) {
+            tracing::warn!(%error, "checkpoint failed; the write-ahead log keeps the groups since the last one");
+            self.note_failure(&error);
+            return Err(error);
+        }
         let upto = self.lock_main_file().lsn;
         {
             let files = self.files()?;

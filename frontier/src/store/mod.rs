@@ -140,6 +140,7 @@ mod merged;
 mod names;
 mod open;
 mod pace;
+mod put_off;
 mod queue_counts;
 mod read;
 mod record_access;

@@ -1,0 +1,327 @@
+//! `serving_order` removals held back from `frontier.redb` after their
+//! layer is written, until there are many.
+//!
+//! A completed URL removes its `serving_order` entry, and completions
+//! spread over every queue: the removals of one applier copy land on
+//! nearly every leaf page of the table, and redb rewrites each page a
+//! transaction changes whole. Written with every copy, they made up most
+//! of what the applier wrote to `frontier.redb`. Held back, many removals
+//! share each page rewritten.
+//!
+//! The removals are kept as a third layer under the two of module `held`:
+//! readers overlay it as they do the others, so a removed entry is never
+//! read. A later insert of a removed key is written with its layer, so it
+//! leaves this set then (the file has the key again, and the set must not
+//! hide it or remove it).
+//!
+//! The removals reach the file
+//! - with the applier's next copy once they outgrow their share of the
+//!   held limit;
+//! - before a checkpoint's durable commits, so that the log restarted
+//!   after it is never needed for them;
+//! - when what is held is drained (before a deletion, which writes the
+//!   file itself, and at shutdown).
+//!
+//! A reopening of the files after a failed write (module `recover`) takes
+//! them back to their last durable commit, a checkpoint's, which held
+//! nothing back, and replays the log after it, removals included: the
+//! set then starts empty with the rest of what is held.
+//!
+//! Each time, under the held lock, the set is emptied and the held state
+//! counts a layer let go, as for a written layer: a reader that copied the
+//! set before sees the removals, one that copies it after opens its
+//! snapshot after the commit ([`super::Store::held_and_snapshot`]).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::held::{Layer, OrderKey};
+use super::locks::OrderedMutexGuard;
+use super::schema::SERVING_ORDER;
+use super::{Store, StoreError};
+
+/// What a held-back removal costs in memory, at most: no more than a held
+/// `serving_order` entry (module `held`), whose value it lacks.
+const PUT_OFF_ENTRY: usize = super::held::ORDER_ENTRY;
+
+/// The share of the held limit held-back removals may take before the
+/// applier's next copy writes them: small beside the layers themselves,
+/// and at the memory budget's smallest still thousands of removals a
+/// leaf page of a table of a million entries.
+const PUT_OFF_SHARE: usize = 4;
+
+/// The removals held back, shared with the applier while it writes them.
+#[derive(Debug, Default)]
+pub(super) struct PutOff {
+    keys: Arc<BTreeSet<OrderKey>>,
+}
+
+impl PutOff {
+    /// The removed keys in `range`, in key order.
+    pub(super) fn range(
+        &self,
+        range: impl std::ops::RangeBounds<OrderKey>,
+    ) -> impl Iterator<Item = &OrderKey> {
+        self.keys.range(range)
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.keys.len() * PUT_OFF_ENTRY
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The set as it is now, for a writer off the lock.
+    pub(super) fn share(&self) -> Arc<BTreeSet<OrderKey>> {
+        Arc::clone(&self.keys)
+    }
+
+    /// Whether the set has outgrown its share of `held_limit`.
+    pub(super) fn due(&self, held_limit: usize) -> bool {
+        !self.keys.is_empty() && self.bytes() >= held_limit / PUT_OFF_SHARE
+    }
+
+    /// Takes in what a layer written without its removals leaves out: its
+    /// removals join the set, its inserts (written) leave it.
+    pub(super) fn absorb(&mut self, written: &Layer) {
+        let keys = Arc::make_mut(&mut self.keys);
+        for (key, value) in written.order_changes() {
+            match value {
+                None => {
+                    keys.insert(*key);
+                }
+                Some(_) if !keys.is_empty() => {
+                    keys.remove(key);
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// Lets go of the removals a file now holds.
+    pub(super) fn clear(&mut self) {
+        self.keys = Arc::default();
+    }
+}
+
+/// Removes `keys` from `serving_order` in `order`.
+pub(super) fn remove_from(
+    order: &mut redb::Table<'_, OrderKey, u32>,
+    keys: &BTreeSet<OrderKey>,
+) -> Result<(), StoreError> {
+    for key in keys {
+        order.remove(*key)?;
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Writes the held-back removals to `frontier.redb` (non-durably: the
+    /// log holds their groups until a checkpoint, which calls this first),
+    /// then lets them go. The caller holds `applying`, which `_applying`
+    /// shows: no applier copy runs meanwhile.
+    pub(super) fn write_put_off(
+        &self,
+        _applying: &OrderedMutexGuard<'_, ()>,
+    ) -> Result<(), StoreError> {
+        let keys = self.held.read().put_off.share();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        {
+            let files = self.files()?;
+            Self::remove_put_off_in(&files.db, &keys)?;
+        }
+        let mut held = self.held.write();
+        held.put_off.clear();
+        held.count_released();
+        self.held.note_unwritten(&held);
+        Ok(())
+    }
+
+    /// Removes `keys` from `serving_order` in `db`, non-durably.
+    pub(super) fn remove_put_off_in(
+        db: &redb::Database,
+        keys: &BTreeSet<OrderKey>,
+    ) -> Result<(), StoreError> {
+        let mut write = db.begin_write()?;
+        write.set_durability(redb::Durability::None)?;
+        remove_from(&mut write.open_table(SERVING_ORDER)?, keys)?;
+        write.commit()?;
+        Ok(())
+    }
+
+    /// Tests: how many removals are held back.
+    #[cfg(test)]
+    pub(crate) fn put_off_removals(&self) -> usize {
+        self.held.read().put_off.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{KnownUrl, NewUrl, UrlRecord, WriteOp};
+    use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+
+    fn url(i: usize) -> String {
+        format!("http://h/p{i}")
+    }
+
+    /// A report of `url(i)`: completed (`due_at` 0) or due again.
+    fn report(i: usize, due_at: u64) -> WriteOp {
+        WriteOp::Known(KnownUrl {
+            crawl: "c".into(),
+            url: url(i),
+            partition: 0,
+            queue_key: None,
+            default_queue: "h".into(),
+            due_at,
+            metadata: Default::default(),
+            now: 2,
+            report: None,
+        })
+    }
+
+    fn file_entries(store: &Store) -> u64 {
+        let read = store.files().unwrap().db.begin_read().unwrap();
+        read.open_table(SERVING_ORDER).unwrap().len().unwrap()
+    }
+
+    fn due(store: &Store) -> Vec<String> {
+        let page = store.due_entries("c", "h", None, 100).unwrap();
+        let mut urls: Vec<String> = page.urls.into_iter().map(|due| due.url).collect();
+        urls.sort();
+        urls
+    }
+
+    /// Completed URLs' entries stay in the file after their layer is
+    /// written, yet are neither served nor counted; a URL due again at its
+    /// old date keeps its entry; a checkpoint removes the rest, and a
+    /// reopened store serves what it served before.
+    #[test]
+    fn removals_held_back_hide_their_entries_until_a_checkpoint_writes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let urls: Vec<NewUrl> = (0..6)
+            .map(|i| NewUrl {
+                crawl: "c".into(),
+                url: url(i),
+                partition: 0,
+                maybe_known: false,
+                record: UrlRecord {
+                    created_at: 1,
+                    due_at: 5,
+                    queue_key: "h".into(),
+                    ..UrlRecord::default()
+                },
+            })
+            .collect();
+        let served = [url(0), url(4), url(5)];
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.hold_writes();
+            store.insert_if_absent(&urls).unwrap();
+            assert!(store.apply_held().unwrap());
+            store
+                .apply(&(0..4).map(|i| report(i, 0)).collect::<Vec<_>>())
+                .unwrap();
+            assert!(store.apply_held().unwrap());
+            assert_eq!(store.put_off_removals(), 4);
+            assert_eq!(file_entries(&store), 6, "the removals are held back");
+            assert_eq!(due(&store), [url(4), url(5)]);
+            assert_eq!(store.count_due("c", 10, |_| true).unwrap().now, 2);
+
+            store.apply(&[report(0, 5)]).unwrap();
+            assert!(store.apply_held().unwrap());
+            assert_eq!(store.put_off_removals(), 3, "written again: not removed");
+            assert_eq!(due(&store), served);
+
+            store.checkpoint_held().unwrap();
+            assert_eq!(store.put_off_removals(), 0);
+            assert_eq!(file_entries(&store), 3);
+            assert_eq!(due(&store), served);
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(file_entries(&store), 3);
+        assert_eq!(due(&store), served);
+    }
+
+    /// A drain (before a deletion, at shutdown) writes the held-back
+    /// removals too.
+    #[test]
+    fn a_drain_writes_the_removals_held_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.hold_writes();
+        let urls: Vec<NewUrl> = (0..3)
+            .map(|i| NewUrl {
+                crawl: "c".into(),
+                url: url(i),
+                partition: 0,
+                maybe_known: false,
+                record: UrlRecord {
+                    created_at: 1,
+                    due_at: 5,
+                    queue_key: "h".into(),
+                    ..UrlRecord::default()
+                },
+            })
+            .collect();
+        store.insert_if_absent(&urls).unwrap();
+        store.apply(&[report(1, 0)]).unwrap();
+        assert!(store.apply_held().unwrap());
+        assert_eq!(store.put_off_removals(), 1);
+        store.drain_held().unwrap();
+        assert_eq!(store.put_off_removals(), 0);
+        assert_eq!(file_entries(&store), 2);
+    }
+
+    /// Written with a copy, the held-back removals go before the copy's
+    /// changes: a key the copy inserts again stays, and the copy's own
+    /// removals are written too.
+    #[test]
+    fn removals_written_with_a_copy_go_before_its_inserts() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("order.redb")).unwrap();
+        {
+            let write = db.begin_write().unwrap();
+            let mut order = write.open_table(SERVING_ORDER).unwrap();
+            for key in [(1, 5, 1), (1, 5, 2), (1, 5, 3)] {
+                order.insert(key, 0).unwrap();
+            }
+            drop(order);
+            write.commit().unwrap();
+        }
+        let put_off = BTreeSet::from([(1, 5, 1), (1, 5, 2)]);
+        let mut copy = Layer::default();
+        copy.hold_order((1, 5, 1), Some(0));
+        copy.hold_order((1, 5, 3), None);
+        copy.hold_order((1, 6, 4), Some(0));
+        Store::write_order(&db, &copy, Some(&put_off)).unwrap();
+        let read = db.begin_read().unwrap();
+        let order = read.open_table(SERVING_ORDER).unwrap();
+        let keys: Vec<OrderKey> = (order.iter().unwrap())
+            .map(|entry| entry.unwrap().0.value())
+            .collect();
+        assert_eq!(keys, [(1, 5, 1), (1, 6, 4)]);
+    }
+
+    #[test]
+    fn a_later_insert_takes_a_key_out_and_a_removal_puts_it_in() {
+        let mut put_off = PutOff::default();
+        let mut layer = Layer::default();
+        layer.hold_order((1, 5, 9), None);
+        layer.hold_order((1, 6, 9), None);
+        put_off.absorb(&layer);
+        let mut later = Layer::default();
+        later.hold_order((1, 5, 9), Some(3));
+        later.hold_order((2, 1, 1), Some(3));
+        put_off.absorb(&later);
+        assert_eq!(put_off.range(..).copied().collect::<Vec<_>>(), [(1, 6, 9)]);
+        assert!(put_off.due(PUT_OFF_ENTRY * PUT_OFF_SHARE));
+        assert!(!put_off.due(PUT_OFF_ENTRY * PUT_OFF_SHARE * 2));
+    }
+}
