@@ -441,6 +441,12 @@ impl<'a> StoredEntry<'a> {
             .is_some_and(|rest| rest == self.rest)
     }
 
+    /// The entry's metadata, still encoded.
+    #[must_use]
+    pub fn compact_metadata(&self) -> CompactMetadata {
+        CompactMetadata::from_bytes(self.metadata)
+    }
+
     /// The whole record, given the name of the entry's queue.
     pub fn record(&self, queue_key: String) -> Result<UrlRecord, RecordError> {
         let mut reader = Reader {
@@ -519,6 +525,48 @@ fn read_metadata(
         metadata.insert(key, values);
     }
     Ok(metadata)
+}
+
+/// A URL's metadata in the compact form of its entry, decoded only when
+/// needed: what a queue keeps of a URL it is about to hand out, so that a
+/// lease needs no second read of the record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactMetadata(
+    /// Empty: no metadata (no allocation for the common case).
+    Box<[u8]>,
+);
+
+impl CompactMetadata {
+    /// `metadata` encoded.
+    #[must_use]
+    pub fn of(metadata: &BTreeMap<String, Vec<String>>) -> Self {
+        if metadata.is_empty() {
+            return Self::default();
+        }
+        let mut out = Vec::new();
+        put_metadata(&mut out, metadata);
+        Self(out.into_boxed_slice())
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Self {
+        match bytes {
+            [0] => Self::default(),
+            bytes => Self(bytes.into()),
+        }
+    }
+
+    /// The metadata.
+    pub fn decode(&self) -> Result<BTreeMap<String, Vec<String>>, RecordError> {
+        if self.0.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let mut reader = Reader { bytes: &self.0 };
+        let metadata = read_metadata(Fields::Compact, &mut reader)?;
+        if !reader.bytes.is_empty() {
+            return Err(RecordError::TrailingBytes(reader.bytes.len()));
+        }
+        Ok(metadata)
+    }
 }
 
 fn put_metadata(out: &mut Vec<u8>, metadata: &BTreeMap<String, Vec<String>>) {
@@ -889,6 +937,37 @@ mod tests {
         assert_eq!(
             StoredEntry::decode_all(&[ENTRY_VERSION_4 + 3]),
             Err(RecordError::UnknownVersion(ENTRY_VERSION_4 + 3))
+        );
+    }
+
+    /// Metadata kept compact decodes to what was encoded, an entry's empty
+    /// metadata keeps nothing, and extra bytes are refused.
+    #[test]
+    fn compact_metadata_round_trips() {
+        let metadata: BTreeMap<String, Vec<String>> = [
+            ("a".to_owned(), vec!["1".to_owned(), String::new()]),
+            ("b".to_owned(), vec![]),
+        ]
+        .into();
+        let kept = CompactMetadata::of(&metadata);
+        assert_eq!(kept.decode().unwrap(), metadata);
+        assert_eq!(
+            CompactMetadata::of(&BTreeMap::new()),
+            CompactMetadata::default()
+        );
+        assert_eq!(
+            CompactMetadata::from_bytes(&[0]),
+            CompactMetadata::default()
+        );
+        assert_eq!(
+            CompactMetadata::default().decode().unwrap(),
+            BTreeMap::new()
+        );
+        let mut longer = kept.0.to_vec();
+        longer.push(0);
+        assert_eq!(
+            CompactMetadata::from_bytes(&longer).decode(),
+            Err(RecordError::TrailingBytes(1))
         );
     }
 

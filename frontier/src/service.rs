@@ -643,8 +643,9 @@ impl Frontier {
 
     /// Leases due URLs through the serving gate, at most
     /// `max_urls_per_get` of them for at most `max_lease_secs`, whatever the
-    /// request asks. Their records are read one by one as the answer goes
-    /// out ([`Self::leased_record`]), so a large answer is never held whole.
+    /// request asks. Their metadata is decoded, or read where the queue
+    /// did not keep it, one by one as the answer goes out
+    /// ([`Self::leased_metadata`]).
     pub fn lease(&self, mut request: ServeRequest) -> Result<Vec<Served>, FrontierError> {
         if request.lease_secs == 0 {
             request.lease_secs = self.config.default_lease_secs;
@@ -667,12 +668,19 @@ impl Frontier {
         Ok(served)
     }
 
-    /// The stored record of a leased URL; `None` when it was deleted since.
-    pub fn leased_record(&self, served: &Served) -> Result<Option<UrlRecord>, FrontierError> {
-        Ok(self
-            .ingest
-            .store()
-            .get(served.partition, &served.crawl, &served.url)?)
+    /// The stored metadata of a leased URL: as its queue kept it, else
+    /// read; `None` when it was deleted before the read.
+    pub fn leased_metadata(
+        &self,
+        served: &Served,
+    ) -> Result<Option<crate::revisit::Metadata>, FrontierError> {
+        // Kept bytes that do not decode are read again: the store names
+        // the damage, if it holds it too.
+        if let Some(Ok(metadata)) = served.metadata.as_ref().map(|kept| kept.decode()) {
+            return Ok(Some(metadata));
+        }
+        let record = (self.ingest.store()).get(served.partition, &served.crawl, &served.url)?;
+        Ok(record.map(|record| record.metadata))
     }
 
     /// What the frontier knows of one URL; `None` when nothing.

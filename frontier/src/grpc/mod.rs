@@ -418,10 +418,10 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         let frontier = Arc::clone(&self.frontier);
         tokio::task::spawn_blocking(move || {
             for served in served {
-                let info = match frontier.leased_record(&served) {
-                    Ok(Some(record)) => Ok(uf::UrlInfo {
+                let info = match frontier.leased_metadata(&served) {
+                    Ok(Some(stored)) => Ok(uf::UrlInfo {
                         metadata: {
-                            let mut metadata = metadata_out(&record.metadata);
+                            let mut metadata = metadata_out(&stored);
                             metadata.insert(
                                 proto::metadata::QUEUE_DELAY_MS.to_owned(),
                                 uf::StringList {

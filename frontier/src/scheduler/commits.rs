@@ -8,6 +8,7 @@ use std::time::Duration;
 use proto::metadata;
 
 use super::{Cursor, Queue, Scheduler};
+use crate::record::CompactMetadata;
 use crate::store::{Applied, Deletion, PreviousPlace, QueueRecord, Removed, WriteOp};
 use crate::time::Timestamp;
 use crate::write_ops::KnownUrl;
@@ -31,7 +32,11 @@ impl Scheduler {
                         state.record.completed += 1;
                     } else {
                         let hash = self.store.url_hash(&new.url);
-                        state.add_entry(new.record.due_at, hash, &new.url, new.partition);
+                        state.add_entry(
+                            (new.record.due_at, hash, &new.url),
+                            new.partition,
+                            Some(CompactMetadata::of(&new.record.metadata)),
+                        );
                         self.wake(
                             &queue,
                             &mut state,
@@ -98,7 +103,9 @@ impl Scheduler {
                         state.record.completed += 1;
                     } else {
                         let hash = self.store.url_hash(&known.url);
-                        state.add_entry(*due_at, hash, &known.url, known.partition);
+                        // A report's metadata is settled in the store
+                        // (the revisit history): read when handed out.
+                        state.add_entry((*due_at, hash, &known.url), known.partition, None);
                         self.wake(&queue, &mut state, Timestamp::from_unix_secs(*due_at));
                     }
                 }

@@ -92,6 +92,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::partitioning::PartitionBy;
+use crate::record::CompactMetadata;
 use crate::store::{QueueRecord, Store, StoreError};
 use crate::time::Timestamp;
 
@@ -163,6 +164,9 @@ pub struct Served {
     pub partition: u32,
     /// The queue's delay: the holder spaces its requests by it.
     pub delay: Duration,
+    /// Its metadata as stored when it was handed out, if the queue knew it
+    /// (`None`: to be read from the store).
+    pub metadata: Option<CompactMetadata>,
 }
 
 /// Counts of one queue or a whole crawl.
@@ -433,7 +437,7 @@ impl Scheduler {
         let head_served = state
             .buffer
             .first_key_value()
-            .is_none_or(|(_, partition)| self.serves(*partition));
+            .is_none_or(|(_, (partition, _))| self.serves(*partition));
         if state.may_have_due() && head_served {
             let due = state
                 .buffer
@@ -711,10 +715,10 @@ impl Scheduler {
             let Some(entry) = state.buffer.first_entry() else {
                 break;
             };
-            if entry.key().0 > now_secs || !self.serves(*entry.get()) {
+            if entry.key().0 > now_secs || !self.serves(entry.get().0) {
                 break;
             }
-            let ((due_at, hash, url), partition) = entry.remove_entry();
+            let ((due_at, hash, url), (partition, metadata)) = entry.remove_entry();
             state.leased.insert(
                 url.clone(),
                 Lease {
@@ -731,6 +735,7 @@ impl Scheduler {
                 url,
                 partition,
                 delay,
+                metadata,
             });
             handed += 1;
         }
@@ -765,9 +770,10 @@ impl Scheduler {
         }
         for entry in page.urls {
             if !state.leased.contains_key(&entry.url) {
-                state
-                    .buffer
-                    .insert((entry.due_at, entry.hash, entry.url), entry.partition);
+                state.buffer.insert(
+                    (entry.due_at, entry.hash, entry.url),
+                    (entry.partition, Some(entry.metadata)),
+                );
             }
         }
         if page.complete {
@@ -948,6 +954,7 @@ mod tests {
 
     use super::*;
     use crate::ingest::{DedupMode, Discovered, FilterConfig, Ingest, Known};
+    use crate::revisit::Metadata;
     use crate::scope::Rules;
     use crate::store::WriteOp;
     use proto::metadata;
@@ -1612,6 +1619,84 @@ mod tests {
         assert_eq!(again.len(), 3);
         let a = f.serve(&all(60), 51 * SEC);
         assert_eq!(a.len(), 9);
+    }
+
+    /// What a served URL carries of its metadata is what the store holds:
+    /// kept from the discovery's hook and from a refill; not kept after a
+    /// report, whose metadata the store settles (then read when handed
+    /// out).
+    #[test]
+    fn served_urls_carry_the_metadata_the_store_holds_or_none() {
+        let tagged = |url: &str| Discovered {
+            url: url.to_owned(),
+            depth: 1,
+            metadata: [("tag".to_owned(), vec![url.to_owned()])].into(),
+            ..Discovered::default()
+        };
+        let serve = |f: &Fixture, now_ms: u64| -> BTreeMap<String, Option<Metadata>> {
+            f.now_ms.store(now_ms, Ordering::SeqCst);
+            let served = f
+                .scheduler
+                .serve(&all(1), Timestamp::from_unix_millis(now_ms))
+                .unwrap();
+            for served in &served {
+                let stored = f.scheduler.store.get(served.partition, "c", &served.url);
+                let stored = stored.unwrap().expect("stored").metadata;
+                if let Some(kept) = &served.metadata {
+                    assert_eq!(kept.decode().unwrap(), stored, "{}", served.url);
+                }
+            }
+            (served.into_iter())
+                .map(|served| {
+                    (
+                        served.url,
+                        served.metadata.map(|kept| kept.decode().unwrap()),
+                    )
+                })
+                .collect()
+        };
+        let urls = urls("m.example", 6);
+        let again: Metadata = [("tag".to_owned(), vec!["again".to_owned()])].into();
+        // A buffer of up to 16 URLs: the hooks buffer every one.
+        let f = open_in(tempfile::tempdir().unwrap(), 8);
+        let items: Vec<Discovered> = urls.iter().map(|url| tagged(url)).collect();
+        (f.ingest)
+            .put_discovered("c", &items, &Rules::default(), 1)
+            .unwrap();
+        let first = serve(&f, 2 * SEC);
+        assert_eq!(first.len(), 6);
+        for (url, metadata) in &first {
+            assert_eq!(metadata.as_ref(), Some(&tagged(url).metadata), "{url}");
+        }
+        let report = Known {
+            url: urls[0].clone(),
+            due_at: 3,
+            metadata: again.clone(),
+            ..Known::default()
+        };
+        (f.ingest)
+            .put_known("c", &[report], &Rules::default(), 2)
+            .unwrap();
+        let second = serve(&f, 4 * SEC);
+        assert_eq!(second.len(), 6, "the report's URL and the expired leases");
+        assert_eq!(second[&urls[0]], None, "settled by the store: read later");
+
+        // Reopened with a buffer of 2 URLs: refills read every one.
+        let Fixture {
+            ingest,
+            scheduler,
+            _dir,
+            ..
+        } = f;
+        drop(scheduler);
+        ingest.shutdown().unwrap();
+        let f = open_in(_dir, 2);
+        let third = serve(&f, 100 * SEC);
+        assert_eq!(third.len(), 6);
+        assert_eq!(third[&urls[0]], Some(again));
+        for url in &urls[1..] {
+            assert_eq!(third[url], Some(tagged(url).metadata), "{url}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::groups::Group;
 use super::slowdown::AnswerTimes;
+use crate::record::CompactMetadata;
 use crate::store::QueueRecord;
 use crate::time::Timestamp;
 
@@ -36,9 +37,10 @@ pub(super) type WakeKey = (Timestamp, u64);
 pub(super) struct QueueState {
     pub(super) refill: usize,
     pub(super) record: QueueRecord,
-    /// (due date, URL hash, URL) → partition: the store's serving order,
-    /// with the URLs of a hash apart.
-    pub(super) buffer: BTreeMap<(u64, u64, String), u32>,
+    /// (due date, URL hash, URL) → partition and, when known, the
+    /// metadata stored: the store's serving order, with the URLs of a hash
+    /// apart.
+    pub(super) buffer: BTreeMap<(u64, u64, String), (u32, Option<CompactMetadata>)>,
     pub(super) cursor: Cursor,
     pub(super) leased: HashMap<String, Lease>,
     pub(super) earliest_expiry: Timestamp,
@@ -89,12 +91,20 @@ impl QueueState {
         }
     }
 
-    pub(super) fn add_entry(&mut self, due_at: u64, hash: u64, url: &str, partition: u32) {
+    /// Buffers a URL if the buffer covers its place. `metadata`: what the
+    /// store holds now (`None`: not known here, read when it is handed
+    /// out).
+    pub(super) fn add_entry(
+        &mut self,
+        (due_at, hash, url): (u64, u64, &str),
+        partition: u32,
+        metadata: Option<CompactMetadata>,
+    ) {
         // A refill between a commit and its hook may have read the URL and
         // leased it already: the hook must not buffer it a second time.
         if self.covers(due_at, hash) && !self.leased.contains_key(url) {
             self.buffer
-                .insert((due_at, hash, url.to_owned()), partition);
+                .insert((due_at, hash, url.to_owned()), (partition, metadata));
             if self.cursor == Cursor::All && self.buffer.len() > 2 * self.refill {
                 self.trim();
             }
@@ -150,7 +160,7 @@ impl QueueState {
             self.leased.remove(&url);
             // Beyond the cursor the store still has it, and a refill will
             // read it now that it is no longer leased.
-            self.add_entry(lease.due_at, lease.hash, &url, lease.partition);
+            self.add_entry((lease.due_at, lease.hash, &url), lease.partition, None);
         }
         self.earliest_expiry = self
             .leased

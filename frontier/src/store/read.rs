@@ -72,6 +72,8 @@ pub struct DueUrl {
     pub url: String,
     /// Its filter partition.
     pub partition: u32,
+    /// Its metadata, as stored.
+    pub metadata: crate::record::CompactMetadata,
 }
 
 /// A page of a queue's serving order.
@@ -184,6 +186,7 @@ fn due_page(
                     hash,
                     url: entry.url(queue),
                     partition,
+                    metadata: entry.compact_metadata(),
                 });
             }
         }
