@@ -290,9 +290,12 @@ fn apply(store: &Store, stop: &AtomicBool) {
     /// How long the applier sleeps with nothing to write: a checkpoint
     /// falls due with time as well.
     const IDLE: Duration = Duration::from_millis(250);
+    let mut last_copy = Instant::now();
     loop {
         store.wait_for_held(IDLE, stop);
+        store.wait_to_gather(last_copy + GATHER_COPY, stop);
         let stopping = stop.load(Ordering::Acquire);
+        last_copy = Instant::now();
         let applied = store.apply_held();
         if let Err(error) = &applied {
             // The store refuses writes until its files are reopened (the
@@ -309,6 +312,15 @@ fn apply(store: &Store, stop: &AtomicBool) {
         }
     }
 }
+
+/// The least time from one of the applier's copies to the next, unless
+/// much is held ([`Store::wait_to_gather`]). A copy rewrites every
+/// `url_records` page it changes, and a crawl's reports and outlinks
+/// spread over the whole table: copied as they came, most writes had a
+/// page to themselves. Gathered, they share pages. Answers never wait for
+/// a copy (the log holds their groups), and what is held stays small
+/// beside its limit: a second of writes.
+const GATHER_COPY: Duration = Duration::from_secs(1);
 
 /// How long a small group waits for more writes before it is committed.
 /// A group's fixed cost (a log sync, two redb commits) dwarfs a handful of

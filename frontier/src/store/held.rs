@@ -37,6 +37,9 @@
 //! changed since is in the fresh layer, which readers consult first. Both
 //! steps swap a layer under the lock, so however much is held, writers and
 //! readers wait on the applier for no longer than the swap.
+//! The applier lets writes gather for a while before a copy
+//! ([`crate::commit`] says how long), so that they share the pages the
+//! copy rewrites.
 //! A checkpoint makes both files durable at the last group written, then
 //! restarts the log keeping the groups logged after it
 //! ([`crate::wal::Wal::restart_keeping`]). The held queue counts move to
@@ -462,6 +465,26 @@ impl Store {
     pub fn wait_for_held(&self, timeout: Duration, stop: &AtomicBool) {
         self.held
             .wait(|| self.unapplied() || stop.load(Ordering::Acquire), timeout);
+    }
+
+    /// Waits until `until`, until `stop` is set (and
+    /// [`Self::wake_applier`] called), or until the fresh layer holds a
+    /// quarter of the held limit, well before groups are paced (module
+    /// `pace`): the applier gathers writes for its next copy.
+    pub fn wait_to_gather(&self, until: Instant, stop: &AtomicBool) {
+        let limit = self.held_limit() / 4;
+        loop {
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            let gathered =
+                || stop.load(Ordering::Acquire) || self.held.read().fresh.bytes() >= limit;
+            if gathered() {
+                return;
+            }
+            self.held.wait(gathered, until - now);
+        }
     }
 
     /// Wakes an applier waiting in [`Self::wait_for_held`], to see its
@@ -993,6 +1016,30 @@ mod tests {
                 },
             })
             .collect()
+    }
+
+    /// The applier's wait for writes to gather ends at its time, when told
+    /// to stop, or once a quarter of the held limit is held, whichever
+    /// comes first.
+    #[test]
+    fn gathering_ends_at_its_time_at_a_stop_or_at_a_quarter_of_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with_cache(dir.path(), 1 << 20).unwrap();
+        store.hold_writes();
+        let later = Instant::now() + Duration::from_secs(3600);
+        let stop = AtomicBool::new(false);
+        store.wait_to_gather(Instant::now(), &stop);
+        stop.store(true, Ordering::Release);
+        store.wait_to_gather(later, &stop);
+        stop.store(false, Ordering::Release);
+        let mut offered = 0;
+        while store.held.read().fresh.bytes() < store.held_limit() / 4 {
+            store
+                .insert_if_absent(&new_urls(offered..offered + 2048))
+                .unwrap();
+            offered += 2048;
+        }
+        store.wait_to_gather(later, &stop);
     }
 
     /// A copy large enough to be written on two threads and one written on
