@@ -1054,6 +1054,20 @@ mod tests {
                 .unwrap();
         }
 
+        /// Shut down and opened again on its directory, with a buffer of
+        /// `refill` URLs.
+        fn reopen(self, refill: usize) -> Fixture {
+            let Fixture {
+                ingest,
+                scheduler,
+                _dir,
+                ..
+            } = self;
+            drop(scheduler);
+            ingest.shutdown().unwrap();
+            open_in(_dir, refill)
+        }
+
         pub(super) fn serve(&self, request: &ServeRequest, now_ms: u64) -> Vec<String> {
             self.now_ms.store(now_ms, Ordering::SeqCst);
             self.scheduler
@@ -1171,15 +1185,7 @@ mod tests {
             vec!["http://a.example/due".to_owned()]
         );
         // The store agrees after a restart.
-        let Fixture {
-            ingest,
-            scheduler,
-            _dir,
-            ..
-        } = f;
-        drop(scheduler);
-        ingest.shutdown().unwrap();
-        let reopened = open_in(_dir, 2);
+        let reopened = f.reopen(2);
         let counts =
             reopened
                 .scheduler
@@ -1594,15 +1600,7 @@ mod tests {
         f.scheduler.set_delay("c", "", 3).unwrap();
         f.scheduler.block_until("c", "a.example", 50).unwrap();
         f.scheduler.set_active(false).unwrap();
-        let Fixture {
-            ingest,
-            scheduler,
-            _dir,
-            ..
-        } = f;
-        drop(scheduler);
-        ingest.shutdown().unwrap();
-        let f = open_in(_dir, 4);
+        let f = f.reopen(4);
         assert_eq!(f._dir.path(), path);
         assert!(!f.scheduler.is_active());
         f.scheduler.set_active(true).unwrap();
@@ -1682,15 +1680,7 @@ mod tests {
         assert_eq!(second[&urls[0]], None, "settled by the store: read later");
 
         // Reopened with a buffer of 2 URLs: refills read every one.
-        let Fixture {
-            ingest,
-            scheduler,
-            _dir,
-            ..
-        } = f;
-        drop(scheduler);
-        ingest.shutdown().unwrap();
-        let f = open_in(_dir, 2);
+        let f = f.reopen(2);
         let third = serve(&f, 100 * SEC);
         assert_eq!(third.len(), 6);
         assert_eq!(third[&urls[0]], Some(again));

@@ -171,6 +171,24 @@ mod tests {
         format!("http://h/p{i}")
     }
 
+    /// `url(0)` to `url(count - 1)`, due at 5.
+    fn new_urls(count: usize) -> Vec<NewUrl> {
+        (0..count)
+            .map(|i| NewUrl {
+                crawl: "c".into(),
+                url: url(i),
+                partition: 0,
+                maybe_known: false,
+                record: UrlRecord {
+                    created_at: 1,
+                    due_at: 5,
+                    queue_key: "h".into(),
+                    ..UrlRecord::default()
+                },
+            })
+            .collect()
+    }
+
     /// A report of `url(i)`: completed (`due_at` 0) or due again.
     fn report(i: usize, due_at: u64) -> WriteOp {
         WriteOp::Known(KnownUrl {
@@ -205,20 +223,7 @@ mod tests {
     #[test]
     fn removals_held_back_hide_their_entries_until_a_checkpoint_writes_them() {
         let dir = tempfile::tempdir().unwrap();
-        let urls: Vec<NewUrl> = (0..6)
-            .map(|i| NewUrl {
-                crawl: "c".into(),
-                url: url(i),
-                partition: 0,
-                maybe_known: false,
-                record: UrlRecord {
-                    created_at: 1,
-                    due_at: 5,
-                    queue_key: "h".into(),
-                    ..UrlRecord::default()
-                },
-            })
-            .collect();
+        let urls = new_urls(6);
         let served = [url(0), url(4), url(5)];
         {
             let store = Store::open(dir.path()).unwrap();
@@ -256,20 +261,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         store.hold_writes();
-        let urls: Vec<NewUrl> = (0..3)
-            .map(|i| NewUrl {
-                crawl: "c".into(),
-                url: url(i),
-                partition: 0,
-                maybe_known: false,
-                record: UrlRecord {
-                    created_at: 1,
-                    due_at: 5,
-                    queue_key: "h".into(),
-                    ..UrlRecord::default()
-                },
-            })
-            .collect();
+        let urls = new_urls(3);
         store.insert_if_absent(&urls).unwrap();
         store.apply(&[report(1, 0)]).unwrap();
         assert!(store.apply_held().unwrap());
