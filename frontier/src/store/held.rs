@@ -72,13 +72,11 @@ use super::record_access::RecordAccess;
 use super::record_map::RecordMap;
 use super::records::{MergeCursor, RecordsRead, RecordsWrite, merging_from};
 use super::schema::{
-    APPLIED_LSN_KEY, CRAWL_NAMES, META, QUEUE_NAMES, RecordKey, SERVING_ORDER, URLS_META,
+    APPLIED_LSN_KEY, CRAWL_NAMES, META, ORDER_ENTRY, OrderKey, QUEUE_NAMES, RecordKey,
+    SERVING_ORDER, URLS_META,
 };
 use super::{Applied, MainFileChange, StagedGroup, Store, StoreError, WriteOp};
 use crate::wal::{Restart, WalError};
-
-/// A `serving_order` key: (queue number, due date, URL hash).
-pub(super) type OrderKey = (u32, u64, u64);
 
 /// A group staged slower than this is logged (at debug level) with where
 /// its time went: the answer it delays is what a client waits for.
@@ -86,15 +84,6 @@ const SLOW_GROUP: Duration = Duration::from_millis(250);
 
 /// The least [`Store::held_limit`] can be, whatever the cache.
 const HELD_LIMIT_MIN: usize = 16 << 20;
-
-/// What a held `serving_order` entry costs in memory: measured as what
-/// maps of such keys grow the resident memory by with the server's
-/// allocator, so that the held limit bounds memory as it says (the
-/// `url_records` entries count their own, module `record_map`). An
-/// overestimate makes the applier's turns smaller than the memory allows,
-/// and larger turns are what keep ingest up once the files outgrow the
-/// cache.
-pub(super) const ORDER_ENTRY: usize = 54;
 
 /// Held writes of some groups: per key, its newest value (`None`:
 /// removed).
@@ -118,15 +107,10 @@ impl Layer {
         self.records.insert(key, value.map(Vec::into_boxed_slice));
     }
 
-    pub(super) fn hold_order(&mut self, key: OrderKey, value: Option<u32>) {
+    fn hold_order(&mut self, key: OrderKey, value: Option<u32>) {
         if self.order.insert(key, value).is_none() {
             self.order_bytes += ORDER_ENTRY;
         }
-    }
-
-    /// Its `serving_order` changes, in key order.
-    pub(super) fn order_changes(&self) -> impl Iterator<Item = (&OrderKey, &Option<u32>)> {
-        self.order.iter()
     }
 }
 
@@ -761,7 +745,7 @@ impl Store {
             if put_off.is_some() {
                 held.put_off.clear();
             } else {
-                held.put_off.absorb(&written);
+                held.put_off.absorb(written.order.iter());
             }
             metrics::gauge!("frontier_held_bytes").set(held.bytes() as f64);
             self.held.note_unwritten(&held);
@@ -869,7 +853,7 @@ impl Store {
     /// The `serving_order` part of a copy, to `frontier.redb`: its
     /// inserts, and its removals only with the held-back ones (`put_off`),
     /// which go first: a key the copy inserts again stays.
-    pub(super) fn write_order(
+    fn write_order(
         db: &redb::Database,
         copied: &Layer,
         put_off: Option<&BTreeSet<OrderKey>>,
@@ -999,7 +983,7 @@ impl Store {
 mod tests {
     use super::*;
     use crate::store::{NewUrl, UrlRecord};
-    use redb::ReadableTableMetadata;
+    use redb::{ReadableTable, ReadableTableMetadata};
 
     fn new_urls(range: std::ops::Range<usize>) -> Vec<NewUrl> {
         range
@@ -1016,6 +1000,36 @@ mod tests {
                 },
             })
             .collect()
+    }
+
+    /// Written with a copy, the held-back removals go before the copy's
+    /// changes: a key the copy inserts again stays, and the copy's own
+    /// removals are written too.
+    #[test]
+    fn removals_written_with_a_copy_go_before_its_inserts() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("order.redb")).unwrap();
+        {
+            let write = db.begin_write().unwrap();
+            let mut order = write.open_table(SERVING_ORDER).unwrap();
+            for key in [(1, 5, 1), (1, 5, 2), (1, 5, 3)] {
+                order.insert(key, 0).unwrap();
+            }
+            drop(order);
+            write.commit().unwrap();
+        }
+        let put_off = BTreeSet::from([(1, 5, 1), (1, 5, 2)]);
+        let mut copy = Layer::default();
+        copy.hold_order((1, 5, 1), Some(0));
+        copy.hold_order((1, 5, 3), None);
+        copy.hold_order((1, 6, 4), Some(0));
+        Store::write_order(&db, &copy, Some(&put_off)).unwrap();
+        let read = db.begin_read().unwrap();
+        let order = read.open_table(SERVING_ORDER).unwrap();
+        let keys: Vec<OrderKey> = (order.iter().unwrap())
+            .map(|entry| entry.unwrap().0.value())
+            .collect();
+        assert_eq!(keys, [(1, 5, 1), (1, 6, 4)]);
     }
 
     /// The applier's wait for writes to gather ends at its time, when told

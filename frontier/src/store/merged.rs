@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use redb::ReadableDatabase;
 
-use super::held::{Held, HeldOrder, OrderKey};
+use super::held::{Held, HeldOrder};
 use super::records::RecordsRead;
+use super::schema::OrderKey;
 use super::{Store, StoreError};
 
 /// How often a read opens its snapshot off the held lock, a layer being

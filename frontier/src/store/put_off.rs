@@ -35,14 +35,13 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::held::{Layer, OrderKey};
 use super::locks::OrderedMutexGuard;
-use super::schema::SERVING_ORDER;
+use super::schema::{ORDER_ENTRY, OrderKey, SERVING_ORDER};
 use super::{Store, StoreError};
 
 /// What a held-back removal costs in memory, at most: no more than a held
-/// `serving_order` entry (module `held`), whose value it lacks.
-const PUT_OFF_ENTRY: usize = super::held::ORDER_ENTRY;
+/// `serving_order` entry, whose value it lacks.
+const PUT_OFF_ENTRY: usize = ORDER_ENTRY;
 
 /// The share of the held limit held-back removals may take before the
 /// applier's next copy writes them: small beside the layers themselves,
@@ -84,11 +83,15 @@ impl PutOff {
         !self.keys.is_empty() && self.bytes() >= held_limit / PUT_OFF_SHARE
     }
 
-    /// Takes in what a layer written without its removals leaves out: its
-    /// removals join the set, its inserts (written) leave it.
-    pub(super) fn absorb(&mut self, written: &Layer) {
+    /// Takes in what a layer written without its removals leaves out,
+    /// given its `serving_order` changes: its removals join the set, its
+    /// inserts (written) leave it.
+    pub(super) fn absorb<'a>(
+        &mut self,
+        written: impl Iterator<Item = (&'a OrderKey, &'a Option<u32>)>,
+    ) {
         let keys = Arc::make_mut(&mut self.keys);
-        for (key, value) in written.order_changes() {
+        for (key, value) in written {
             match value {
                 None => {
                     keys.insert(*key);
@@ -165,7 +168,8 @@ impl Store {
 mod tests {
     use super::*;
     use crate::store::{KnownUrl, NewUrl, UrlRecord, WriteOp};
-    use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+    use redb::{ReadableDatabase, ReadableTableMetadata};
+    use std::collections::BTreeMap;
 
     fn url(i: usize) -> String {
         format!("http://h/p{i}")
@@ -271,47 +275,13 @@ mod tests {
         assert_eq!(file_entries(&store), 2);
     }
 
-    /// Written with a copy, the held-back removals go before the copy's
-    /// changes: a key the copy inserts again stays, and the copy's own
-    /// removals are written too.
-    #[test]
-    fn removals_written_with_a_copy_go_before_its_inserts() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = redb::Database::create(dir.path().join("order.redb")).unwrap();
-        {
-            let write = db.begin_write().unwrap();
-            let mut order = write.open_table(SERVING_ORDER).unwrap();
-            for key in [(1, 5, 1), (1, 5, 2), (1, 5, 3)] {
-                order.insert(key, 0).unwrap();
-            }
-            drop(order);
-            write.commit().unwrap();
-        }
-        let put_off = BTreeSet::from([(1, 5, 1), (1, 5, 2)]);
-        let mut copy = Layer::default();
-        copy.hold_order((1, 5, 1), Some(0));
-        copy.hold_order((1, 5, 3), None);
-        copy.hold_order((1, 6, 4), Some(0));
-        Store::write_order(&db, &copy, Some(&put_off)).unwrap();
-        let read = db.begin_read().unwrap();
-        let order = read.open_table(SERVING_ORDER).unwrap();
-        let keys: Vec<OrderKey> = (order.iter().unwrap())
-            .map(|entry| entry.unwrap().0.value())
-            .collect();
-        assert_eq!(keys, [(1, 5, 1), (1, 6, 4)]);
-    }
-
     #[test]
     fn a_later_insert_takes_a_key_out_and_a_removal_puts_it_in() {
         let mut put_off = PutOff::default();
-        let mut layer = Layer::default();
-        layer.hold_order((1, 5, 9), None);
-        layer.hold_order((1, 6, 9), None);
-        put_off.absorb(&layer);
-        let mut later = Layer::default();
-        later.hold_order((1, 5, 9), Some(3));
-        later.hold_order((2, 1, 1), Some(3));
-        put_off.absorb(&later);
+        let layer = BTreeMap::from([((1, 5, 9), None), ((1, 6, 9), None)]);
+        put_off.absorb(layer.iter());
+        let later = BTreeMap::from([((1, 5, 9), Some(3)), ((2, 1, 1), Some(3))]);
+        put_off.absorb(later.iter());
         assert_eq!(put_off.range(..).copied().collect::<Vec<_>>(), [(1, 6, 9)]);
         assert!(put_off.due(PUT_OFF_ENTRY * PUT_OFF_SHARE));
         assert!(!put_off.due(PUT_OFF_ENTRY * PUT_OFF_SHARE * 2));

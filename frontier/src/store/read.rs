@@ -11,13 +11,13 @@ use std::ops::Bound;
 
 use redb::{ReadableDatabase, ReadableTable};
 
-use super::held::{Held, HeldOrder, OrderKey};
+use super::held::{Held, HeldOrder};
 use super::merge::Merged;
 use super::merged::SNAPSHOT_TRIES;
 use super::names::Names;
 use super::records::{RecordsRead, bounds_of};
 use super::schema::{
-    CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, QUEUES, RecordKey, SEED_HOSTS, SERVING_ORDER,
+    CRAWL_SETTINGS, LEASES_UNTIL_KEY, META, OrderKey, QUEUES, RecordKey, SEED_HOSTS, SERVING_ORDER,
     SERVING_PAUSED_KEY, open_if_exists,
 };
 use super::{QueueRecord, Store, StoreError, decode_queue};

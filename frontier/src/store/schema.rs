@@ -52,8 +52,18 @@ pub(super) const URL_RECORDS: TableDefinition<'_, (u32, u32, u64), &[u8]> =
 pub(super) const SEED_HOSTS: TableDefinition<'_, (&str, &str), ()> =
     TableDefinition::new("seed_hosts");
 /// `frontier.redb`: (queue number, due date, URL hash) → partition.
-pub(super) const SERVING_ORDER: TableDefinition<'_, (u32, u64, u64), u32> =
+pub(super) const SERVING_ORDER: TableDefinition<'_, OrderKey, u32> =
     TableDefinition::new("serving_order");
+/// A `serving_order` key: (queue number, due date, URL hash).
+pub(super) type OrderKey = (u32, u64, u64);
+/// What a `serving_order` entry held in memory costs (module `held`):
+/// measured as what maps of such keys grow the resident memory by with
+/// the server's allocator, so that the held limit bounds memory as it says
+/// (the `url_records` entries count their own, module `record_map`). An
+/// overestimate makes the applier's turns smaller than the memory allows,
+/// and larger turns are what keep ingest up once the files outgrow the
+/// cache.
+pub(super) const ORDER_ENTRY: usize = 54;
 pub(super) const QUEUES: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("queues");
 pub(super) const CRAWL_SETTINGS: TableDefinition<'_, &str, u32> =
     TableDefinition::new("crawl_settings");
