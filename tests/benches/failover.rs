@@ -166,8 +166,13 @@ async fn run(kills: usize, ttl: u64) {
     // The last victim settles (its copies made again) before the
     // cluster shuts down.
     wait_for_two_copies(&nodes[NODES[0]]).await;
-    for node in nodes.into_values() {
-        assert!(node.terminate().success());
+    for (id, mut node) in nodes {
+        let status = node.terminate_within(Duration::from_secs(120));
+        assert!(
+            status.is_some_and(|status| status.success()),
+            "{id} stopped with {status:?}; its log:\n{}",
+            node.log_text()
+        );
     }
     gaps.sort_by(f64::total_cmp);
     let middle = gaps.len() / 2;
