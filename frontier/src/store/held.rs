@@ -93,6 +93,8 @@ pub(super) struct Layer {
     order: BTreeMap<OrderKey, Option<u32>>,
     /// The newest group whose writes it holds.
     newest: u64,
+    /// The newest group the files held before it.
+    after: u64,
     /// Bytes its `serving_order` entries hold, roughly.
     order_bytes: usize,
 }
@@ -697,9 +699,10 @@ impl Store {
             removed: Vec::new(),
             changes: counts,
         });
-        held.copied = held.newest;
         let mut layer = std::mem::take(&mut held.fresh);
+        layer.after = held.copied;
         layer.newest = held.newest;
+        held.copied = held.newest;
         self.held.lock_pace().taken(layer.bytes(), Instant::now());
         held.writing = Arc::new(layer);
         Some((Arc::clone(&held.writing), self.read_names().mark()))
@@ -714,11 +717,19 @@ impl Store {
         let started = Instant::now();
         // Taken now, unchanged until the layer is let go: only the applier
         // (which this is) changes it.
-        let put_off = {
+        let (put_off, order_lsn) = {
             let held = self.held.read();
-            (held.put_off.due(self.held_limit())).then(|| held.put_off.share())
+            let flush = held.put_off.due(self.held_limit());
+            let order_lsn = if flush {
+                writing.newest
+            } else {
+                let removes = writing.order.values().any(Option::is_none);
+                (held.put_off).complete_up_to(writing.after, writing.newest, removes)
+            };
+            (flush.then(|| held.put_off.share()), order_lsn)
         };
-        let written = self.write_copied(&writing, names_upto, put_off.as_deref());
+        let copy = (&*writing, order_lsn);
+        let written = self.write_copied(copy, names_upto, put_off.as_deref());
         if let Err(error) = &written {
             self.note_failure(error);
         }
@@ -745,7 +756,7 @@ impl Store {
             if put_off.is_some() {
                 held.put_off.clear();
             } else {
-                held.put_off.absorb(written.order.iter());
+                held.put_off.absorb(written.order.iter(), written.after);
             }
             metrics::gauge!("frontier_held_bytes").set(held.bytes() as f64);
             self.held.note_unwritten(&held);
@@ -780,9 +791,11 @@ impl Store {
     /// thread, and is written on this one.
     /// `put_off`: the held-back removals, when they go with this copy
     /// (else the copy's own removals are held back: module `put_off`).
+    /// `order_lsn`: the newest group whose every change `frontier.redb`
+    /// holds with this copy.
     fn write_copied(
         &self,
-        copied: &Layer,
+        (copied, order_lsn): (&Layer, u64),
         names_upto: super::names::NamesMark,
         put_off: Option<&BTreeSet<OrderKey>>,
     ) -> Result<(), StoreError> {
@@ -791,11 +804,12 @@ impl Store {
         let (records, order) = if copied.records.len() + copied.order.len() < PARALLEL_COPY_MIN {
             (
                 self.write_records(&files.urls_db, copied, &new_names),
-                Self::write_order(&files.db, copied, put_off),
+                Self::write_order(&files.db, (copied, order_lsn), put_off),
             )
         } else {
             std::thread::scope(|scope| {
-                let order = scope.spawn(|| Self::write_order(&files.db, copied, put_off));
+                let order =
+                    scope.spawn(|| Self::write_order(&files.db, (copied, order_lsn), put_off));
                 let records = self.write_records(&files.urls_db, copied, &new_names);
                 let order = order
                     .join()
@@ -855,7 +869,7 @@ impl Store {
     /// which go first: a key the copy inserts again stays.
     fn write_order(
         db: &redb::Database,
-        copied: &Layer,
+        (copied, order_lsn): (&Layer, u64),
         put_off: Option<&BTreeSet<OrderKey>>,
     ) -> Result<(), StoreError> {
         let mut write = db.begin_write()?;
@@ -876,9 +890,7 @@ impl Store {
                     None => {}
                 }
             }
-            write
-                .open_table(META)?
-                .insert(APPLIED_LSN_KEY, copied.newest)?;
+            write.open_table(META)?.insert(APPLIED_LSN_KEY, order_lsn)?;
         }
         write.commit()?;
         Ok(())
@@ -1023,7 +1035,7 @@ mod tests {
         copy.hold_order((1, 5, 1), Some(0));
         copy.hold_order((1, 5, 3), None);
         copy.hold_order((1, 6, 4), Some(0));
-        Store::write_order(&db, &copy, Some(&put_off)).unwrap();
+        Store::write_order(&db, (&copy, 0), Some(&put_off)).unwrap();
         let read = db.begin_read().unwrap();
         let order = read.open_table(SERVING_ORDER).unwrap();
         let keys: Vec<OrderKey> = (order.iter().unwrap())

@@ -22,6 +22,12 @@
 //! - when what is held is drained (before a deletion, which writes the
 //!   file itself, and at shutdown).
 //!
+//! `frontier.redb`'s `applied_lsn` says only the groups whose every
+//! change it holds: the one before the first layer whose removals wait.
+//! The file is made durable between checkpoints too (a setting, the lease
+//! horizon), and after a kill then, the replay redoes the file's changes
+//! of the later groups, the waiting removals among them.
+//!
 //! A reopening of the files after a failed write (module `recover`) takes
 //! them back to their last durable commit, a checkpoint's, which held
 //! nothing back, and replays the log after it, removals included: the
@@ -36,7 +42,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::locks::OrderedMutexGuard;
-use super::schema::{ORDER_ENTRY, OrderKey, SERVING_ORDER};
+use super::schema::{APPLIED_LSN_KEY, META, ORDER_ENTRY, OrderKey, SERVING_ORDER};
 use super::{Store, StoreError};
 
 /// What a held-back removal costs in memory, at most: no more than a held
@@ -53,6 +59,13 @@ const PUT_OFF_SHARE: usize = 4;
 #[derive(Debug, Default)]
 pub(super) struct PutOff {
     keys: Arc<BTreeSet<OrderKey>>,
+    /// While there are keys: the newest group whose every change
+    /// `frontier.redb` holds, the one before the first layer whose
+    /// removals were held back. The file's `applied_lsn` says no more: if
+    /// a durable commit of the file (a setting, the lease horizon) is
+    /// followed by a kill, the replay redoes the file's changes of the
+    /// groups after it, the held-back removals among them.
+    complete_up_to: u64,
 }
 
 impl PutOff {
@@ -83,13 +96,32 @@ impl PutOff {
         !self.keys.is_empty() && self.bytes() >= held_limit / PUT_OFF_SHARE
     }
 
+    /// The newest group whose every change `frontier.redb` holds once a
+    /// layer is written without its removals: the layer's groups come
+    /// after `after` and go up to `newest`; `removes`: whether it holds
+    /// removals.
+    pub(super) fn complete_up_to(&self, after: u64, newest: u64, removes: bool) -> u64 {
+        if !self.keys.is_empty() {
+            self.complete_up_to
+        } else if removes {
+            after
+        } else {
+            newest
+        }
+    }
+
     /// Takes in what a layer written without its removals leaves out,
-    /// given its `serving_order` changes: its removals join the set, its
-    /// inserts (written) leave it.
+    /// given its `serving_order` changes and the newest group the files
+    /// held before it (`after`): its removals join the set, its inserts
+    /// (written) leave it.
     pub(super) fn absorb<'a>(
         &mut self,
         written: impl Iterator<Item = (&'a OrderKey, &'a Option<u32>)>,
+        after: u64,
     ) {
+        if self.keys.is_empty() {
+            self.complete_up_to = after;
+        }
         let keys = Arc::make_mut(&mut self.keys);
         for (key, value) in written {
             match value {
@@ -106,7 +138,7 @@ impl PutOff {
 
     /// Lets go of the removals a file now holds.
     pub(super) fn clear(&mut self) {
-        self.keys = Arc::default();
+        *self = Self::default();
     }
 }
 
@@ -134,9 +166,12 @@ impl Store {
         if keys.is_empty() {
             return Ok(());
         }
+        // No copy runs: the file holds every group up to this but the
+        // removals.
+        let upto = self.lock_main_file().lsn;
         {
             let files = self.files()?;
-            Self::remove_put_off_in(&files.db, &keys)?;
+            Self::remove_put_off_in(&files.db, &keys, upto)?;
         }
         let mut held = self.held.write();
         held.put_off.clear();
@@ -145,14 +180,17 @@ impl Store {
         Ok(())
     }
 
-    /// Removes `keys` from `serving_order` in `db`, non-durably.
-    pub(super) fn remove_put_off_in(
+    /// Removes `keys` from `serving_order` in `db`, non-durably, which
+    /// then holds every group up to `upto`.
+    fn remove_put_off_in(
         db: &redb::Database,
         keys: &BTreeSet<OrderKey>,
+        upto: u64,
     ) -> Result<(), StoreError> {
         let mut write = db.begin_write()?;
         write.set_durability(redb::Durability::None)?;
         remove_from(&mut write.open_table(SERVING_ORDER)?, keys)?;
+        write.open_table(META)?.insert(APPLIED_LSN_KEY, upto)?;
         write.commit()?;
         Ok(())
     }
@@ -279,11 +317,45 @@ mod tests {
     fn a_later_insert_takes_a_key_out_and_a_removal_puts_it_in() {
         let mut put_off = PutOff::default();
         let layer = BTreeMap::from([((1, 5, 9), None), ((1, 6, 9), None)]);
-        put_off.absorb(layer.iter());
+        put_off.absorb(layer.iter(), 7);
         let later = BTreeMap::from([((1, 5, 9), Some(3)), ((2, 1, 1), Some(3))]);
-        put_off.absorb(later.iter());
+        put_off.absorb(later.iter(), 8);
         assert_eq!(put_off.range(..).copied().collect::<Vec<_>>(), [(1, 6, 9)]);
         assert!(put_off.due(PUT_OFF_ENTRY * PUT_OFF_SHARE));
         assert!(!put_off.due(PUT_OFF_ENTRY * PUT_OFF_SHARE * 2));
+        // Complete up to the group before the first layer held back.
+        assert_eq!(put_off.complete_up_to(9, 12, true), 7);
+        put_off.clear();
+        assert_eq!(put_off.complete_up_to(9, 12, true), 9);
+        assert_eq!(put_off.complete_up_to(9, 12, false), 12);
+    }
+
+    /// A durable commit of `frontier.redb` between checkpoints (the lease
+    /// horizon, a setting), then a kill: the removals held back are not in
+    /// that commit, and the reopened store replays them.
+    #[test]
+    fn a_kill_after_a_durable_commit_of_the_main_file_loses_no_removal() {
+        let live = tempfile::tempdir().unwrap();
+        let image = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(live.path()).unwrap();
+            store.hold_writes();
+            store.insert_if_absent(&new_urls(6)).unwrap();
+            assert!(store.apply_held().unwrap());
+            store
+                .apply(&(0..4).map(|i| report(i, 0)).collect::<Vec<_>>())
+                .unwrap();
+            assert!(store.apply_held().unwrap());
+            assert_eq!(store.put_off_removals(), 4);
+            store.set_leases_until(1_000).unwrap();
+            for name in [super::super::FILE_NAME, super::super::URLS_FILE_NAME] {
+                std::fs::copy(live.path().join(name), image.path().join(name)).unwrap();
+            }
+            let log = crate::wal::FILE_NAME;
+            std::fs::copy(live.path().join(log), image.path().join(log)).unwrap();
+        }
+        let store = Store::open(image.path()).unwrap();
+        assert_eq!(file_entries(&store), 2);
+        assert_eq!(due(&store), [url(4), url(5)]);
     }
 }
