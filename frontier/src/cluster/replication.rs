@@ -25,6 +25,7 @@
 //!   confirm the group their write committed in.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,11 @@ const RECENT_KEYS: usize = 1 << 20;
 #[derive(Debug, Default)]
 pub(super) struct Replication {
     senders: Mutex<HashMap<String, JoinHandle<()>>>,
+    /// The node left: no sender starts again. A settle that was under way
+    /// as the node left (it runs outside the tasks a leave stops) would
+    /// otherwise start one, which then held the frontier past the
+    /// shutdown while it retried a follower that had gone.
+    stopped: std::sync::atomic::AtomicBool,
     /// Per leader, the latest lease horizon it sent (UTC ms).
     horizons: Mutex<HashMap<String, u64>>,
     /// Keys taken lately, for a takeover.
@@ -179,6 +185,9 @@ pub(super) fn settle(cluster: &Arc<Cluster>, previous: &View, view: &View) {
     }
     let wanted: BTreeSet<String> = log.followers().into_iter().collect();
     let mut senders = lock(&cluster.replication.senders);
+    if cluster.replication.stopped.load(Ordering::Acquire) {
+        return;
+    }
     senders.retain(|follower, task| {
         let keep = wanted.contains(follower) && !task.is_finished();
         if !keep {
@@ -195,6 +204,9 @@ pub(super) fn settle(cluster: &Arc<Cluster>, previous: &View, view: &View) {
 
 /// Stops every sender (the node leaves).
 pub(super) fn stop(cluster: &Cluster) {
+    // Set before the senders are taken: a settle checks it under their
+    // lock.
+    (cluster.replication.stopped).store(true, Ordering::Release);
     for (_, task) in lock(&cluster.replication.senders).drain() {
         task.abort();
     }
