@@ -246,6 +246,21 @@ mod tests {
         })
     }
 
+    /// A store in `dir` holding writes, with `url(0)` to `url(5)` stored
+    /// and the first four completed, their removals held back.
+    fn four_of_six_completed(dir: &std::path::Path) -> Store {
+        let store = Store::open(dir).unwrap();
+        store.hold_writes();
+        store.insert_if_absent(&new_urls(6)).unwrap();
+        assert!(store.apply_held().unwrap());
+        store
+            .apply(&(0..4).map(|i| report(i, 0)).collect::<Vec<_>>())
+            .unwrap();
+        assert!(store.apply_held().unwrap());
+        assert_eq!(store.put_off_removals(), 4);
+        store
+    }
+
     fn file_entries(store: &Store) -> u64 {
         let read = store.files().unwrap().db.begin_read().unwrap();
         read.open_table(SERVING_ORDER).unwrap().len().unwrap()
@@ -265,18 +280,9 @@ mod tests {
     #[test]
     fn removals_held_back_hide_their_entries_until_a_checkpoint_writes_them() {
         let dir = tempfile::tempdir().unwrap();
-        let urls = new_urls(6);
         let served = [url(0), url(4), url(5)];
         {
-            let store = Store::open(dir.path()).unwrap();
-            store.hold_writes();
-            store.insert_if_absent(&urls).unwrap();
-            assert!(store.apply_held().unwrap());
-            store
-                .apply(&(0..4).map(|i| report(i, 0)).collect::<Vec<_>>())
-                .unwrap();
-            assert!(store.apply_held().unwrap());
-            assert_eq!(store.put_off_removals(), 4);
+            let store = four_of_six_completed(dir.path());
             assert_eq!(file_entries(&store), 6, "the removals are held back");
             assert_eq!(due(&store), [url(4), url(5)]);
             assert_eq!(store.count_due("c", 10, |_| true).unwrap().now, 2);
@@ -338,15 +344,7 @@ mod tests {
         let live = tempfile::tempdir().unwrap();
         let image = tempfile::tempdir().unwrap();
         {
-            let store = Store::open(live.path()).unwrap();
-            store.hold_writes();
-            store.insert_if_absent(&new_urls(6)).unwrap();
-            assert!(store.apply_held().unwrap());
-            store
-                .apply(&(0..4).map(|i| report(i, 0)).collect::<Vec<_>>())
-                .unwrap();
-            assert!(store.apply_held().unwrap());
-            assert_eq!(store.put_off_removals(), 4);
+            let store = four_of_six_completed(live.path());
             store.set_leases_until(1_000).unwrap();
             for name in [super::super::FILE_NAME, super::super::URLS_FILE_NAME] {
                 std::fs::copy(live.path().join(name), image.path().join(name)).unwrap();
