@@ -32,11 +32,9 @@ impl Scheduler {
                         state.record.completed += 1;
                     } else {
                         let hash = self.store.url_hash(&new.url);
-                        state.add_entry(
-                            (new.record.due_at, hash, &new.url),
-                            new.partition,
-                            Some(CompactMetadata::of(&new.record.metadata)),
-                        );
+                        state.add_entry((new.record.due_at, hash, &new.url), new.partition, || {
+                            Some(CompactMetadata::of(&new.record.metadata))
+                        });
                         self.wake(
                             &queue,
                             &mut state,
@@ -105,7 +103,7 @@ impl Scheduler {
                         let hash = self.store.url_hash(&known.url);
                         // A report's metadata is settled in the store
                         // (the revisit history): read when handed out.
-                        state.add_entry((*due_at, hash, &known.url), known.partition, None);
+                        state.add_entry((*due_at, hash, &known.url), known.partition, || None);
                         self.wake(&queue, &mut state, Timestamp::from_unix_secs(*due_at));
                     }
                 }

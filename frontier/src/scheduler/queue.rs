@@ -93,18 +93,18 @@ impl QueueState {
 
     /// Buffers a URL if the buffer covers its place. `metadata`: what the
     /// store holds now (`None`: not known here, read when it is handed
-    /// out).
+    /// out), worked out only for a URL buffered.
     pub(super) fn add_entry(
         &mut self,
         (due_at, hash, url): (u64, u64, &str),
         partition: u32,
-        metadata: Option<CompactMetadata>,
+        metadata: impl FnOnce() -> Option<CompactMetadata>,
     ) {
         // A refill between a commit and its hook may have read the URL and
         // leased it already: the hook must not buffer it a second time.
         if self.covers(due_at, hash) && !self.leased.contains_key(url) {
             self.buffer
-                .insert((due_at, hash, url.to_owned()), (partition, metadata));
+                .insert((due_at, hash, url.to_owned()), (partition, metadata()));
             if self.cursor == Cursor::All && self.buffer.len() > 2 * self.refill {
                 self.trim();
             }
@@ -160,7 +160,7 @@ impl QueueState {
             self.leased.remove(&url);
             // Beyond the cursor the store still has it, and a refill will
             // read it now that it is no longer leased.
-            self.add_entry((lease.due_at, lease.hash, &url), lease.partition, None);
+            self.add_entry((lease.due_at, lease.hash, &url), lease.partition, || None);
         }
         self.earliest_expiry = self
             .leased

@@ -95,6 +95,9 @@ pub(super) struct Layer {
     newest: u64,
     /// The newest group the files held before it.
     after: u64,
+    /// Whether it was given a `serving_order` removal (one a later insert
+    /// replaced included).
+    removes: bool,
     /// Bytes its `serving_order` entries hold, roughly.
     order_bytes: usize,
 }
@@ -110,6 +113,7 @@ impl Layer {
     }
 
     fn hold_order(&mut self, key: OrderKey, value: Option<u32>) {
+        self.removes |= value.is_none();
         if self.order.insert(key, value).is_none() {
             self.order_bytes += ORDER_ENTRY;
         }
@@ -723,8 +727,7 @@ impl Store {
             let order_lsn = if flush {
                 writing.newest
             } else {
-                let removes = writing.order.values().any(Option::is_none);
-                (held.put_off).complete_up_to(writing.after, writing.newest, removes)
+                (held.put_off).complete_up_to(writing.after, writing.newest, writing.removes)
             };
             (flush.then(|| held.put_off.share()), order_lsn)
         };

@@ -45,10 +45,6 @@ use super::locks::OrderedMutexGuard;
 use super::schema::{APPLIED_LSN_KEY, META, ORDER_ENTRY, OrderKey, SERVING_ORDER};
 use super::{Store, StoreError};
 
-/// What a held-back removal costs in memory, at most: no more than a held
-/// `serving_order` entry, whose value it lacks.
-const PUT_OFF_ENTRY: usize = ORDER_ENTRY;
-
 /// The share of the held limit held-back removals may take before the
 /// applier's next copy writes them: small beside the layers themselves,
 /// and at the memory budget's smallest still thousands of removals a
@@ -77,8 +73,10 @@ impl PutOff {
         self.keys.range(range)
     }
 
+    /// Bytes the set takes, at most: a key costs no more than a held
+    /// `serving_order` entry, whose value it lacks.
     pub(super) fn bytes(&self) -> usize {
-        self.keys.len() * PUT_OFF_ENTRY
+        self.keys.len() * ORDER_ENTRY
     }
 
     #[cfg(test)]
@@ -327,8 +325,8 @@ mod tests {
         let later = BTreeMap::from([((1, 5, 9), Some(3)), ((2, 1, 1), Some(3))]);
         put_off.absorb(later.iter(), 8);
         assert_eq!(put_off.range(..).copied().collect::<Vec<_>>(), [(1, 6, 9)]);
-        assert!(put_off.due(PUT_OFF_ENTRY * PUT_OFF_SHARE));
-        assert!(!put_off.due(PUT_OFF_ENTRY * PUT_OFF_SHARE * 2));
+        assert!(put_off.due(ORDER_ENTRY * PUT_OFF_SHARE));
+        assert!(!put_off.due(ORDER_ENTRY * PUT_OFF_SHARE * 2));
         // Complete up to the group before the first layer held back.
         assert_eq!(put_off.complete_up_to(9, 12, true), 7);
         put_off.clear();
