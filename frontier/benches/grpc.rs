@@ -104,17 +104,20 @@ async fn run(
     println!();
 
     // 2. Round trips.
+    let cpu_before = cpu_seconds();
     let (completed, seconds) =
         timed_round_trips(&client, clients, round_trips, Report::Alone).await;
+    let cpu = cpu_seconds() - cpu_before;
     println!(
         "## Round trip: {clients} clients, each GetURLs (1 URL from each of up to 1,000 queues) + PutURLs done"
     );
     println!();
-    println!("| URLs completed | seconds | URLs/s |");
-    println!("|---:|---:|---:|");
+    println!("| URLs completed | seconds | URLs/s | CPU µs a URL (server and clients) |");
+    println!("|---:|---:|---:|---:|");
     println!(
-        "| {completed} | {seconds:.1} | {:.0} |",
-        completed as f64 / seconds
+        "| {completed} | {seconds:.1} | {:.0} | {:.1} |",
+        completed as f64 / seconds,
+        cpu * 1e6 / completed.max(1) as f64
     );
 
     // 3. Round trips with outlinks, the two ways in turn.
@@ -163,6 +166,24 @@ async fn run(
         "Clean shutdown (snapshots): {:.2} s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// User + system CPU seconds of this process so far (Linux:
+/// /proc/self/stat, in clock ticks of 1/100 s), so that a run shows what
+/// a URL costs apart from how busy the VM's host is.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    // After the command name: state is field 3, utime 14, stime 15.
+    let ticks = |field: usize| -> f64 {
+        fields
+            .get(field - 3)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(14) + ticks(15)) / 100.0
 }
 
 /// How a leased page is reported.
