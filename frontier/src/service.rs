@@ -656,7 +656,7 @@ impl Frontier {
             *crawl = crawl_or_default(crawl).to_owned();
         }
         let served = self.scheduler.serve(&request, Timestamp::now())?;
-        let mut per_crawl: HashMap<&str, u64> = HashMap::new();
+        let mut per_crawl: foldhash::HashMap<&str, u64> = foldhash::HashMap::default();
         for served in &served {
             *per_crawl.entry(served.crawl.as_str()).or_default() += 1;
         }

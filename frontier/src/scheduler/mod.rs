@@ -86,7 +86,7 @@
 //! at the queues it serves and the few it finds gated, never at all of
 //! them.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -1265,7 +1265,7 @@ mod tests {
         let a = crawl.queue("a.example").unwrap();
         // A queue woken while a call runs (by another client's report) is
         // the call's to serve; one it looked at already waits for the next.
-        let looked_at = HashSet::from([Arc::as_ptr(&a)]);
+        let looked_at: foldhash::HashSet<_> = [Arc::as_ptr(&a)].into_iter().collect();
         let mut deferred = Vec::new();
         let now = Timestamp::from_unix_millis(20 * SEC);
         let (_, taken) = crawl.take_due(now, &looked_at, &mut deferred).unwrap();
@@ -1276,7 +1276,7 @@ mod tests {
         // Put back when the call ends, it is the next call's.
         crawl.put_back(deferred);
         let (_, taken) = crawl
-            .take_due(now, &HashSet::new(), &mut Vec::new())
+            .take_due(now, &foldhash::HashSet::default(), &mut Vec::new())
             .unwrap();
         assert!(Arc::ptr_eq(&taken, &a));
     }

@@ -2,7 +2,9 @@
 //! on its crawl's wake-up list (see the scheduler's docs for the
 //! invariants these keep).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -264,7 +266,7 @@ impl Crawl {
     pub(super) fn take_due(
         &self,
         now: Timestamp,
-        looked_at: &std::collections::HashSet<*const Queue>,
+        looked_at: &foldhash::HashSet<*const Queue>,
         deferred: &mut Vec<(WakeKey, Arc<Queue>)>,
     ) -> Option<(WakeKey, Arc<Queue>)> {
         let mut wakeups = self.wakeups.lock().unwrap_or_else(PoisonError::into_inner);

@@ -9,7 +9,7 @@
 //! queue with one due date share a `serving_order` entry, which goes only
 //! when neither needs it.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use super::names::GroupNames;
 use super::records::RecordsWrite;

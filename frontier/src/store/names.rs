@@ -13,7 +13,7 @@
 //! A group that fails takes back the numbers it gave (they were never
 //! committed, so nothing holds them).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use redb::ReadableTable;

@@ -8,7 +8,9 @@
 //! kill, redb holds the counts of its last checkpoint and the log replay
 //! sums the later groups' changes again, so counts and URLs still agree.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::HashMap;
 
 use super::QueueRecord;
 
