@@ -205,14 +205,35 @@ pub fn max_segment_repeat(url: &CanonicalUrl) -> usize {
         .and_then(|(_, rest)| rest.find('/').map(|slash| &rest[slash..]))
         .unwrap_or("/");
     let path = path_and_query.split('?').next().unwrap_or("/");
-    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    path.split('/')
-        .filter(|segment| !segment.is_empty())
-        .map(|segment| {
-            let count = counts.entry(segment).or_default();
-            *count += 1;
-            *count
-        })
+    let segments = path.split('/').filter(|segment| !segment.is_empty());
+    // Every URL the frontier takes is measured, and most paths have a few
+    // segments: those are compared pairwise on the stack; a long path is
+    // sorted, so that no path costs more than n log n.
+    let mut few = [""; SHORT_PATH];
+    let mut count = 0;
+    for segment in segments.clone() {
+        if count == SHORT_PATH {
+            return longest_run(segments.collect());
+        }
+        few[count] = segment;
+        count += 1;
+    }
+    let few = &few[..count];
+    (0..count)
+        .map(|i| few[i..].iter().filter(|other| **other == few[i]).count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Segments a path may have to be measured pairwise.
+const SHORT_PATH: usize = 16;
+
+/// The longest run of equal segments once sorted.
+fn longest_run(mut segments: Vec<&str>) -> usize {
+    segments.sort_unstable();
+    segments
+        .chunk_by(|a, b| a == b)
+        .map(<[&str]>::len)
         .max()
         .unwrap_or(0)
 }
@@ -311,6 +332,20 @@ mod tests {
         assert_eq!(max_segment_repeat(&url), 3);
         let root = canonicalise("http://example.com/", LIMIT).unwrap();
         assert_eq!(max_segment_repeat(&root), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn segment_repeats_match_a_count_of_each_segment(
+            segments in prop::collection::vec("[ab]{1,2}", 0..40),
+        ) {
+            let url = canonicalise(&format!("http://example.com/{}", segments.join("/")), LIMIT).unwrap();
+            let mut counts = std::collections::HashMap::new();
+            for segment in &segments {
+                *counts.entry(segment.as_str()).or_insert(0) += 1;
+            }
+            prop_assert_eq!(max_segment_repeat(&url), counts.values().copied().max().unwrap_or(0));
+        }
     }
 
     fn segment() -> impl Strategy<Value = String> {

@@ -382,11 +382,22 @@ impl std::fmt::Debug for Ingest {
 /// ([`crate::commit::KeyFilter`]).
 #[must_use]
 pub fn filter_key(crawl: &str, url_hash: u64) -> KeyHash {
-    let mut bytes = Vec::with_capacity(crawl.len() + 9);
-    bytes.extend_from_slice(crawl.as_bytes());
-    bytes.push(0);
-    bytes.extend_from_slice(&url_hash.to_le_bytes());
-    KeyHash::of(&bytes)
+    // Asked for every URL in and out: a usual crawl ID is laid out on the
+    // stack, a long one on the heap.
+    const ON_STACK: usize = 119;
+    let crawl = crawl.as_bytes();
+    let mut stack = [0_u8; ON_STACK + 9];
+    let mut heap = Vec::new();
+    let bytes: &mut [u8] = if crawl.len() <= ON_STACK {
+        &mut stack[..crawl.len() + 9]
+    } else {
+        heap.resize(crawl.len() + 9, 0);
+        &mut heap
+    };
+    bytes[..crawl.len()].copy_from_slice(crawl);
+    bytes[crawl.len()] = 0;
+    bytes[crawl.len() + 1..].copy_from_slice(&url_hash.to_le_bytes());
+    KeyHash::of(bytes)
 }
 
 /// The filters as the committer asks them whether a new URL's record key
