@@ -22,7 +22,7 @@ use tonic::{Request, Response, Status, Streaming};
 pub use self::admin::AdminService;
 use crate::ingest::{Discovered, IngestError};
 use crate::record::UrlRecord;
-use crate::scheduler::{Scheduler, ServeRequest};
+use crate::scheduler::{Scheduler, ServeRequest, Served};
 use crate::service::{Frontier, FrontierError, SharedFrontier, UrlFilter, crawl_or_default};
 
 /// URLs of a GetURLs answer read ahead of the client.
@@ -187,6 +187,27 @@ fn url_item_of(url: String, record: &UrlRecord, crawl: &str) -> uf::UrlItem {
             refetchable_from_date: record.due_at,
         })),
     }
+}
+
+/// A leased URL as GetURLs answers it, with its stored metadata and its
+/// queue's delay; `None` when it was deleted before its record was read.
+fn leased_info(frontier: &Frontier, served: Served) -> Result<Option<uf::UrlInfo>, Status> {
+    let Some(stored) = frontier.leased_metadata(&served).map_err(status_of)? else {
+        return Ok(None);
+    };
+    let mut metadata = metadata_out(&stored);
+    metadata.insert(
+        proto::metadata::QUEUE_DELAY_MS.to_owned(),
+        uf::StringList {
+            values: vec![served.delay.as_millis().to_string()],
+        },
+    );
+    Ok(Some(uf::UrlInfo {
+        metadata,
+        url: served.url,
+        key: served.queue,
+        crawl_id: served.crawl,
+    }))
 }
 
 /// Changes a module's log level at run time (SetLogLevel): given the
@@ -411,6 +432,22 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
             // out, and the client gets the error, not the URLs.
             self.frontier.leases_replicated().await.map_err(status_of)?;
         }
+        // A URL whose queue kept its metadata needs no read: an answer of
+        // only those is made here and encoded in one go, as most are.
+        if served.iter().all(|served| served.metadata.is_some()) {
+            let mut infos = Vec::with_capacity(served.len());
+            for served in served {
+                match leased_info(&self.frontier, served) {
+                    Ok(Some(info)) => infos.push(Ok(info)),
+                    Ok(None) => {}
+                    Err(status) => {
+                        infos.push(Err(status));
+                        break;
+                    }
+                }
+            }
+            return Ok(Response::new(Box::pin(futures::stream::iter(infos))));
+        }
         // Records are read on a blocking thread and sent as they come, so
         // an answer of many URLs is never held whole; a client that goes
         // away stops the reads (its leases run out as any do).
@@ -418,24 +455,10 @@ impl uf::url_frontier_server::UrlFrontier for UrlFrontierService {
         let frontier = Arc::clone(&self.frontier);
         tokio::task::spawn_blocking(move || {
             for served in served {
-                let info = match frontier.leased_metadata(&served) {
-                    Ok(Some(stored)) => Ok(uf::UrlInfo {
-                        metadata: {
-                            let mut metadata = metadata_out(&stored);
-                            metadata.insert(
-                                proto::metadata::QUEUE_DELAY_MS.to_owned(),
-                                uf::StringList {
-                                    values: vec![served.delay.as_millis().to_string()],
-                                },
-                            );
-                            metadata
-                        },
-                        url: served.url,
-                        key: served.queue,
-                        crawl_id: served.crawl,
-                    }),
+                let info = match leased_info(&frontier, served) {
+                    Ok(Some(info)) => Ok(info),
                     Ok(None) => continue,
-                    Err(error) => Err(status_of(error)),
+                    Err(status) => Err(status),
                 };
                 let failed = info.is_err();
                 if sender.blocking_send(info).is_err() || failed {
