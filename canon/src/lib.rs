@@ -314,17 +314,24 @@ fn is_unreserved(byte: u8) -> bool {
 /// paths like `/a/b/a/b/a/b/...`.
 #[must_use]
 pub fn max_segment_repeat(url: &CanonicalUrl) -> usize {
-    let path_and_query = url
-        .url
-        .split_once("://")
-        .and_then(|(_, rest)| rest.find('/').map(|slash| &rest[slash..]))
-        .unwrap_or("/");
-    let path = path_and_query.split('?').next().unwrap_or("/");
-    let segments = path.split('/').filter(|segment| !segment.is_empty());
+    // A canonical URL is ASCII: its path is found and split by bytes.
+    let bytes = url.url.as_bytes();
+    let after_scheme = url.url.find("://").map_or(bytes.len(), |at| at + 3);
+    let path_start = bytes[after_scheme..]
+        .iter()
+        .position(|&b| b == b'/')
+        .map_or(bytes.len(), |at| after_scheme + at);
+    let path_end = bytes[path_start..]
+        .iter()
+        .position(|&b| b == b'?')
+        .map_or(bytes.len(), |at| path_start + at);
+    let segments = bytes[path_start..path_end]
+        .split(|&b| b == b'/')
+        .filter(|segment| !segment.is_empty());
     // Every URL the frontier takes is measured, and most paths have a few
     // segments: those are compared pairwise on the stack; a long path is
     // sorted, so that no path costs more than n log n.
-    let mut few = [""; SHORT_PATH];
+    let mut few: [&[u8]; SHORT_PATH] = [&[]; SHORT_PATH];
     let mut count = 0;
     for segment in segments.clone() {
         if count == SHORT_PATH {
@@ -344,11 +351,11 @@ pub fn max_segment_repeat(url: &CanonicalUrl) -> usize {
 const SHORT_PATH: usize = 16;
 
 /// The longest run of equal segments once sorted.
-fn longest_run(mut segments: Vec<&str>) -> usize {
+fn longest_run(mut segments: Vec<&[u8]>) -> usize {
     segments.sort_unstable();
     segments
         .chunk_by(|a, b| a == b)
-        .map(<[&str]>::len)
+        .map(<[&[u8]]>::len)
         .max()
         .unwrap_or(0)
 }
