@@ -96,6 +96,7 @@ pub struct Args {
 }
 
 fn main() -> ExitCode {
+    frontier::allocator::keep_empty_pages();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

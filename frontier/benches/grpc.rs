@@ -36,6 +36,7 @@ mod feed;
 use common::arg;
 
 fn main() {
+    frontier::allocator::keep_empty_pages();
     let args: Vec<String> = std::env::args().collect();
     let total = arg(&args, "--urls", 1_000_000);
     let streams = arg(&args, "--streams", 4).max(1);

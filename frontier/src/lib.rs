@@ -4,6 +4,7 @@
 //!
 //! # Layout
 //!
+//! - [`allocator`]: settings of mimalloc, the binaries' allocator.
 //! - [`auth`]: the admin token, checked by one layer in front of both
 //!   services, and which calls it guards.
 //! - [`canonical`]: URL canonicalisation (the `canon` crate, shared with the
@@ -61,6 +62,7 @@
 //! `src/main.rs` is the `frontier` binary: `serve` and the admin client.
 
 mod admission;
+pub mod allocator;
 pub mod auth;
 pub use canon as canonical;
 pub mod cluster;
