@@ -226,7 +226,7 @@ impl Store {
                 // A hash collision: the URL joins the entries of its hash.
                 value.extend_from_slice(&entry);
             }
-            records.insert(key, value.as_slice())?;
+            records.replace(key, value.as_slice())?;
             if known.is_some() {
                 return Ok(Applied::Discovered { stored: false });
             }
@@ -331,7 +331,7 @@ impl Store {
         if found.is_none() {
             StoredEntry::encode(&known.url, queue, &record, &mut new_value);
         }
-        records.insert(key, new_value.as_slice())?;
+        records.replace(key, new_value.as_slice())?;
         if let Some((old, old_key)) = &previous {
             if !old.is_completed() && !still_due(&entries, found, old.queue, old.due_at) {
                 effects.changes.push(MainFileChange::Remove {

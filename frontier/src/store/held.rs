@@ -413,6 +413,11 @@ impl RecordAccess for HeldView<'_, '_> {
         self.own.insert(key, value.to_vec());
         Ok(previous)
     }
+
+    fn replace(&mut self, key: RecordKey, value: &[u8]) -> Result<(), StoreError> {
+        self.own.insert(key, value.to_vec());
+        Ok(())
+    }
 }
 
 /// Entries of a copy from which its two files are written on two threads.

@@ -16,4 +16,9 @@ pub(super) trait RecordAccess {
     fn insert_new(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.insert(key, value)
     }
+    /// [`Self::insert`] for a caller that has read the key's value
+    /// already: a view over the files need not read it again.
+    fn replace(&mut self, key: RecordKey, value: &[u8]) -> Result<(), StoreError> {
+        self.insert(key, value).map(drop)
+    }
 }
