@@ -378,6 +378,8 @@ impl Drop for SlowWorkingOut {
 /// what is held, then `urls.redb`.
 struct HeldView<'h, 't> {
     held: &'h Held,
+    /// What refills read of the file, which `table` holds too.
+    recent: &'h super::recent_reads::RecentReads,
     table: Option<&'t RecordsRead>,
     own: BTreeMap<RecordKey, Vec<u8>>,
     /// Keys looked up in `urls.redb`.
@@ -391,6 +393,9 @@ impl RecordAccess for HeldView<'_, '_> {
         }
         if let Some(value) = self.held.record(&key) {
             return Ok(value);
+        }
+        if let Some(value) = self.recent.take(&key) {
+            return Ok(Some(value));
         }
         self.files_read.set(self.files_read.get() + 1);
         match self.table {
@@ -611,6 +616,7 @@ impl Store {
             };
             let mut view = HeldView {
                 held: &held,
+                recent: &self.recent_reads,
                 table: table.as_ref().as_ref(),
                 own: BTreeMap::new(),
                 files_read: std::cell::Cell::new(0),
@@ -756,6 +762,9 @@ impl Store {
         let snapshot = (self.files().ok())
             .and_then(|files| Self::records_snapshot(&files).ok())
             .map(Arc::new);
+        // After the files hold the layer, before it is let go (module
+        // `recent_reads`).
+        self.recent_reads.forget(writing.records.keys());
         let written = {
             let mut held = self.held.write();
             held.snapshot = snapshot;
@@ -790,6 +799,7 @@ impl Store {
     /// refuse).
     pub(super) fn forget_records_snapshot(&self) {
         self.held.write().snapshot = None;
+        self.recent_reads.clear();
     }
 
     /// Writes a copy of what is held to both files. A large copy writes

@@ -44,6 +44,9 @@ pub(super) enum Rank {
     Pace,
     /// Why the files are unusable, after a failed write.
     Poisoned,
+    /// Records read for refills, kept for the reports that follow
+    /// (module `recent_reads`); nothing is taken while it is held.
+    RecentReads,
     /// Tests: a hook run at a point of a read.
     #[cfg(test)]
     TestHook,

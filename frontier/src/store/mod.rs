@@ -143,6 +143,7 @@ mod pace;
 mod put_off;
 mod queue_counts;
 mod read;
+mod recent_reads;
 mod record_access;
 mod record_map;
 mod records;
@@ -260,6 +261,9 @@ pub struct Store {
     applied_counts: OrderedMutex<QueueCounts>,
     /// Groups answered but not yet in the files (module `held`).
     held: held::HeldWrites,
+    /// Records read for refills, for the reports that follow (module
+    /// `recent_reads`).
+    recent_reads: recent_reads::RecentReads,
 }
 
 /// What writes share under the store's lock.

@@ -182,6 +182,17 @@ fn check_coverage<'a>(
     Ok(pending)
 }
 
+/// What the records kept for reports may take of `urls.redb`'s page cache
+/// (`cache`): an eighth, which the file's cache gives up.
+pub(super) fn recent_reads_limit(cache: usize) -> usize {
+    cache / 8
+}
+
+/// `urls.redb`'s page cache, less what the records kept for reports take.
+pub(super) fn urls_page_cache(cache: usize) -> usize {
+    cache - recent_reads_limit(cache)
+}
+
 impl Store {
     /// Opens the store in `data_dir`, creating the directory and a new
     /// store when it holds none of the store's files.
@@ -240,7 +251,7 @@ impl Store {
             Found::OneFile { .. } => Self::split_one_file(&db, data_dir, cache)?,
             _ => {
                 require_file(&urls_path, URLS_HOLDS)?;
-                Self::open_file(&urls_path, cache)?
+                Self::open_file(&urls_path, urls_page_cache(cache))?
             }
         };
         match found {
@@ -309,6 +320,7 @@ impl Store {
             hasher,
             applied_counts: OrderedMutex::with_default(Rank::Counts),
             held: super::held::HeldWrites::default(),
+            recent_reads: super::recent_reads::RecentReads::new(recent_reads_limit(cache)),
         })
     }
 
@@ -544,7 +556,7 @@ impl Store {
             seconds = started.elapsed().as_secs_f64(),
             "moved the urls table to its own file"
         );
-        Self::open_file(&urls_path, cache_bytes)
+        Self::open_file(&urls_path, urls_page_cache(cache_bytes))
     }
 
     /// From version 3 (or 1 and 2, once split): the URL tables are

@@ -160,6 +160,7 @@ fn due_page(
     keys: Vec<(u64, u64, u32)>,
     held_records: Vec<Option<Option<Vec<u8>>>>,
     limit: usize,
+    from_file: &mut Vec<(RecordKey, Vec<u8>)>,
 ) -> Result<DuePage, StoreError> {
     let ((crawl, crawl_number), (queue, queue_number)) = (crawl, queue);
     let mut page = DuePage {
@@ -169,11 +170,12 @@ fn due_page(
     };
     let records = RecordsRead::open(urls_read)?;
     for ((due_at, hash, partition), held) in keys.into_iter().zip(held_records) {
-        let value = match held {
-            Some(value) => value,
+        let key = (partition, crawl_number, hash);
+        let (value, read) = match held {
+            Some(value) => (value, false),
             None => match &records {
-                Some(table) => table.get((partition, crawl_number, hash))?,
-                None => None,
+                Some(table) => (table.get(key)?, true),
+                None => (None, false),
             },
         };
         let Some(value) = value else {
@@ -189,6 +191,9 @@ fn due_page(
                     metadata: entry.compact_metadata(),
                 });
             }
+        }
+        if read {
+            from_file.push((key, value));
         }
     }
     Ok(page)
@@ -412,6 +417,9 @@ impl Store {
             None => Bound::Included((queue_number, 0, 0)),
         };
         let end = Bound::Included((queue_number, u64::MAX, u64::MAX));
+        // Noted before any snapshot opens: what the page reads of the file
+        // is kept for the reports that follow (module `recent_reads`).
+        let generation = self.recent_reads.generation();
         // The snapshots are opened off the held lock (as in
         // `held_and_snapshot`), and what is held of the records is looked
         // up under it only if no layer was let go since they were opened:
@@ -441,14 +449,20 @@ impl Store {
             let held_records = held_records_of(&held, crawl_number, &keys);
             (keys, held_records, urls_read)
         };
-        due_page(
+        let mut from_file = Vec::new();
+        let page = due_page(
             (crawl, crawl_number),
             (queue, queue_number),
             &urls_read,
             keys,
             held_records,
             limit,
-        )
+            &mut from_file,
+        )?;
+        drop(urls_read);
+        self.race_point("records read");
+        self.recent_reads.keep(generation, from_file);
+        Ok(page)
     }
 
     /// A crawl's not-completed URLs of the partitions `counted` takes, by

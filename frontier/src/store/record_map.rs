@@ -111,6 +111,14 @@ impl RecordMap {
             .filter(|(key, _)| range.contains(key))
     }
 
+    /// Every key, in no order.
+    pub(super) fn keys(&self) -> impl Iterator<Item = RecordKey> + '_ {
+        (self.partitions.iter().zip(0_u32..)).flat_map(|(map, partition)| {
+            map.keys()
+                .map(move |&(crawl, hash)| (partition, crawl, hash))
+        })
+    }
+
     /// One past the highest partition it has held keys of.
     pub(super) fn partitions(&self) -> u32 {
         u32::try_from(self.partitions.len()).unwrap_or(u32::MAX)

@@ -54,7 +54,10 @@ impl Store {
         let data_dir = self.data_dir().to_owned();
         let reopened = (|| -> Result<(Files, Names, u64), StoreError> {
             let db = Self::open_file(&self.path, self.cache_bytes)?;
-            let urls_db = Self::open_file(&data_dir.join(URLS_FILE_NAME), self.cache_bytes)?;
+            let urls_db = Self::open_file(
+                &data_dir.join(URLS_FILE_NAME),
+                super::open::urls_page_cache(self.cache_bytes),
+            )?;
             let durable = urls_lsn(&urls_db.begin_read()?)?;
             let records = wal::read_records(&data_dir, durable)?.records;
             // The names as the reopened file has them, with those of the
@@ -95,6 +98,8 @@ impl Store {
             *held = super::held::Held::default();
             self.held.note_unwritten(&held);
         }
+        // What refills read of the files before is not what they hold now.
+        self.recent_reads.clear();
         *self.names.write() = names;
         // The replay made every group durable, queue counts included.
         *self.lock_counts() = QueueCounts::default();
