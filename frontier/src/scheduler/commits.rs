@@ -50,6 +50,8 @@ impl Scheduler {
                         due_at,
                     },
                 ) => {
+                    // A report's URL mostly stays in its queue: found once.
+                    let mut same_queue = None;
                     if let Some(PreviousPlace {
                         queue_key: old_queue,
                         due_at: old_due,
@@ -79,8 +81,13 @@ impl Scheduler {
                             }
                             self.wake(&queue, &mut state, Timestamp::EPOCH);
                         }
+                        drop(state);
+                        if old_queue == queue_key {
+                            same_queue = Some(queue);
+                        }
                     }
-                    let queue = self.queue_or_new(&known.crawl, queue_key);
+                    let queue =
+                        same_queue.unwrap_or_else(|| self.queue_or_new(&known.crawl, queue_key));
                     let mut state = queue.lock();
                     if let Some(address) = reported(known, metadata::ADDRESS)
                         && let Some(group) = self.politeness.address_group(address)

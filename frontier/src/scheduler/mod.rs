@@ -119,6 +119,9 @@ use queue::{Crawl, Cursor, Lease, Queue, QueueState, WakeKey};
 /// Small, since 100,000 queues each hold up to twice this in memory.
 pub const BUFFER_REFILL: usize = 16;
 
+/// The most a call's lists are sized for before it looks at its queues.
+const SIZED_AHEAD: usize = 4096;
+
 /// What a GetURLs call asks for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServeRequest {
@@ -142,6 +145,16 @@ pub struct ServeRequest {
 
 impl ServeRequest {
     /// How many more URLs this call may hand out, having handed `served`.
+    /// How many URLs a call may hand out, as far as it can tell before it
+    /// looks (at most [`SIZED_AHEAD`]), for the lists it fills.
+    fn expected(&self) -> usize {
+        let per_call = match (self.max_queues, self.max_urls_per_queue) {
+            (0, _) | (_, 0) => SIZED_AHEAD,
+            (queues, per_queue) => (queues as usize).saturating_mul(per_queue as usize),
+        };
+        per_call.min(self.room(0)).min(SIZED_AHEAD)
+    }
+
     fn room(&self, served: usize) -> usize {
         if self.max_urls == 0 {
             usize::MAX
@@ -565,10 +578,10 @@ impl Scheduler {
         crawls: &[Arc<Crawl>],
         deferred: &mut [Vec<(WakeKey, Arc<Queue>)>],
     ) -> Result<Vec<Served>, StoreError> {
-        let mut served = Vec::new();
+        let mut served = Vec::with_capacity(request.expected());
         // Queues this call took, by address: one it put back on the list
         // waits for the next call, so that a call looks at a queue once.
-        let mut looked_at: HashSet<*const Queue> = HashSet::new();
+        let mut looked_at: HashSet<*const Queue> = HashSet::with_capacity(request.expected());
         let mut queues_served = 0_u32;
         while (request.max_queues == 0 || queues_served < request.max_queues)
             && request.room(served.len()) > 0

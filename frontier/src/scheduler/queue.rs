@@ -2,7 +2,8 @@
 //! on its crawl's wake-up list (see the scheduler's docs for the
 //! invariants these keep).
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use foldhash::{HashMap, HashMapExt};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -137,7 +138,15 @@ impl QueueState {
 
     /// Removes a URL's entry; answers whether it was leased.
     pub(super) fn remove_entry(&mut self, due_at: u64, hash: u64, url: &str) -> bool {
-        self.buffer.remove(&(due_at, hash, url.to_owned()));
+        // Found before it is removed, so that a URL not buffered (a
+        // report's, leased) costs no key of its own.
+        let buffered = (self.buffer.range((due_at, hash, String::new())..))
+            .take_while(|((due, at, _), _)| (*due, *at) == (due_at, hash))
+            .find(|((_, _, buffered), _)| buffered == url)
+            .map(|(key, _)| key.clone());
+        if let Some(key) = buffered {
+            self.buffer.remove(&key);
+        }
         self.leased.remove(url).is_some()
     }
 
@@ -225,7 +234,52 @@ impl Queue {
 pub(super) struct Crawl {
     pub(super) queues: RwLock<HashMap<String, Arc<Queue>>>,
     // Lock order: a queue's lock, then this; never the other way round.
-    pub(super) wakeups: Mutex<BTreeMap<WakeKey, Arc<Queue>>>,
+    pub(super) wakeups: Mutex<Wakeups>,
+}
+
+/// A crawl's wake-up list: entries by (time, sequence number), earliest
+/// first. A heap, not a map: each serve and each report adds an entry,
+/// and a call takes them from the front only.
+#[derive(Debug, Default)]
+pub(super) struct Wakeups(BinaryHeap<Reverse<Wakeup>>);
+
+/// One entry of a wake-up list, ordered by its key alone (keys are
+/// unique: their sequence numbers are).
+#[derive(Debug)]
+struct Wakeup(WakeKey, Arc<Queue>);
+
+impl PartialEq for Wakeup {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Wakeup {}
+
+impl PartialOrd for Wakeup {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Wakeup {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
+impl Wakeups {
+    pub(super) fn insert(&mut self, key: WakeKey, queue: Arc<Queue>) {
+        self.0.push(Reverse(Wakeup(key, queue)));
+    }
+
+    fn first_key(&self) -> Option<WakeKey> {
+        self.0.peek().map(|Reverse(Wakeup(key, _))| *key)
+    }
+
+    fn pop_first(&mut self) -> Option<(WakeKey, Arc<Queue>)> {
+        self.0.pop().map(|Reverse(Wakeup(key, queue))| (key, queue))
+    }
 }
 
 impl Crawl {
@@ -252,8 +306,7 @@ impl Crawl {
         self.wakeups
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .first_key_value()
-            .map(|(key, _)| *key)
+            .first_key()
     }
 
     /// Takes the earliest wake-up whose time has come, of a queue the call
@@ -271,8 +324,8 @@ impl Crawl {
     ) -> Option<(WakeKey, Arc<Queue>)> {
         let mut wakeups = self.wakeups.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            match wakeups.first_key_value() {
-                Some((key, _)) if key.0 <= now => {
+            match wakeups.first_key() {
+                Some(key) if key.0 <= now => {
                     let entry = wakeups.pop_first()?;
                     if !looked_at.contains(&Arc::as_ptr(&entry.1)) {
                         return Some(entry);
@@ -286,6 +339,8 @@ impl Crawl {
 
     pub(super) fn put_back(&self, entries: Vec<(WakeKey, Arc<Queue>)>) {
         let mut wakeups = self.wakeups.lock().unwrap_or_else(PoisonError::into_inner);
-        wakeups.extend(entries);
+        for (key, queue) in entries {
+            wakeups.insert(key, queue);
+        }
     }
 }
