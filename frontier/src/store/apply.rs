@@ -31,30 +31,35 @@ pub(super) type GroupOutcome = (Vec<Applied>, Vec<MainFileChange>, GroupCounts);
 #[derive(Default)]
 pub(super) struct GroupEffects<'a> {
     changes: Vec<MainFileChange>,
-    /// Summed per (crawl, queue).
-    deltas: HashMap<(&'a str, String), CountDelta>,
+    /// Summed per (crawl, queue number): a report takes its URL out of a
+    /// queue's counts and puts it back in, so most sum to one change.
+    deltas: HashMap<(&'a str, u32), CountDelta>,
     /// Queues a deletion removed whole, in write order: (crawl, queue, or
     /// `None` for all of the crawl's).
     removed_queues: Vec<(String, Option<String>)>,
 }
 
 impl<'a> GroupEffects<'a> {
-    fn count(&mut self, crawl: &'a str, queue: &str, delta: CountDelta) {
-        *self.deltas.entry((crawl, queue.to_owned())).or_default() += delta;
+    fn count(&mut self, crawl: &'a str, queue: u32, delta: CountDelta) {
+        *self.deltas.entry((crawl, queue)).or_default() += delta;
     }
 
-    fn into_counts(self) -> (Vec<MainFileChange>, GroupCounts) {
+    fn into_counts(
+        self,
+        names: &GroupNames<'_, '_>,
+    ) -> Result<(Vec<MainFileChange>, GroupCounts), StoreError> {
         let mut counts = QueueCounts::default();
+        let names = names.read();
         for ((crawl, queue), delta) in self.deltas {
-            counts.add(crawl, &queue, delta);
+            counts.add(crawl, names.queue_key(queue, "a count change")?, delta);
         }
-        (
+        Ok((
             self.changes,
             GroupCounts {
                 removed: self.removed_queues,
                 changes: counts,
             },
-        )
+        ))
     }
 }
 
@@ -184,7 +189,7 @@ impl Store {
             .into_iter()
             .map(|(_, applied)| applied)
             .collect();
-        let (changes, counts) = effects.into_counts();
+        let (changes, counts) = effects.into_counts(names)?;
         Ok((results, changes, counts))
     }
 
@@ -244,7 +249,7 @@ impl Store {
         }
         effects.count(
             &new.crawl,
-            &new.record.queue_key,
+            queue,
             CountDelta {
                 urls: 1,
                 completed: i64::from(completed),
@@ -332,7 +337,7 @@ impl Store {
             StoredEntry::encode(&known.url, queue, &record, &mut new_value);
         }
         records.replace(key, new_value.as_slice())?;
-        if let Some((old, old_key)) = &previous {
+        if let Some((old, _)) = &previous {
             if !old.is_completed() && !still_due(&entries, found, old.queue, old.due_at) {
                 effects.changes.push(MainFileChange::Remove {
                     queue: old.queue,
@@ -342,7 +347,7 @@ impl Store {
             }
             effects.count(
                 &known.crawl,
-                old_key,
+                old.queue,
                 CountDelta {
                     urls: -1,
                     completed: -i64::from(old.is_completed()),
@@ -359,7 +364,7 @@ impl Store {
         }
         effects.count(
             &known.crawl,
-            &queue_key,
+            queue,
             CountDelta {
                 urls: 1,
                 completed: i64::from(record.is_completed()),
@@ -383,10 +388,18 @@ impl Store {
         effects: &mut GroupEffects<'a>,
     ) -> Result<Applied, StoreError> {
         let removed = Self::delete(records, names, keys, deletion, &mut effects.changes)?;
+        // The queues of URLs removed have numbers: their entries held them.
+        let number_of = |queue: &str| {
+            let names = names.read();
+            (names.crawl_number(&deletion.crawl)).and_then(|crawl| names.queue_number(crawl, queue))
+        };
         for (queue, gone) in &removed.per_queue {
+            let number = number_of(queue).ok_or_else(|| {
+                StoreError::Halted(format!("queue {queue:?} of removed URLs has no number"))
+            })?;
             effects.count(
                 &deletion.crawl,
-                queue,
+                number,
                 CountDelta {
                     urls: -(gone.urls as i64),
                     completed: -(gone.completed as i64),
@@ -403,8 +416,10 @@ impl Store {
                 crawl: crawl.to_owned(),
                 queue: deletion.queue.clone(),
             });
+            // A named queue without a number holds no change to keep out.
+            let named = deletion.queue.as_deref().map(number_of);
             effects.deltas.retain(|(delta_crawl, queue), _| {
-                *delta_crawl != crawl || deletion.queue.as_ref().is_some_and(|named| named != queue)
+                *delta_crawl != crawl || named.is_some_and(|named| named != Some(*queue))
             });
             effects
                 .removed_queues
