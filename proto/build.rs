@@ -18,6 +18,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .codec_path("crate::codec::Codec")
+        // Maps (a URL's metadata, a few keys) as BTreeMaps: no hasher
+        // to seed and run for every message.
+        .btree_map(".")
         .compile_fds(descriptors)?;
     Ok(())
 }

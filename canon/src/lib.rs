@@ -314,9 +314,13 @@ fn is_unreserved(byte: u8) -> bool {
 /// paths like `/a/b/a/b/a/b/...`.
 #[must_use]
 pub fn max_segment_repeat(url: &CanonicalUrl) -> usize {
-    // A canonical URL is ASCII: its path is found and split by bytes.
+    // A canonical URL is ASCII and starts `http://` or `https://`: its
+    // path is found and split by bytes.
     let bytes = url.url.as_bytes();
-    let after_scheme = url.url.find("://").map_or(bytes.len(), |at| at + 3);
+    let after_scheme = bytes
+        .iter()
+        .position(|&b| b == b':')
+        .map_or(bytes.len(), |at| (at + 3).min(bytes.len()));
     let path_start = bytes[after_scheme..]
         .iter()
         .position(|&b| b == b'/')

@@ -20,7 +20,7 @@
 //! up to `max_retries`, counted in the URL's metadata, then done with its
 //! reason. 429 and 503 with Retry-After also block the queue until then.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -271,7 +271,7 @@ struct Settled {
     /// When it is due again, UTC epoch seconds; 0: done.
     due: u64,
     /// Its metadata, with the retry count or the failure given up on.
-    metadata: HashMap<String, proto::urlfrontier::StringList>,
+    metadata: BTreeMap<String, proto::urlfrontier::StringList>,
 }
 
 /// What to report for an outcome; a retry past the limit is given up.

@@ -3,7 +3,7 @@
 //! dropped because the frontier was briefly away), over one long-lived
 //! stream each for reports and outlinks (see `acked`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use proto::admin::{self as adm, admin_client::AdminClient};
@@ -587,7 +587,10 @@ pub fn meta_value(value: impl Into<String>) -> uf::StringList {
 
 /// The first value of a metadata key.
 #[must_use]
-pub fn meta_first<'a>(metadata: &'a HashMap<String, uf::StringList>, key: &str) -> Option<&'a str> {
+pub fn meta_first<'a>(
+    metadata: &'a BTreeMap<String, uf::StringList>,
+    key: &str,
+) -> Option<&'a str> {
     metadata
         .get(key)
         .and_then(|list| list.values.first())

@@ -10,7 +10,7 @@
 //! report by PutURLs once the last batch is acknowledged, which keeps the
 //! same order.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use proto::metadata;
@@ -101,7 +101,7 @@ pub(crate) fn link_batches(
             sink.stats.links_cached.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        let mut metadata = HashMap::from([
+        let mut metadata = BTreeMap::from([
             (
                 metadata::DEPTH.to_owned(),
                 meta_value(link_depth.to_string()),

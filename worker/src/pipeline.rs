@@ -319,7 +319,7 @@ mod tests {
             url: url.into(),
             key: key.into(),
             crawl_id: crawl.into(),
-            metadata: std::collections::HashMap::new(),
+            metadata: std::collections::BTreeMap::new(),
         }
     }
 

@@ -6,7 +6,7 @@
 //! are not sent again. The finding goes back in the report, and the
 //! frontier picks the next fetch from it.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use proto::metadata::{self, RevisitState};
 use proto::urlfrontier::StringList;
@@ -16,7 +16,7 @@ use crate::frontier_link::meta_value;
 use crate::output::{Revisit, RevisitProfile, digest};
 
 /// What the frontier served of a page's last fetch, if anything.
-fn served_state(metadata: &HashMap<String, StringList>) -> RevisitState {
+fn served_state(metadata: &BTreeMap<String, StringList>) -> RevisitState {
     metadata
         .get(metadata::REVISIT)
         .and_then(|list| RevisitState::of(&list.values))
@@ -25,7 +25,7 @@ fn served_state(metadata: &HashMap<String, StringList>) -> RevisitState {
 
 /// The validators of a page's last fetch, as the frontier served them.
 #[must_use]
-pub fn validators_of(metadata: &HashMap<String, StringList>) -> Validators {
+pub fn validators_of(metadata: &BTreeMap<String, StringList>) -> Validators {
     let state = served_state(metadata);
     Validators {
         etag: state.etag,
@@ -55,7 +55,7 @@ impl Capture {
     #[must_use]
     pub fn of(
         url: &str,
-        served: &HashMap<String, StringList>,
+        served: &BTreeMap<String, StringList>,
         fetched: &Fetched,
         now: u64,
     ) -> Self {
@@ -112,7 +112,7 @@ impl Capture {
     }
 
     /// Writes the finding into a report's metadata.
-    pub fn report_into(&self, metadata: &mut HashMap<String, StringList>) {
+    pub fn report_into(&self, metadata: &mut BTreeMap<String, StringList>) {
         let found = if self.changed { "changed" } else { "unchanged" };
         metadata.insert(metadata::FOUND.into(), meta_value(found));
         for (key, value) in [
@@ -158,13 +158,13 @@ mod tests {
         let url = "http://s.example/a";
         let first = Capture::of(
             url,
-            &HashMap::new(),
+            &BTreeMap::new(),
             &answer(200, b"a", &[("etag", "\"1\"")]),
             10,
         );
         assert!(first.changed);
         assert_eq!(first.revisit, None);
-        let mut report = HashMap::new();
+        let mut report = BTreeMap::new();
         first.report_into(&mut report);
         assert_eq!(meta_first(&report, metadata::FOUND), Some("changed"));
         assert_eq!(meta_first(&report, metadata::ETAG), Some("\"1\""));
@@ -175,7 +175,7 @@ mod tests {
             etag: first.validators.etag.clone(),
             ..RevisitState::default()
         };
-        let served: HashMap<String, StringList> =
+        let served: BTreeMap<String, StringList> =
             [(metadata::REVISIT.to_owned(), meta_value(state.encode()))].into();
         assert_eq!(validators_of(&served).etag.as_deref(), Some("\"1\""));
 

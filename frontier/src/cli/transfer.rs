@@ -73,7 +73,7 @@ fn item_of_json(line: &str) -> Result<proto::urlfrontier::UrlItem, String> {
         if url.is_empty() {
             return Err("an item without a url".into());
         }
-        let mut metadata = std::collections::HashMap::new();
+        let mut metadata = std::collections::BTreeMap::new();
         if let Some(map) = v["metadata"].as_object() {
             for (key, list) in map {
                 let values = list["values"]

@@ -126,9 +126,7 @@ async fn blocking<T: Send + 'static>(
 /// A client's metadata as stored: what the frontier sets on serving only
 /// (the queue's delay) is left out, so a report that echoes it back does
 /// not keep a stale copy.
-fn metadata_in(
-    metadata: &std::collections::HashMap<String, uf::StringList>,
-) -> BTreeMap<String, Vec<String>> {
+fn metadata_in(metadata: &BTreeMap<String, uf::StringList>) -> BTreeMap<String, Vec<String>> {
     metadata
         .iter()
         .filter(|(key, _)| key.as_str() != proto::metadata::QUEUE_DELAY_MS)
@@ -136,9 +134,7 @@ fn metadata_in(
         .collect()
 }
 
-fn metadata_out(
-    metadata: &BTreeMap<String, Vec<String>>,
-) -> std::collections::HashMap<String, uf::StringList> {
+fn metadata_out(metadata: &BTreeMap<String, Vec<String>>) -> BTreeMap<String, uf::StringList> {
     metadata
         .iter()
         .map(|(key, values)| {

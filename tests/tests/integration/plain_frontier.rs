@@ -28,7 +28,7 @@ struct Entry {
     crawl: String,
     url: String,
     key: String,
-    metadata: HashMap<String, uf::StringList>,
+    metadata: BTreeMap<String, uf::StringList>,
     // 0: completed.
     due: u64,
     leased_until: Option<Instant>,
