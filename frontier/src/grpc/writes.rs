@@ -17,8 +17,7 @@ use tokio::sync::Semaphore;
 use tonic::{Status, Streaming};
 
 use super::{
-    BoxStream, UrlFrontierService, depth_of, discovered_of, log_write_failure, metadata_in,
-    until_failure,
+    BoxStream, UrlFrontierService, depth_of, discovered_of, log_write_failure, until_failure,
 };
 use crate::commit::SubmitTurn;
 use crate::ingest::{Discovered, Known, Outcome};
@@ -205,7 +204,7 @@ impl UrlFrontierService {
             return Err(status);
         }
         let frontier = Arc::clone(&self.frontier);
-        let items: Vec<_> = items.iter().map(put_item_of).collect();
+        let items: Vec<_> = items.into_iter().map(put_item_of).collect();
         detached_write(Arc::clone(&self.write_slots), async move {
             put_chunk(&frontier, items, None).await
         })
@@ -246,18 +245,16 @@ impl UrlFrontierService {
                     });
                     let failure = refused.or(failure);
                     let owned = owned_mask(owns.as_ref(), &items, uf::UrlItem::info);
-                    let not_owned: Vec<String> = items
-                        .iter()
-                        .zip(&owned)
-                        .filter(|(_, owned)| !**owned)
-                        .map(|(item, _)| item.ack_id())
-                        .collect();
-                    let items: Vec<_> = items
-                        .iter()
-                        .zip(&owned)
-                        .filter(|(_, owned)| **owned)
-                        .map(|(item, _)| put_item_of(item))
-                        .collect();
+                    let mut not_owned = Vec::new();
+                    let mut mine = Vec::with_capacity(items.len());
+                    for (item, &owned) in items.into_iter().zip(&owned) {
+                        if owned {
+                            mine.push(put_item_of(item));
+                        } else {
+                            not_owned.push(item.ack_id());
+                        }
+                    }
+                    let items = mine;
                     let mut stored = Vec::new();
                     if !items.is_empty() {
                         let written = detached_write(slots, async move {
@@ -427,30 +424,44 @@ enum PutItem {
 
 /// A report as the store takes it.
 fn known_of(info: &uf::UrlInfo, due_at: u64) -> Known {
-    let metadata: BTreeMap<String, Vec<String>> = metadata_in(&info.metadata);
+    known_from(info.clone(), due_at)
+}
+
+/// [`known_of`], taking the client's strings instead of copying them.
+fn known_from(info: uf::UrlInfo, due_at: u64) -> Known {
+    let metadata = metadata_taken(info.metadata);
     Known {
-        url: info.url.clone(),
-        queue_key: info.key.clone(),
+        url: info.url,
+        queue_key: info.key,
         depth: depth_of(&metadata),
         due_at,
         metadata,
     }
 }
 
-fn put_item_of(item: &uf::UrlItem) -> (String, PutItem) {
-    let (info, kind) = match &item.item {
-        Some(uf::url_item::Item::Discovered(d)) => (d.info.as_ref(), None),
-        Some(uf::url_item::Item::Known(k)) => (k.info.as_ref(), Some(k.refetchable_from_date)),
+/// [`metadata_in`] of metadata the caller gives up.
+fn metadata_taken(metadata: BTreeMap<String, uf::StringList>) -> BTreeMap<String, Vec<String>> {
+    metadata
+        .into_iter()
+        .filter(|(key, _)| key.as_str() != proto::metadata::QUEUE_DELAY_MS)
+        .map(|(key, values)| (key, values.values))
+        .collect()
+}
+
+fn put_item_of(item: uf::UrlItem) -> (String, PutItem) {
+    let id = item.ack_id();
+    let (info, kind) = match item.item {
+        Some(uf::url_item::Item::Discovered(d)) => (d.info, None),
+        Some(uf::url_item::Item::Known(k)) => (k.info, Some(k.refetchable_from_date)),
         None => (None, None),
     };
-    let id = item.ack_id();
     let Some(info) = info else {
         return (id, PutItem::Invalid);
     };
     let crawl = crawl_or_default(&info.crawl_id).to_owned();
     match kind {
-        None => (id, PutItem::Discovered(crawl, discovered_of(info))),
-        Some(due_at) => (id, PutItem::Known(crawl, known_of(info, due_at))),
+        None => (id, PutItem::Discovered(crawl, discovered_of(&info))),
+        Some(due_at) => (id, PutItem::Known(crawl, known_from(info, due_at))),
     }
 }
 
@@ -477,6 +488,13 @@ async fn put_chunk(
         turn.ready().await;
     }
     let mut statuses = vec![uf::ack_message::Status::Skipped; items.len()];
+    let kinds: Vec<&'static str> = (items.iter())
+        .map(|(_, item)| match item {
+            PutItem::Known(..) => "known",
+            PutItem::Discovered(..) | PutItem::Invalid => "discovered",
+        })
+        .collect();
+    let mut items = items;
     let mut index = 0;
     while index < items.len() {
         let run_end = {
@@ -486,7 +504,6 @@ async fn put_chunk(
             }
             end
         };
-        let run = &items[index..run_end];
         // The chunk's last write lets the stream's next chunk queue its
         // own behind it; earlier ones commit first, keeping the order.
         let last_turn = if run_end == items.len() {
@@ -494,28 +511,32 @@ async fn put_chunk(
         } else {
             None
         };
-        let outcomes = match &run[0].1 {
-            PutItem::Discovered(crawl, _) => {
-                let batch: Vec<Discovered> = run
-                    .iter()
-                    .filter_map(|(_, item)| match item {
-                        PutItem::Discovered(_, d) => Some(d.clone()),
+        let run = &mut items[index..run_end];
+        // A run's items are taken out of the chunk (only their ids and
+        // kinds are left to answer with).
+        let mut taken = run
+            .iter_mut()
+            .map(|(_, item)| std::mem::replace(item, PutItem::Invalid));
+        let outcomes = match taken.next() {
+            Some(PutItem::Discovered(crawl, first)) => {
+                let batch: Vec<Discovered> = std::iter::once(first)
+                    .chain(taken.filter_map(|item| match item {
+                        PutItem::Discovered(_, d) => Some(d),
                         _ => None,
-                    })
+                    }))
                     .collect();
-                Some(write_run(frontier, crawl, Run::Discovered(&batch), last_turn).await)
+                Some(write_run(frontier, &crawl, Run::Discovered(&batch), last_turn).await)
             }
-            PutItem::Known(crawl, _) => {
-                let batch: Vec<Known> = run
-                    .iter()
-                    .filter_map(|(_, item)| match item {
-                        PutItem::Known(_, k) => Some(k.clone()),
+            Some(PutItem::Known(crawl, first)) => {
+                let batch: Vec<Known> = std::iter::once(first)
+                    .chain(taken.filter_map(|item| match item {
+                        PutItem::Known(_, k) => Some(k),
                         _ => None,
-                    })
+                    }))
                     .collect();
-                Some(write_run(frontier, crawl, Run::Known(&batch), last_turn).await)
+                Some(write_run(frontier, &crawl, Run::Known(&batch), last_turn).await)
             }
-            PutItem::Invalid => None,
+            Some(PutItem::Invalid) | None => None,
         };
         match outcomes {
             Some(Ok(outcomes)) => {
@@ -534,14 +555,9 @@ async fn put_chunk(
     items
         .into_iter()
         .zip(statuses)
-        .map(|((id, item), status)| {
-            count_ack(
-                match item {
-                    PutItem::Known(..) => "known",
-                    PutItem::Discovered(..) | PutItem::Invalid => "discovered",
-                },
-                status,
-            );
+        .zip(kinds)
+        .map(|(((id, _), status), kind)| {
+            count_ack(kind, status);
             uf::AckMessage {
                 id,
                 status: status as i32,
