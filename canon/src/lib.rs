@@ -142,7 +142,12 @@ fn plainly_canonical(input: &str) -> Option<std::ops::Range<usize>> {
     let mut segment_start = host_end + 1;
     let mut index = host_end + 1;
     while index < bytes.len() {
-        match bytes[index] {
+        let byte = bytes[index];
+        if COPIED_AS_IS[usize::from(byte)] {
+            index += 1;
+            continue;
+        }
+        match byte {
             b'/' if !in_query => {
                 if dot_segment(&bytes[segment_start..index]) {
                     return None;
@@ -163,8 +168,8 @@ fn plainly_canonical(input: &str) -> Option<std::ops::Range<usize>> {
                 }
                 index += 2;
             }
-            b'\'' if in_query => return None,
-            byte if is_unreserved(byte) || b"!$&'()*+,;=:@/".contains(&byte) => {}
+            b'\'' if !in_query => {}
+            b'/' => {}
             _ => return None,
         }
         index += 1;
@@ -174,6 +179,38 @@ fn plainly_canonical(input: &str) -> Option<std::ops::Range<usize>> {
     }
     Some(host_start..host_end)
 }
+
+/// Bytes the parser copies as they are into a path and a query alike:
+/// unreserved characters, sub-delimiters but the quote (which it escapes
+/// in a query), `:` and `@`.
+const COPIED_AS_IS: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let b = byte as u8;
+        table[byte] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'@'
+            );
+        byte += 1;
+    }
+    table
+};
 
 /// A host the URL standard keeps as it is written (see
 /// [`plainly_canonical`]).
