@@ -19,6 +19,10 @@ use std::time::{Duration, Instant};
 
 use mock_site::{MockSite, SiteConfig};
 
+#[path = "../frontier/benches/common/cpu.rs"]
+mod cpu;
+use cpu::{Whose, cpu_seconds};
+
 fn arg(args: &[String], name: &str, default: u64) -> u64 {
     args.iter()
         .position(|a| a == name)
@@ -110,31 +114,14 @@ fn timed<T>(run: impl FnOnce() -> T) -> (T, f64) {
 
 /// What `run` gives, and the CPU seconds of the children it waited for.
 fn with_child_cpu<T>(run: impl FnOnce() -> T) -> (T, f64) {
-    let before = children_cpu_seconds();
+    let before = cpu_seconds(Whose::WaitedChildren);
     let out = run();
-    (out, children_cpu_seconds() - before)
+    (out, cpu_seconds(Whose::WaitedChildren) - before)
 }
 
 /// Pages the site answered (robots.txt and the sitemap left out).
 fn pages(site: &MockSite) -> usize {
     site.page_fetches().values().map(|&n| n as usize).sum()
-}
-
-/// User + system CPU seconds of this process's waited-for children so far
-/// (Linux: /proc/self/stat, in clock ticks of 1/100 s).
-fn children_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-    // After the command name: state is field 3, cutime 16, cstime 17.
-    let ticks = |field: usize| -> f64 {
-        fields
-            .get(field - 3)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(16) + ticks(17)) / 100.0
 }
 
 /// The number after `label` in a `crawl` summary.

@@ -31,9 +31,12 @@ use proto::urlfrontier::{
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod common;
+#[path = "common/cpu.rs"]
+mod cpu;
 #[path = "common/feed.rs"]
 mod feed;
 use common::arg;
+use cpu::{Whose, cpu_seconds};
 
 fn main() {
     frontier::allocator::keep_empty_pages();
@@ -105,10 +108,10 @@ async fn run(
     println!();
 
     // 2. Round trips.
-    let cpu_before = cpu_seconds();
+    let cpu_before = cpu_seconds(Whose::Own);
     let (completed, seconds) =
         timed_round_trips(&client, clients, round_trips, Report::Alone).await;
-    let cpu = cpu_seconds() - cpu_before;
+    let cpu = cpu_seconds(Whose::Own) - cpu_before;
     println!(
         "## Round trip: {clients} clients, each GetURLs (1 URL from each of up to 1,000 queues) + PutURLs done"
     );
@@ -167,24 +170,6 @@ async fn run(
         "Clean shutdown (snapshots): {:.2} s",
         started.elapsed().as_secs_f64()
     );
-}
-
-/// User + system CPU seconds of this process so far (Linux:
-/// /proc/self/stat, in clock ticks of 1/100 s), so that a run shows what
-/// a URL costs apart from how busy the VM's host is.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-    // After the command name: state is field 3, utime 14, stime 15.
-    let ticks = |field: usize| -> f64 {
-        fields
-            .get(field - 3)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(14) + ticks(15)) / 100.0
 }
 
 /// How a leased page is reported.
