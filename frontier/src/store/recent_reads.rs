@@ -171,6 +171,17 @@ mod tests {
             .unwrap();
     }
 
+    /// [`one_key_store`] with `http://q/a` written to the file, then
+    /// refilled: its record is kept for its report.
+    fn refilled_store(dir: &std::path::Path) -> Store {
+        let store = one_key_store(dir);
+        discover(&store, "http://q/a");
+        assert!(store.apply_held().unwrap());
+        store.due_entries("c", "q", None, 16).unwrap();
+        assert_eq!(store.recent_reads.len(), 1);
+        store
+    }
+
     fn complete(store: &Store, url: &str) {
         store
             .apply(&[WriteOp::Known(KnownUrl {
@@ -215,11 +226,7 @@ mod tests {
     #[test]
     fn a_report_takes_what_the_refill_kept_and_reads_no_file() {
         let dir = tempfile::tempdir().unwrap();
-        let store = one_key_store(dir.path());
-        discover(&store, "http://q/a");
-        assert!(store.apply_held().unwrap());
-        store.due_entries("c", "q", None, 16).unwrap();
-        assert_eq!(store.recent_reads.len(), 1);
+        let store = refilled_store(dir.path());
         let read_before = store
             .held
             .files_read
@@ -239,11 +246,7 @@ mod tests {
     #[test]
     fn a_write_outside_the_applier_drops_every_value_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let store = one_key_store(dir.path());
-        discover(&store, "http://q/a");
-        assert!(store.apply_held().unwrap());
-        store.due_entries("c", "q", None, 16).unwrap();
-        assert_eq!(store.recent_reads.len(), 1);
+        let store = refilled_store(dir.path());
         store
             .apply(&[WriteOp::Delete(Deletion {
                 crawl: "c".into(),
