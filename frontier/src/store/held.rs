@@ -61,6 +61,7 @@ use std::time::{Duration, Instant};
 
 use redb::ReadableDatabase;
 
+use super::held_view::HeldView;
 use super::locks::{
     OrderedMutex, OrderedMutexGuard, OrderedReadGuard, OrderedRwLock, OrderedWriteGuard, Rank,
 };
@@ -68,7 +69,6 @@ use super::names::GroupNames;
 use super::pace::Pace;
 use super::put_off::PutOff;
 use super::queue_counts::{GroupCounts, QueueCounts};
-use super::record_access::RecordAccess;
 use super::record_map::RecordMap;
 use super::records::{MergeCursor, RecordsRead, RecordsWrite, merging_from};
 use super::schema::{
@@ -371,57 +371,6 @@ impl Drop for SlowWorkingOut {
                 "a slow working out"
             );
         }
-    }
-}
-
-/// URL records as a group held in memory sees them: its own writes, then
-/// what is held, then `urls.redb`.
-struct HeldView<'h, 't> {
-    held: &'h Held,
-    /// What refills read of the file, which `table` holds too.
-    recent: &'h super::recent_reads::RecentReads,
-    table: Option<&'t RecordsRead>,
-    own: BTreeMap<RecordKey, Vec<u8>>,
-    /// Keys looked up in `urls.redb`.
-    files_read: std::cell::Cell<u64>,
-}
-
-impl RecordAccess for HeldView<'_, '_> {
-    fn get(&self, key: RecordKey) -> Result<Option<Vec<u8>>, StoreError> {
-        if let Some(value) = self.own.get(&key) {
-            return Ok(Some(value.clone()));
-        }
-        if let Some(value) = self.held.record(&key) {
-            return Ok(value);
-        }
-        if let Some(value) = self.recent.take(&key) {
-            return Ok(Some(value));
-        }
-        self.files_read.set(self.files_read.get() + 1);
-        match self.table {
-            Some(table) => table.get(key),
-            None => Ok(None),
-        }
-    }
-
-    fn insert(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let previous = self.get(key)?;
-        self.own.insert(key, value.to_vec());
-        Ok(previous)
-    }
-
-    fn insert_new(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let previous = match self.own.get(&key) {
-            Some(value) => Some(value.clone()),
-            None => self.held.record(&key).flatten(),
-        };
-        self.own.insert(key, value.to_vec());
-        Ok(previous)
-    }
-
-    fn replace(&mut self, key: RecordKey, value: &[u8]) -> Result<(), StoreError> {
-        self.own.insert(key, value.to_vec());
-        Ok(())
     }
 }
 

@@ -25,7 +25,9 @@
 //!   files, and the applier that writes them; `merged`: reads that merge
 //!   what is held over a snapshot of the files, with `merge`'s iterator;
 //!   `record_access`: the trait a group's first stage reaches records
-//!   through; `pace`: groups paced to the
+//!   through, and `held_view` what it sees through it (its own writes over
+//!   what is held, over the records refills kept in `recent_reads`, over
+//!   the file); `pace`: groups paced to the
 //!   applier's rate as what is held nears its limit; `record_map`: the
 //!   `url_records` writes a layer holds; `records`: `url_records` as a
 //!   base table and the recent records over it; `catch_up`:
@@ -131,6 +133,7 @@ mod compact;
 mod error;
 mod files;
 mod held;
+mod held_view;
 pub mod inspect;
 mod legacy;
 mod locks;
