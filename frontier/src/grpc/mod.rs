@@ -126,11 +126,11 @@ async fn blocking<T: Send + 'static>(
 /// A client's metadata as stored: what the frontier sets on serving only
 /// (the queue's delay) is left out, so a report that echoes it back does
 /// not keep a stale copy.
-fn metadata_in(metadata: &BTreeMap<String, uf::StringList>) -> BTreeMap<String, Vec<String>> {
+fn metadata_in(metadata: BTreeMap<String, uf::StringList>) -> BTreeMap<String, Vec<String>> {
     metadata
-        .iter()
+        .into_iter()
         .filter(|(key, _)| key.as_str() != proto::metadata::QUEUE_DELAY_MS)
-        .map(|(key, values)| (key.clone(), values.values.clone()))
+        .map(|(key, values)| (key, values.values))
         .collect()
 }
 
@@ -159,11 +159,12 @@ fn depth_of(metadata: &BTreeMap<String, Vec<String>>) -> u32 {
         .unwrap_or(1)
 }
 
-fn discovered_of(info: &uf::UrlInfo) -> Discovered {
-    let metadata = metadata_in(&info.metadata);
+/// A discovered URL as the store takes it, the client's strings moved in.
+fn discovered_of(info: uf::UrlInfo) -> Discovered {
+    let metadata = metadata_in(info.metadata);
     Discovered {
-        url: info.url.clone(),
-        queue_key: info.key.clone(),
+        url: info.url,
+        queue_key: info.key,
         depth: depth_of(&metadata),
         metadata,
     }

@@ -7,7 +7,6 @@
 //! a page, and each thread handed a write and woken for its answer is a
 //! pair of context switches on the page's path.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -17,7 +16,8 @@ use tokio::sync::Semaphore;
 use tonic::{Status, Streaming};
 
 use super::{
-    BoxStream, UrlFrontierService, depth_of, discovered_of, log_write_failure, until_failure,
+    BoxStream, UrlFrontierService, depth_of, discovered_of, log_write_failure, metadata_in,
+    until_failure,
 };
 use crate::commit::SubmitTurn;
 use crate::ingest::{Discovered, Known, Outcome};
@@ -422,14 +422,9 @@ enum PutItem {
     Invalid,
 }
 
-/// A report as the store takes it.
-fn known_of(info: &uf::UrlInfo, due_at: u64) -> Known {
-    known_from(info.clone(), due_at)
-}
-
-/// [`known_of`], taking the client's strings instead of copying them.
-fn known_from(info: uf::UrlInfo, due_at: u64) -> Known {
-    let metadata = metadata_taken(info.metadata);
+/// A report as the store takes it, the client's strings moved in.
+fn known_of(info: uf::UrlInfo, due_at: u64) -> Known {
+    let metadata = metadata_in(info.metadata);
     Known {
         url: info.url,
         queue_key: info.key,
@@ -437,15 +432,6 @@ fn known_from(info: uf::UrlInfo, due_at: u64) -> Known {
         due_at,
         metadata,
     }
-}
-
-/// [`metadata_in`] of metadata the caller gives up.
-fn metadata_taken(metadata: BTreeMap<String, uf::StringList>) -> BTreeMap<String, Vec<String>> {
-    metadata
-        .into_iter()
-        .filter(|(key, _)| key.as_str() != proto::metadata::QUEUE_DELAY_MS)
-        .map(|(key, values)| (key, values.values))
-        .collect()
 }
 
 fn put_item_of(item: uf::UrlItem) -> (String, PutItem) {
@@ -460,8 +446,8 @@ fn put_item_of(item: uf::UrlItem) -> (String, PutItem) {
     };
     let crawl = crawl_or_default(&info.crawl_id).to_owned();
     match kind {
-        None => (id, PutItem::Discovered(crawl, discovered_of(&info))),
-        Some(due_at) => (id, PutItem::Known(crawl, known_from(info, due_at))),
+        None => (id, PutItem::Discovered(crawl, discovered_of(info))),
+        Some(due_at) => (id, PutItem::Known(crawl, known_of(info, due_at))),
     }
 }
 
@@ -600,15 +586,15 @@ async fn batch_ack(frontier: &SharedFrontier, batch: &uf::DiscoveredBatch) -> uf
     for info in &batch.items {
         let crawl = crawl_or_default(&info.crawl_id);
         match discovered.last_mut() {
-            Some((last, items)) if *last == crawl => items.push(discovered_of(info)),
-            _ => discovered.push((crawl, vec![discovered_of(info)])),
+            Some((last, items)) if *last == crawl => items.push(discovered_of(info.clone())),
+            _ => discovered.push((crawl, vec![discovered_of(info.clone())])),
         }
     }
     let done = batch.done.as_ref().map(|done| {
         done.info.as_ref().map(|info| {
             (
                 crawl_or_default(&info.crawl_id),
-                [known_of(info, done.refetchable_from_date)],
+                [known_of(info.clone(), done.refetchable_from_date)],
             )
         })
     });

@@ -292,10 +292,6 @@ mod tests {
         urls
     }
 
-    /// Completed URLs' entries stay in the file after their layer is
-    /// written, yet are neither served nor counted; a URL due again at its
-    /// old date keeps its entry; a checkpoint removes the rest, and a
-    /// reopened store serves what it served before.
     /// Removals one by one and in one scan leave the same table, whether
     /// they are few or many beside it, present or not.
     #[test]
@@ -332,6 +328,10 @@ mod tests {
         }
     }
 
+    /// Completed URLs' entries stay in the file after their layer is
+    /// written, yet are neither served nor counted; a URL due again at its
+    /// old date keeps its entry; a checkpoint removes the rest, and a
+    /// reopened store serves what it served before.
     #[test]
     fn removals_held_back_hide_their_entries_until_a_checkpoint_writes_them() {
         let dir = tempfile::tempdir().unwrap();
