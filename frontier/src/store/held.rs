@@ -61,7 +61,7 @@ use std::time::{Duration, Instant};
 
 use redb::ReadableDatabase;
 
-use super::held_view::HeldView;
+use super::held_view::{HeldBefore, HeldView};
 use super::locks::{
     OrderedMutex, OrderedMutexGuard, OrderedReadGuard, OrderedRwLock, OrderedWriteGuard, Rank,
 };
@@ -149,6 +149,12 @@ pub(super) struct Held {
     /// The newest group held, and the newest the applier has copied.
     newest: u64,
     copied: u64,
+}
+
+impl HeldBefore for Held {
+    fn record(&self, key: &RecordKey) -> Option<Option<Vec<u8>>> {
+        Held::record(self, key)
+    }
 }
 
 impl Held {
@@ -564,7 +570,7 @@ impl Store {
                 opened,
             };
             let mut view = HeldView {
-                held: &held,
+                held: &*held,
                 recent: &self.recent_reads,
                 table: table.as_ref().as_ref(),
                 own: BTreeMap::new(),

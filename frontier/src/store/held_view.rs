@@ -6,16 +6,23 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use super::StoreError;
-use super::held::Held;
 use super::recent_reads::RecentReads;
 use super::record_access::RecordAccess;
 use super::records::RecordsRead;
 use super::schema::RecordKey;
 
+/// What the groups held before a group hold of URL records (module
+/// `held` keeps them); the view reads them through this, so that it does
+/// not depend on how they are kept.
+pub(super) trait HeldBefore {
+    /// What is held of a key, copied: `Some(None)` if removed.
+    fn record(&self, key: &RecordKey) -> Option<Option<Vec<u8>>>;
+}
+
 /// URL records as a group held in memory sees them: its own writes, then
 /// what is held, then `urls.redb`.
-pub(super) struct HeldView<'h, 't> {
-    pub(super) held: &'h Held,
+pub(super) struct HeldView<'h, 't, H: HeldBefore> {
+    pub(super) held: &'h H,
     /// What refills read of the file, which `table` holds too.
     pub(super) recent: &'h RecentReads,
     pub(super) table: Option<&'t RecordsRead>,
@@ -24,7 +31,7 @@ pub(super) struct HeldView<'h, 't> {
     pub(super) files_read: Cell<u64>,
 }
 
-impl RecordAccess for HeldView<'_, '_> {
+impl<H: HeldBefore> RecordAccess for HeldView<'_, '_, H> {
     fn get(&self, key: RecordKey) -> Result<Option<Vec<u8>>, StoreError> {
         if let Some(value) = self.own.get(&key) {
             return Ok(Some(value.clone()));
