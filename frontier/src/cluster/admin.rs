@@ -53,11 +53,94 @@ impl ClusterAdmin {
             .target(owner, &self.local, super::peers::Peer::admin)
     }
 
-    /// Runs `call` on every node (see [`super::on_nodes`]).
     /// Where a call for a queue goes: its partition's owner.
     fn queue_owner(&self, crawl: &str, key: &str) -> Result<Target, Status> {
         let partition = self.cluster.partition_of_host(crawl, key);
         self.target(self.cluster.owner_of(partition)?)
+    }
+
+    /// Stores each seed URL at its owner. Once one owner has stored its
+    /// share, a share refused as retryable (its partition moving, its owner
+    /// away for a moment) is sent again here, to the owner the map names
+    /// then: an error after a partial store would have the client send
+    /// every seed again and count the stored ones as already known.
+    async fn seed_at_owners(
+        &self,
+        crawl: &str,
+        urls: &[String],
+    ) -> Result<adm::AddSeedsResponse, Status> {
+        let mut merged = adm::AddSeedsResponse::default();
+        let mut pending: Vec<usize> = (0..urls.len()).collect();
+        let mut stored_any = false;
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(20);
+        loop {
+            let split = self.cluster.shares(
+                pending
+                    .iter()
+                    .map(|&i| self.cluster.partition_of_url(crawl, &urls[i])),
+            );
+            let mut refusal = split.away;
+            if !stored_any && let Some(status) = refusal {
+                return Err(status);
+            }
+            // By position in `pending`: whether an owner took it.
+            let mut taken = vec![false; pending.len()];
+            for (owner, positions) in split.by_owner {
+                let answer = match self.target(owner) {
+                    Ok(target) => {
+                        call!(
+                            target,
+                            add_seeds,
+                            adm::AddSeedsRequest {
+                                crawl_id: crawl.to_owned(),
+                                urls: positions
+                                    .iter()
+                                    .map(|&j| urls[pending[j]].clone())
+                                    .collect(),
+                                local: true,
+                                scope_hosts: Vec::new(),
+                            }
+                        )
+                    }
+                    Err(status) => Err(status),
+                };
+                match answer {
+                    Ok(answer) => {
+                        stored_any = true;
+                        merged.added += answer.added;
+                        merged.already_known += answer.already_known;
+                        merged.refused.extend(answer.refused);
+                        merged.scope_hosts.extend(answer.scope_hosts);
+                        for &j in &positions {
+                            taken[j] = true;
+                        }
+                    }
+                    Err(status) if status.code() == tonic::Code::Unavailable => {
+                        refusal.get_or_insert(status);
+                    }
+                    Err(status) if !stored_any => return Err(status),
+                    Err(status) => return Err(partly_seeded(status, &merged, urls.len())),
+                }
+            }
+            let Some(status) = refusal else {
+                return Ok(merged);
+            };
+            if !stored_any {
+                return Err(status);
+            }
+            if started.elapsed() + pause >= super::CUTOVER_WAIT {
+                return Err(partly_seeded(status, &merged, urls.len()));
+            }
+            pending = pending
+                .into_iter()
+                .zip(taken)
+                .filter_map(|(i, taken)| (!taken).then_some(i))
+                .collect();
+            tracing::debug!(%status, left = pending.len(), "seeds met a partition in flight; sending them again");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(500));
+        }
     }
 
     async fn on_nodes<T, F, Fut>(
@@ -75,6 +158,20 @@ impl ClusterAdmin {
         })
         .await
     }
+}
+
+/// A seeding that failed after some owners stored their shares, saying
+/// so: sent again, those seeds count as already known.
+fn partly_seeded(status: Status, stored: &adm::AddSeedsResponse, of: usize) -> Status {
+    let done = stored.added as usize + stored.already_known as usize + stored.refused.len();
+    Status::new(
+        status.code(),
+        format!(
+            "{done} of {of} seeds were handled ({} added) before: {}; sent again, those count as already known",
+            stored.added,
+            status.message()
+        ),
+    )
 }
 
 /// The figures of all partitions summed (their `partition` unset), by the
@@ -240,35 +337,10 @@ impl Admin for ClusterAdmin {
         };
         fan_out!(self, true, add_seeds, scope.clone())?;
         // Then each URL at its owner.
-        let split = self.cluster.shares(
-            request
-                .urls
-                .iter()
-                .map(|url| self.cluster.partition_of_url(&crawl, url)),
-        );
-        if let Some(status) = split.away {
-            return Err(status);
-        }
-        let mut merged = adm::AddSeedsResponse::default();
-        let mut scope_hosts = BTreeSet::new();
-        for (owner, indexes) in split.by_owner {
-            let urls = indexes.iter().map(|&i| request.urls[i].clone()).collect();
-            let target = self.target(owner)?;
-            let answer = call!(
-                target,
-                add_seeds,
-                adm::AddSeedsRequest {
-                    crawl_id: crawl.clone(),
-                    urls,
-                    local: true,
-                    scope_hosts: Vec::new(),
-                }
-            )?;
-            merged.added += answer.added;
-            merged.already_known += answer.already_known;
-            merged.refused.extend(answer.refused);
-            scope_hosts.extend(answer.scope_hosts);
-        }
+        let mut merged = self.seed_at_owners(&crawl, &request.urls).await?;
+        let mut scope_hosts: BTreeSet<String> = std::mem::take(&mut merged.scope_hosts)
+            .into_iter()
+            .collect();
         scope_hosts.extend(scope.scope_hosts);
         merged.scope_hosts = scope_hosts.into_iter().collect();
         Ok(Response::new(merged))
