@@ -53,13 +53,30 @@ impl UrlRecord {
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(24 + self.queue_key.len());
-        out.push(RECORD_VERSION);
-        put_varint(&mut out, self.created_at);
-        put_varint(&mut out, self.due_at);
-        put_varint(&mut out, u64::from(self.depth));
-        put_short_str(&mut out, &self.queue_key);
-        put_metadata(&mut out, &self.metadata);
+        self.encode_into(&mut out);
         out
+    }
+
+    /// Appends the binary form to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.push(RECORD_VERSION);
+        put_varint(out, self.created_at);
+        put_varint(out, self.due_at);
+        put_varint(out, u64::from(self.depth));
+        put_short_str(out, &self.queue_key);
+        put_metadata(out, &self.metadata);
+    }
+
+    /// Appends what a default record holding `metadata` encodes to, without
+    /// making one: the form the log carries a report's metadata in.
+    pub fn encode_metadata_into(metadata: &BTreeMap<String, Vec<String>>, out: &mut Vec<u8>) {
+        let default = Self::default();
+        out.push(RECORD_VERSION);
+        put_varint(out, default.created_at);
+        put_varint(out, default.due_at);
+        put_varint(out, u64::from(default.depth));
+        put_short_str(out, &default.queue_key);
+        put_metadata(out, metadata);
     }
 
     /// The binary form of version 1, as stores written before version 2
@@ -855,6 +872,24 @@ mod tests {
                 prop_assert_eq!(again, bytes);
             }
         }
+    }
+
+    /// The log's metadata carrier is byte for byte a default record
+    /// holding the metadata, which the log's reader decodes.
+    #[test]
+    fn metadata_alone_encodes_as_a_default_record_holding_it() {
+        let metadata = BTreeMap::from([
+            ("depth".to_owned(), vec!["2".to_owned()]),
+            ("seed".to_owned(), vec!["a".to_owned(), String::new()]),
+        ]);
+        let mut carrier = vec![7];
+        UrlRecord::encode_metadata_into(&metadata, &mut carrier);
+        let record = UrlRecord {
+            metadata,
+            ..UrlRecord::default()
+        };
+        assert_eq!(carrier[1..], record.encode());
+        assert_eq!(UrlRecord::decode(&carrier[1..]).unwrap(), record);
     }
 
     /// A typical URL is stored without its scheme and host, which its

@@ -25,16 +25,23 @@ const TAG_KNOWN_REPORT: u8 = 6;
 #[must_use]
 pub fn encode_ops(ops: &[WriteOp]) -> Vec<u8> {
     let mut out = Vec::with_capacity(ops.len() * 128);
+    encode_ops_into(ops, &mut out);
+    out
+}
+
+/// Appends the payload of `ops` to `out`: the log encodes into one buffer
+/// it keeps, so that a group costs no allocation of its size.
+pub fn encode_ops_into(ops: &[WriteOp], out: &mut Vec<u8>) {
     out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
     for op in ops {
         match op {
             WriteOp::Discover(new) => {
                 out.push(TAG_DISCOVER);
-                put_str(&mut out, &new.crawl);
-                put_str(&mut out, &new.url);
+                put_str(out, &new.crawl);
+                put_str(out, &new.url);
                 out.extend_from_slice(&new.partition.to_le_bytes());
                 out.push(u8::from(new.maybe_known));
-                put_bytes(&mut out, &new.record.encode());
+                put_length_prefixed(out, |out| new.record.encode_into(out));
             }
             WriteOp::Known(known) => {
                 out.push(if known.report.is_some() {
@@ -42,20 +49,18 @@ pub fn encode_ops(ops: &[WriteOp]) -> Vec<u8> {
                 } else {
                     TAG_KNOWN
                 });
-                put_str(&mut out, &known.crawl);
-                put_str(&mut out, &known.url);
+                put_str(out, &known.crawl);
+                put_str(out, &known.url);
                 out.extend_from_slice(&known.partition.to_le_bytes());
-                put_optional(&mut out, known.queue_key.as_deref());
-                put_str(&mut out, &known.default_queue);
+                put_optional(out, known.queue_key.as_deref());
+                put_str(out, &known.default_queue);
                 out.extend_from_slice(&known.due_at.to_le_bytes());
                 out.extend_from_slice(&known.now.to_le_bytes());
                 // The metadata travels in a record's form, the one encoding
                 // of it the store already has.
-                let carrier = UrlRecord {
-                    metadata: known.metadata.clone(),
-                    ..UrlRecord::default()
-                };
-                put_bytes(&mut out, &carrier.encode());
+                put_length_prefixed(out, |out| {
+                    UrlRecord::encode_metadata_into(&known.metadata, out);
+                });
                 if let Some(policy) = known.report {
                     out.extend_from_slice(&policy.encode());
                 }
@@ -68,8 +73,8 @@ pub fn encode_ops(ops: &[WriteOp]) -> Vec<u8> {
                     (Some(_), None) => TAG_DELETE_IN_PARTITION,
                     (None, _) => TAG_DELETE,
                 });
-                put_str(&mut out, &deletion.crawl);
-                put_optional(&mut out, deletion.queue.as_deref());
+                put_str(out, &deletion.crawl);
+                put_optional(out, deletion.queue.as_deref());
                 match deletion.created_before {
                     Some(before) => {
                         out.push(1);
@@ -82,12 +87,11 @@ pub fn encode_ops(ops: &[WriteOp]) -> Vec<u8> {
                     out.extend_from_slice(&partition.to_le_bytes());
                 }
                 if let Some(below) = below {
-                    put_str(&mut out, below);
+                    put_str(out, below);
                 }
             }
         }
     }
-    out
 }
 
 /// Reads a payload written by [`encode_ops`].
@@ -157,9 +161,13 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<WriteOp>, RecordError> {
     Ok(ops)
 }
 
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-    out.extend_from_slice(bytes);
+/// Appends what `write` appends, after its length as a `u32`.
+fn put_length_prefixed(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    write(out);
+    let length = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&length.to_le_bytes());
 }
 
 fn put_optional(out: &mut Vec<u8>, text: Option<&str>) {

@@ -54,6 +54,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use codec::encode_ops_into;
 pub use codec::{decode_ops, encode_ops};
 pub use restart::{PendingRestart, Restart};
 
@@ -74,6 +75,10 @@ const MAGIC: &[u8; 8] = b"FRWAL\0\0\x02";
 /// Where the first record starts.
 pub const HEADER_LEN: u64 = 32;
 const RECORD_HEADER_LEN: usize = 4 + 4 + 8;
+
+/// The most memory the record buffer keeps between appends: a rare group
+/// larger than this (a bulk import's) gives its buffer back.
+const RECORD_BUFFER_KEPT: usize = 16 << 20;
 
 /// Bytes allocated for a new log; it doubles when a record does not fit.
 /// Small, since most stores checkpoint long before it fills.
@@ -285,6 +290,10 @@ pub struct Wal {
     pass: u64,
     /// Bytes its allocations leave free on the disk ([`Self::keep_free`]).
     floor: u64,
+    /// The record being written, kept between appends: a group is encoded
+    /// into memory already faulted in, not into a fresh allocation of its
+    /// size.
+    record_buffer: Vec<u8>,
 }
 
 /// The path of the log in `data_dir`.
@@ -460,6 +469,7 @@ impl Wal {
             spare: None,
             pass: 0,
             floor: 0,
+            record_buffer: Vec::new(),
         };
         // A spare left by an earlier run holds nothing needed (this start
         // replays the log alone) but records whose LSNs nothing vouches
@@ -537,22 +547,36 @@ impl Wal {
     /// takes the same slot.
     pub fn append(&mut self, lsn: u64, ops: &[WriteOp]) -> Result<(), WalError> {
         self.check_writable()?;
-        let payload = encode_ops(ops);
-        let mut record = Vec::with_capacity(RECORD_HEADER_LEN + payload.len());
+        let mut record = std::mem::take(&mut self.record_buffer);
+        record.clear();
+        record.resize(RECORD_HEADER_LEN, 0);
+        encode_ops_into(ops, &mut record);
+        let appended = self.append_record(lsn, &mut record);
+        if record.capacity() > RECORD_BUFFER_KEPT {
+            record = Vec::new();
+        }
+        self.record_buffer = record;
+        appended
+    }
+
+    /// Writes `record`, a header's room and then the payload, once its
+    /// header is filled in.
+    fn append_record(&mut self, lsn: u64, record: &mut [u8]) -> Result<(), WalError> {
+        let payload = &record[RECORD_HEADER_LEN..];
         let length = u32::try_from(payload.len()).map_err(|_| WalError::Io {
             path: self.path.clone(),
             source: std::io::Error::other("a group of writes over 4 GiB"),
         })?;
-        record.extend_from_slice(&length.to_le_bytes());
-        record.extend_from_slice(&checksum(lsn, &payload).to_le_bytes());
-        record.extend_from_slice(&lsn.to_le_bytes());
-        record.extend_from_slice(&payload);
+        let crc = checksum(lsn, payload);
+        record[0..4].copy_from_slice(&length.to_le_bytes());
+        record[4..8].copy_from_slice(&crc.to_le_bytes());
+        record[8..16].copy_from_slice(&lsn.to_le_bytes());
         let end = self.len + record.len() as u64;
         if end > self.capacity {
             self.grow(end)?;
         }
         self.file
-            .write_all_at(&record, self.len)
+            .write_all_at(record, self.len)
             .map_err(|source| io_error(&self.path, source))?;
         self.offsets.push_back((lsn, self.len));
         self.len = end;
