@@ -44,6 +44,7 @@
 //!   damaged one was synced and acknowledged, so this is corruption, and it
 //!   is refused with both offsets named; the file is left as it is.
 
+mod allocate;
 mod codec;
 mod restart;
 
@@ -54,6 +55,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use allocate::allocate;
 use codec::encode_ops_into;
 pub use codec::{decode_ops, encode_ops};
 pub use restart::{PendingRestart, Restart};
@@ -327,33 +329,6 @@ fn header(store_id: u64, capacity: u64) -> [u8; HEADER_LEN as usize] {
     out
 }
 
-/// Allocates the file's bytes from `from` to `to` and writes zeros over
-/// them. Written (not merely allocated) blocks are what make a record's
-/// `fdatasync` a flush of data alone: a write into allocated but unwritten
-/// blocks, like one that extends the file, also has the file system commit
-/// its journal. Where the file system cannot allocate ahead, the zeros
-/// are written all the same. They are synced as they go, a chunk at a
-/// time: a log sync issued meanwhile (every group's answer waits on one)
-/// then waits behind one chunk at most, not behind all the zeros at once.
-fn allocate(file: &File, from: u64, to: u64) -> std::io::Result<()> {
-    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), from, to - from) {
-        Ok(()) | Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {}
-        Err(errno) => return Err(errno.into()),
-    }
-    static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
-    const SYNCED_CHUNK: u64 = 16 << 20;
-    let mut at = from;
-    while at < to {
-        let length = (to - at).min(ZEROS.len() as u64) as usize;
-        file.write_all_at(&ZEROS[..length], at)?;
-        at += length as u64;
-        if at < to && (at - from).is_multiple_of(SYNCED_CHUNK) {
-            file.sync_data()?;
-        }
-    }
-    Ok(())
-}
-
 /// Bytes free for unprivileged use on the file system holding `dir`, if
 /// it can say.
 #[must_use]
@@ -406,7 +381,7 @@ impl Wal {
                 .create(true)
                 .truncate(true)
                 .open(&staging)?;
-            allocate(&file, 0, INITIAL_CAPACITY)?;
+            allocate(&file, &staging, 0, INITIAL_CAPACITY)?;
             file.write_all_at(&header(store_id, INITIAL_CAPACITY), 0)?;
             file.sync_all()?;
             std::fs::rename(&staging, &path)?;
@@ -603,7 +578,7 @@ impl Wal {
                 beyond_floor(needed - self.capacity, self.floor),
             ));
         };
-        let allocated = allocate(&self.file, self.capacity, capacity)
+        let allocated = allocate(&self.file, &self.path, self.capacity, capacity)
             .and_then(|()| self.file.sync_all())
             .map_err(|source| io_error(&self.path, source));
         if let Err(error) = allocated {
@@ -1136,28 +1111,6 @@ mod tests {
                 Err(error) => prop_assert!(false, "{error}"),
             }
         }
-    }
-
-    /// Zeros written in synced chunks still cover the whole range, from
-    /// and to offsets that are not a chunk's, over earlier bytes.
-    #[test]
-    fn allocate_zeroes_the_whole_range() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(dir.path().join("f"))
-            .unwrap();
-        file.write_all_at(&[7; 4096], 0).unwrap();
-        let (from, to) = (1000, (32 << 20) + 4321);
-        allocate(&file, from, to).unwrap();
-        assert_eq!(file.metadata().unwrap().len(), to);
-        let mut bytes = vec![1; to as usize];
-        file.read_exact_at(&mut bytes, 0).unwrap();
-        assert!(bytes[..1000].iter().all(|&b| b == 7));
-        assert!(bytes[1000..].iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -94,7 +94,7 @@ impl PendingRestart {
                 if capacity - length > super::room_above_floor(&self.spare_path, self.floor) {
                     return Err(super::beyond_floor(capacity - length, self.floor));
                 }
-                allocate(&self.spare, length, capacity)?;
+                allocate(&self.spare, &self.spare_path, length, capacity)?;
                 tracing::debug!(
                     from = length,
                     to = capacity,
