@@ -454,15 +454,25 @@ async fn a_receiver_whose_move_is_rolled_back_drops_its_partial_copy() {
     assert_eq!(cluster_of(&n1).await.owners, vec!["n1"; 8]);
 }
 
-/// Checks that a node's view holds a move at `phase` (and, when given,
-/// with its old copy deleted or not).
+/// Checks that a node's view comes to hold a move at `phase` (and, when
+/// given, with its old copy deleted or not). Called while another node
+/// stands at a failpoint past that phase: the view, fed by a watch of
+/// etcd, may be a moment behind what that node read, never ahead.
 async fn assert_a_move(node: &FrontierProcess, phase: &str, old_copy_deleted: Option<bool>) {
-    let moves = cluster_of(node).await.moves;
-    assert!(
-        moves.iter().any(|m| m.phase == phase
-            && old_copy_deleted.is_none_or(|deleted| m.old_copy_deleted == deleted)),
-        "no move at {phase} ({old_copy_deleted:?}): {moves:?}"
-    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let moves = cluster_of(node).await.moves;
+        if moves.iter().any(|m| {
+            m.phase == phase && old_copy_deleted.is_none_or(|deleted| m.old_copy_deleted == deleted)
+        }) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no move at {phase} ({old_copy_deleted:?}): {moves:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// kill -9 at each step of a move, on the side that holds the move there:
