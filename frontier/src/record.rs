@@ -59,23 +59,22 @@ impl UrlRecord {
 
     /// Appends the binary form to `out`.
     pub fn encode_into(&self, out: &mut Vec<u8>) {
-        out.push(RECORD_VERSION);
-        put_varint(out, self.created_at);
-        put_varint(out, self.due_at);
-        put_varint(out, u64::from(self.depth));
-        put_short_str(out, &self.queue_key);
-        put_metadata(out, &self.metadata);
+        self.encode_with_metadata(&self.metadata, out);
     }
 
     /// Appends what a default record holding `metadata` encodes to, without
     /// making one: the form the log carries a report's metadata in.
     pub fn encode_metadata_into(metadata: &BTreeMap<String, Vec<String>>, out: &mut Vec<u8>) {
-        let default = Self::default();
+        Self::default().encode_with_metadata(metadata, out);
+    }
+
+    /// This record's fields but its metadata, then `metadata`.
+    fn encode_with_metadata(&self, metadata: &BTreeMap<String, Vec<String>>, out: &mut Vec<u8>) {
         out.push(RECORD_VERSION);
-        put_varint(out, default.created_at);
-        put_varint(out, default.due_at);
-        put_varint(out, u64::from(default.depth));
-        put_short_str(out, &default.queue_key);
+        put_varint(out, self.created_at);
+        put_varint(out, self.due_at);
+        put_varint(out, u64::from(self.depth));
+        put_short_str(out, &self.queue_key);
         put_metadata(out, metadata);
     }
 

@@ -5,10 +5,10 @@
 //! blocks, like one that extends the file, also has the file system commit
 //! its journal. The zeros go around the page cache (`O_DIRECT`) where the
 //! file system allows: copied into the cache, hundreds of megabytes of
-//! them cost the process and the kernel's writeback as much CPU as the
-//! records logged meanwhile, and pushed the store's pages out of the
-//! cache. Where it does not, or for the ends of the range that are not
-//! whole blocks, they are written through the cache.
+//! them take the process and the kernel's writeback CPU that the records
+//! logged meanwhile need, and push the store's pages out of the cache.
+//! Where it does not, or for the ends of the range that are not whole
+//! blocks, they are written through the cache.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
