@@ -51,7 +51,11 @@ impl<'a> GroupEffects<'a> {
         let mut counts = QueueCounts::default();
         let names = names.read();
         for ((crawl, queue), delta) in self.deltas {
-            counts.add(crawl, names.queue_key(queue, "a count change")?, delta);
+            counts.add_shared(
+                crawl,
+                names.shared_queue_key(queue, "a count change")?,
+                delta,
+            );
         }
         Ok((
             self.changes,
@@ -221,17 +225,17 @@ impl Store {
         let mut entry = Vec::with_capacity(32 + new.url.len());
         StoredEntry::encode(&new.url, queue, &new.record, &mut entry);
         let replaced = if new_key {
-            records.insert_new(key, entry.as_slice())?
+            records.insert_new(key, entry)?
         } else {
-            records.insert(key, entry.as_slice())?
+            records.insert(key, entry)?
         };
         if let Some(mut value) = replaced {
             let known = position_of(names, &entries_of(&new.crawl, &new.url, &value)?, &new.url)?;
             if known.is_none() {
                 // A hash collision: the URL joins the entries of its hash.
-                value.extend_from_slice(&entry);
+                StoredEntry::encode(&new.url, queue, &new.record, &mut value);
             }
-            records.replace(key, value.as_slice())?;
+            records.replace(key, value)?;
             if known.is_some() {
                 return Ok(Applied::Discovered { stored: false });
             }
@@ -336,7 +340,7 @@ impl Store {
         if found.is_none() {
             StoredEntry::encode(&known.url, queue, &record, &mut new_value);
         }
-        records.replace(key, new_value.as_slice())?;
+        records.replace(key, new_value)?;
         if let Some((old, _)) = &previous {
             if !old.is_completed() && !still_due(&entries, found, old.queue, old.due_at) {
                 effects.changes.push(MainFileChange::Remove {
@@ -562,7 +566,7 @@ impl Store {
                     records.remove(key)?;
                     Vec::new()
                 } else {
-                    records.insert(key, kept.as_slice())?;
+                    records.insert(key, kept.clone())?;
                     entries_of(crawl_name, "(a URL kept)", &kept)?
                 };
                 for (queue, queue_key, due_at) in gone {

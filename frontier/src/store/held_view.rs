@@ -49,23 +49,27 @@ impl<H: HeldBefore> RecordAccess for HeldView<'_, '_, H> {
         }
     }
 
-    fn insert(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+    fn insert(&mut self, key: RecordKey, value: Vec<u8>) -> Result<Option<Vec<u8>>, StoreError> {
         let previous = self.get(key)?;
-        self.own.insert(key, value.to_vec());
+        self.own.insert(key, value);
         Ok(previous)
     }
 
-    fn insert_new(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+    fn insert_new(
+        &mut self,
+        key: RecordKey,
+        value: Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
         let previous = match self.own.get(&key) {
             Some(value) => Some(value.clone()),
             None => self.held.record(&key).flatten(),
         };
-        self.own.insert(key, value.to_vec());
+        self.own.insert(key, value);
         Ok(previous)
     }
 
-    fn replace(&mut self, key: RecordKey, value: &[u8]) -> Result<(), StoreError> {
-        self.own.insert(key, value.to_vec());
+    fn replace(&mut self, key: RecordKey, value: Vec<u8>) -> Result<(), StoreError> {
+        self.own.insert(key, value);
         Ok(())
     }
 }

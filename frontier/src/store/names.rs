@@ -154,6 +154,23 @@ impl Names {
         })
     }
 
+    /// [`Self::queue_key`], shared: what keeps a count change per queue
+    /// without a copy of its key.
+    pub(crate) fn shared_queue_key(
+        &self,
+        number: u32,
+        found_in: &str,
+    ) -> Result<&Arc<str>, StoreError> {
+        self.queues
+            .get(number as usize)
+            .map(|(_, key)| key)
+            .ok_or_else(|| {
+                StoreError::BadNames(format!(
+                    "{found_in} names queue number {number}, which the store does not have"
+                ))
+            })
+    }
+
     /// The numbers of a crawl's queues.
     pub(crate) fn queues_of(&self, crawl: u32) -> Vec<u32> {
         let mut numbers: Vec<u32> = self

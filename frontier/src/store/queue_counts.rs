@@ -9,6 +9,7 @@
 //! sums the later groups' changes again, so counts and URLs still agree.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use foldhash::HashMap;
 
@@ -37,10 +38,13 @@ impl std::ops::AddAssign for CountDelta {
 }
 
 /// Count changes per crawl, then queue: nested so that a change to a queue
-/// already held is found without allocating its key.
+/// already held is found without allocating its key. Queue keys are
+/// shared with the store's names (module `names`): a group changes the
+/// counts of about as many queues as it has URLs, and a copy of each key
+/// per group was an allocation a URL.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct QueueCounts {
-    changes: HashMap<String, HashMap<String, CountDelta>>,
+    changes: HashMap<String, HashMap<Arc<str>, CountDelta>>,
 }
 
 /// What one group did to queue counts, in the order it matters: queues it
@@ -54,7 +58,23 @@ pub(crate) struct GroupCounts {
 
 impl QueueCounts {
     /// Adds a change to a queue's counts.
+    #[cfg(test)]
     pub(crate) fn add(&mut self, crawl: &str, queue: &str, delta: CountDelta) {
+        self.add_with(crawl, queue, || Arc::from(queue), delta);
+    }
+
+    /// [`Self::add`] of a queue whose key is shared.
+    pub(crate) fn add_shared(&mut self, crawl: &str, queue: &Arc<str>, delta: CountDelta) {
+        self.add_with(crawl, queue, || Arc::clone(queue), delta);
+    }
+
+    fn add_with(
+        &mut self,
+        crawl: &str,
+        queue: &str,
+        owned: impl FnOnce() -> Arc<str>,
+        delta: CountDelta,
+    ) {
         if delta.is_zero() {
             return;
         }
@@ -64,7 +84,7 @@ impl QueueCounts {
         };
         let entry = match queues.get_mut(queue) {
             Some(entry) => entry,
-            None => queues.entry(queue.to_owned()).or_default(),
+            None => queues.entry(owned()).or_default(),
         };
         *entry += delta;
     }
@@ -76,7 +96,7 @@ impl QueueCounts {
             match queue {
                 Some(queue) => {
                     if let Some(queues) = self.changes.get_mut(crawl) {
-                        queues.remove(queue);
+                        queues.remove(queue.as_str());
                     }
                 }
                 None => {
@@ -109,7 +129,7 @@ impl QueueCounts {
             queues
                 .iter()
                 .filter(|(_, delta)| !delta.is_zero())
-                .map(|(queue, delta)| (crawl.as_str(), queue.as_str(), *delta))
+                .map(|(queue, delta)| (crawl.as_str(), &**queue, *delta))
         })
     }
 

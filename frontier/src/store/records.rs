@@ -243,11 +243,11 @@ impl RecordAccess for RecordsWrite<'_> {
         newest_value(Some(&self.recent), Some(&self.base), key)
     }
 
-    fn insert(&mut self, key: RecordKey, value: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+    fn insert(&mut self, key: RecordKey, value: Vec<u8>) -> Result<Option<Vec<u8>>, StoreError> {
         let recent = self.recent.remove(key)?.map(|value| value.value().to_vec());
         let base = self
             .base
-            .insert(key, value)?
+            .insert(key, value.as_slice())?
             .map(|old| old.value().to_vec());
         Ok(match recent {
             Some(recent) => (!recent.is_empty()).then_some(recent),
@@ -526,7 +526,7 @@ mod tests {
                         for (key, value) in &steps {
                             match value {
                                 Some(value) => {
-                                    let old = records.insert(*key, value).unwrap();
+                                    let old = records.insert(*key, value.clone()).unwrap();
                                     prop_assert_eq!(old, model.insert(*key, value.clone()));
                                 }
                                 None => {
