@@ -96,7 +96,7 @@ pub struct Args {
 }
 
 fn main() -> ExitCode {
-    frontier::allocator::keep_empty_pages();
+    frontier::allocator::configure();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -47,7 +47,7 @@ use common::arg;
 use cpu::{Whose, cpu_seconds};
 
 fn main() {
-    frontier::allocator::keep_empty_pages();
+    frontier::allocator::configure();
     let args: Vec<String> = std::env::args().collect();
     let total = arg(&args, "--urls", 1_000_000);
     let streams = arg(&args, "--streams", 4).max(1);

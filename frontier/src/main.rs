@@ -186,7 +186,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    frontier::allocator::keep_empty_pages();
+    frontier::allocator::configure();
     let log_control = init_logging();
     match run(log_control) {
         Ok(code) => code,
