@@ -131,7 +131,8 @@ enum Command {
         client: ClientArgs,
     },
     /// Write a crawl's URLs as JSON lines, one URL item per line in the
-    /// proto3 JSON form of the API's URLItem (completed ones first).
+    /// proto3 JSON form of the API's URLItem (completed ones first), after
+    /// a line with the crawl's revisit policy when it has one of its own.
     Export {
         #[command(flatten)]
         client: ClientArgs,
@@ -140,8 +141,9 @@ enum Command {
         output: Option<PathBuf>,
     },
     /// Read URL items written by `export` and put them (as known items, so
-    /// their state comes along) into a frontier's crawl. Every line is
-    /// checked before anything is sent.
+    /// their state comes along) into a frontier's crawl, then set the
+    /// crawl's revisit policy when the file has it. Every line is checked
+    /// before anything is sent.
     Import {
         #[command(flatten)]
         client: ClientArgs,

@@ -1,5 +1,8 @@
 //! `frontier export` and `frontier import`: a crawl's URLs as JSON lines,
-//! one URL item per line in the proto3 JSON form of the API's URLItem.
+//! one URL item per line in the proto3 JSON form of the API's URLItem,
+//! after a line with the crawl's revisit policy when it has one of its own
+//! (`{"revisit": {...}}`): a crawl moved without it would be served under
+//! the target's default, which is to never come back.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -46,11 +49,66 @@ fn item_json(item: &proto::urlfrontier::UrlItem) -> serde_json::Value {
     value
 }
 
-/// Reads one exported line back into a URL item; a clear message when the
-/// line is not one.
-fn item_of_json(line: &str) -> Result<proto::urlfrontier::UrlItem, String> {
-    use proto::urlfrontier as uf;
+/// A crawl's own revisit policy, as an export's first line.
+fn revisit_json(crawl: &str, policy: &proto::admin::RevisitPolicy) -> serde_json::Value {
+    serde_json::json!({
+        "revisit": {
+            "crawlID": crawl,
+            "policy": policy.policy,
+            "minSecs": policy.min_secs,
+            "maxSecs": policy.max_secs,
+        }
+    })
+}
+
+/// One line of an export.
+#[derive(Debug)]
+enum Line {
+    Item(proto::urlfrontier::UrlItem),
+    /// A crawl's revisit policy, checked as `frontier revisit` checks it.
+    Revisit(proto::admin::SetRevisitRequest),
+}
+
+/// Reads one exported line back; a clear message when the line is neither
+/// a URL item nor a revisit policy.
+fn line_of_json(line: &str) -> Result<Line, String> {
     let value: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let revisit = &value["revisit"];
+    if !revisit.is_object() {
+        return item_of_json(&value).map(Line::Item);
+    }
+    let secs = |name: &str| -> Result<u64, String> {
+        match &revisit[name] {
+            serde_json::Value::Null => Ok(0),
+            serde_json::Value::Number(n) => n
+                .as_u64()
+                .ok_or_else(|| format!("revisit {name} {n} is not a whole number of seconds")),
+            other => Err(format!("revisit {name} must be a number, not {other}")),
+        }
+    };
+    let (min_secs, max_secs) = (secs("minSecs")?, secs("maxSecs")?);
+    let Some(policy) = revisit["policy"].as_str() else {
+        return Err("a revisit line without its policy".into());
+    };
+    frontier::revisit::Policy::parse(policy, min_secs, max_secs)
+        .map_err(|error| format!("revisit policy {policy:?}: {error}"))?;
+    let crawl_id = match &revisit["crawlID"] {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(crawl) => crawl.clone(),
+        other => return Err(format!("revisit crawlID must be a string, not {other}")),
+    };
+    Ok(Line::Revisit(proto::admin::SetRevisitRequest {
+        crawl_id,
+        policy: policy.to_owned(),
+        min_secs,
+        max_secs,
+        local: false,
+    }))
+}
+
+/// Reads one exported URL item back; a clear message when it is not one.
+fn item_of_json(value: &serde_json::Value) -> Result<proto::urlfrontier::UrlItem, String> {
+    use proto::urlfrontier as uf;
     let number = |v: &serde_json::Value| -> Result<u64, String> {
         match v {
             serde_json::Value::Null => Ok(0),
@@ -111,8 +169,30 @@ fn item_of_json(line: &str) -> Result<proto::urlfrontier::UrlItem, String> {
     })
 }
 
+/// The crawl's revisit policy when it has one of its own; `None` when it
+/// follows the frontier's default, or when the frontier would not say
+/// (the export goes on without it, and says so).
+async fn own_revisit(client: &ClientArgs) -> Option<proto::admin::RevisitPolicy> {
+    let asked = async {
+        let mut admin = client.admin()?;
+        let request = proto::admin::GetProgressRequest {
+            crawl_id: client.crawl.clone(),
+            local: false,
+        };
+        anyhow::Ok(admin.get_progress(request).await?.into_inner())
+    };
+    match asked.await {
+        Ok(progress) => progress.revisit.filter(|policy| policy.own),
+        Err(error) => {
+            eprintln!("export: the crawl's revisit policy is not exported: {error:#}");
+            None
+        }
+    }
+}
+
 pub async fn export(client: ClientArgs, output: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     use std::io::Write;
+    let revisit = own_revisit(&client).await;
     let frontier = client.frontier()?;
     let request = proto::urlfrontier::ListUrlParams {
         start: 0,
@@ -136,6 +216,10 @@ pub async fn export(client: ClientArgs, output: Option<PathBuf>) -> anyhow::Resu
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
+    if let Some(policy) = &revisit {
+        serde_json::to_writer(&mut out, &revisit_json(&client.crawl, policy))?;
+        out.write_all(b"\n")?;
+    }
     let mut count = 0_u64;
     while let Some(item) = stream.message().await? {
         serde_json::to_writer(&mut out, &item_json(&item))?;
@@ -144,7 +228,13 @@ pub async fn export(client: ClientArgs, output: Option<PathBuf>) -> anyhow::Resu
     }
     out.flush()?;
     drop(out);
-    eprintln!("exported {count} URLs");
+    match &revisit {
+        Some(policy) => eprintln!(
+            "exported {count} URLs, and the crawl's revisit policy ({})",
+            super::revisit::describe(Some(policy))
+        ),
+        None => eprintln!("exported {count} URLs"),
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -161,12 +251,23 @@ pub async fn import(
     // Everything is checked first: a bad line stops the import before
     // anything is sent.
     let mut items = Vec::new();
+    let mut revisits = Vec::new();
     for (number, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let mut item = item_of_json(line)
+        let line = line_of_json(line)
             .map_err(|reason| anyhow::anyhow!("line {}: {reason}", number + 1))?;
+        let mut item = match line {
+            Line::Item(item) => item,
+            Line::Revisit(mut revisit) => {
+                if into_crawl {
+                    revisit.crawl_id = client.crawl.clone();
+                }
+                revisits.push(revisit);
+                continue;
+            }
+        };
         if into_crawl {
             use proto::urlfrontier::url_item::Item;
             let info = match &mut item.item {
@@ -232,6 +333,26 @@ pub async fn import(
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
     let failed = pending.len();
+    // The policy last: set first, it would settle the items' reports, and
+    // a URL completed on the source (under its policy then) would be due
+    // again here. After them, each URL keeps the state it was exported in.
+    if !revisits.is_empty() {
+        let admin = client.admin()?;
+        for request in revisits {
+            let answer = client
+                .retry("import", || {
+                    let mut admin = admin.clone();
+                    let request = request.clone();
+                    async move { admin.set_revisit(request).await }
+                })
+                .await?;
+            println!(
+                "crawl {}: revisit {}",
+                frontier::service::crawl_or_default(&request.crawl_id),
+                super::revisit::describe(Some(&answer))
+            );
+        }
+    }
     println!("imported {ok} of {total} URLs, skipped {skipped}, failed {failed}");
     Ok(if failed == 0 && ok + skipped == total {
         ExitCode::SUCCESS

@@ -750,6 +750,22 @@ async fn export_and_import_move_a_crawl_between_frontiers() {
         .collect();
     items.push(known("http://m.example/done", "move", 0));
     put(&mut client, items).await;
+    // The crawl's own revisit policy goes with it.
+    let (status, text) = crawl_tests::frontier_cli(
+        &source.endpoint(),
+        &[
+            "revisit",
+            "--crawl",
+            "move",
+            "--policy",
+            "adaptive",
+            "--min-secs",
+            "600",
+            "--max-secs",
+            "86400",
+        ],
+    );
+    assert!(status.success(), "{text}");
     let file = dir.path().join("crawl.jsonl");
     let (status, text) = crawl_tests::frontier_cli(
         &source.endpoint(),
@@ -762,13 +778,39 @@ async fn export_and_import_move_a_crawl_between_frontiers() {
         ],
     );
     assert!(status.success(), "{text}");
-    assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), 26);
+    let exported = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(exported.lines().count(), 27, "{exported}");
+    assert!(
+        exported.lines().next().unwrap().starts_with("{\"revisit\""),
+        "{exported}"
+    );
 
     let (target, _target_dir) = frontier().await;
     let (status, text) =
         crawl_tests::frontier_cli(&target.endpoint(), &["import", file.to_str().unwrap()]);
     assert!(status.success(), "{text}");
     assert!(text.contains("imported 26 of 26"), "{text}");
+    let revisit = target
+        .admin()
+        .await
+        .get_progress(proto::admin::GetProgressRequest {
+            crawl_id: "move".into(),
+            local: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .revisit
+        .unwrap();
+    assert_eq!(
+        (
+            revisit.policy.as_str(),
+            revisit.min_secs,
+            revisit.max_secs,
+            revisit.own
+        ),
+        ("adaptive", 600, 86400, true)
+    );
     let mut moved = target.client().await;
     let stats = moved
         .get_stats(uf::QueueWithinCrawlParams {
@@ -790,6 +832,20 @@ async fn export_and_import_move_a_crawl_between_frontiers() {
         crawl_tests::frontier_cli(&target.endpoint(), &["import", bad.to_str().unwrap()]);
     assert!(!status.success());
     assert!(text.contains("line 2"), "{text}");
+    // So is a policy no crawl could have, with nothing set.
+    std::fs::write(
+        &bad,
+        "{\"revisit\":{\"crawlID\":\"move\",\"policy\":\"fixed\",\"minSecs\":0}}\n\
+         {\"known\":{\"info\":{\"url\":\"http://x.example/\"}}}\n",
+    )
+    .unwrap();
+    let (status, text) =
+        crawl_tests::frontier_cli(&target.endpoint(), &["import", bad.to_str().unwrap()]);
+    assert!(!status.success());
+    assert!(
+        text.contains("line 1") && text.contains("revisit"),
+        "{text}"
+    );
     let nothing = moved
         .get_url_status(uf::UrlStatusRequest {
             url: "http://x.example/".into(),
