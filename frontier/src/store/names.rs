@@ -147,11 +147,7 @@ impl Names {
     /// The key of a queue number; damage (a number no queue has) is an
     /// error naming where it was found.
     pub(crate) fn queue_key(&self, number: u32, found_in: &str) -> Result<&str, StoreError> {
-        self.queue_name(number).map(|(_, key)| key).ok_or_else(|| {
-            StoreError::BadNames(format!(
-                "{found_in} names queue number {number}, which the store does not have"
-            ))
-        })
+        self.shared_queue_key(number, found_in).map(|key| &**key)
     }
 
     /// [`Self::queue_key`], shared: what keeps a count change per queue
