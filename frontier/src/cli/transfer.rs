@@ -2,7 +2,8 @@
 //! one URL item per line in the proto3 JSON form of the API's URLItem,
 //! after a line with the crawl's revisit policy when it has one of its own
 //! (`{"revisit": {...}}`): a crawl moved without it would be served under
-//! the target's default, which is to never come back.
+//! the target's default policy (unless the target was started with one,
+//! never to come back). Import sets it after the items.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
