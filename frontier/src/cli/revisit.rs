@@ -31,7 +31,6 @@ pub async fn set_revisit(
         })?;
         policy
     };
-    let admin = client.admin()?;
     let request = proto::admin::SetRevisitRequest {
         crawl_id: client.crawl.clone(),
         policy,
@@ -39,6 +38,16 @@ pub async fn set_revisit(
         max_secs: max_secs.unwrap_or(0),
         local: false,
     };
+    send(&client, request).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Sets a crawl's policy (retried as any call) and says what it is now.
+pub async fn send(
+    client: &ClientArgs,
+    request: proto::admin::SetRevisitRequest,
+) -> anyhow::Result<()> {
+    let admin = client.admin()?;
     let answer = client
         .retry("revisit", || {
             let mut admin = admin.clone();
@@ -48,10 +57,10 @@ pub async fn set_revisit(
         .await?;
     println!(
         "crawl {}: revisit {}",
-        client.crawl,
+        frontier::service::crawl_or_default(&request.crawl_id),
         describe(Some(&answer))
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// A policy as the admin API gives it, in words.

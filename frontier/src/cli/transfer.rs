@@ -337,22 +337,8 @@ pub async fn import(
     // The policy last: set first, it would settle the items' reports, and
     // a URL completed on the source (under its policy then) would be due
     // again here. After them, each URL keeps the state it was exported in.
-    if !revisits.is_empty() {
-        let admin = client.admin()?;
-        for request in revisits {
-            let answer = client
-                .retry("import", || {
-                    let mut admin = admin.clone();
-                    let request = request.clone();
-                    async move { admin.set_revisit(request).await }
-                })
-                .await?;
-            println!(
-                "crawl {}: revisit {}",
-                frontier::service::crawl_or_default(&request.crawl_id),
-                super::revisit::describe(Some(&answer))
-            );
-        }
+    for request in revisits {
+        super::revisit::send(&client, request).await?;
     }
     println!("imported {ok} of {total} URLs, skipped {skipped}, failed {failed}");
     Ok(if failed == 0 && ok + skipped == total {
