@@ -51,7 +51,7 @@ impl<'a> GroupEffects<'a> {
         let mut counts = QueueCounts::default();
         let names = names.read();
         for ((crawl, queue), delta) in self.deltas {
-            counts.add_shared(
+            counts.add(
                 crawl,
                 names.shared_queue_key(queue, "a count change")?,
                 delta,

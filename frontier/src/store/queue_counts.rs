@@ -58,23 +58,7 @@ pub(crate) struct GroupCounts {
 
 impl QueueCounts {
     /// Adds a change to a queue's counts.
-    #[cfg(test)]
-    pub(crate) fn add(&mut self, crawl: &str, queue: &str, delta: CountDelta) {
-        self.add_with(crawl, queue, || Arc::from(queue), delta);
-    }
-
-    /// [`Self::add`] of a queue whose key is shared.
-    pub(crate) fn add_shared(&mut self, crawl: &str, queue: &Arc<str>, delta: CountDelta) {
-        self.add_with(crawl, queue, || Arc::clone(queue), delta);
-    }
-
-    fn add_with(
-        &mut self,
-        crawl: &str,
-        queue: &str,
-        owned: impl FnOnce() -> Arc<str>,
-        delta: CountDelta,
-    ) {
+    pub(crate) fn add(&mut self, crawl: &str, queue: &Arc<str>, delta: CountDelta) {
         if delta.is_zero() {
             return;
         }
@@ -82,9 +66,9 @@ impl QueueCounts {
             Some(queues) => queues,
             None => self.changes.entry(crawl.to_owned()).or_default(),
         };
-        let entry = match queues.get_mut(queue) {
+        let entry = match queues.get_mut(&**queue) {
             Some(entry) => entry,
-            None => queues.entry(owned()).or_default(),
+            None => queues.entry(Arc::clone(queue)).or_default(),
         };
         *entry += delta;
     }
@@ -158,7 +142,7 @@ mod tests {
     fn group(removed: &[(&str, Option<&str>)], changes: &[(&str, &str, i64, i64)]) -> GroupCounts {
         let mut counts = QueueCounts::default();
         for &(crawl, queue, urls, completed) in changes {
-            counts.add(crawl, queue, delta(urls, completed));
+            counts.add(crawl, &Arc::from(queue), delta(urls, completed));
         }
         GroupCounts {
             removed: removed
@@ -220,7 +204,7 @@ mod tests {
         }
         let mut changes = QueueCounts::default();
         for ((crawl, queue), (urls, completed)) in local {
-            changes.add(crawl, queue, delta(urls, completed));
+            changes.add(crawl, &Arc::from(queue), delta(urls, completed));
         }
         GroupCounts { removed, changes }
     }
@@ -318,8 +302,8 @@ mod tests {
             },
         );
         let mut counts = QueueCounts::default();
-        counts.add("c", "a", delta(-3, -1));
-        counts.add("c", "new", delta(2, 1));
+        counts.add("c", &Arc::from("a"), delta(-3, -1));
+        counts.add("c", &Arc::from("new"), delta(2, 1));
         counts.apply_to(&mut records);
         assert_eq!(records[&("c".to_owned(), "a".to_owned())].urls, 0);
         assert_eq!(records[&("c".to_owned(), "a".to_owned())].completed, 0);
